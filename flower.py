@@ -1,0 +1,3818 @@
+#!/usr/bin/env python3
+"""flower.py -- keep a long agent job going with Claude, across kills, outages and full contexts.
+
+Run ``python flower.py "build X"`` in a directory. Kill it, reboot, lose the network; run it again
+and it carries on where it stopped: the same sessions, no lost work, no error noise in the model's
+context.
+
+One file, standard library only at import time.  ``claude_agent_sdk`` is imported lazily, inside the
+functions that really run an agent, so ``--help``, ``status``, ``doctor``, the session store, the
+prune pipeline, the probe and every pure function work without it.
+
+Sections, low layers first:
+
+    text tables (en/zh) -> utilities -> resilience -> transcript logic (pure) -> notes (pure
+    parsers) -> session stores -> lineage and manifest -> handoff -> agent runtime -> workflow -> CLI
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import dataclasses
+import datetime as _dt
+import hashlib
+import importlib
+import json
+import os
+import random
+import re
+import shlex
+import signal
+import socket
+import sqlite3
+import sys
+import threading
+import time
+import unicodedata
+import urllib.parse
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Awaitable, Callable, Iterable
+
+try:  # advisory locks; absent on Windows, where the lock degrades to a no-op
+    import fcntl
+except ImportError:  # pragma: no cover
+    fcntl = None  # type: ignore[assignment]
+
+__version__ = "0.1.0"
+
+__all__ = [
+    # utilities
+    "FlowerError", "atomic_write", "FileLock", "safe_name", "redact", "read_json",
+    # resilience
+    "endpoint", "reachable", "classify", "Resilience", "cli_env_defaults",
+    # transcript logic
+    "PrunePolicy", "PruneReport", "prune", "relink", "is_read_only_command", "entry_context",
+    # notes
+    "Brief", "Goal", "Verdict", "Ledger",
+    # stores
+    "project_key", "SqliteSessionStore", "PruningSessionStore", "load_store_factory",
+    # lineage and manifest
+    "Lineage", "Manifest", "run_id", "wake_state",
+    # handoff
+    "HandoffPolicy", "WindowBook", "degraded_ledger", "assemble_carry", "Carry", "slim_transcript",
+    # runtime
+    "AgentSpec", "StepResult", "Event", "Runtime",
+    # workflow
+    "Step", "Workflow", "StepAbort", "starter_flow",
+    # cli
+    "main", "__version__",
+]
+
+
+# --- Text tables: every user-facing string and prompt, in English and Chinese ---
+
+TEXTS: dict[str, dict[str, str]] = {
+    "en": {
+        "resume_prompt": (
+            "The last round was interrupted before it finished. Look at what is already on disk and "
+            "continue from where it stopped; do not start over."
+        ),
+        "interrupted_result": "[The previous round was interrupted here; this tool result was not produced.]",
+        "expired_result": "[result of `{cmd}` expired {n} turns ago; re-run if needed]",
+        "trimmed_result": "[tool result archived: {n} chars, full text in {path}; Read it if needed]",
+        "human_interrupt": (
+            "[The human interrupted the last round; a tool result marked as interrupted is expected.] "
+        ),
+        "human_continue": "Continue.",
+        "brief_file": "brief.md",
+        "goal_file": "goal.md",
+        "handoff_file": "handoff-{step}.md",
+        "handoff_prompt": (
+            "Your context window is nearly full; a fresh session will take over this work with no memory "
+            "of this conversation. Write a handoff document for it now. Reply with markdown only, using "
+            "exactly these five headings:\n\n"
+            "## Status\nWhat is being done right now, and how far it got.\n\n"
+            "## Decisions\nWhat is settled, each with its reason.\n\n"
+            "## Dead ends\nWhat was tried and failed, with why. Write (none) if nothing.\n\n"
+            "## Next step\nThe first executable step for your successor: a path or a command.\n\n"
+            "## Pointers\nFiles, commands and where things are: pointers, not contents.\n\n"
+            "Do not call tools. Do not write a title. Keep it under 6000 characters."
+        ),
+        "carry_head": (
+            "You take over unfinished work from an earlier session whose context was full. You have no "
+            "memory of it; what it handed over is below. The material is layered: take what you need, do "
+            "not read everything. Start from 'Next step'. Before trying an approach, check 'Dead ends'. "
+            "Read the full transcript only if the rest is not enough."
+        ),
+        "carry_nav": "Where things are",
+        "carry_thread": "Recent thread",
+        "carry_trimmed_marker": "[... {n} more lines trimmed; full text in {path}]",
+        "carry_closing": "Trimmed: {trimmed}. Left out: {dropped}. Full text: {path}.",
+        "degraded_title": "[degraded: {why}]",
+        "wake_continue_question": (
+            "Continue? Enter = carry on; or say something new; /new = start a new task (Ctrl-C to quit)"
+        ),
+        "wake_new_question": "What should be done? One sentence is enough (Ctrl-C to quit)",
+        "interrupt_question": "Interrupted. What should I tell the agent? (Enter = just continue; Ctrl-C again quits)",
+        "clarify_resume": "Continue the unfinished clarification; do not start over.",
+        "work_resume": (
+            "Continue the work toward the goal from where it stopped. Look at what is already on disk; "
+            "do not start over."
+        ),
+        "added_on_wake": "Added on wake",
+    },
+    "zh": {
+        "resume_prompt": "上一轮在完成之前被中断了。先看看磁盘上已经有什么,从中断处继续,不要从头开始。",
+        "interrupted_result": "[上一轮在此处被中断,该工具结果未产生]",
+        "expired_result": "[`{cmd}` 的结果已在 {n} 轮前过期;需要时请重新运行]",
+        "trimmed_result": "[工具结果已归档:{n} 字符,全文在 {path};需要时请读取]",
+        "human_interrupt": "[人类中断了上一轮;出现标记为中断的工具结果是正常的。] ",
+        "human_continue": "继续。",
+        "brief_file": "需求.md",
+        "goal_file": "目标.md",
+        "handoff_file": "交接-{step}.md",
+        "handoff_prompt": (
+            "你的上下文窗口快满了;一个全新的会话将接手这项工作,它不记得这段对话。现在为它写一份交接文档。"
+            "只回复 markdown,恰好使用以下五个标题:\n\n"
+            "## 现在在做什么\n正在做的事,进展到哪里。\n\n"
+            "## 已经定下的\n已确定的决定,各附理由。\n\n"
+            "## 走不通的路\n试过但失败的方法及原因;没有就写 (无)。\n\n"
+            "## 下一步\n接手者可直接执行的第一步:一个路径或一条命令。\n\n"
+            "## 现场\n文件、命令、东西在哪里:给指针,不给内容。\n\n"
+            "不要调用工具。不要写标题。少于 6000 字符。"
+        ),
+        "carry_head": (
+            "你接手一项未完成的工作,之前的会话上下文已满。你不记得它;它交接的材料在下面。材料已分层,"
+            "请按需取用而非通读。从「下一步」开始。尝试某个方法前,先查「走不通的路」。"
+            "只有在其余材料不足以推进时才读完整转写。"
+        ),
+        "carry_nav": "东西在哪里",
+        "carry_thread": "近期线程",
+        "carry_trimmed_marker": "[... 另有 {n} 行已截去;全文在 {path}]",
+        "carry_closing": "已截短:{trimmed}。未放入:{dropped}。全文:{path}。",
+        "degraded_title": "[降级:{why}]",
+        "wake_continue_question": "接着上次? 直接回车 = 接着做;也可以说点新的;/new = 重开一件事(Ctrl-C 退出)",
+        "wake_new_question": "要做什么? 一句话就够,回车开始(Ctrl-C 退出)",
+        "interrupt_question": "已中断。要告诉 agent 什么?(回车 = 直接继续;再按 Ctrl-C 退出)",
+        "clarify_resume": "继续刚才没有完成的需求澄清,不要从头开始。",
+        "work_resume": "从中断处继续朝目标推进。先看看磁盘上已经有什么,不要从头开始。",
+        "added_on_wake": "唤醒时补充",
+    },
+}
+
+
+def text(key: str, lang: str = "en", **fmt: Any) -> str:
+    """Return the user-facing string ``key`` in ``lang`` (falling back to English), formatted."""
+    table = TEXTS.get(lang) or TEXTS["en"]
+    template = table.get(key, TEXTS["en"][key])
+    return template.format(**fmt) if fmt else template
+
+
+# --- Utilities: errors, atomic write, file lock, safe names, redaction, JSON state ---
+
+EXIT_OK, EXIT_STEP_FAILED, EXIT_USAGE, EXIT_SETUP, EXIT_OFFLINE, EXIT_INTERRUPTED = 0, 1, 2, 3, 4, 130
+
+
+class FlowerError(Exception):
+    """An error with a one-line message for the user and the exit code it maps to."""
+
+    def __init__(self, message: str, exit_code: int = EXIT_SETUP):
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+def ensure_private_dir(path: str) -> str:
+    """Create ``path`` (and parents) with mode 0700 if missing; raise FlowerError if it is a file."""
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise FlowerError(f"{path} exists and is not a directory", EXIT_SETUP)
+    try:
+        os.makedirs(path, mode=0o700, exist_ok=True)
+    except OSError as exc:
+        raise FlowerError(f"cannot create directory {path}: {exc.strerror or exc}", EXIT_SETUP) from None
+    return path
+
+
+def atomic_write(path: str, data: str | bytes, mode: int = 0o600) -> None:
+    """Write ``data`` to ``path`` atomically: unique temp file in the same dir, fsync, os.replace.
+
+    A crash at any point leaves either the old file or the new one, never half of either.
+    """
+    directory = os.path.dirname(os.path.abspath(path))
+    payload = data.encode("utf-8") if isinstance(data, str) else data
+    tmp = os.path.join(directory, f".{os.path.basename(path)}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(payload)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+class FileLock:
+    """Advisory inter-process lock on ``path`` (created 0600), for read-modify-write of JSON files.
+
+    Re-entrant within one thread of one process is *not* supported; keep critical sections short.
+    """
+
+    def __init__(self, path: str):
+        self.path = path
+        self._fd: int | None = None
+        self._thread_lock = threading.Lock()
+
+    def __enter__(self) -> "FileLock":
+        self._thread_lock.acquire()
+        try:
+            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+            if fcntl is not None:
+                fcntl.flock(self._fd, fcntl.LOCK_EX)
+        except BaseException:
+            self._thread_lock.release()
+            raise
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        try:
+            if self._fd is not None:
+                if fcntl is not None:
+                    fcntl.flock(self._fd, fcntl.LOCK_UN)
+                os.close(self._fd)
+        finally:
+            self._fd = None
+            self._thread_lock.release()
+
+
+_SAFE_CHAR = re.compile(r"[A-Za-z0-9\-_.\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
+
+
+def safe_name(name: str) -> str:
+    """Turn ``name`` into a file-name component: letters, digits, ``-_.`` and CJK kept, the rest
+    replaced by ``_``; a short hash is added whenever anything was replaced or shortened, so two
+    different names never collide. Never returns ``""``, ``.`` or ``..``.
+    """
+    kept = "".join(ch if _SAFE_CHAR.fullmatch(ch) else "_" for ch in name)
+    changed = kept != name or len(kept) > 80 or kept.strip(".") == ""
+    kept = kept[:80].lstrip(".") or "step"
+    if changed:
+        digest = hashlib.sha256(name.encode("utf-8", "surrogatepass")).hexdigest()[:8]
+        kept = f"{kept}-{digest}"
+    return kept
+
+
+_SECRET_PATTERNS = [
+    re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?(?:-----END [A-Z ]*PRIVATE KEY-----|\Z)"),
+    re.compile(r"\bsk-ant-[A-Za-z0-9_\-]{8,}"),
+    re.compile(r"\bsk-[A-Za-z0-9_\-]{16,}"),
+    re.compile(r"\b(?:ghp|gho|ghu|ghs|ghr)_[A-Za-z0-9]{20,}"),
+    re.compile(r"\bgithub_pat_[A-Za-z0-9_]{20,}"),
+    re.compile(r"\bnpm_[A-Za-z0-9]{20,}"),
+    re.compile(r"\b(?:AKIA|ASIA)[A-Z0-9]{16}\b"),
+    re.compile(r"\bxox[bpas]-[A-Za-z0-9\-]{10,}"),
+    re.compile(r"\beyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}"),
+]
+_SECRET_ASSIGNMENT = re.compile(
+    r"(?i)\b([A-Za-z_]*(?:password|passwd|token|secret|api_key|apikey)[A-Za-z_]*)(\s*[:=]\s*)"
+    r"(\"[^\"\n]*\"|'[^'\n]*'|[^\s\"',;]+)"
+)
+REDACTED = "[REDACTED]"
+
+
+def redact(value: str) -> str:
+    """Replace anything that looks like a credential with ``[REDACTED]``.
+
+    Covers Anthropic/OpenAI-style keys, GitHub and npm tokens, AWS key ids, Slack tokens, JWTs,
+    private key blocks, ``password=``/``token=``/``secret=`` assignments, and the literal values of
+    ``ANTHROPIC_API_KEY`` and ``ANTHROPIC_AUTH_TOKEN`` from the environment.
+    """
+    if not value:
+        return value
+    out = value
+    for name in ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "CLAUDE_CODE_OAUTH_TOKEN"):
+        secret = os.environ.get(name, "")
+        if len(secret) >= 6:
+            out = out.replace(secret, REDACTED)
+    for pattern in _SECRET_PATTERNS:
+        out = pattern.sub(REDACTED, out)
+    return _SECRET_ASSIGNMENT.sub(lambda m: m.group(1) + m.group(2) + REDACTED, out)
+
+
+def timestamp(now: float | None = None) -> str:
+    """Local ``YYYYmmdd-HHMMSS`` for file names."""
+    return time.strftime("%Y%m%d-%H%M%S", time.localtime(time.time() if now is None else now))
+
+
+def iso_now() -> str:
+    """The current UTC time as ISO 8601 with seconds."""
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def set_aside(path: str) -> str:
+    """Move an unreadable file to ``<path>.corrupt-<ts>[-n]`` (never overwriting) and return the new path."""
+    base = f"{path}.corrupt-{timestamp()}"
+    target, n = base, 1
+    while os.path.exists(target):
+        n += 1
+        target = f"{base}-{n}"
+    os.replace(path, target)
+    return target
+
+
+def read_json(path: str, default: Any, *, expect: type | None = None,
+              notify: Callable[[str], None] | None = None) -> Any:
+    """Read a JSON state file. Missing -> ``default``. Unparsable or of the wrong type -> the file is
+    set aside as ``<name>.corrupt-<ts>``, ``notify`` is told once, and ``default`` is returned.
+    """
+    try:
+        with open(path, "rb") as fh:
+            raw = fh.read()
+    except FileNotFoundError:
+        return default
+    except IsADirectoryError:
+        raise FlowerError(f"{path} is a directory, expected a JSON file", EXIT_SETUP) from None
+    except OSError as exc:
+        raise FlowerError(f"cannot read {path}: {exc.strerror or exc}", EXIT_SETUP) from None
+    try:
+        value = json.loads(raw.decode("utf-8"))
+        if expect is not None and not isinstance(value, expect):
+            raise ValueError(f"expected {expect.__name__}")
+        return value
+    except (ValueError, UnicodeDecodeError):
+        moved = set_aside(path)
+        if notify:
+            notify(f"{path} was unreadable; set aside as {moved}")
+        return default
+
+
+def write_json(path: str, value: Any) -> None:
+    """Atomically write ``value`` as pretty JSON (UTF-8, mode 0600)."""
+    atomic_write(path, json.dumps(value, ensure_ascii=False, indent=1) + "\n")
+
+
+def env_number(name: str, default: float, warn: Callable[[str], None] | None = None) -> float:
+    """A positive number from the environment, or ``default`` (with a warning) when unset or invalid."""
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        value = float(raw)
+        if value < 0 or value != value or value == float("inf"):
+            raise ValueError
+        return value
+    except ValueError:
+        if warn:
+            warn(f"ignoring {name}={raw!r}: not a non-negative number")
+        return default
+
+
+# --- Resilience: endpoint, probe, classify, backoff, waiting out an outage ---
+
+DEFAULT_BASE_URL = "https://api.anthropic.com"
+
+
+def _no_proxy_matches(host: str, no_proxy: str) -> bool:
+    """True when ``host`` is excluded from proxying by a NO_PROXY value (exact, suffix, ``*``)."""
+    host = host.lower().strip("[]")
+    for item in no_proxy.replace(" ", "").split(","):
+        item = item.lower()
+        if not item:
+            continue
+        if item == "*":
+            return True
+        item = item.split(":")[0] if item.count(":") == 1 else item
+        bare = item.lstrip("*").lstrip(".")
+        if host == bare or host.endswith("." + bare):
+            return True
+    return False
+
+
+def _host_port(url: str, default_scheme: str = "https") -> tuple[str, int]:
+    if "://" not in url:
+        url = f"{default_scheme}://{url}"
+    parts = urllib.parse.urlsplit(url)
+    host = parts.hostname or ""
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    if port is None:
+        port = 80 if parts.scheme == "http" else 443
+    return host, port
+
+
+def endpoint(env: dict[str, str] | None = None) -> tuple[str, int]:
+    """The first network hop to probe: host and port of ``ANTHROPIC_BASE_URL`` (default
+    api.anthropic.com:443), or of the HTTPS proxy when one is configured and the host is not in
+    ``NO_PROXY`` (behind a proxy, the proxy is what must be reachable).
+    """
+    env = os.environ if env is None else env
+    base = (env.get("ANTHROPIC_BASE_URL") or "").strip() or DEFAULT_BASE_URL
+    host, port = _host_port(base)
+    proxy = next((env[k] for k in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")
+                  if (env.get(k) or "").strip()), "")
+    no_proxy = env.get("NO_PROXY") or env.get("no_proxy") or ""
+    if proxy and not _no_proxy_matches(host, no_proxy):
+        return _host_port(proxy.strip(), default_scheme="http")
+    return host, port
+
+
+async def reachable(host: str, port: int, timeout: float = 5.0) -> bool:
+    """DNS + TCP connect to ``host:port`` within ``timeout`` seconds; nothing is sent.
+
+    Any failure (no DNS, refused, timeout, ...) is False. Runs in the event loop without blocking it.
+    """
+    loop = asyncio.get_running_loop()
+
+    async def attempt() -> bool:
+        infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        last: Exception | None = None
+        for family, socktype, proto, _, addr in infos:
+            try:
+                _, writer = await asyncio.open_connection(addr[0], addr[1], family=family, proto=proto)
+            except OSError as exc:
+                last = exc
+                continue
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
+            return True
+        if last:
+            raise last
+        return False
+
+    try:
+        return await asyncio.wait_for(attempt(), timeout)
+    except Exception:
+        return False
+
+
+FATAL, TRANSIENT, OVERFLOW, UNKNOWN = "fatal", "transient", "overflow", "unknown"
+
+_OVERFLOW_TEXT = re.compile(r"(?i)prompt is too long|context (?:window|length) exceeded|too many tokens")
+_FATAL_TEXT = re.compile(
+    r"(?i)invalid api key|authentication|failed to authenticate|\b401\b|\b403\b|permission_error|"
+    r"does not have permission|credit balance|billing|there's an issue with the selected model|"
+    r"model.*(?:may not exist|not found)|not_found_error|maximum number of turns|maximum budget|"
+    r"request too large|invalid_request_error|\bAPI Error: 400\b|no conversation found|"
+    r"cannot be used with root|not logged in|please run /login|organization has been disabled"
+)
+_TRANSIENT_TEXT = re.compile(
+    r"(?i)connection|ECONNREFUSED|ECONNRESET|ETIMEDOUT|ENOTFOUND|EAI_AGAIN|EHOSTUNREACH|ENETUNREACH|"
+    r"socket hang up|timed? ?out|overloaded|\b529\b|\b5\d\d\b|rate limit|\b429\b|\b408\b|\b409\b|"
+    r"server-side issue|temporar|try again|network|fetch failed|service unavailable|bad gateway|"
+    r"internal server error|stream (?:idle|stalled)|unable to connect"
+)
+
+
+def classify(message: str | None, *, status: int | None = None, terminal_reason: str | None = None) -> str:
+    """Classify a failure as ``"fatal"``, ``"transient"``, ``"overflow"`` or ``"unknown"``.
+
+    Structured fields decide first (``terminal_reason``, then the HTTP ``status``); the text is read
+    only when they say nothing, with overflow and fatal patterns checked before transient ones (a
+    401 text can mention "connection"; waiting on it would wait forever).
+    """
+    if terminal_reason in ("prompt_too_long", "blocking_limit"):
+        return OVERFLOW
+    if terminal_reason in ("max_turns", "budget_exhausted", "image_error"):
+        return FATAL
+    body = message or ""
+    if status is not None:
+        if status in (400, 413) and _OVERFLOW_TEXT.search(body):
+            return OVERFLOW
+        if status in (400, 401, 402, 403, 404, 413, 422):
+            return FATAL
+        if status in (408, 409, 429, 529) or 500 <= status < 600:
+            return TRANSIENT
+    if _OVERFLOW_TEXT.search(body):
+        return OVERFLOW
+    if _FATAL_TEXT.search(body):
+        return FATAL
+    if _TRANSIENT_TEXT.search(body):
+        return TRANSIENT
+    return UNKNOWN
+
+
+def cli_env_defaults(env: dict[str, str] | None = None) -> dict[str, str]:
+    """Environment defaults flower gives the CLI unless the user already set them: few CLI-side
+    retries (flower's probe loop waits out outages better than ~3 minutes of blind retries) and an
+    idle timeout for stalled streams (which otherwise hang forever)."""
+    env = os.environ if env is None else env
+    out = {}
+    for name, value in (("CLAUDE_CODE_MAX_RETRIES", "2"), ("CLAUDE_BYTE_STREAM_IDLE_TIMEOUT_MS", "120000")):
+        if name not in env:
+            out[name] = value
+    return out
+
+
+@dataclass
+class Resilience:
+    """Retry policy: how often, how long to back off, and how long to wait for the network."""
+
+    max_attempts: int = 6
+    base_delay: float = 4.0
+    max_delay: float = 120.0
+    probe_timeout: float = 5.0
+    probe_interval: float = 15.0
+    max_offline_wait: float = 3600.0
+    retry_unknown: bool = True
+    probe: bool = True
+
+    @classmethod
+    def from_env(cls, warn: Callable[[str], None] | None = None) -> "Resilience":
+        """Defaults overridden by ``FLOWER_MAX_ATTEMPTS``, ``FLOWER_BASE_DELAY``, ``FLOWER_MAX_DELAY``,
+        ``FLOWER_PROBE_INTERVAL``, ``FLOWER_PROBE_TIMEOUT``, ``FLOWER_MAX_OFFLINE_WAIT``, ``FLOWER_NO_PROBE``."""
+        d = cls()
+        return cls(
+            max_attempts=max(1, int(env_number("FLOWER_MAX_ATTEMPTS", d.max_attempts, warn))),
+            base_delay=env_number("FLOWER_BASE_DELAY", d.base_delay, warn),
+            max_delay=env_number("FLOWER_MAX_DELAY", d.max_delay, warn),
+            probe_timeout=env_number("FLOWER_PROBE_TIMEOUT", d.probe_timeout, warn),
+            probe_interval=env_number("FLOWER_PROBE_INTERVAL", d.probe_interval, warn),
+            max_offline_wait=env_number("FLOWER_MAX_OFFLINE_WAIT", d.max_offline_wait, warn),
+            probe=os.environ.get("FLOWER_NO_PROBE", "") not in ("1", "true", "yes"),
+        )
+
+    def delay(self, attempt: int, rng: random.Random | None = None) -> float:
+        """Backoff before attempt ``attempt + 1``: ``min(base * 2**(attempt-1), max)`` with +-25% jitter."""
+        nominal = min(self.base_delay * 2 ** max(0, attempt - 1), self.max_delay)
+        return nominal * (rng or random).uniform(0.75, 1.25)
+
+    def should_retry(self, kind: str) -> bool:
+        """Whether a failure of this kind is worth another attempt."""
+        return kind == TRANSIENT or (kind == UNKNOWN and self.retry_unknown)
+
+    async def wait_online(self, notify: Callable[[str], None] | None = None, *,
+                          target: tuple[str, int] | None = None,
+                          probe: Callable[[str, int, float], Awaitable[bool]] | None = None,
+                          sleep: Callable[[float], Awaitable[None]] | None = None,
+                          clock: Callable[[], float] | None = None) -> bool:
+        """Wait until the endpoint answers a DNS+TCP probe. Returns True when online, False after
+        ``max_offline_wait`` seconds. ``notify`` is told once when the endpoint is down and once when
+        it is back. ``probe``, ``sleep`` and ``clock`` are injectable for tests."""
+        if not self.probe:
+            return True
+        host, port = target or endpoint()
+        probe = probe or reachable
+        sleep = sleep or asyncio.sleep
+        clock = clock or time.monotonic
+        start = clock()
+        if await probe(host, port, self.probe_timeout):
+            return True
+        if notify:
+            notify(f"{host}:{port} is unreachable; waiting for it (up to {int(self.max_offline_wait)}s)")
+        while clock() - start < self.max_offline_wait:
+            await sleep(min(self.probe_interval, max(0.0, self.max_offline_wait - (clock() - start))))
+            if await probe(host, port, self.probe_timeout):
+                if notify:
+                    notify(f"{host}:{port} is reachable again after {int(clock() - start)}s")
+                return True
+        return False
+
+
+# --- Transcript logic (pure): entries, water level, read-only commands, the prune pipeline ---
+#
+# A transcript is a list of JSON objects ("entries") as the CLI writes them (sdk-notes §c): user,
+# assistant, attachment and system entries chained by ``parentUuid``; bookkeeping entries without a
+# ``uuid``. Every function here is pure: same input, same output, input never mutated.
+
+SYNTHETIC_MODEL = "<synthetic>"
+_API_ERROR_TEXT = re.compile(
+    r"^(?:API Error|Request timed out|Prompt is too long|Invalid API key|Credit balance is too low|"
+    r"Failed to authenticate|There's an issue with the selected model|Request too large)"
+)
+
+
+def blocks_of(entry: dict) -> list:
+    """The content blocks of an entry's message (a string content counts as one text block)."""
+    message = entry.get("message")
+    if not isinstance(message, dict):
+        return []
+    content = message.get("content")
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}]
+    return content if isinstance(content, list) else []
+
+
+def block_text(block: Any) -> str:
+    """The plain text of a content block, a tool_result's content, or a string."""
+    if isinstance(block, str):
+        return block
+    if not isinstance(block, dict):
+        return ""
+    if block.get("type") == "text":
+        return str(block.get("text", ""))
+    if block.get("type") == "tool_result":
+        return block_text(block.get("content"))
+    if block.get("type") is None and "content" in block:
+        return block_text(block.get("content"))
+    return ""
+
+
+def _content_text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(block_text(b) for b in content if isinstance(b, (dict, str)))
+    return ""
+
+
+def entry_text(entry: dict) -> str:
+    """All text blocks of an entry joined (tool results excluded)."""
+    return "\n".join(str(b.get("text", "")) for b in blocks_of(entry)
+                     if isinstance(b, dict) and b.get("type") == "text")
+
+
+def is_api_error_entry(entry: dict) -> bool:
+    """True for the harness's synthetic error entries: ``system/api_error`` rows and synthetic
+    assistant rows carrying an API error text (``isApiErrorMessage`` or ``model == "<synthetic>"``)."""
+    kind = entry.get("type")
+    if kind == "system":
+        return entry.get("subtype") == "api_error"
+    if kind != "assistant":
+        return False
+    if entry.get("isApiErrorMessage") is True:
+        return True
+    message = entry.get("message") if isinstance(entry.get("message"), dict) else {}
+    return message.get("model") == SYNTHETIC_MODEL and bool(_API_ERROR_TEXT.match(entry_text(entry).strip()))
+
+
+def is_main_assistant(entry: dict) -> bool:
+    """A real (non-synthetic) assistant entry of the main thread."""
+    if entry.get("type") != "assistant" or entry.get("isSidechain"):
+        return False
+    message = entry.get("message")
+    return isinstance(message, dict) and message.get("model") != SYNTHETIC_MODEL
+
+
+def usage_level(usage: dict | None) -> int:
+    """Context tokens of one API call: input + cache_read + cache_creation."""
+    if not isinstance(usage, dict):
+        return 0
+    total = 0
+    for key in ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens"):
+        value = usage.get(key)
+        if isinstance(value, (int, float)):
+            total += int(value)
+    return total
+
+
+def entry_context(entries: Iterable[dict]) -> int | None:
+    """The context level of a transcript: usage of its last non-synthetic main-thread assistant entry."""
+    level = None
+    for entry in entries:
+        if is_main_assistant(entry):
+            value = usage_level(entry["message"].get("usage"))
+            if value:
+                level = value
+    return level
+
+
+def _is_denial(entry: dict) -> bool:
+    return (entry.get("toolDenialKind") in ("permission-rule", "user-rejected")
+            and isinstance(entry.get("permissionDecision"), dict))
+
+
+def _is_interrupt(entry: dict) -> bool:
+    if entry.get("toolDenialKind") == "interrupted":
+        return True
+    return entry.get("toolUseResult") == "User rejected tool use" and "permissionDecision" not in entry
+
+
+# Read-only commands: results of these are "glances" that go stale.
+_READ_ONLY_PROGRAMS = {
+    "ls", "pwd", "cat", "head", "tail", "wc", "file", "stat", "du", "df", "which", "whoami", "date",
+    "echo", "tree", "grep", "egrep", "fgrep", "rg", "uniq", "diff", "cmp", "basename", "dirname",
+    "realpath", "readlink", "id", "uname", "hostname", "nl", "less", "more", "type", "true", "test",
+    "sort", "sed", "find", "jq", "ps", "free", "uptime",
+}
+_GIT_READ_ONLY = {"status", "log", "diff", "show", "rev-parse", "ls-files", "blame", "describe",
+                  "shortlog", "reflog", "ls-tree", "cat-file", "grep", "branch", "remote", "tag", "stash",
+                  "config"}
+_FIND_WRITERS = {"-exec", "-execdir", "-ok", "-okdir", "-delete", "-fprint", "-fprint0", "-fprintf", "-fls"}
+
+
+def _git_read_only(args: list[str]) -> bool:
+    i = 0
+    while i < len(args) and args[i].startswith("-"):  # global options such as -C dir, --no-pager
+        if args[i] in ("-C", "-c"):
+            if args[i] == "-c":
+                return False
+            i += 1
+        i += 1
+    if i >= len(args):
+        return False
+    sub, rest = args[i], args[i + 1:]
+    if sub not in _GIT_READ_ONLY:
+        return False
+    positional = [a for a in rest if not a.startswith("-")]
+    flags = [a for a in rest if a.startswith("-")]
+    if sub == "branch":
+        listing = {"-a", "-r", "-v", "-vv", "--all", "--remotes", "--list", "-l", "--show-current",
+                   "--verbose", "--merged", "--no-merged", "--contains"}
+        return all(f in listing for f in flags) and (not positional or "--list" in flags or "-l" in flags)
+    if sub == "remote":
+        return (not positional or positional[:1] in (["show"], ["get-url"])) and all(f in ("-v", "--verbose") for f in flags)
+    if sub == "tag":
+        return not positional or "-l" in flags or "--list" in flags
+    if sub == "stash":
+        return positional[:1] in (["list"], ["show"])
+    if sub == "config":
+        return any(f in ("--get", "--list", "-l", "--get-all", "--get-regexp") for f in flags)
+    if sub == "diff" and any(f.startswith("--output") for f in flags):
+        return False
+    return True
+
+
+def _segment_read_only(argv: list[str]) -> bool:
+    if not argv:
+        return False
+    program = os.path.basename(argv[0])
+    args = argv[1:]
+    if program == "git":
+        return _git_read_only(args)
+    if program not in _READ_ONLY_PROGRAMS:
+        return False
+    if program == "sed":
+        return not any(a.startswith("-i") or a.startswith("--in-place") for a in args) and \
+            not any(re.search(r"(?:^|;)\s*\d*\s*[wW]\s", a) for a in args)
+    if program == "sort":
+        return not any(a.startswith("-o") or a.startswith("--output") for a in args)
+    if program == "find":
+        return not any(a in _FIND_WRITERS for a in args)
+    return True
+
+
+def is_read_only_command(cmd: str) -> bool:
+    """True when the shell command only looks at things: every part of a pipeline or ``&&``/``;``
+    chain is a known read-only program (git only in its reading forms). Substitution, redirection,
+    ``env``-style wrappers, writing git forms, ``sed -i`` and ``sort -o`` are not read-only."""
+    if not isinstance(cmd, str) or not cmd.strip():
+        return False
+    if any(token in cmd for token in ("$(", "`", "<(", ">(", "\n")):
+        return False
+    try:
+        lexer = shlex.shlex(cmd, posix=True, punctuation_chars=True)
+        lexer.whitespace_split = True
+        tokens = list(lexer)
+    except ValueError:
+        return False
+    segment: list[str] = []
+    for token in tokens + [";"]:
+        if token in ("|", "||", "&&", ";"):
+            if not _segment_read_only(segment):
+                return False
+            segment = []
+        elif any(ch in token for ch in "<>&") and set(token) <= set("<>&|;()"):
+            return False  # redirections and background jobs
+        elif "=" in token and not segment and re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", token):
+            return False  # VAR=value cmd
+        else:
+            segment.append(token)
+    return True
+
+
+@dataclass
+class PrunePolicy:
+    """What ``prune`` does to a transcript before a resumed model sees it."""
+
+    keep_denials: int = 1
+    drop_api_errors: bool = True
+    neutralize_interrupts: bool = True
+    expire_glances: bool = True
+    keep_glances: int = 6
+    glance_max_chars: int = 2000
+    trim: bool = False
+    trim_keep: int = 20
+    trim_min_chars: int = 2000
+    spill_dir: str | None = None
+    lang: str = "en"
+
+
+@dataclass
+class PruneReport:
+    """What one ``prune`` run changed (all counts), plus the spill files trim wants written."""
+
+    dropped_errors: int = 0
+    denials_dropped: int = 0
+    interrupts: int = 0
+    expired: int = 0
+    trimmed: int = 0
+    healed: int = 0
+    chars_saved: int = 0
+    spills: dict[str, str] = field(default_factory=dict)
+
+    def as_dict(self) -> dict:
+        """The counts, for events and logs (without the spill texts)."""
+        return {k: v for k, v in dataclasses.asdict(self).items() if k != "spills"}
+
+
+def relink(entries: list[dict], drop_uuids: set) -> list[dict]:
+    """Remove the entries whose ``uuid`` is in ``drop_uuids`` and point every survivor whose
+    ``parentUuid`` names a removed entry at its nearest surviving ancestor (loop-safe).
+    Entries without a uuid are kept untouched. Returns a new list; changed entries are copies."""
+    parent_of = {e["uuid"]: e.get("parentUuid") for e in entries if isinstance(e.get("uuid"), str)}
+    resolved: dict[str, str | None] = {}
+
+    def survivor(uid: str | None) -> str | None:
+        chain = []
+        seen = set()
+        while uid is not None and uid in drop_uuids and uid not in seen:
+            if uid in resolved:
+                uid = resolved[uid]
+                break
+            seen.add(uid)
+            chain.append(uid)
+            uid = parent_of.get(uid)
+        if uid in drop_uuids:
+            uid = None  # a loop of dropped entries: no surviving ancestor
+        for dropped in chain:
+            resolved[dropped] = uid
+        return uid
+
+    out = []
+    for entry in entries:
+        uid = entry.get("uuid")
+        if isinstance(uid, str) and uid in drop_uuids:
+            continue
+        parent = entry.get("parentUuid")
+        if isinstance(parent, str) and parent in drop_uuids:
+            entry = dict(entry)
+            entry["parentUuid"] = survivor(parent)
+        out.append(entry)
+    return out
+
+
+def _replace_result(entry: dict, index: int, new_content: str, *, is_error: bool | None = None) -> dict:
+    """Copy of ``entry`` whose block ``index`` (a tool_result) gets ``new_content``."""
+    entry = dict(entry)
+    message = dict(entry["message"])
+    content = list(message["content"])
+    block = dict(content[index])
+    block["content"] = new_content
+    if is_error is not None:
+        block["is_error"] = is_error
+    content[index] = block
+    message["content"] = content
+    entry["message"] = message
+    return entry
+
+
+def _tool_uses(entries: list[dict]) -> dict[str, tuple[int, dict]]:
+    """tool_use id -> (entry index, block) for every assistant tool_use."""
+    found = {}
+    for i, entry in enumerate(entries):
+        if entry.get("type") == "assistant":
+            for block in blocks_of(entry):
+                if isinstance(block, dict) and block.get("type") == "tool_use" and block.get("id"):
+                    found[block["id"]] = (i, block)
+    return found
+
+
+def _results(entries: list[dict]) -> list[tuple[int, int, dict]]:
+    """(entry index, block index, block) for every tool_result in user entries, in order."""
+    found = []
+    for i, entry in enumerate(entries):
+        if entry.get("type") == "user" and isinstance((entry.get("message") or {}).get("content"), list):
+            for j, block in enumerate(entry["message"]["content"]):
+                if isinstance(block, dict) and block.get("type") == "tool_result":
+                    found.append((i, j, block))
+    return found
+
+
+def _api_call_ids(entries: list[dict], skip: set) -> list[int]:
+    """For each index, how many distinct assistant API calls (message ids) come after it."""
+    after = [0] * (len(entries) + 1)
+    seen: set = set()
+    for i in range(len(entries) - 1, -1, -1):
+        entry = entries[i]
+        after[i] = len(seen)
+        if is_main_assistant(entry) and entry.get("uuid") not in skip:
+            seen.add(entry["message"].get("id") or entry.get("uuid"))
+    return after
+
+
+def prune(entries: list[dict], policy: PrunePolicy | None = None) -> tuple[list[dict], PruneReport]:
+    """What a resumed model should be sent: ``entries`` with error noise removed and old bulk
+    shortened, as a new list. Deterministic, idempotent, linear time; the input is not mutated.
+
+    Steps: drop API-error entries; keep only the newest ``keep_denials`` permission denials;
+    neutral text for interrupted tool results; expire old results of read-only commands; trim old
+    huge tool results into spill files (returned in the report, written by the caller); re-link
+    ``parentUuid`` past dropped entries; heal tool_uses that have no result.
+    """
+    policy = policy or PrunePolicy()
+    report = PruneReport()
+    work = list(entries)
+    drop: set = set()
+
+    # 1. API errors
+    if policy.drop_api_errors:
+        for entry in work:
+            if is_api_error_entry(entry) and isinstance(entry.get("uuid"), str):
+                drop.add(entry["uuid"])
+                report.dropped_errors += 1
+                report.chars_saved += len(entry_text(entry)) or len(str(entry.get("error", "")))
+        # an error entry without uuid cannot be in the chain; drop it by identity
+        work = [e for e in work if not (is_api_error_entry(e) and not isinstance(e.get("uuid"), str))]
+
+    # 2. Denials: keep the newest keep_denials
+    results = _results(work)
+    denials = [(i, j, b) for i, j, b in results if b.get("is_error") and _is_denial(work[i])]
+    old = denials[:max(0, len(denials) - max(0, policy.keep_denials))]
+    if old:
+        drop_result = {(i, j) for i, j, _ in old}
+        drop_use_ids = {b.get("tool_use_id") for _, _, b in old}
+        for i in sorted({i for i, _, _ in old}):
+            entry = dict(work[i])
+            message = dict(entry["message"])
+            kept = [b for j, b in enumerate(message["content"]) if (i, j) not in drop_result]
+            report.chars_saved += sum(len(block_text(b)) for j, b in enumerate(message["content"])
+                                      if (i, j) in drop_result)
+            message["content"] = kept
+            entry["message"] = message
+            entry.pop("toolUseResult", None)
+            work[i] = entry
+        for i, entry in enumerate(work):
+            if entry.get("type") == "assistant" and any(
+                    isinstance(b, dict) and b.get("type") == "tool_use" and b.get("id") in drop_use_ids
+                    for b in blocks_of(entry)):
+                entry = dict(entry)
+                message = dict(entry["message"])
+                gone = [b for b in message["content"] if isinstance(b, dict) and b.get("id") in drop_use_ids]
+                report.chars_saved += sum(len(json.dumps(b.get("input", ""))) for b in gone)
+                message["content"] = [b for b in message["content"]
+                                      if not (isinstance(b, dict) and b.get("id") in drop_use_ids)]
+                entry["message"] = message
+                work[i] = entry
+        report.denials_dropped = len(old)
+        for entry in work:
+            if entry.get("type") in ("user", "assistant") and isinstance(entry.get("uuid"), str) \
+                    and isinstance((entry.get("message") or {}).get("content"), list) \
+                    and not entry["message"]["content"]:
+                drop.add(entry["uuid"])
+
+    # 3. Interrupts
+    if policy.neutralize_interrupts:
+        neutral = text("interrupted_result", policy.lang)
+        for i, j, block in _results(work):
+            if _is_interrupt(work[i]) and block_text(block) != neutral:
+                report.chars_saved += len(block_text(block)) - len(neutral)
+                work[i] = _replace_result(work[i], j, neutral, is_error=False)
+                if isinstance(work[i].get("toolUseResult"), str):
+                    work[i]["toolUseResult"] = neutral
+                report.interrupts += 1
+
+    uses = _tool_uses(work)
+
+    # 4. Stale glances
+    if policy.expire_glances:
+        after = _api_call_ids(work, drop)
+        glances = []
+        for i, j, block in _results(work):
+            use = uses.get(block.get("tool_use_id"))
+            if not use or use[1].get("name") != "Bash":
+                continue
+            command = (use[1].get("input") or {}).get("command", "")
+            if is_read_only_command(command) and work[i].get("uuid") not in drop \
+                    and not work[i].get("flowerHealed"):
+                glances.append((i, j, block, command))
+        for i, j, block, command in glances[:max(0, len(glances) - policy.keep_glances)]:
+            current = block_text(block)
+            if len(current) > policy.glance_max_chars:
+                continue
+            short = command if len(command) <= 80 else command[:77] + "..."
+            marker = text("expired_result", policy.lang, cmd=short, n=after[i])
+            if current != marker:
+                report.expired += 1
+                report.chars_saved += len(current) - len(marker)
+                work[i] = _replace_result(work[i], j, marker)
+
+    # 5. Trim old huge results into spill files
+    if policy.trim:
+        big = [(i, j, block) for i, j, block in _results(work)
+               if len(block_text(block)) >= policy.trim_min_chars and work[i].get("uuid") not in drop
+               and not work[i].get("flowerHealed")]
+        for i, j, block in big[:max(0, len(big) - policy.trim_keep)]:
+            full = block_text(block)
+            digest = hashlib.sha256(full.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+            path = os.path.join(policy.spill_dir or ".flower/spill", f"{digest}.txt")
+            report.spills[path] = full
+            marker = text("trimmed_result", policy.lang, n=len(full), path=path)
+            report.trimmed += 1
+            report.chars_saved += len(full) - len(marker)
+            work[i] = _replace_result(work[i], j, marker)
+
+    # 6. Re-link past dropped entries
+    if drop:
+        work = relink(work, drop)
+
+    # 7. Heal tool_uses without a result
+    answered = {b.get("tool_use_id") for _, _, b in _results(work)}
+    orphans = [(i, b) for tid, (i, b) in _tool_uses(work).items() if tid not in answered]
+    if orphans:
+        neutral = text("interrupted_result", policy.lang)
+        by_index: dict[int, list[dict]] = {}
+        for i, block in orphans:
+            by_index.setdefault(i, []).append(block)
+        repoint: dict[str, str] = {}
+        healed_list: list[dict] = []
+        for i, entry in enumerate(work):
+            healed_list.append(entry)
+            parent = entry.get("uuid")
+            for block in by_index.get(i, []):
+                uid = str(uuid.uuid5(uuid.NAMESPACE_URL, "flower-heal:" + str(block["id"])))
+                heal = {"type": "user", "uuid": uid, "parentUuid": parent,
+                        "isSidechain": bool(entry.get("isSidechain")), "sessionId": entry.get("sessionId"),
+                        "message": {"role": "user", "content": [
+                            {"type": "tool_result", "tool_use_id": block["id"], "content": neutral,
+                             "is_error": False}]},
+                        "flowerHealed": True}
+                healed_list.append(heal)
+                if isinstance(entry.get("uuid"), str):
+                    repoint[entry["uuid"]] = uid
+                parent = uid
+                report.healed += 1
+        work = []
+        heal_ids = set(repoint.values())
+        for entry in healed_list:
+            parent = entry.get("parentUuid")
+            if parent in repoint and entry.get("uuid") not in heal_ids:
+                entry = dict(entry)
+                entry["parentUuid"] = repoint[parent]
+            work.append(entry)
+    return work, report
+
+
+# --- Notes (pure): markdown sections, brief, goal, verdict, handoff ledger ---
+
+_HEADING = re.compile(r"^(#{1,6})[ \t]+(.+?)[ \t]*#*[ \t]*$")
+_FENCE = re.compile(r"^[ \t]*(```|~~~)")
+_PLACEHOLDERS = re.compile(r"(?i)^\s*(?:todo|tbd|n/?a|same as above|同上|待定|无内容|\.\.\.|…)\s*\.?\s*$")
+
+
+def _norm_heading(title: str) -> str:
+    title = re.sub(r"^\s*(?:\d+[.)]|[-*])\s*", "", title)
+    title = title.strip().strip("*_`").strip().rstrip(":：").strip()
+    return re.sub(r"\s+", " ", title.lower())
+
+
+def parse_sections(markdown: str, aliases: dict[str, str]) -> tuple[dict[str, str], str | None]:
+    """Split markdown at real headings (outside code fences) whose normalised text is a key of
+    ``aliases``; return ({canonical: body}, first level-1 title or None). Other headings stay in the
+    body of the section they belong to. Repeated sections are joined."""
+    sections: dict[str, list[str]] = {}
+    current: str | None = None
+    title = None
+    fence: str | None = None
+    for line in markdown.replace("\r\n", "\n").replace("\r", "\n").split("\n"):
+        match = _FENCE.match(line)
+        if match:
+            fence = None if fence == match.group(1) else (fence or match.group(1))
+        heading = None if fence or match else _HEADING.match(line)
+        if heading:
+            key = aliases.get(_norm_heading(heading.group(2)))
+            if key:
+                current = key
+                sections.setdefault(key, [])
+                continue
+            if len(heading.group(1)) == 1 and title is None and current is None:
+                title = heading.group(2).strip()
+                continue
+        if current is not None:
+            sections[current].append(line)
+    return {k: "\n".join(v).strip("\n").rstrip() for k, v in sections.items()}, title
+
+
+def _alias_table(pairs: dict[str, Iterable[str]]) -> dict[str, str]:
+    return {_norm_heading(alias): key for key, names in pairs.items() for alias in names}
+
+
+def _is_empty(body: str | None) -> bool:
+    return not body or not body.strip() or bool(_PLACEHOLDERS.match(body)) or body.strip() == "(unfilled)"
+
+
+LEDGER_KEYS = ("status", "decisions", "dead_ends", "next_step", "pointers")
+LEDGER_HEADINGS = {
+    "en": {"status": "Status", "decisions": "Decisions", "dead_ends": "Dead ends",
+           "next_step": "Next step", "pointers": "Pointers"},
+    "zh": {"status": "现在在做什么", "decisions": "已经定下的", "dead_ends": "走不通的路",
+           "next_step": "下一步", "pointers": "现场"},
+}
+_LEDGER_ALIASES = _alias_table({
+    "status": ["status", "current status", "task status", "state", "what is being done", "progress",
+               "现在在做什么", "任务状态", "状态", "进展"],
+    "decisions": ["decisions", "settled", "decided", "decisions made", "已经定下的", "已定决策", "决定", "决策"],
+    "dead_ends": ["dead ends", "dead-ends", "dead end", "tried and failed", "failed attempts",
+                  "what did not work", "what didn't work", "走不通的路", "已试方案与失败原因", "失败的尝试"],
+    "next_step": ["next step", "next steps", "next", "下一步", "进度与下一步", "接下来"],
+    "pointers": ["pointers", "where things are", "references", "files", "现场", "指针", "位置"],
+})
+LEDGER_MAX_CHARS = 8000
+
+
+@dataclass
+class Ledger:
+    """A handoff document: five sections written by the retiring session (or built mechanically
+    from its transcript when that failed, then ``degraded`` says why)."""
+
+    sections: dict[str, str] = field(default_factory=dict)
+    degraded: str | None = None
+
+    @classmethod
+    def parse(cls, markdown: str) -> "Ledger":
+        """Read the five sections from real markdown headings, English or Chinese (aliases too).
+        Any title the model wrote is ignored: the writer owns the title."""
+        sections, _ = parse_sections(markdown or "", _LEDGER_ALIASES)
+        return cls({k: redact(v) for k, v in sections.items() if k in LEDGER_KEYS})
+
+    def get(self, key: str) -> str:
+        """The body of one section ("" when absent)."""
+        return self.sections.get(key, "")
+
+    def problems(self) -> list[str]:
+        """Why this ledger is not good enough to hand over ([] when it is)."""
+        issues = []
+        for key in ("status", "next_step"):
+            if _is_empty(self.sections.get(key)):
+                issues.append(f"{LEDGER_HEADINGS['en'][key]} is empty")
+        for key, body in self.sections.items():
+            if body and any(_PLACEHOLDERS.match(line) for line in body.splitlines() if line.strip()):
+                issues.append(f"{LEDGER_HEADINGS['en'][key]} holds a placeholder")
+        size = sum(len(v) for v in self.sections.values())
+        if size > LEDGER_MAX_CHARS:
+            issues.append(f"too long ({size} > {LEDGER_MAX_CHARS} chars)")
+        return issues
+
+    def render(self, step: str, generation: int, lang: str = "en") -> str:
+        """The handoff document as markdown, with a title owned by flower (step, generation)."""
+        heads = LEDGER_HEADINGS.get(lang, LEDGER_HEADINGS["en"])
+        title = f"# Handoff: {step} · generation {generation}" if lang != "zh" else \
+            f"# 交接:{step} · 第 {generation} 代"
+        lines = [title]
+        if self.degraded:
+            lines.append("")
+            lines.append(text("degraded_title", lang, why=self.degraded))
+        for key in LEDGER_KEYS:
+            lines += ["", f"## {heads[key]}", self.sections.get(key, "").strip() or "(none)"]
+        return redact("\n".join(lines).rstrip() + "\n")
+
+
+BRIEF_KEYS = ("goal", "acceptance", "bounds", "unknowns")
+BRIEF_HEADINGS = {
+    "en": {"goal": "Goal", "acceptance": "Acceptance", "bounds": "Bounds",
+           "unknowns": "Unknowns and assumptions"},
+    "zh": {"goal": "目标", "acceptance": "验收标准", "bounds": "边界", "unknowns": "未知与假设"},
+}
+_BRIEF_ALIASES = _alias_table({
+    "goal": ["goal", "goals", "objective", "目标"],
+    "acceptance": ["acceptance", "acceptance criteria", "done when", "验收标准", "验收"],
+    "bounds": ["bounds", "scope", "constraints", "out of scope", "边界", "范围", "约束"],
+    "unknowns": ["unknowns and assumptions", "unknowns", "assumptions", "open questions",
+                 "未知与假设", "假设", "未知"],
+})
+
+
+@dataclass
+class Brief:
+    """The clarified task: Goal / Acceptance / Bounds / Unknowns and assumptions."""
+
+    sections: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def parse(cls, markdown: str) -> "Brief":
+        """Read the four sections from real markdown headings (en/zh, aliases)."""
+        sections, _ = parse_sections(markdown or "", _BRIEF_ALIASES)
+        return cls({k: v for k, v in sections.items() if k in BRIEF_KEYS})
+
+    @property
+    def complete(self) -> bool:
+        """All four sections present and filled: clarify can be skipped."""
+        return all(not _is_empty(self.sections.get(k)) for k in BRIEF_KEYS)
+
+    def render(self, lang: str = "en") -> str:
+        """The brief as markdown; missing sections are marked ``(unfilled)``."""
+        heads = BRIEF_HEADINGS.get(lang, BRIEF_HEADINGS["en"])
+        parts = [f"## {heads[k]}\n{self.sections.get(k, '').strip() or '(unfilled)'}" for k in BRIEF_KEYS]
+        return redact("\n\n".join(parts) + "\n")
+
+
+_GOAL_ALIASES = _alias_table({"statement": ["goal", "目标"], "checks": ["checks", "check list", "检查", "检查项"]})
+_LIST_ITEM = re.compile(r"^\s*(?:[-*+]|\d+[.)])\s+(?:\[[ xX]\]\s+)?(.+)$")
+UNVERIFIABLE = re.compile(r"\[cannot verify here[^\]]*\]|\[此处无法验证[^\]]*\]", re.IGNORECASE)
+
+
+@dataclass
+class Goal:
+    """The frozen goal: one statement and a list of checks, each verifiable on the spot (or marked
+    ``[cannot verify here: why]``)."""
+
+    statement: str = ""
+    checks: list[str] = field(default_factory=list)
+
+    @classmethod
+    def parse(cls, markdown: str) -> "Goal":
+        """Read ``# Goal`` and the list items under ``# Checks``."""
+        sections, _ = parse_sections(markdown or "", _GOAL_ALIASES)
+        checks = [m.group(1).strip() for line in sections.get("checks", "").splitlines()
+                  if (m := _LIST_ITEM.match(line))]
+        return cls(sections.get("statement", "").strip(), checks)
+
+    @property
+    def complete(self) -> bool:
+        """A statement and at least one check: the goal step can be skipped."""
+        return bool(self.statement) and not _is_empty(self.statement) and bool(self.checks)
+
+    @property
+    def unverifiable(self) -> list[str]:
+        """Checks the goal setter marked as not verifiable here."""
+        return [c for c in self.checks if UNVERIFIABLE.search(c)]
+
+    def render(self, lang: str = "en") -> str:
+        """The goal as markdown."""
+        goal, checks = ("Goal", "Checks") if lang != "zh" else ("目标", "检查")
+        items = "\n".join(f"- {c}" for c in self.checks)
+        return redact(f"# {goal}\n{self.statement}\n\n# {checks}\n{items}\n")
+
+
+_VERDICT_LINE = re.compile(r"^\s*\**VERDICT\**\s*:\s*\**\s*(achieved|not_yet|unreachable)\s*\**\s*$")
+_VERDICT_ALIASES = _alias_table({"failed": ["failed checks", "failed", "未通过的检查", "未通过"],
+                                 "reasons": ["reasons", "reason", "why", "理由", "原因"]})
+
+
+@dataclass
+class Verdict:
+    """The judge's decision. Anything but exactly one clean ``VERDICT:`` line is not achieved."""
+
+    status: str = "not_yet"
+    reason: str = ""
+    failed_checks: list[str] = field(default_factory=list)
+    clean: bool = False
+
+    @property
+    def achieved(self) -> bool:
+        """True only for a clean ``VERDICT: achieved`` with no failed checks listed."""
+        return self.clean and self.status == "achieved" and not self.failed_checks
+
+    @classmethod
+    def parse(cls, reply: str) -> "Verdict":
+        """Parse the judge's reply (fail closed: missing, repeated or conflicting lines = not_yet)."""
+        reply = reply or ""
+        found = []
+        fence = False
+        for line in reply.replace("\r\n", "\n").split("\n"):
+            if _FENCE.match(line):
+                fence = not fence
+                continue
+            match = None if fence else _VERDICT_LINE.match(line)
+            if match:
+                found.append(match.group(1))
+        sections, _ = parse_sections(reply, _VERDICT_ALIASES)
+        failed = [m.group(1).strip() for line in sections.get("failed", "").splitlines()
+                  if (m := _LIST_ITEM.match(line)) and not _is_empty(m.group(1))]
+        reason = sections.get("reasons", "").strip() or _VERDICT_LINE.sub("", reply).strip()
+        if len(set(found)) != 1:
+            why = "no VERDICT line" if not found else "conflicting VERDICT lines"
+            return cls("not_yet", f"{why}; reply was: {reply.strip()[:500]}", failed, clean=False)
+        status = found[0]
+        if status == "achieved" and failed:
+            status = "not_yet"
+        return cls(status, redact(reason), failed, clean=True)
+
+
+# --- Session stores: project keys, SQLite store, pruning wrapper, user factories ---
+
+_SDK_MODULE = "claude_agent_sdk"
+
+
+def _sdk_if_loaded() -> Any:
+    """The SDK module if this process already imported it (never pays the import here)."""
+    return sys.modules.get(_SDK_MODULE)
+
+
+def _djb2_base36(value: str) -> str:
+    h = 0
+    for ch in value:
+        h = ((h << 5) - h + ord(ch)) & 0xFFFFFFFF
+    if h >= 0x80000000:
+        h -= 0x100000000
+    h = abs(h)
+    digits = "0123456789abcdefghijklmnopqrstuvwxyz"
+    out = ""
+    while h:
+        h, rem = divmod(h, 36)
+        out = digits[rem] + out
+    return out or "0"
+
+
+def project_key(path: str) -> str:
+    """The SDK's ``project_key`` for a directory: realpath, NFC, every char outside ``[A-Za-z0-9]``
+    becomes ``-``; longer than 200 -> cut to 200 plus ``-<djb2 base36>``. When the SDK is loaded in
+    this process its own function is used, so the two can never drift."""
+    sdk = _sdk_if_loaded()
+    if sdk is not None and hasattr(sdk, "project_key_for_directory"):
+        return sdk.project_key_for_directory(path)
+    try:
+        resolved = unicodedata.normalize("NFC", os.path.realpath(path))
+    except OSError:
+        resolved = unicodedata.normalize("NFC", path)
+    sanitized = re.sub(r"[^a-zA-Z0-9]", "-", resolved)
+    if len(sanitized) <= 200:
+        return sanitized
+    return f"{sanitized[:200]}-{_djb2_base36(resolved)}"
+
+
+def _key_string(key: dict) -> str:
+    parts = [key["project_key"], key["session_id"]]
+    if key.get("subpath"):
+        parts.append(key["subpath"])
+    return "/".join(parts)
+
+
+def _fold_summary(prev: dict | None, key: dict, entries: list[dict]) -> dict | None:
+    """The SDK's ``fold_session_summary`` when the SDK is importable, else None (no summaries)."""
+    try:
+        sdk = importlib.import_module(_SDK_MODULE)
+    except Exception:
+        return None
+    fold = getattr(sdk, "fold_session_summary", None)
+    return fold(prev, key, entries) if fold else None
+
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS entries (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    skey TEXT NOT NULL,
+    uuid TEXT,
+    payload TEXT NOT NULL
+);
+CREATE UNIQUE INDEX IF NOT EXISTS entries_uuid ON entries(skey, uuid) WHERE uuid IS NOT NULL;
+CREATE INDEX IF NOT EXISTS entries_key ON entries(skey, seq);
+CREATE TABLE IF NOT EXISTS sessions (
+    skey TEXT PRIMARY KEY,
+    project_key TEXT NOT NULL,
+    session_id TEXT NOT NULL,
+    subpath TEXT,
+    mtime INTEGER NOT NULL,
+    context INTEGER
+);
+CREATE INDEX IF NOT EXISTS sessions_project ON sessions(project_key, session_id);
+CREATE TABLE IF NOT EXISTS summaries (
+    project_key TEXT NOT NULL,
+    session_id TEXT NOT NULL,
+    mtime INTEGER NOT NULL,
+    data TEXT NOT NULL,
+    PRIMARY KEY (project_key, session_id)
+);
+"""
+
+
+class SqliteSessionStore:
+    """The SDK ``SessionStore`` protocol on one SQLite file (WAL), plus sync extras for flower.
+
+    Every entry is kept exactly as appended (idempotent on ``uuid``, call order kept). Safe from
+    several threads (one connection behind a lock) and several processes (WAL, busy timeout).
+    ``":memory:"`` works for tests.
+    """
+
+    def __init__(self, path: str, *, busy_timeout: float = 30.0):
+        self.path = path
+        self._lock = threading.RLock()
+        if path != ":memory:":
+            directory = os.path.dirname(os.path.abspath(path))
+            if not os.path.isdir(directory):
+                ensure_private_dir(directory)
+            if os.path.isdir(path):
+                raise FlowerError(f"{path} is a directory, expected a SQLite file", EXIT_SETUP)
+            if not os.path.exists(path):
+                with contextlib.suppress(FileExistsError):
+                    os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+        try:
+            self._db = sqlite3.connect(path, timeout=busy_timeout, check_same_thread=False,
+                                       isolation_level=None)
+            self._db.execute(f"PRAGMA busy_timeout={int(busy_timeout * 1000)}")
+            if path != ":memory:":
+                self._db.execute("PRAGMA journal_mode=WAL")
+                self._db.execute("PRAGMA synchronous=NORMAL")
+            self._db.executescript(_SCHEMA)
+        except sqlite3.DatabaseError as exc:
+            with contextlib.suppress(Exception):
+                self._db.close()
+            raise FlowerError(f"{path} is not a usable session store ({exc}); it was left untouched: "
+                              f"move it aside or use another --run-dir", EXIT_SETUP) from None
+
+    # -- sync core (also used by the async protocol methods) --
+
+    def _next_mtime(self) -> int:
+        row = self._db.execute("SELECT MAX(mtime) FROM sessions").fetchone()
+        return max(int(time.time() * 1000), (row[0] or 0) + 1)
+
+    def append_sync(self, key: dict, entries: list[dict]) -> None:
+        """Append entries under ``key`` in one transaction (duplicates by uuid are ignored)."""
+        if not entries:
+            return
+        skey = _key_string(key)
+        rows = [(skey, e.get("uuid") if isinstance(e.get("uuid"), str) else None,
+                 json.dumps(e, ensure_ascii=False, separators=(",", ":"))) for e in entries]
+        context = entry_context(entries) if not key.get("subpath") else None
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                self._db.executemany("INSERT OR IGNORE INTO entries(skey, uuid, payload) VALUES (?,?,?)", rows)
+                mtime = self._next_mtime()
+                self._db.execute(
+                    "INSERT INTO sessions(skey, project_key, session_id, subpath, mtime, context) "
+                    "VALUES (?,?,?,?,?,?) ON CONFLICT(skey) DO UPDATE SET mtime=excluded.mtime, "
+                    "context=COALESCE(excluded.context, sessions.context)",
+                    (skey, key["project_key"], key["session_id"], key.get("subpath"), mtime, context))
+                if not key.get("subpath"):
+                    row = self._db.execute("SELECT data FROM summaries WHERE project_key=? AND session_id=?",
+                                           (key["project_key"], key["session_id"])).fetchone()
+                    prev = json.loads(row[0]) if row else None
+                    folded = _fold_summary(prev, {"project_key": key["project_key"],
+                                                  "session_id": key["session_id"]}, entries)
+                    if folded is not None:
+                        folded = dict(folded)
+                        folded["mtime"] = mtime
+                        self._db.execute(
+                            "INSERT OR REPLACE INTO summaries(project_key, session_id, mtime, data) "
+                            "VALUES (?,?,?,?)", (key["project_key"], key["session_id"], mtime,
+                                                 json.dumps(folded, ensure_ascii=False)))
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+
+    def load_sync(self, key: dict) -> list[dict] | None:
+        """All entries under ``key`` in append order, or None when the key was never written."""
+        skey = _key_string(key)
+        with self._lock:
+            known = self._db.execute("SELECT 1 FROM sessions WHERE skey=?", (skey,)).fetchone()
+            if not known:
+                return None
+            rows = self._db.execute("SELECT payload FROM entries WHERE skey=? ORDER BY seq", (skey,)).fetchall()
+        return [json.loads(r[0]) for r in rows]
+
+    # -- the SDK SessionStore protocol --
+
+    async def append(self, key: dict, entries: list[dict]) -> None:
+        """Mirror a batch of transcript entries (SDK protocol)."""
+        await asyncio.to_thread(self.append_sync, key, entries)
+
+    async def load(self, key: dict) -> list[dict] | None:
+        """Load a whole session for resume (SDK protocol)."""
+        return await asyncio.to_thread(self.load_sync, key)
+
+    async def list_sessions(self, project_key: str) -> list[dict]:
+        """Main sessions of a project with their mtimes in epoch ms (SDK protocol)."""
+        with self._lock:
+            rows = self._db.execute("SELECT session_id, mtime FROM sessions WHERE project_key=? AND "
+                                    "subpath IS NULL", (project_key,)).fetchall()
+        return [{"session_id": sid, "mtime": mtime} for sid, mtime in rows]
+
+    async def list_session_summaries(self, project_key: str) -> list[dict]:
+        """The folded summaries of a project's sessions (SDK protocol)."""
+        with self._lock:
+            rows = self._db.execute("SELECT data FROM summaries WHERE project_key=?", (project_key,)).fetchall()
+        return [json.loads(r[0]) for r in rows]
+
+    async def delete(self, key: dict) -> None:
+        """Delete a session; a main key takes its subpaths with it (SDK protocol)."""
+        skey = _key_string(key)
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                if key.get("subpath"):
+                    targets = [skey]
+                else:
+                    targets = [skey] + [r[0] for r in self._db.execute(
+                        "SELECT skey FROM sessions WHERE project_key=? AND session_id=? AND subpath IS NOT NULL",
+                        (key["project_key"], key["session_id"]))]
+                    self._db.execute("DELETE FROM summaries WHERE project_key=? AND session_id=?",
+                                     (key["project_key"], key["session_id"]))
+                for target in targets:
+                    self._db.execute("DELETE FROM entries WHERE skey=?", (target,))
+                    self._db.execute("DELETE FROM sessions WHERE skey=?", (target,))
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+
+    async def list_subkeys(self, key: dict) -> list[str]:
+        """Subpaths stored under a session, e.g. ``subagents/agent-x`` (SDK protocol)."""
+        with self._lock:
+            rows = self._db.execute("SELECT subpath FROM sessions WHERE project_key=? AND session_id=? AND "
+                                    "subpath IS NOT NULL", (key["project_key"], key["session_id"])).fetchall()
+        return [r[0] for r in rows]
+
+    # -- sync extras --
+
+    def has_session(self, project_key: str, session_id: str) -> bool:
+        """True when the main transcript of this session holds at least one entry."""
+        with self._lock:
+            row = self._db.execute("SELECT 1 FROM entries WHERE skey=? LIMIT 1",
+                                   (f"{project_key}/{session_id}",)).fetchone()
+        return row is not None
+
+    def last_context(self, project_key: str, session_id: str) -> int | None:
+        """Context tokens of the session's last real main-thread assistant entry (None if unknown)."""
+        with self._lock:
+            row = self._db.execute("SELECT context FROM sessions WHERE skey=?",
+                                   (f"{project_key}/{session_id}",)).fetchone()
+        return row[0] if row and row[0] else None
+
+    def sessions(self, project_key: str | None = None) -> list[dict]:
+        """Main sessions (newest first): project_key, session_id, mtime, entries, context."""
+        query = ("SELECT s.project_key, s.session_id, s.mtime, s.context, "
+                 "(SELECT COUNT(*) FROM entries e WHERE e.skey = s.skey) FROM sessions s WHERE s.subpath IS NULL")
+        args: tuple = ()
+        if project_key:
+            query += " AND s.project_key=?"
+            args = (project_key,)
+        with self._lock:
+            rows = self._db.execute(query + " ORDER BY s.mtime DESC", args).fetchall()
+        return [{"project_key": p, "session_id": s, "mtime": m, "context": c, "entries": n}
+                for p, s, m, c, n in rows]
+
+    def find_session(self, session_id_prefix: str) -> list[dict]:
+        """Main sessions whose id starts with ``session_id_prefix`` (any project)."""
+        return [s for s in self.sessions() if s["session_id"].startswith(session_id_prefix)]
+
+    def integrity(self) -> str:
+        """``PRAGMA integrity_check`` ("ok" when healthy)."""
+        with self._lock:
+            return "; ".join(r[0] for r in self._db.execute("PRAGMA integrity_check").fetchall())
+
+    def close(self) -> None:
+        """Close the connection (idempotent)."""
+        with self._lock:
+            with contextlib.suppress(Exception):
+                self._db.close()
+
+
+class PruningSessionStore:
+    """Wraps any SessionStore and changes only what ``load()`` returns (what a resumed model is
+    sent), through :func:`prune`. Stored rows are never modified; ``last_report`` tells what the
+    last load changed."""
+
+    def __init__(self, inner: Any, *, policy: PrunePolicy | None = None):
+        self.inner = inner
+        self.policy = policy or PrunePolicy()
+        self.last_report: PruneReport | None = None
+
+    async def append(self, key: dict, entries: list[dict]) -> None:
+        """Delegate to the inner store."""
+        await self.inner.append(key, entries)
+
+    async def load(self, key: dict) -> list[dict] | None:
+        """The inner store's entries, pruned; trimmed results are written to spill files first."""
+        entries = await self.inner.load(key)
+        if entries is None:
+            return None
+        pruned, report = prune(entries, self.policy)
+        for path, full in report.spills.items():
+            if not os.path.exists(path):
+                ensure_private_dir(os.path.dirname(path) or ".")
+                atomic_write(path, full)
+        self.last_report = report
+        return pruned
+
+    async def load_raw(self, key: dict) -> list[dict] | None:
+        """The entries exactly as stored."""
+        return await self.inner.load(key)
+
+    async def list_sessions(self, project_key: str) -> list[dict]:
+        """Delegate to the inner store."""
+        return await self.inner.list_sessions(project_key)
+
+    async def list_session_summaries(self, project_key: str) -> list[dict]:
+        """Delegate to the inner store."""
+        return await self.inner.list_session_summaries(project_key)
+
+    async def delete(self, key: dict) -> None:
+        """Delegate to the inner store (a no-op when it cannot delete)."""
+        if hasattr(self.inner, "delete"):
+            with contextlib.suppress(NotImplementedError):
+                await self.inner.delete(key)
+
+    async def list_subkeys(self, key: dict) -> list[str]:
+        """Delegate to the inner store ([] when it cannot list)."""
+        if not hasattr(self.inner, "list_subkeys"):
+            return []
+        try:
+            return await self.inner.list_subkeys(key)
+        except NotImplementedError:
+            return []
+
+    def has_session(self, project_key: str, session_id: str) -> bool:
+        """Whether the session exists (sync extra when the inner store has it, else a load)."""
+        if hasattr(self.inner, "has_session"):
+            return self.inner.has_session(project_key, session_id)
+        entries = _run_sync(self.inner.load({"project_key": project_key, "session_id": session_id}))
+        return bool(entries)
+
+    def last_context(self, project_key: str, session_id: str) -> int | None:
+        """Last context level of a session, if the inner store can tell."""
+        if hasattr(self.inner, "last_context"):
+            return self.inner.last_context(project_key, session_id)
+        entries = _run_sync(self.inner.load({"project_key": project_key, "session_id": session_id}))
+        return entry_context(entries or [])
+
+    def close(self) -> None:
+        """Close the inner store if it can be closed."""
+        if hasattr(self.inner, "close"):
+            self.inner.close()
+
+
+def _run_sync(awaitable: Any) -> Any:
+    """Run a coroutine to completion from sync code, even when a loop is running in this thread."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(awaitable)
+    result: dict = {}
+
+    def target() -> None:
+        try:
+            result["value"] = asyncio.run(awaitable)
+        except BaseException as exc:  # re-raised in the caller's thread
+            result["error"] = exc
+
+    worker = threading.Thread(target=target)
+    worker.start()
+    worker.join()
+    if "error" in result:
+        raise result["error"]
+    return result.get("value")
+
+
+def load_store_factory(spec: str) -> Any:
+    """Build a user's SessionStore from ``module:factory`` (e.g. ``mystores:make_pg``). The factory
+    is called with no arguments. Errors become one-line FlowerErrors (exit 3)."""
+    module_name, _, attr = spec.partition(":")
+    if not module_name or not attr:
+        raise FlowerError(f"--store expects module:factory, got {spec!r}", EXIT_USAGE)
+    try:
+        module = importlib.import_module(module_name)
+        factory = getattr(module, attr)
+        store = factory()
+    except Exception as exc:
+        raise FlowerError(f"--store {spec}: {type(exc).__name__}: {exc}", EXIT_SETUP) from None
+    if not (hasattr(store, "append") and hasattr(store, "load")):
+        raise FlowerError(f"--store {spec}: the factory did not return a SessionStore (append/load)", EXIT_SETUP)
+    return store
+
+
+# --- Lineage and manifest: which step used which session; a row for every step ---
+
+@dataclass
+class Paths:
+    """Where flower keeps things, for one workspace and run_dir (SPEC §2)."""
+
+    workspace: str
+    run_dir: str
+    lang: str = "en"
+
+    def __post_init__(self) -> None:
+        self.workspace = os.path.realpath(self.workspace)
+        self.run_dir = os.path.abspath(self.run_dir)
+
+    def run(self, name: str) -> str:
+        """A file in run_dir."""
+        return os.path.join(self.run_dir, name)
+
+    @property
+    def flower_dir(self) -> str:
+        """``<workspace>/.flower``."""
+        return os.path.join(self.workspace, ".flower")
+
+    @property
+    def notes_dir(self) -> str:
+        """``<workspace>/.flower/notes``."""
+        return os.path.join(self.flower_dir, "notes")
+
+    def note(self, key: str, **fmt: Any) -> str:
+        """A note file by text-table key, preferring an existing file in the other language."""
+        mine = os.path.join(self.notes_dir, text(key, self.lang, **fmt))
+        if os.path.exists(mine):
+            return mine
+        for lang in TEXTS:
+            other = os.path.join(self.notes_dir, text(key, lang, **fmt))
+            if os.path.exists(other):
+                return other
+        return mine
+
+    @property
+    def brief(self) -> str:
+        """The frozen brief."""
+        return self.note("brief_file")
+
+    @property
+    def goal(self) -> str:
+        """The frozen goal."""
+        return self.note("goal_file")
+
+    def handoff(self, step: str) -> str:
+        """The current handoff document of a step."""
+        return self.note("handoff_file", step=safe_name(step))
+
+    @property
+    def spill_dir(self) -> str:
+        """Where trimmed tool results are spilled."""
+        return os.path.join(self.flower_dir, "spill")
+
+    def transcript(self, session_id: str) -> str:
+        """The slim transcript of a retired session."""
+        return os.path.join(self.run_dir, "transcripts", f"{safe_name(session_id)}.md")
+
+    def prepare(self) -> None:
+        """Create run_dir and .flower (0700) with their ``.gitignore`` (``*``)."""
+        for directory in (self.run_dir, self.flower_dir, self.notes_dir):
+            ensure_private_dir(directory)
+        for directory in (self.run_dir, self.flower_dir):
+            ignore = os.path.join(directory, ".gitignore")
+            if not os.path.exists(ignore):
+                try:
+                    atomic_write(ignore, "*\n", mode=0o644)
+                except OSError as exc:
+                    raise FlowerError(f"cannot write in {directory}: {exc.strerror or exc}", EXIT_SETUP) from None
+
+
+class Lineage:
+    """``runs/lineage.json``: step -> session id, guarded by the workspace path and by the store.
+
+    Any mismatch (other workspace, unreadable file, session no longer stored) means a fresh start,
+    never an error. Writes re-read the file under a lock and change only their own key.
+    """
+
+    def __init__(self, path: str, workspace: str, steps: dict[str, str], woke: int):
+        self.path = path
+        self.workspace = workspace
+        self.steps = steps
+        self.woke = woke
+        self._lock = FileLock(os.path.join(os.path.dirname(path), ".lock"))
+
+    @classmethod
+    def open(cls, run_dir: str, workspace: str, *, has_session: Callable[[str], bool] | None = None,
+             notify: Callable[[str], None] | None = None) -> "Lineage":
+        """Load the lineage of ``workspace`` from ``run_dir`` (dropping steps whose session is gone)."""
+        path = os.path.join(run_dir, "lineage.json")
+        workspace = os.path.realpath(workspace)
+        data = read_json(path, {}, expect=dict, notify=notify)
+        if data and data.get("workspace") != workspace:
+            if notify:
+                notify(f"lineage in {path} belongs to {data.get('workspace')!r}; starting fresh here")
+            data = {}
+        steps = {k: v for k, v in (data.get("steps") or {}).items() if isinstance(k, str) and isinstance(v, str)}
+        if has_session is not None:
+            gone = [k for k, sid in steps.items() if not has_session(sid)]
+            for k in gone:
+                steps.pop(k)
+            if gone and notify:
+                notify(f"sessions of {', '.join(gone)} are no longer stored; those steps start fresh")
+        woke = data.get("woke") if isinstance(data.get("woke"), int) else 0
+        return cls(path, workspace, steps, woke)
+
+    def _update(self, change: Callable[[dict], None]) -> None:
+        with self._lock:
+            try:
+                data = read_json(self.path, {}, expect=dict)
+            except FlowerError:
+                data = {}
+            if data.get("workspace") != self.workspace:
+                data = {"workspace": self.workspace, "woke": self.woke, "steps": {}}
+            data.setdefault("steps", {})
+            change(data)
+            write_json(self.path, {"workspace": self.workspace, "woke": data.get("woke", 0),
+                                   "steps": data["steps"]})
+            self.steps = dict(data["steps"])
+            self.woke = data.get("woke", 0)
+
+    def remember(self, step: str, session_id: str) -> None:
+        """Record ``step -> session_id`` now (before the CLI starts); other keys are left alone."""
+        self._update(lambda d: d["steps"].__setitem__(step, session_id))
+
+    def forget(self, step: str) -> None:
+        """Drop one step's session (it will start fresh)."""
+        self._update(lambda d: d["steps"].pop(step, None))
+
+    def bump(self) -> int:
+        """Count one more wake (once per process that runs a workflow); returns the new count."""
+        self._update(lambda d: d.__setitem__("woke", int(d.get("woke") or 0) + 1))
+        return self.woke
+
+    def archive(self, into: str, extra: Iterable[str] = ()) -> list[str]:
+        """Move lineage.json and ``extra`` files (brief, goal) into ``into`` and reset steps and
+        woke. Returns the archived paths. sessions.db is not touched (it is the archive)."""
+        moved = []
+        with self._lock:
+            ensure_private_dir(into)
+            for path in [self.path, *extra]:
+                if path and os.path.exists(path):
+                    target = os.path.join(into, os.path.basename(path))
+                    os.replace(path, target)
+                    moved.append(target)
+            self.steps, self.woke = {}, 0
+        return moved
+
+
+def archive_dir(notes_dir: str, now: float | None = None) -> str:
+    """A fresh ``notes/archive/<YYYYmmdd-HHMMSS[-n]>`` path that does not exist yet."""
+    base = os.path.join(notes_dir, "archive", timestamp(now))
+    target, n = base, 1
+    while os.path.exists(target):
+        n += 1
+        target = f"{base}-{n}"
+    return target
+
+
+def run_id(now: float | None = None) -> str:
+    """A process mark for manifest rows: ``YYYYmmdd-HHMMSS-<6 hex>``."""
+    return f"{timestamp(now)}-{uuid.uuid4().hex[:6]}"
+
+
+class Manifest:
+    """``runs/manifest.json``: a JSON array with one row per step, shared by every process.
+
+    The file holds one row per line, each starting with its ``run`` field, so a write can keep other
+    runs' rows as raw lines (no parse) and replace only this run's rows, under the lock, atomically.
+    """
+
+    def __init__(self, run_dir: str, run: str, notify: Callable[[str], None] | None = None):
+        self.path = os.path.join(run_dir, "manifest.json")
+        self.run = run
+        self.notify = notify
+        self.rows: list[dict] = []
+        self._lock = FileLock(os.path.join(run_dir, ".lock"))
+
+    def _row_line(self, row: dict) -> str:
+        ordered = {"run": self.run, **{k: v for k, v in row.items() if k != "run"}}
+        return json.dumps(ordered, ensure_ascii=False, separators=(",", ":"), default=str)
+
+    def _other_lines(self) -> list[str]:
+        try:
+            with open(self.path, "r", encoding="utf-8") as fh:
+                raw = fh.read()
+        except FileNotFoundError:
+            return []
+        except (OSError, UnicodeDecodeError):
+            raw = None
+        mine = f'{{"run":{json.dumps(self.run)},'
+        lines = raw.split("\n") if raw is not None else []
+        if len(lines) >= 3 and lines[0] == "[" and lines[-1] == "" and lines[-2] == "]":
+            body = [ln[:-1] if ln.endswith(",") else ln for ln in lines[1:-2]]
+            if all(ln.startswith('{"run":') and ln.endswith("}") for ln in body):
+                return [ln for ln in body if not ln.startswith(mine)]
+        if raw is not None and raw.strip() in ("[]", ""):
+            return []
+        try:  # hand-edited or foreign layout: parse it once and re-emit in line form
+            rows = json.loads(raw) if raw is not None else None
+            if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
+                raise ValueError
+        except ValueError:
+            moved = set_aside(self.path)
+            if self.notify:
+                self.notify(f"{self.path} was unreadable; set aside as {moved}")
+            return []
+        return [json.dumps({"run": r.get("run", ""), **{k: v for k, v in r.items() if k != "run"}},
+                           ensure_ascii=False, separators=(",", ":"), default=str)
+                for r in rows if r.get("run") != self.run]
+
+    def put(self, row: dict) -> None:
+        """Add or replace (by ``step``+``started_at``) one of this run's rows and write the file."""
+        key = (row.get("step"), row.get("started_at"))
+        for i, existing in enumerate(self.rows):
+            if (existing.get("step"), existing.get("started_at")) == key:
+                self.rows[i] = row
+                break
+        else:
+            self.rows.append(row)
+        self.flush()
+
+    def flush(self) -> None:
+        """Write this run's rows, keeping every other run's rows as they are."""
+        with self._lock:
+            lines = self._other_lines() + [self._row_line(r) for r in self.rows]
+            atomic_write(self.path, "[\n" + ",\n".join(lines) + ("\n" if lines else "") + "]\n")
+
+    @staticmethod
+    def read(run_dir: str) -> list[dict]:
+        """All rows (no side effects; an unreadable file reads as [])."""
+        try:
+            with open(os.path.join(run_dir, "manifest.json"), "r", encoding="utf-8") as fh:
+                rows = json.load(fh)
+            return rows if isinstance(rows, list) else []
+        except (OSError, ValueError):
+            return []
+
+
+def _peek_json(path: str) -> Any:
+    try:
+        with open(path, "r", encoding="utf-8") as fh:
+            return json.load(fh)
+    except (OSError, ValueError):
+        return None
+
+
+def _read_text(path: str) -> str | None:
+    try:
+        with open(path, "r", encoding="utf-8") as fh:
+            return fh.read()
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def wake_state(workspace: str = ".", run_dir: str = "runs") -> dict:
+    """What a wake in ``workspace`` would pick up, without side effects:
+    ``{"waking", "brief", "goal", "checks", "woke", "steps"}``."""
+    paths = Paths(workspace, run_dir)
+    data = _peek_json(paths.run("lineage.json"))
+    if not isinstance(data, dict) or data.get("workspace") != paths.workspace:
+        data = {}
+    steps = {k: v for k, v in (data.get("steps") or {}).items() if isinstance(v, str)}
+    brief_text = _read_text(paths.brief)
+    goal_text = _read_text(paths.goal)
+    goal = Goal.parse(goal_text or "")
+    brief_done = Brief.parse(brief_text or "").complete
+    return {
+        "waking": bool(steps) or brief_done,
+        "brief": brief_done,
+        "goal": goal.complete,
+        "checks": len(goal.checks),
+        "woke": data.get("woke", 0) if isinstance(data.get("woke"), int) else 0,
+        "steps": steps,
+    }
+
+
+# --- Handoff: window, threshold, ledger from the transcript, the prioritised carry ---
+
+@dataclass
+class HandoffPolicy:
+    """When to hand a step over to a fresh session, and how much to carry."""
+
+    enabled: bool = True
+    window: int | None = None
+    ratio: float = 0.75
+    max_generations: int = 8
+    budget_chars: int = 18000
+    ritual_timeout: float = 180.0
+
+    def at(self, window: int) -> int:
+        """The level that triggers a handoff."""
+        return int(window * self.ratio)
+
+    def warn_at(self, window: int) -> int:
+        """The level that emits the one ``near`` event of a generation."""
+        return self.at(window) - window // 20
+
+
+DEFAULT_WINDOW = 200_000
+
+
+def model_window(model: str | None) -> int | None:
+    """Context window by model name, when the name tells (``[1m]`` -> 1M; Claude 4.x sonnet/haiku
+    -> 200K; 5.x models -> 1M); None when it does not."""
+    if not model:
+        return None
+    name = model.lower()
+    if "[1m]" in name:
+        return 1_000_000
+    if re.search(r"(?:sonnet|haiku|opus)-4|claude-3|-4-\d", name):
+        return 200_000
+    if re.search(r"(?:opus|sonnet|haiku)-5|-5-\d", name) or name in ("opus", "sonnet", "haiku"):
+        return 1_000_000
+    return None
+
+
+class WindowBook:
+    """``runs/window.json``: context windows learned per base URL + model (from the CLI's
+    ``model_usage`` reports, lowered to the level seen at a real overflow)."""
+
+    def __init__(self, run_dir: str, base_url: str | None = None):
+        self.path = os.path.join(run_dir, "window.json")
+        self.base = base_url if base_url is not None else (os.environ.get("ANTHROPIC_BASE_URL") or DEFAULT_BASE_URL)
+        self._lock = FileLock(os.path.join(run_dir, ".lock"))
+
+    def _key(self, model: str | None) -> str:
+        return f"{self.base}|{model or 'default'}"
+
+    def get(self, model: str | None) -> int | None:
+        """The learned window for ``model``, if any."""
+        data = _peek_json(self.path)
+        value = data.get(self._key(model)) if isinstance(data, dict) else None
+        return value.get("window") if isinstance(value, dict) and isinstance(value.get("window"), int) else None
+
+    def _put(self, model: str | None, window: int, source: str, lower_only: bool) -> None:
+        with self._lock:
+            data = read_json(self.path, {}, expect=dict)
+            current = data.get(self._key(model)) or {}
+            if lower_only and isinstance(current.get("window"), int) and current["window"] <= window:
+                return
+            if not lower_only and current.get("source") == "overflow":
+                return  # a window learned from a real overflow wins over the advertised one
+            data[self._key(model)] = {"window": int(window), "source": source}
+            write_json(self.path, data)
+
+    def learn(self, model: str | None, window: int) -> None:
+        """Record the window the CLI reported (``model_usage[m]["contextWindow"]``)."""
+        if window and window > 0:
+            self._put(model, window, "model_usage", lower_only=False)
+
+    def lower(self, model: str | None, level: int) -> None:
+        """A real overflow happened at ``level``: the usable window is at most that."""
+        if level and level > 0:
+            self._put(model, level, "overflow", lower_only=True)
+
+
+def resolve_window(model: str | None, *, explicit: int | None = None, book: WindowBook | None = None,
+                   warn: Callable[[str], None] | None = None) -> tuple[int, str]:
+    """The context window and where it came from: --window > FLOWER_WINDOW > learned > model table
+    > 200K (conservative: an early handoff costs one handoff, a late one an overflow)."""
+    if explicit:
+        return int(explicit), "--window"
+    from_env = int(env_number("FLOWER_WINDOW", 0, warn))
+    if from_env:
+        return from_env, "FLOWER_WINDOW"
+    learned = book.get(model) if book else None
+    if learned:
+        return learned, "learned"
+    by_name = model_window(model)
+    if by_name:
+        return by_name, "model"
+    return DEFAULT_WINDOW, "default"
+
+
+def _tool_inputs(entries: list[dict]) -> list[tuple[str, dict]]:
+    return [(b.get("name", ""), b.get("input") or {}) for e in entries if e.get("type") == "assistant"
+            for b in blocks_of(e) if isinstance(b, dict) and b.get("type") == "tool_use"]
+
+
+def _user_prompts(entries: list[dict]) -> list[str]:
+    out = []
+    for entry in entries:
+        if entry.get("type") != "user" or entry.get("isMeta") or entry.get("isCompactSummary"):
+            continue
+        content = (entry.get("message") or {}).get("content")
+        if isinstance(content, str):
+            out.append(content)
+        elif isinstance(content, list) and not any(isinstance(b, dict) and b.get("type") == "tool_result"
+                                                   for b in content):
+            joined = entry_text(entry)
+            if joined:
+                out.append(joined)
+    return out
+
+
+def recent_thread(entries: list[dict], limit: int = 10, max_chars: int = 700) -> list[tuple[str, str]]:
+    """The last ``limit`` user prompts and assistant texts of the main thread, oldest first, each
+    cut to ``max_chars``; error noise and tool traffic left out."""
+    items: list[tuple[str, str]] = []
+    for entry in entries:
+        if entry.get("isSidechain") or is_api_error_entry(entry):
+            continue
+        if entry.get("type") == "assistant" and is_main_assistant(entry):
+            said = entry_text(entry).strip()
+            if said:
+                items.append(("assistant", said))
+        elif entry.get("type") == "user":
+            said = "\n".join(_user_prompts([entry])).strip()
+            if said and not said.startswith("[Request interrupted"):
+                items.append(("user", said))
+    items = items[-limit:]
+    return [(role, said if len(said) <= max_chars else said[:max_chars - 1] + "…") for role, said in items]
+
+
+def degraded_ledger(entries: list[dict], why: str, prompt: str = "") -> Ledger:
+    """A ledger built mechanically from a transcript when the ritual failed: the latest TodoWrite
+    list, the last three assistant texts, files written or edited, the last shell commands and the
+    step's prompt. Marked ``degraded`` with ``why``."""
+    uses = _tool_inputs(entries)
+    todos: list[dict] = []
+    files: list[str] = []
+    commands: list[str] = []
+    for name, args in uses:
+        if name == "TodoWrite" and isinstance(args.get("todos"), list):
+            todos = [t for t in args["todos"] if isinstance(t, dict)]
+        elif name in ("Write", "Edit", "MultiEdit", "NotebookEdit"):
+            path = args.get("file_path") or args.get("notebook_path")
+            if isinstance(path, str) and path not in files:
+                files.append(path)
+        elif name == "Bash" and isinstance(args.get("command"), str):
+            commands.append(args["command"])
+    texts = [t for role, t in recent_thread(entries, limit=50) if role == "assistant"][-3:]
+    status_lines = []
+    if todos:
+        status_lines += [f"- [{'x' if t.get('status') == 'completed' else ' '}] {t.get('content', '')}"
+                         for t in todos]
+    status_lines += [f"> {t.replace(chr(10), ' ')}" for t in texts]
+    open_todo = next((t.get("content") for t in todos if t.get("status") != "completed"), None)
+    short_prompt = (prompt or "").strip()
+    if len(short_prompt) > 1500:
+        short_prompt = short_prompt[:1500] + "…"
+    next_step = (f"Continue with the first open item: {open_todo}" if open_todo else
+                 "Check the files below against the task, then continue the task:\n" + short_prompt)
+    pointers = [f"- edited: {p}" for p in files[-20:]] + [f"- ran: `{c[:200]}`" for c in commands[-5:]]
+    ledger = Ledger({
+        "status": "\n".join(status_lines) or "(the transcript holds no assistant text yet)",
+        "decisions": "(not recorded: degraded handoff)",
+        "dead_ends": "(none recorded)",
+        "next_step": next_step,
+        "pointers": "\n".join(pointers) or "(none)",
+    }, degraded=why)
+    ledger.sections = {k: redact(v) for k, v in ledger.sections.items()}
+    return ledger
+
+
+def slim_transcript(entries: list[dict], session_id: str) -> str:
+    """A readable transcript of a retired session: user prompts and assistant texts, tool calls as
+    counts. Redacted."""
+    lines = [f"# Transcript of session {session_id}", ""]
+    pending: dict[str, int] = {}
+
+    def flush_tools() -> None:
+        if pending:
+            lines.append("_(tool calls: " + ", ".join(f"{n}×{c}" for n, c in sorted(pending.items())) + ")_")
+            lines.append("")
+            pending.clear()
+
+    for entry in entries:
+        if entry.get("isSidechain") or is_api_error_entry(entry):
+            continue
+        if entry.get("type") == "assistant":
+            for block in blocks_of(entry):
+                if isinstance(block, dict) and block.get("type") == "tool_use":
+                    pending[block.get("name", "?")] = pending.get(block.get("name", "?"), 0) + 1
+            said = entry_text(entry).strip()
+            if said and is_main_assistant(entry):
+                flush_tools()
+                lines += ["**assistant:**", said, ""]
+        elif entry.get("type") == "user":
+            for said in _user_prompts([entry]):
+                flush_tools()
+                lines += ["**user:**", said.strip(), ""]
+    flush_tools()
+    return redact("\n".join(lines).rstrip() + "\n")
+
+
+@dataclass
+class Carry:
+    """The first prompt of a successor session, and what had to be shortened or left out."""
+
+    text: str
+    trimmed: list[str] = field(default_factory=list)
+    dropped: list[str] = field(default_factory=list)
+
+
+CARRY_PRIORITY = ("next_step", "dead_ends", "status", "decisions", "pointers", "thread")
+
+
+def assemble_carry(ledger: Ledger, *, nav: dict[str, str], thread: list[tuple[str, str]],
+                   budget_chars: int = 18000, lang: str = "en", full_text: str | None = None) -> Carry:
+    """Build the successor's first prompt. Pure: same input, same bytes.
+
+    Head (instructions) and nav (paths) are never cut. The bulk is packed by priority: Next step >
+    Dead ends > Status > Decisions > Pointers > recent thread. Over budget, the lowest-priority part
+    loses whole lines first (the thread its oldest items, the others their tail), with a visible
+    marker; a part left with nothing is dropped. A closing line names what was trimmed or dropped
+    and where the full text is. Credentials are redacted.
+    """
+    heads = dict(LEDGER_HEADINGS.get(lang, LEDGER_HEADINGS["en"]))
+    heads["thread"] = text("carry_thread", lang)
+    full_text = full_text or next(iter(nav.values()), "")
+    head = text("carry_head", lang)
+    if ledger.degraded:
+        head += "\n" + text("degraded_title", lang, why=ledger.degraded)
+    nav_block = f"## {text('carry_nav', lang)}\n" + "\n".join(f"- {k}: {v}" for k, v in nav.items())
+    bodies: dict[str, list[str]] = {}
+    for key in CARRY_PRIORITY:
+        if key == "thread":
+            lines = [f"- {role}: {redact(said).replace(chr(10), ' ')}" for role, said in thread]
+        else:
+            lines = redact(ledger.get(key)).strip().splitlines()
+        if any(line.strip() for line in lines):
+            bodies[key] = lines
+    trimmed: dict[str, int] = {}
+    dropped: list[str] = []
+
+    def part(key: str) -> str:
+        lines = bodies[key]
+        cut = trimmed.get(key, 0)
+        marker = [text("carry_trimmed_marker", lang, n=cut, path=full_text)] if cut else []
+        if key == "thread":
+            return f"## {heads[key]}\n" + "\n".join(marker + lines)
+        return f"## {heads[key]}\n" + "\n".join(lines + marker)
+
+    def closing() -> str:
+        names = lambda keys: ", ".join(heads[k] for k in keys) or "-"  # noqa: E731
+        return text("carry_closing", lang, trimmed=names([k for k in CARRY_PRIORITY if k in trimmed]),
+                    dropped=names(dropped), path=full_text)
+
+    def assemble() -> str:
+        pieces = [head] + [part(k) for k in CARRY_PRIORITY if k in bodies] + [nav_block]
+        if trimmed or dropped:
+            pieces.append(closing())
+        return "\n\n".join(pieces) + "\n"
+
+    result = assemble()
+    for key in reversed(CARRY_PRIORITY):
+        if len(result) <= budget_chars:
+            break
+        if key not in bodies:
+            continue
+        excess = len(result) - budget_chars
+        lines = bodies[key]
+        removed = 0
+        saved = 0
+        # remove whole lines until the excess (plus a marker of up to ~200 chars) is covered
+        target = excess + len(text("carry_trimmed_marker", lang, n=99999, path=full_text)) + 1
+        if not (trimmed or dropped):
+            target += len(closing()) + 64  # the closing line appears with the first cut
+        while lines and saved < target:
+            line = lines.pop(0) if key == "thread" else lines.pop()
+            saved += len(line) + 1
+            removed += 1
+        if any(line.strip() for line in lines):
+            trimmed[key] = trimmed.get(key, 0) + removed
+        else:
+            del bodies[key]
+            trimmed.pop(key, None)
+            dropped.append(key)
+        result = assemble()
+    return Carry(result, [k for k in CARRY_PRIORITY if k in trimmed], dropped)
+
+
+# --- Agent runtime: specs, events, results, one step on the SDK with its four exits ---
+
+@dataclass
+class AgentSpec:
+    """What an agent is: its instructions, tools and limits. ``ask`` gives it an ``ask`` tool that
+    reaches the human (an in-process MCP server); ``compaction=None`` lets flower manage the context
+    (handoff, auto-compact off), ``"auto"`` leaves the CLI's own compaction on."""
+
+    name: str
+    instructions: str = ""
+    tools: list[str] | None = None
+    allowed_tools: list[str] = field(default_factory=list)
+    disallowed_tools: list[str] = field(default_factory=list)
+    permission_mode: str = "acceptEdits"
+    model: str | None = None
+    max_turns: int | None = None
+    max_budget_usd: float | None = None
+    env: dict[str, str] = field(default_factory=dict)
+    compaction: str | None = None
+    setting_sources: list[str] | None = field(default_factory=list)
+    preset: bool = False
+    ask: Callable[[str], Awaitable[str]] | None = None
+    handoff: bool = True
+
+
+@dataclass
+class StepResult:
+    """The outcome of one step (one manifest row)."""
+
+    step: str
+    session_id: str | None = None
+    ok: bool = False
+    cost_usd: float = 0.0
+    num_turns: int = 0
+    text: str = ""
+    error: str | None = None
+    started_at: str = ""
+    ended_at: str = ""
+    attempts: int = 1
+    errors: list[str] = field(default_factory=list)
+    retired: list[str] = field(default_factory=list)
+    resumed: bool = False
+    context: int | None = None
+    generations: int = 0
+
+    @property
+    def duration_s(self) -> float:
+        """Wall time of the step in seconds."""
+        try:
+            start = _dt.datetime.fromisoformat(self.started_at)
+            end = _dt.datetime.fromisoformat(self.ended_at)
+            return round((end - start).total_seconds(), 3)
+        except ValueError:
+            return 0.0
+
+    def row(self, run: str) -> dict:
+        """The manifest row: every field plus ``duration_s`` and ``run``; text and errors redacted."""
+        row = dataclasses.asdict(self)
+        row["text"] = redact(self.text or "")[:4000]
+        row["errors"] = [redact(e)[:1000] for e in self.errors]
+        row["error"] = redact(self.error) if self.error else None
+        row["duration_s"] = self.duration_s
+        row["run"] = run
+        return row
+
+
+EVENT_KINDS = ("text", "thinking", "tool_call", "tool_result", "result", "error", "retry", "resume",
+               "step", "handoff", "ask", "system", "info")
+
+
+@dataclass
+class Event:
+    """One thing that happened, normalised from the SDK stream (or from flower itself)."""
+
+    kind: str
+    step: str = ""
+    data: dict = field(default_factory=dict)
+    session_id: str | None = None
+    level: int | None = None
+    window: int | None = None
+    ts: float = field(default_factory=time.time)
+
+    def as_json(self) -> str:
+        """One JSON line (redacted)."""
+        return redact(json.dumps(dataclasses.asdict(self), ensure_ascii=False, default=str))
+
+
+class StepAbort(Exception):
+    """Raised by a gate or a step to stop the workflow with a message (exit code 1)."""
+
+
+@dataclass
+class _Turn:
+    """What one client connection produced."""
+
+    session_seen: str | None = None
+    texts: list[str] = field(default_factory=list)
+    cost: float = 0.0
+    turns: int = 0
+    result: Any = None
+    error_text: str | None = None
+    status: int | None = None
+    terminal_reason: str | None = None
+    exception: BaseException | None = None
+    human: bool = False
+    handoff: bool = False
+    ritual_text: str | None = None
+    ritual_error: str | None = None
+    level: int = 0
+    model: str | None = None
+
+
+class Runtime:
+    """Runs agents through ``ClaudeSDKClient`` with continuity, resilience and handoff.
+
+    ``run()`` has four exits: success; a human interrupt (the same session is resumed with the
+    human's words, no attempt used); a full context (handoff to a fresh session); a retryable
+    failure (wait for the network, back off, resume the same session with a neutral prompt).
+    """
+
+    def __init__(self, *, workspace: str = ".", run_dir: str = "runs", store: Any = None,
+                 resilience: Resilience | None = None, handoff: HandoffPolicy | None = None,
+                 prune_policy: PrunePolicy | None = None, trim: bool = False, lang: str = "en",
+                 model: str | None = None, on_event: Callable[[Event], None] | None = None,
+                 ask_human: Callable[[], Awaitable[str | None]] | None = None,
+                 sleep: Callable[[float], Awaitable[None]] | None = None,
+                 notify: Callable[[str], None] | None = None):
+        self.paths = Paths(workspace, run_dir, lang)
+        self.paths.prepare()
+        self.lang = lang
+        self.model = model
+        self.on_event = on_event
+        self.ask_human = ask_human
+        self.notify = notify
+        self.resilience = resilience or Resilience.from_env(warn=notify)
+        self.handoff = handoff or HandoffPolicy()
+        timeout = env_number("FLOWER_HANDOFF_TIMEOUT", 0, notify)
+        if timeout:
+            self.handoff.ritual_timeout = timeout
+        self.raw_store = store if store is not None else SqliteSessionStore(self.paths.run("sessions.db"))
+        policy = prune_policy or PrunePolicy(lang=lang)
+        if trim:
+            policy.trim = True
+        if policy.trim and not policy.spill_dir:
+            policy.spill_dir = self.paths.spill_dir
+        self.store = PruningSessionStore(self.raw_store, policy=policy)
+        self.run_id = run_id()
+        self.manifest = Manifest(self.paths.run_dir, self.run_id, notify=notify)
+        self.windows = WindowBook(self.paths.run_dir)
+        self._sleep = sleep or asyncio.sleep
+        self._lineage: Lineage | None = None
+        self._human_event: asyncio.Event | None = None
+        self._human_words: str | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._current: dict | None = None
+        self._stderr: list[str] = []
+
+    # -- small services --
+
+    @property
+    def project_key(self) -> str:
+        """The store's project key for this workspace."""
+        return project_key(self.paths.workspace)
+
+    def has_session(self, session_id: str) -> bool:
+        """Whether the store still holds this session (for this workspace)."""
+        try:
+            return self.store.has_session(self.project_key, session_id)
+        except Exception:
+            return False
+
+    def last_context(self, session_id: str) -> int | None:
+        """The last known context level of a stored session."""
+        try:
+            return self.store.last_context(self.project_key, session_id)
+        except Exception:
+            return None
+
+    @property
+    def lineage(self) -> Lineage:
+        """The lineage of this workspace (opened once, store-checked)."""
+        if self._lineage is None:
+            self._lineage = Lineage.open(self.paths.run_dir, self.paths.workspace,
+                                         has_session=self.has_session, notify=self._info)
+        return self._lineage
+
+    def _info(self, message: str) -> None:
+        self.emit(Event("info", data={"message": message}))
+
+    def emit(self, event: Event) -> None:
+        """Send an event to the listener (errors in the listener never stop a run)."""
+        if self.on_event:
+            with contextlib.suppress(Exception):
+                self.on_event(event)
+
+    def interrupt(self, message: str | None = None) -> None:
+        """Interrupt the current turn cooperatively (thread-safe). The same session is then resumed
+        with ``message`` (or what ``ask_human`` returns)."""
+        self._human_words = message
+        loop, event = self._loop, self._human_event
+        if loop is not None and event is not None:
+            loop.call_soon_threadsafe(event.set)
+
+    def record(self, result: StepResult) -> None:
+        """Write (or update) this result's manifest row."""
+        self.manifest.put(result.row(self.run_id))
+
+    def rescue(self) -> None:
+        """On SIGHUP/SIGTERM: write the in-flight step as ``killed-by-signal``; lineage is already on disk."""
+        current = self._current
+        if current is None:
+            with contextlib.suppress(Exception):
+                self.manifest.flush()
+            return
+        result: StepResult = current["result"]
+        result.ok = False
+        result.error = "killed-by-signal"
+        result.ended_at = iso_now()
+        with contextlib.suppress(Exception):
+            self.record(result)
+
+    def close(self) -> None:
+        """Close the store."""
+        with contextlib.suppress(Exception):
+            self.store.close()
+
+    # -- options --
+
+    def _sdk(self) -> Any:
+        try:
+            return importlib.import_module(_SDK_MODULE)
+        except ImportError:
+            raise FlowerError("claude-agent-sdk is not installed: pip install claude-agent-sdk", EXIT_SETUP) from None
+
+    def build_options(self, sdk: Any, spec: AgentSpec, *, session_id: str | None, resume: str | None,
+                      fork: bool, manage_context: bool) -> Any:
+        """``ClaudeAgentOptions`` for one connection: cwd, the pruning store with eager flush, a
+        pre-assigned session id (fork with ``fork_session``), resume, CLI env defaults, and
+        ``DISABLE_AUTO_COMPACT=1`` when flower manages the context."""
+        env = {**cli_env_defaults(), **spec.env}
+        if manage_context and spec.compaction is None:
+            env.setdefault("DISABLE_AUTO_COMPACT", "1")
+        allowed = list(spec.allowed_tools)
+        kwargs: dict[str, Any] = dict(
+            cwd=self.paths.workspace, session_store=self.store, session_store_flush="eager",
+            setting_sources=spec.setting_sources, permission_mode=spec.permission_mode,
+            disallowed_tools=list(spec.disallowed_tools), env=env, stderr=self._on_stderr,
+        )
+        if spec.tools is not None:
+            kwargs["tools"] = list(spec.tools)
+        model = spec.model or self.model
+        if model:
+            kwargs["model"] = model
+        if spec.max_turns:
+            kwargs["max_turns"] = spec.max_turns
+        if spec.max_budget_usd:
+            kwargs["max_budget_usd"] = spec.max_budget_usd
+        if spec.preset:
+            kwargs["system_prompt"] = {"type": "preset", "preset": "claude_code", "append": spec.instructions}
+        elif spec.instructions:
+            kwargs["system_prompt"] = spec.instructions
+        if spec.ask is not None:
+            kwargs["mcp_servers"] = {"flower": self._ask_server(sdk, spec.ask)}
+            allowed.append("mcp__flower__ask")
+        kwargs["allowed_tools"] = allowed
+        if resume:
+            kwargs["resume"] = resume
+            if fork:
+                kwargs["fork_session"] = True
+                kwargs["session_id"] = session_id
+        else:
+            kwargs["session_id"] = session_id
+        return sdk.ClaudeAgentOptions(**kwargs)
+
+    def _ask_server(self, sdk: Any, ask: Callable[[str], Awaitable[str]]) -> Any:
+        async def ask_tool(args: dict) -> dict:
+            question = str(args.get("question", "")).strip()
+            self.emit(Event("ask", data={"question": question}))
+            answer = await ask(question)
+            return {"content": [{"type": "text", "text": answer or "(no answer; assume and record the assumption)"}]}
+
+        tool = sdk.tool("ask", "Ask the human one question whose answer changes the approach.",
+                        {"question": str})(ask_tool)
+        return sdk.create_sdk_mcp_server(name="flower", version=__version__, tools=[tool])
+
+    def _on_stderr(self, line: str) -> None:
+        self._stderr.append(line.rstrip())
+        del self._stderr[:-20]
+
+    # -- one step --
+
+    async def run(self, spec: AgentSpec, prompt: str, *, step_name: str | None = None,
+                  resume: str | None = None, fork: bool = False,
+                  on_event: Callable[[Event], None] | None = None,
+                  lineage_key: str | None = None) -> StepResult:
+        """Run ``spec`` on ``prompt`` until it succeeds or cannot go on; return the StepResult.
+
+        ``resume`` continues a stored session (``fork`` branches it under a new id). ``lineage_key``
+        names the lineage entry to keep current (None for judges and side questions: they never
+        enter the lineage). Session ids are chosen here and written to lineage before the CLI starts.
+        """
+        sdk = self._sdk()
+        name = step_name or spec.name
+        result = StepResult(step=name, started_at=iso_now())
+        self._current = {"result": result}
+        self._loop = asyncio.get_running_loop()
+        self._human_event = asyncio.Event()
+
+        def emit(event: Event) -> None:
+            event.step = event.step or name
+            self.emit(event)
+            if on_event:
+                with contextlib.suppress(Exception):
+                    on_event(event)
+
+        manage = self.handoff.enabled and spec.handoff
+        model = spec.model or self.model
+        window, source = resolve_window(model, explicit=self.handoff.window, book=self.windows, warn=self.notify)
+        st = _RunState(name=name, window=window, at=self.handoff.at(window), warn_at=self.handoff.warn_at(window),
+                       manage=manage, emit=emit, model=model)
+        resuming: str | None = None
+        if resume and self.has_session(resume):
+            resuming = resume
+            st.sid = str(uuid.uuid4()) if fork else resume
+            st.level = self.last_context(resume) or 0
+        else:
+            if resume:
+                emit(Event("info", data={"message": f"session {resume} is not in the store; starting fresh"}))
+            st.sid = str(uuid.uuid4())
+            fork = False
+        current_prompt = prompt
+        try:
+            while True:
+                if lineage_key:
+                    self.lineage.remember(lineage_key, st.sid)
+                result.session_id = st.sid
+                options = self.build_options(sdk, spec, session_id=st.sid, resume=resuming, fork=fork,
+                                             manage_context=manage)
+                if resuming and not fork:
+                    emit(Event("resume", session_id=st.sid, data={"attempt": result.attempts}))
+                turn = await self._connect_and_drive(sdk, options, current_prompt, st)
+                if resuming and self.store.last_report is not None:
+                    emit(Event("resume", session_id=st.sid, data={"pruned": self.store.last_report.as_dict()}))
+                    self.store.last_report = None
+                result.cost_usd = round(result.cost_usd + turn.cost, 6)
+                result.num_turns += turn.turns
+                result.context = st.level or result.context
+                fork = False
+                resuming = st.sid
+
+                if turn.human:
+                    words = self._human_words
+                    self._human_words = None
+                    if words is None and self.ask_human is not None:
+                        words = await self.ask_human()
+                    current_prompt = text("human_interrupt", self.lang) + (words or text("human_continue", self.lang))
+                    emit(Event("resume", session_id=st.sid, data={"reason": "human", "words": words or ""}))
+                    continue
+
+                if turn.handoff and turn.exception is None and turn.error_text is None:
+                    carry = await self._hand_over(st, result, prompt, turn.ritual_text, turn.ritual_error)
+                    if carry is None:
+                        break
+                    current_prompt, resuming = carry, None
+                    continue
+
+                error = turn.error_text
+                if error is None and turn.exception is None:
+                    result.ok = True
+                    final = getattr(turn.result, "result", None)
+                    result.text = final if isinstance(final, str) and final else "\n".join(turn.texts)
+                    result.error = None
+                    break
+                error = error or f"{type(turn.exception).__name__}: {turn.exception}"
+                kind = classify(error, status=turn.status, terminal_reason=turn.terminal_reason)
+                result.errors.append(redact(error)[:1000])
+                emit(Event("error", session_id=st.sid, data={"kind": kind, "message": redact(error)[:500]}))
+
+                if "No conversation found" in error and resuming:
+                    emit(Event("info", data={"message": f"session {st.sid} could not be resumed; starting fresh"}))
+                    st.sid, resuming, st.level, current_prompt = str(uuid.uuid4()), None, 0, prompt
+                    continue
+                if kind == OVERFLOW and manage:
+                    if st.level:
+                        self.windows.lower(st.model, st.level)
+                    carry = await self._hand_over(st, result, prompt, None, "context overflow")
+                    if carry is None:
+                        break
+                    current_prompt, resuming = carry, None
+                    continue
+                if not self.resilience.should_retry(kind) or result.attempts >= self.resilience.max_attempts:
+                    result.error = redact(error)[:1000]
+                    break
+                delay = self.resilience.delay(result.attempts)
+                emit(Event("retry", session_id=st.sid, data={"attempt": result.attempts + 1, "kind": kind,
+                                                              "delay": round(delay, 2)}))
+                online = await self.resilience.wait_online(
+                    notify=lambda m: emit(Event("info", data={"message": m})))
+                if not online:
+                    host, port = endpoint()
+                    result.error = f"network down past {int(self.resilience.max_offline_wait)}s ({host}:{port})"
+                    break
+                await self._sleep(delay)
+                result.attempts += 1
+                if self.has_session(st.sid):
+                    result.resumed = True
+                    current_prompt, resuming = text("resume_prompt", self.lang), st.sid
+                else:  # nothing of this session was stored: start it again under a new id
+                    st.sid, resuming, current_prompt = str(uuid.uuid4()), None, prompt
+        finally:
+            result.ended_at = iso_now()
+            result.generations = st.generation
+            result.session_id = st.sid
+            self._current = None
+        emit(Event("result", session_id=st.sid, level=st.level, window=st.window,
+                   data={"ok": result.ok, "cost_usd": result.cost_usd, "turns": result.num_turns,
+                         "attempts": result.attempts, "error": result.error}))
+        return result
+
+    async def _connect_and_drive(self, sdk: Any, options: Any, prompt: str, st: "_RunState") -> _Turn:
+        turn = _Turn()
+        self._stderr = []
+        assert self._human_event is not None
+        self._human_event.clear()
+        st.interrupt_sent = False
+        client = sdk.ClaudeSDKClient(options=options)
+        watcher = None
+        try:
+            await client.connect()
+            await client.query(prompt)
+            watcher = asyncio.create_task(self._watch_human(client, turn))
+            await self._drive(client, st, turn)
+            if turn.handoff and not turn.human and turn.error_text is None:
+                await self._ritual(client, st, turn)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            turn.exception = exc
+            tail = " | ".join(line for line in self._stderr[-3:] if line)
+            turn.error_text = f"{type(exc).__name__}: {exc}" + (f" ({tail})" if tail else "")
+        finally:
+            if watcher is not None:
+                watcher.cancel()
+            with contextlib.suppress(BaseException):
+                await asyncio.wait_for(client.disconnect(), 15)
+        return turn
+
+    async def _watch_human(self, client: Any, turn: _Turn) -> None:
+        assert self._human_event is not None
+        await self._human_event.wait()
+        turn.human = True
+        with contextlib.suppress(Exception):
+            await client.interrupt()
+
+    async def _drive(self, client: Any, st: "_RunState", turn: _Turn, *, ritual: bool = False) -> None:
+        """Consume one turn's messages: events, water level, threshold, cost, errors."""
+        pending_tools: set = set()
+        emit = (lambda e: None) if ritual else st.emit
+        async for msg in client.receive_response():
+            kind = type(msg).__name__
+            if kind in ("SystemMessage", "MirrorErrorMessage"):
+                data = getattr(msg, "data", {}) or {}
+                if msg.subtype == "init":
+                    turn.session_seen = data.get("session_id")
+                    turn.model = data.get("model") or turn.model
+                emit(Event("system", session_id=st.sid, data={"subtype": msg.subtype,
+                                                               **({k: data.get(k) for k in ("attempt", "error_status", "error")}
+                                                                  if msg.subtype == "api_retry" else {})}))
+            elif kind == "AssistantMessage":
+                main = getattr(msg, "parent_tool_use_id", None) is None
+                synthetic = getattr(msg, "model", None) == SYNTHETIC_MODEL
+                if main and not synthetic:
+                    level = usage_level(getattr(msg, "usage", None))
+                    if level:
+                        st.level = level
+                    turn.model = msg.model or turn.model
+                for block in msg.content:
+                    bkind = type(block).__name__
+                    if bkind == "TextBlock":
+                        if main and not synthetic:
+                            turn.texts.append(block.text)
+                            emit(Event("text", session_id=st.sid, level=st.level, window=st.window,
+                                       data={"text": block.text}))
+                    elif bkind == "ThinkingBlock":
+                        emit(Event("thinking", session_id=st.sid, data={"text": block.thinking}))
+                    elif bkind == "ToolUseBlock":
+                        if main:
+                            pending_tools.add(block.id)
+                        emit(Event("tool_call", session_id=st.sid, level=st.level, window=st.window,
+                                   data={"name": block.name, "input": _short_input(block.input), "id": block.id}))
+                if main and not synthetic and not ritual and st.manage:
+                    self._check_level(st, turn)
+            elif kind == "UserMessage":
+                content = msg.content if isinstance(msg.content, list) else []
+                for block in content:
+                    if type(block).__name__ == "ToolResultBlock":
+                        pending_tools.discard(block.tool_use_id)
+                        body = _content_text(block.content)
+                        emit(Event("tool_result", session_id=st.sid, data={
+                            "id": block.tool_use_id, "is_error": bool(block.is_error),
+                            "chars": len(body), "preview": body[:200]}))
+            elif kind == "ResultMessage":
+                turn.result = msg
+                turn.turns += int(getattr(msg, "num_turns", 0) or 0)
+                # total_cost_usd is cumulative over one client connection (verified on the real CLI)
+                turn.cost = max(turn.cost, float(getattr(msg, "total_cost_usd", 0) or 0))
+                reason = getattr(msg, "terminal_reason", None)
+                aborted_by_us = reason in ("aborted_tools", "aborted_streaming") and (turn.handoff or turn.human)
+                if getattr(msg, "is_error", False) and not aborted_by_us:
+                    errors = getattr(msg, "errors", None) or []
+                    turn.error_text = getattr(msg, "result", None) or "; ".join(map(str, errors)) or msg.subtype
+                    turn.status = getattr(msg, "api_error_status", None)
+                    turn.terminal_reason = reason
+                for model_name, usage in (getattr(msg, "model_usage", None) or {}).items():
+                    ctx_window = usage.get("contextWindow") if isinstance(usage, dict) else None
+                    if isinstance(ctx_window, int) and model_name == (turn.model or model_name):
+                        self.windows.learn(st.model, ctx_window)
+                emit(Event("system", session_id=st.sid, level=st.level, window=st.window,
+                           data={"subtype": "turn_result", "cost_usd": turn.cost, "is_error": bool(msg.is_error)}))
+            if turn.handoff and not pending_tools and not st.interrupt_sent and not ritual:
+                st.interrupt_sent = True
+                with contextlib.suppress(Exception):
+                    await client.interrupt()
+
+    def _check_level(self, st: "_RunState", turn: _Turn) -> None:
+        if st.level >= st.warn_at and not st.near_sent:
+            st.near_sent = True
+            st.emit(Event("handoff", session_id=st.sid, level=st.level, window=st.window,
+                          data={"phase": "near", "context": st.level, "window": st.window, "at": st.at}))
+        if st.level >= st.at and not turn.handoff:
+            turn.handoff = True
+
+    async def _ritual(self, client: Any, st: "_RunState", turn: _Turn) -> None:
+        """Ask the retiring session for its handoff document on the same live client (fail-soft)."""
+        st.emit(Event("handoff", session_id=st.sid, level=st.level, window=st.window,
+                      data={"phase": "writing", "context": st.level, "window": st.window}))
+        sub = _Turn()
+
+        async def ask() -> None:
+            await client.query(text("handoff_prompt", self.lang))
+            await self._drive(client, st, sub, ritual=True)
+
+        try:
+            await asyncio.wait_for(ask(), self.handoff.ritual_timeout)
+        except asyncio.TimeoutError:
+            turn.ritual_error = f"the handoff document timed out after {int(self.handoff.ritual_timeout)}s"
+        except Exception as exc:
+            turn.ritual_error = f"the handoff document failed: {type(exc).__name__}"
+        turn.cost = max(turn.cost, sub.cost)
+        turn.turns += sub.turns
+        if turn.ritual_error is None:
+            if sub.error_text:
+                kind = classify(sub.error_text, status=sub.status, terminal_reason=sub.terminal_reason)
+                turn.ritual_error = "context overflow" if kind == OVERFLOW else f"the handoff document failed ({kind})"
+            else:
+                turn.ritual_text = "\n".join(sub.texts)
+
+    async def _hand_over(self, st: "_RunState", result: StepResult, step_prompt: str,
+                         ledger_text: str | None, why: str | None) -> str | None:
+        """Retire the current session: write the handoff document and slim transcript, pick a fresh
+        session (lineage updated by the caller's loop) and return the carry; None = stop the step."""
+        old = st.sid
+        entries = await self.raw_store.load({"project_key": self.project_key, "session_id": old}) or []
+        ledger = None
+        if ledger_text:
+            ledger = Ledger.parse(ledger_text)
+            problems = ledger.problems()
+            if problems:
+                why, ledger = "incomplete: " + "; ".join(problems), None
+        if ledger is None:
+            ledger = degraded_ledger(entries, why or "no handoff document", step_prompt)
+            st.degraded_in_row += 1
+        else:
+            st.degraded_in_row = 0
+        generation = st.generation + 1
+        doc = self.paths.handoff(st.name)
+        if os.path.exists(doc):
+            previous = os.path.join(self.paths.notes_dir, "archive", "handoff",
+                                    f"{safe_name(st.name)}-{timestamp()}-{uuid.uuid4().hex[:4]}.md")
+            ensure_private_dir(os.path.dirname(previous))
+            os.replace(doc, previous)
+        atomic_write(doc, ledger.render(st.name, generation, self.lang))
+        transcript = self.paths.transcript(old)
+        ensure_private_dir(os.path.dirname(transcript))
+        atomic_write(transcript, slim_transcript(entries, old))
+        result.retired.append(old)
+        level = st.level
+        if st.degraded_in_row >= 2:
+            result.error = (f"two degraded handoffs in a row: window {st.window}, threshold {st.at}, level {level}; "
+                            f"the threshold is probably below this step's floor (raise --window or FLOWER_WINDOW)")
+            return None
+        if generation > self.handoff.max_generations:
+            result.error = f"generation cap reached ({self.handoff.max_generations} handoffs in one step)"
+            return None
+        nav = {"handoff document": doc}
+        for label, path in (("brief", self.paths.brief), ("goal", self.paths.goal)):
+            if os.path.exists(path):
+                nav[label] = path
+        for i, sid in enumerate(result.retired, 1):
+            nav[f"transcript {i} (retired session)"] = self.paths.transcript(sid)
+        carry = assemble_carry(ledger, nav=nav, thread=recent_thread(entries),
+                               budget_chars=self.handoff.budget_chars, lang=self.lang, full_text=doc)
+        st.sid = str(uuid.uuid4())
+        st.generation = generation
+        st.level = 0
+        st.near_sent = False
+        st.emit(Event("handoff", session_id=st.sid, level=level, window=st.window, data={
+            "phase": "done", "context": level, "window": st.window, "degraded": ledger.degraded, "path": doc,
+            "sections": [k for k in LEDGER_KEYS if ledger.get(k)], "generation": generation,
+            "retired": old, "carry_chars": len(carry.text), "trimmed": carry.trimmed, "dropped": carry.dropped}))
+        return carry.text
+
+
+@dataclass
+class _RunState:
+    """Mutable state of one ``Runtime.run`` call."""
+
+    name: str
+    window: int
+    at: int
+    warn_at: int
+    manage: bool
+    emit: Callable[[Event], None]
+    model: str | None = None
+    sid: str = ""
+    level: int = 0
+    near_sent: bool = False
+    interrupt_sent: bool = False
+    generation: int = 0
+    degraded_in_row: int = 0
+
+
+def _short_input(value: Any, limit: int = 300) -> Any:
+    raw = json.dumps(value, ensure_ascii=False, default=str)
+    return value if len(raw) <= limit else raw[:limit] + "…"
+
+
+# --- Workflow: steps, continuity across wakes, the starter flow (clarify -> goal -> work + judge) ---
+
+async def _maybe_await(value: Any) -> Any:
+    return await value if asyncio.iscoroutine(value) or isinstance(value, asyncio.Future) else value
+
+
+def _resolve_prompt(prompt: Any, ctx: dict) -> str:
+    return prompt(ctx) if callable(prompt) else str(prompt)
+
+
+@dataclass
+class Step:
+    """One agent job in a workflow.
+
+    ``gate(ctx, result)`` (may be async) runs once per successful attempt: True/None passes,
+    anything else is a rejection; ``on_reject(ctx, result, rejection)`` then returns the prompt that
+    resumes the same session as ``<name>#round<N>`` (None = give up). ``resume_prompt`` is sent
+    instead of ``prompt`` when the step continues a stored session. ``reduce(ctx, result)`` turns
+    the result into ``ctx[name]`` (default: the final text)."""
+
+    name: str
+    spec: AgentSpec
+    prompt: str | Callable[[dict], str]
+    resume_from: str | None = None
+    fork: bool = False
+    retries: int = 0
+    gate: Callable[[dict, StepResult], Any] | None = None
+    on_fail: str = "stop"
+    when: Callable[[dict], bool] | None = None
+    on_reject: Callable[[dict, StepResult, Any], Any] | None = None
+    resume_prompt: str | Callable[[dict], str] | None = None
+    reduce: Callable[[dict, StepResult], Any] | None = None
+
+
+class Workflow:
+    """Steps run in order. With ``continuous=True`` (default) a step without ``resume_from``
+    continues its same-named stored session from the lineage; ``continuous=False`` starts fresh."""
+
+    def __init__(self, steps: list[Step], *, continuous: bool = True):
+        for step in steps:
+            if not step.name or "\x00" in step.name or len(step.name) > 200:
+                raise FlowerError(f"invalid step name {step.name[:40]!r}", EXIT_USAGE)
+        self.steps = steps
+        self.continuous = continuous
+
+    async def run(self, rt: Runtime, ctx: dict | None = None) -> dict:
+        """Run every step; returns the context (``_woke``, ``_sessions``, ``_results`` and one key
+        per step). Raises StepAbort when a step fails with ``on_fail="stop"``."""
+        ctx = dict(ctx or {})
+        ctx.setdefault("_sessions", {})
+        ctx.setdefault("_results", {})
+        ctx["_woke"] = rt.lineage.bump()
+        for step in self.steps:
+            if step.when is not None and not step.when(ctx):
+                continue
+            await self._run_step(rt, step, ctx)
+        return ctx
+
+    async def _run_step(self, rt: Runtime, step: Step, ctx: dict) -> None:
+        resume, fork = None, step.fork
+        if step.resume_from:
+            resume = ctx["_sessions"].get(step.resume_from) or rt.lineage.steps.get(step.resume_from)
+        elif self.continuous and not step.fork:
+            stored = rt.lineage.steps.get(step.name)
+            if stored and rt.has_session(stored):
+                resume = stored
+        continuing = resume is not None and not step.resume_from
+        chosen = step.resume_prompt if continuing and step.resume_prompt is not None else step.prompt
+        prompt = _resolve_prompt(chosen, ctx)
+        rt.emit(Event("step", step=step.name, session_id=resume, data={
+            "name": step.name, "continues": continuing, "woke": ctx.get("_woke"),
+            "context": rt.last_context(resume) if resume else None}))
+        label, retry, round_no = step.name, 0, 1
+        while True:
+            result = await rt.run(step.spec, prompt, step_name=label, resume=resume, fork=fork,
+                                  lineage_key=step.name)
+            rt.record(result)
+            ctx["_sessions"][step.name] = result.session_id
+            fork = False
+            if not result.ok:
+                if retry < step.retries:
+                    retry += 1
+                    label = f"{step.name}#retry{retry}"
+                    resume = result.session_id if result.session_id and rt.has_session(result.session_id) else None
+                    prompt = text("resume_prompt", rt.lang) if resume else _resolve_prompt(step.prompt, ctx)
+                    continue
+                if step.on_fail == "continue":
+                    ctx[step.name] = None
+                    return
+                raise StepAbort(f"{label} failed: {result.error}")
+            verdict = await _maybe_await(step.gate(ctx, result)) if step.gate else True
+            if verdict is True or verdict is None:
+                ctx[step.name] = step.reduce(ctx, result) if step.reduce else result.text
+                ctx["_results"][step.name] = result
+                return
+            follow = await _maybe_await(step.on_reject(ctx, result, verdict)) if step.on_reject else None
+            if not follow:
+                reason = getattr(verdict, "reason", None) or (verdict if isinstance(verdict, str) else "rejected")
+                if step.on_fail == "continue":
+                    ctx[step.name] = None
+                    return
+                raise StepAbort(f"{step.name}: {str(reason)[:500]}")
+            round_no += 1
+            label, resume, prompt = f"{step.name}#round{round_no}", result.session_id, follow
+
+
+class Human:
+    """The person at the terminal, as the workflow sees them (async; None when there is nobody)."""
+
+    async def ask(self, question: str) -> str:
+        """Ask one free-text question."""
+        raise NotImplementedError
+
+    async def choose(self, question: str, options: list[str]) -> str:
+        """Ask the human to pick one of ``options``."""
+        raise NotImplementedError
+
+
+CLARIFY_INSTRUCTIONS = (
+    "You clarify a task before any work starts. Ask the human only questions whose answer changes the "
+    "approach, one at a time, with the ask tool. When no human is available, assume and record each "
+    "assumption. Do not write files. Finish with the brief in exactly four sections:\n"
+    "## Goal\n## Acceptance\n## Bounds\n## Unknowns and assumptions")
+GOAL_INSTRUCTIONS = (
+    "You turn a brief into a goal that a judge can check on the spot. Reply with exactly:\n"
+    "# Goal\n<one statement>\n\n# Checks\n- <check verifiable here, e.g. a command and its expected "
+    "output, or a file and what it must contain>\n...\nMark a check that cannot be verified here as "
+    "`[cannot verify here: why]`. Do not write files.")
+WORK_INSTRUCTIONS = (
+    "You do the work described by the brief and the goal, in the working directory. Keep going until "
+    "every check of the goal passes. Write code and files to disk; the judge reads only the disk.")
+JUDGE_INSTRUCTIONS = (
+    "You judge finished work against a goal. You did not do the work and owe it nothing. Inspect the "
+    "files; change nothing. End your reply with exactly one line `VERDICT: achieved`, `VERDICT: not_yet` "
+    "or `VERDICT: unreachable`. When not achieved, list the failed checks under `## Failed checks` and "
+    "why under `## Reasons`.")
+
+
+def _brief_text(paths: Paths) -> str:
+    return _read_text(paths.brief) or ""
+
+
+def starter_flow(ask: str | None, *, rt: Runtime, rounds: int = 3, use_goal: bool = True,
+                 human: Human | None = None, wake_sentence: str | None = None,
+                 model: str | None = None, permission_mode: str = "acceptEdits") -> Workflow:
+    """The flow behind ``python flower.py "..."``: clarify -> goal -> work, judged.
+
+    Frozen stages are skipped (a complete brief skips clarify, a complete goal skips the goal step);
+    a wake sentence is appended to the brief, becomes the work step's resume prompt and makes the goal
+    step re-derive the goal. The judge is a fresh session every round and never enters the lineage.
+    """
+    paths, lang = rt.paths, rt.lang
+    if wake_sentence:
+        stamp = time.strftime("%Y-%m-%d %H:%M")
+        existing = _brief_text(paths).rstrip()
+        addition = f"\n\n### {text('added_on_wake', lang)} {stamp}\n{redact(wake_sentence.strip())}\n"
+        atomic_write(paths.brief, existing + addition)
+    asker = human.ask if human is not None else None
+
+    clarifier = AgentSpec("clarify", instructions=CLARIFY_INSTRUCTIONS, tools=[], model=model,
+                          permission_mode="default", ask=asker)
+    goal_setter = AgentSpec("goal", instructions=GOAL_INSTRUCTIONS, tools=["Read", "Glob", "Grep"],
+                            allowed_tools=["Read", "Glob", "Grep"], model=model, permission_mode="default")
+    worker = AgentSpec("work", instructions=WORK_INSTRUCTIONS, preset=True,
+                       tools=["Read", "Write", "Edit", "Bash", "Glob", "Grep", "TodoWrite"],
+                       allowed_tools=["Read", "Write", "Edit", "Bash", "Glob", "Grep", "TodoWrite"],
+                       model=model, permission_mode=permission_mode)
+    judge = AgentSpec("judge", instructions=JUDGE_INSTRUCTIONS, tools=["Read", "Glob", "Grep"],
+                      allowed_tools=["Read", "Glob", "Grep"], disallowed_tools=["Write", "Edit", "Bash"],
+                      model=model, permission_mode="default", handoff=False)
+
+    def clarify_prompt(ctx: dict) -> str:
+        who = ("A human is available through the ask tool." if human else
+               "No human is available: assume, and record each assumption.")
+        return f"Task: {ask or ''}\n\n{who}\n\nWrite the brief."
+
+    def brief_gate(ctx: dict, result: StepResult) -> Any:
+        brief = Brief.parse(result.text)
+        if not brief.complete:
+            missing = [BRIEF_HEADINGS["en"][k] for k in BRIEF_KEYS if _is_empty(brief.sections.get(k))]
+            return "the brief lacks: " + ", ".join(missing)
+        atomic_write(paths.brief, brief.render(lang))
+        return True
+
+    def brief_fix(ctx: dict, result: StepResult, reason: Any) -> str | None:
+        ctx["_brief_fixes"] = ctx.get("_brief_fixes", 0) + 1
+        if ctx["_brief_fixes"] > 2:
+            return None
+        return f"{reason}. Reply again with the whole brief under the four headings."
+
+    def goal_prompt(ctx: dict) -> str:
+        return f"The brief:\n\n{_brief_text(paths)}\n\nWrite the goal."
+
+    def goal_gate(ctx: dict, result: StepResult) -> Any:
+        goal = Goal.parse(result.text)
+        if not goal.complete:
+            return "the goal needs a '# Goal' statement and a '# Checks' list"
+        atomic_write(paths.goal, goal.render(lang))
+        if goal.unverifiable:
+            rt.emit(Event("info", step="goal", data={"message": f"{len(goal.unverifiable)} check(s) cannot "
+                                                                 f"be verified here", "checks": goal.unverifiable}))
+        return True
+
+    def goal_fix(ctx: dict, result: StepResult, reason: Any) -> str | None:
+        ctx["_goal_fixes"] = ctx.get("_goal_fixes", 0) + 1
+        return None if ctx["_goal_fixes"] > 2 else f"{reason}. Reply again in exactly that form."
+
+    def work_prompt(ctx: dict) -> str:
+        goal_text = _read_text(paths.goal) or ""
+        return (f"The brief ({paths.brief}):\n\n{_brief_text(paths)}\n\n"
+                + (f"The goal ({paths.goal}):\n\n{goal_text}\n\n" if goal_text else "")
+                + "Do the work.")
+
+    async def judge_gate(ctx: dict, result: StepResult) -> Any:
+        goal = Goal.parse(_read_text(paths.goal) or "")
+        if not use_goal or not goal.checks:
+            return True
+        ctx["_judge_round"] = ctx.get("_judge_round", 0) + 1
+        n = ctx["_judge_round"]
+        label = f"work·{'判定' if lang == 'zh' else 'judge'}#{n}"
+        verdict_result = await rt.run(judge, f"The goal:\n\n{goal.render(lang)}\nJudge the work in this directory.",
+                                      step_name=label, lineage_key=None)
+        rt.record(verdict_result)
+        ctx.setdefault("_judges", []).append(verdict_result.session_id)
+        verdict = Verdict.parse(verdict_result.text) if verdict_result.ok else \
+            Verdict("not_yet", f"the judge could not finish: {verdict_result.error}")
+        ctx["_verdict"] = verdict
+        rt.emit(Event("info", step=label, data={"verdict": verdict.status, "failed": verdict.failed_checks}))
+        if verdict.achieved:
+            return True
+        if verdict.status == "unreachable" and verdict.clean:
+            if human is None:
+                raise StepAbort(f"the judge says the goal is unreachable: {verdict.reason[:400]}")
+            choice = await human.choose(f"The judge says the goal is unreachable: {verdict.reason[:400]}",
+                                        ["accept", "amend the goal", "the judge is wrong"])
+            if choice == "accept":
+                raise StepAbort("stopped: the goal was judged unreachable and the human accepted")
+            if choice == "amend the goal":
+                amended = await human.ask("The amended goal, in one sentence:")
+                atomic_write(paths.goal, Goal(redact(amended), goal.checks).render(lang))
+                return Verdict("not_yet", f"The human amended the goal: {amended}", [], clean=True)
+            return True
+        return verdict
+
+    def work_again(ctx: dict, result: StepResult, verdict: Any) -> str | None:
+        ctx["_rounds_used"] = ctx.get("_rounds_used", 1) + 1
+        if ctx["_rounds_used"] > max(1, rounds):
+            return None
+        failed = "\n".join(f"- {c}" for c in getattr(verdict, "failed_checks", [])) or "- (not listed)"
+        reason = getattr(verdict, "reason", str(verdict))
+        return (f"A judge checked the work against the goal: not achieved yet.\n\nFailed checks:\n{failed}\n\n"
+                f"Reasons:\n{reason}\n\nFix these, then stop.")
+
+    brief_frozen = Brief.parse(_brief_text(paths)).complete
+    goal_frozen = Goal.parse(_read_text(paths.goal) or "").complete
+    steps = [
+        Step("clarify", clarifier, clarify_prompt, resume_prompt=text("clarify_resume", lang),
+             when=lambda ctx: not brief_frozen, gate=brief_gate, on_reject=brief_fix),
+    ]
+    if use_goal:
+        steps.append(Step("goal", goal_setter, goal_prompt, gate=goal_gate, on_reject=goal_fix,
+                          when=lambda ctx: not goal_frozen or bool(wake_sentence)))
+    steps.append(Step("work", worker, work_prompt, resume_prompt=wake_sentence or text("work_resume", lang),
+                      gate=judge_gate, on_reject=work_again))
+    return Workflow(steps)
+
+
+# --- CLI: go, once, status, doctor, sessions, show; progress, signals, exit codes ---
+
+MAX_PROMPT_BYTES = 256 * 1024
+SUBCOMMANDS = ("go", "once", "status", "doctor", "sessions", "show")
+
+
+def _human_tokens(n: int | None) -> str:
+    if not n:
+        return "0"
+    return f"{n / 1_000_000:.2f}M" if n >= 1_000_000 else f"{n / 1000:.1f}K" if n >= 1000 else str(n)
+
+
+def _tilde(path: str) -> str:
+    home = os.path.expanduser("~")
+    return "~" + path[len(home):] if home != "/" and (path == home or path.startswith(home + os.sep)) else path
+
+
+class Reporter:
+    """Turns events into what a person (or a CI job) sees: a live status line on a TTY, plain lines
+    otherwise, JSON lines on stdout with ``--json``. Human text goes to stderr."""
+
+    def __init__(self, *, json_mode: bool = False, verbose: bool = False, quiet: bool = False,
+                 err: Any = None, out: Any = None, tty: bool | None = None):
+        self.json_mode, self.verbose, self.quiet = json_mode, verbose, quiet
+        self.err = err or sys.stderr
+        self.out = out or sys.stdout
+        self.tty = self.err.isatty() if tty is None else tty
+        self.color = self.tty and not os.environ.get("NO_COLOR")
+        self.started = time.monotonic()
+        self.turns = 0
+        self.cost = 0.0
+        self.total_cost = 0.0
+        self._status_shown = False
+
+    def _paint(self, value: str, code: str) -> str:
+        return f"\033[{code}m{value}\033[0m" if self.color else value
+
+    def say(self, message: str, *, always: bool = False) -> None:
+        """One human line (suppressed by -q unless ``always``)."""
+        if self.quiet and not always:
+            return
+        self._clear_status()
+        print(redact(message), file=self.err, flush=True)
+
+    def _clear_status(self) -> None:
+        if self._status_shown:
+            self.err.write("\r\033[K")
+            self._status_shown = False
+
+    def _status(self, event: Event) -> None:
+        if not self.tty or self.quiet:
+            return
+        elapsed = int(time.monotonic() - self.started)
+        ctx = ""
+        if event.level and event.window:
+            ctx = f" · ctx {_human_tokens(event.level)}/{_human_tokens(event.window)} " \
+                  f"{100 * event.level // max(1, event.window)}%"
+        line = f"{event.step} · turn {self.turns}{ctx} · ${self.total_cost + self.cost:.2f} · " \
+               f"{elapsed // 60}m{elapsed % 60:02d}s"
+        self.err.write("\r\033[K" + self._paint(line, "2"))
+        self.err.flush()
+        self._status_shown = True
+
+    def event(self, event: Event) -> None:
+        """Show one event."""
+        if self.json_mode:
+            print(event.as_json(), file=self.out, flush=True)
+        kind, data = event.kind, event.data
+        if kind == "step":
+            note = ""
+            if data.get("continues"):
+                note = f"  <- continues earlier session · wake #{data.get('woke')}"
+                if data.get("context"):
+                    note += f" · context {_human_tokens(data['context'])}"
+            self.say(self._paint(f"== {data.get('name')} " + "=" * max(3, 40 - len(str(data.get('name')))), "1") + note)
+        elif kind == "text":
+            self.turns += 1
+            if self.verbose or not self.tty:
+                body = data.get("text", "").strip()
+                if body and not self.quiet:
+                    self.say(body if self.verbose else (body[:400] + ("…" if len(body) > 400 else "")))
+        elif kind == "tool_call":
+            if self.verbose:
+                self.say(f"  -> {data.get('name')} {json.dumps(data.get('input'), ensure_ascii=False)[:200]}")
+        elif kind == "retry":
+            self.say(self._paint(f"  retry: attempt {data.get('attempt')} in {data.get('delay')}s ({data.get('kind')})", "33"))
+        elif kind == "handoff":
+            phase = data.get("phase")
+            if phase == "near":
+                self.say(f"  context {_human_tokens(data.get('context'))} of {_human_tokens(data.get('window'))}: handoff soon")
+            elif phase == "writing":
+                self.say("  handoff: the session writes its handoff document")
+            elif phase == "done":
+                degraded = f" [degraded: {data.get('degraded')}]" if data.get("degraded") else ""
+                self.say(f"  handoff #{data.get('generation')} -> fresh session {str(event.session_id)[:8]}{degraded}; "
+                         f"{_tilde(str(data.get('path')))}")
+        elif kind == "resume":
+            if data.get("pruned") and self.verbose:
+                self.say(f"  resume: pruned {data['pruned']}")
+            elif data.get("reason") == "human":
+                self.say("  continuing with your words")
+        elif kind == "error":
+            self.say(self._paint(f"  error ({data.get('kind')}): {data.get('message')}", "31"))
+        elif kind == "info":
+            if data.get("message"):
+                self.say(f"  {data['message']}")
+            elif data.get("verdict"):
+                failed = f" · failed: {len(data.get('failed') or [])}" if data.get("failed") else ""
+                self.say(f"  {event.step}: {data['verdict']}{failed}")
+        elif kind == "result":
+            self.total_cost += float(data.get("cost_usd") or 0)
+            self.cost = 0.0
+            status = "ok" if data.get("ok") else f"failed: {data.get('error')}"
+            self.say(f"  {event.step}: {status} · ${float(data.get('cost_usd') or 0):.4f} · "
+                     f"{data.get('turns')} turns · attempts {data.get('attempts')}")
+        elif kind == "system" and data.get("subtype") == "turn_result":
+            self.cost = float(data.get("cost_usd") or 0)
+        self._status(event)
+
+    def close(self) -> None:
+        """Clear the live status line."""
+        self._clear_status()
+
+
+class _ArgParser(argparse.ArgumentParser):
+    def error(self, message: str) -> Any:  # one line, exit 2, no usage dump
+        raise FlowerError(f"{message} (see: python flower.py --help)", EXIT_USAGE)
+
+
+def _global_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("-w", "--workspace", default=".", help="the agents' working directory (default .)")
+    parser.add_argument("-r", "--run-dir", default="runs", help="state directory, relative to the current "
+                                                                "directory (default runs)")
+    parser.add_argument("-v", "--verbose", action="store_true", help="show every text and tool call")
+    parser.add_argument("-q", "--quiet", action="store_true", help="only errors and the closing line")
+    parser.add_argument("--json", action="store_true", help="events as JSON lines on stdout (human text on stderr)")
+    parser.add_argument("--lang", choices=("en", "zh"), default=None, help="language of prompts, notes and "
+                                                                           "messages (default FLOWER_LANG or en)")
+    parser.add_argument("--store", default=None, metavar="MODULE:FACTORY",
+                        help="use your own SessionStore (e.g. Postgres/S3 adapter) instead of sessions.db")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser (``go`` is the default subcommand)."""
+    parser = _ArgParser(prog="flower.py", description=(
+        "Keep a long agent job going with Claude. Run it again in the same directory and it carries on."),
+        epilog="commands: go (default) · once · status · doctor · sessions · show.  "
+               "Exit codes: 0 done · 1 a step failed · 2 usage · 3 setup · 4 network down · 130 interrupted.")
+    parser.add_argument("--version", action="version", version=f"flower.py {__version__}")
+    sub = parser.add_subparsers(dest="command", parser_class=_ArgParser)
+
+    go = sub.add_parser("go", help="run the job (default): clarify -> goal -> work, judged")
+    go.add_argument("ask", nargs="?", help="what should be done; in a used directory: something to add "
+                                           "('-' reads it from stdin)")
+    go.add_argument("--new", action="store_true", help="archive lineage, brief and goal; start a new task")
+    go.add_argument("--rounds", type=int, default=3, help="judge rounds for the work step (default 3)")
+    go.add_argument("--no-trim", action="store_true", help="do not archive old big tool results on resume")
+    go.add_argument("--no-handoff", action="store_true", help="never hand over to a fresh session")
+    go.add_argument("--window", type=int, default=None, help="context window in tokens")
+    go.add_argument("--no-goal", action="store_true", help="no goal step and no judge")
+    go.add_argument("--permission-mode", default="acceptEdits", help="permission mode of the worker")
+    go.add_argument("--model", default=None, help="model for every agent")
+    _global_options(go)
+
+    once = sub.add_parser("once", help="one ad-hoc session (no lineage)")
+    once.add_argument("prompt", help="the prompt ('-' reads it from stdin)")
+    once.add_argument("-t", "--tools", default="Read,Glob,Grep", help="comma-separated tools (default Read,Glob,Grep)")
+    once.add_argument("-p", "--permission-mode", default="default", help="permission mode (default default)")
+    once.add_argument("-b", "--budget", type=float, default=None, help="budget cap in USD")
+    once.add_argument("--resume", default=None, metavar="SID", help="continue this session")
+    once.add_argument("--fork", action="store_true", help="with --resume: branch into a new session")
+    once.add_argument("--model", default=None)
+    _global_options(once)
+
+    status = sub.add_parser("status", help="wake state, last steps, sessions (no SDK needed)")
+    _global_options(status)
+    doctor = sub.add_parser("doctor", help="check Python, SDK, CLI, credentials, network, state")
+    _global_options(doctor)
+    sessions = sub.add_parser("sessions", help="list stored sessions")
+    sessions.add_argument("--all", action="store_true", help="every workspace, not just this one")
+    _global_options(sessions)
+    show = sub.add_parser("show", help="a session as the model would be sent it (--raw: as stored)")
+    show.add_argument("sid", help="session id (a unique prefix is enough)")
+    show.add_argument("--raw", action="store_true")
+    _global_options(show)
+    return parser
+
+
+def _split_command(argv: list[str]) -> list[str]:
+    """Insert ``go`` when the first positional word is not a subcommand."""
+    takes_value = {"-w", "--workspace", "-r", "--run-dir", "--lang", "--store", "--rounds", "--window",
+                   "--permission-mode", "--model"}
+    i = 0
+    while i < len(argv):
+        token = argv[i]
+        if token in ("-h", "--help", "--version") and i == 0:
+            return argv
+        if token == "--":
+            break
+        if token.startswith("-") and token != "-":
+            i += 2 if token in takes_value else 1
+            continue
+        break
+    if i < len(argv) and argv[i] in SUBCOMMANDS:
+        return [argv[i]] + argv[:i] + argv[i + 1:]
+    return ["go"] + argv
+
+
+def _check_text(value: str | None, what: str) -> str | None:
+    if value is None:
+        return None
+    if value == "-":
+        data = sys.stdin.buffer.read(MAX_PROMPT_BYTES + 1)
+        if len(data) > MAX_PROMPT_BYTES:
+            raise FlowerError(f"{what} from stdin is larger than {MAX_PROMPT_BYTES // 1024} KB; put it in a "
+                              f"file in the workspace and refer to it", EXIT_USAGE)
+        try:
+            value = data.decode("utf-8")
+        except UnicodeDecodeError:
+            raise FlowerError(f"{what} from stdin is not valid UTF-8", EXIT_USAGE) from None
+    try:
+        encoded = value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise FlowerError(f"{what} is not valid UTF-8", EXIT_USAGE) from None
+    if len(encoded) > MAX_PROMPT_BYTES:
+        raise FlowerError(f"{what} is larger than {MAX_PROMPT_BYTES // 1024} KB; put it in a file in the "
+                          f"workspace and refer to it", EXIT_USAGE)
+    if "\x00" in value:
+        raise FlowerError(f"{what} contains a NUL byte", EXIT_USAGE)
+    return value
+
+
+def _credentials() -> tuple[str, str] | None:
+    """Which credential the CLI will use, masked; None when there is none."""
+    for name in ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "CLAUDE_CODE_OAUTH_TOKEN"):
+        value = os.environ.get(name, "")
+        if value:
+            return name, (value[:6] + "…" + value[-2:]) if len(value) > 10 else "***"
+    config = os.environ.get("CLAUDE_CONFIG_DIR") or os.path.join(os.path.expanduser("~"), ".claude")
+    if os.path.exists(os.path.join(config, ".credentials.json")):
+        return "login", os.path.join(config, ".credentials.json")
+    return None
+
+
+def _require_sdk() -> Any:
+    try:
+        return importlib.import_module(_SDK_MODULE)
+    except ImportError:
+        raise FlowerError("claude-agent-sdk is not installed (pip install claude-agent-sdk); "
+                          "status, doctor and the store work without it", EXIT_SETUP) from None
+
+
+def _require_credentials() -> None:
+    if _credentials() is None:
+        raise FlowerError("no credentials: set ANTHROPIC_API_KEY (or ANTHROPIC_AUTH_TOKEN), or log in with "
+                          "the claude CLI", EXIT_SETUP)
+
+
+def _open_store(args: argparse.Namespace, paths: Paths, *, create: bool = True) -> Any:
+    if args.store:
+        return load_store_factory(args.store)
+    db = paths.run("sessions.db")
+    if not create and not os.path.exists(db):
+        return None
+    return SqliteSessionStore(db)
+
+
+class _TerminalHuman(Human):
+    """The human at a TTY; reads answers in a daemon thread so Ctrl-C is never stuck behind input()."""
+
+    def __init__(self, reporter: Reporter):
+        self.reporter = reporter
+
+    async def ask(self, question: str) -> str:
+        self.reporter.say(f"? {question}", always=True)
+        return await read_line("> ")
+
+    async def choose(self, question: str, options: list[str]) -> str:
+        self.reporter.say(f"? {question}", always=True)
+        for i, option in enumerate(options, 1):
+            self.reporter.say(f"  {i}. {option}", always=True)
+        while True:
+            answer = (await read_line("> ")).strip()
+            if answer.isdigit() and 1 <= int(answer) <= len(options):
+                return options[int(answer) - 1]
+            if answer in options:
+                return answer
+
+
+async def read_line(prompt: str) -> str:
+    """``input()`` without blocking the event loop (daemon thread, so quitting never waits on it)."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future = loop.create_future()
+
+    def worker() -> None:
+        try:
+            value = input(prompt)
+        except (EOFError, OSError):
+            value = ""
+        except BaseException as exc:  # pragma: no cover
+            loop.call_soon_threadsafe(lambda: future.done() or future.set_exception(exc))
+            return
+        loop.call_soon_threadsafe(lambda: future.done() or future.set_result(value))
+
+    threading.Thread(target=worker, daemon=True).start()
+    return await future
+
+
+def _lang(args: argparse.Namespace) -> str:
+    lang = args.lang or os.environ.get("FLOWER_LANG", "en") or "en"
+    return lang if lang in TEXTS else "en"
+
+
+def wake_banner(paths: Paths, state: dict, context: int | None) -> str:
+    """``<- resuming in ~/proj  brief confirmed · goal 15 checks · work context 80.2K · wake #3``."""
+    parts = []
+    if state["brief"]:
+        parts.append("brief confirmed")
+    if state["checks"]:
+        parts.append(f"goal {state['checks']} checks")
+    if context:
+        parts.append(f"work context {_human_tokens(context)}")
+    parts.append(f"wake #{state['woke'] + 1}")
+    return f"<- resuming in {_tilde(paths.workspace)}  " + " · ".join(parts)
+
+
+def _archive_task(paths: Paths, lineage: Lineage) -> list[str]:
+    target = archive_dir(paths.notes_dir)
+    return lineage.archive(target, extra=[p for p in (paths.brief, paths.goal) if os.path.exists(p)])
+
+
+async def _run_with_signals(rt: Runtime, reporter: Reporter, body: Callable[[], Awaitable[Any]],
+                            interactive: bool) -> Any:
+    """Run ``body`` with flower's signal policy: the first Ctrl-C interrupts the turn cooperatively
+    and (on a TTY) asks what to tell the agent; a second Ctrl-C quits (exit 130); SIGHUP/SIGTERM
+    write the manifest (rescue) and quit."""
+    loop = asyncio.get_running_loop()
+    task = asyncio.ensure_future(body())
+    state = {"interrupts": 0, "signal": None}
+
+    def on_sigint() -> None:
+        state["interrupts"] += 1
+        if state["interrupts"] == 1 and rt._current is not None:
+            reporter.say("\n" + text("interrupt_question", rt.lang), always=True)
+            rt.interrupt(None)
+        else:
+            state["signal"] = signal.SIGINT
+            rt.rescue()
+            task.cancel()
+
+    def on_terminate(signum: int) -> None:
+        state["signal"] = signum
+        rt.rescue()
+        task.cancel()
+
+    installed = []
+    with contextlib.suppress(NotImplementedError, RuntimeError):
+        loop.add_signal_handler(signal.SIGINT, on_sigint)
+        installed.append(signal.SIGINT)
+        for signum in (signal.SIGTERM, getattr(signal, "SIGHUP", None)):
+            if signum is not None:
+                loop.add_signal_handler(signum, on_terminate, signum)
+                installed.append(signum)
+
+    async def ask_words() -> str | None:
+        if not interactive:
+            return None
+        words = await read_line("> ")
+        state["interrupts"] = 0
+        return words.strip() or None
+
+    rt.ask_human = ask_words
+    try:
+        return await task
+    except asyncio.CancelledError:
+        signum = state["signal"] or signal.SIGINT
+        raise FlowerError("interrupted" if signum == signal.SIGINT else f"stopped by signal {signum}",
+                          EXIT_INTERRUPTED if signum == signal.SIGINT else 128 + int(signum)) from None
+    finally:
+        for signum in installed:
+            with contextlib.suppress(Exception):
+                loop.remove_signal_handler(signum)
+
+
+def cmd_go(args: argparse.Namespace, reporter: Reporter) -> int:
+    """The main job: clarify -> goal -> work, judged; carries on in a used directory."""
+    lang = _lang(args)
+    ask = _check_text(args.ask, "the task")
+    paths = Paths(args.workspace, args.run_dir, lang)
+    if not os.path.isdir(paths.workspace):
+        raise FlowerError(f"workspace {args.workspace} is not a directory", EXIT_USAGE)
+    paths.prepare()
+    store = _open_store(args, paths)
+    interactive = sys.stdin.isatty() and not args.json
+    lineage = Lineage.open(paths.run_dir, paths.workspace, notify=lambda m: reporter.say(m, always=True))
+    state = wake_state(paths.workspace, paths.run_dir)
+    used = state["waking"]
+    if args.new and (used or os.path.exists(lineage.path)):
+        moved = _archive_task(paths, lineage)
+        reporter.say(f"archived {len(moved)} file(s) into {_tilde(os.path.dirname(moved[0])) if moved else '-'}")
+        used = False
+    if ask is None and interactive:
+        answer = input(text("wake_continue_question" if used else "wake_new_question", lang) + "\n> ").strip()
+        if answer == "/new":
+            moved = _archive_task(paths, lineage)
+            reporter.say(f"archived {len(moved)} file(s)")
+            used = False
+            answer = input(text("wake_new_question", lang) + "\n> ").strip()
+        ask = _check_text(answer or None, "the task")
+    if not used and not ask:
+        raise FlowerError('nothing to do here yet: python flower.py "what should be done"', EXIT_USAGE)
+    _require_sdk()
+    _require_credentials()
+    rt = Runtime(workspace=paths.workspace, run_dir=paths.run_dir, store=store, lang=lang, model=args.model,
+                 trim=not args.no_trim, handoff=HandoffPolicy(enabled=not args.no_handoff, window=args.window),
+                 on_event=reporter.event, notify=lambda m: reporter.say(m, always=True))
+    try:
+        if used:
+            work_sid = rt.lineage.steps.get("work")
+            reporter.say(wake_banner(paths, wake_state(paths.workspace, paths.run_dir),
+                                     rt.last_context(work_sid) if work_sid else None))
+        human = _TerminalHuman(reporter) if interactive else None
+        flow = starter_flow(None if used else ask, rt=rt, rounds=args.rounds, use_goal=not args.no_goal,
+                            human=human, wake_sentence=ask if used else None, model=args.model,
+                            permission_mode=args.permission_mode)
+        try:
+            asyncio.run(_run_with_signals(rt, reporter, lambda: flow.run(rt), interactive))
+        except StepAbort as exc:
+            message = str(exc)
+            reporter.say(f"flower: {message}", always=True)
+            code = EXIT_OFFLINE if "network down" in message else EXIT_STEP_FAILED
+            reporter.say(f"total ${reporter.total_cost:.4f} · manifest {rt.manifest.path}", always=True)
+            return code
+        reporter.say(f"done · total ${reporter.total_cost:.4f} · manifest {rt.manifest.path}", always=True)
+        return EXIT_OK
+    finally:
+        rt.close()
+
+
+def cmd_once(args: argparse.Namespace, reporter: Reporter) -> int:
+    """One ad-hoc session; no lineage; its manifest row is step ``once``."""
+    prompt = _check_text(args.prompt, "the prompt") or ""
+    if args.fork and not args.resume:
+        raise FlowerError("--fork needs --resume SID", EXIT_USAGE)
+    paths = Paths(args.workspace, args.run_dir, _lang(args))
+    paths.prepare()
+    store = _open_store(args, paths)
+    _require_sdk()
+    _require_credentials()
+    tools = [t.strip() for t in args.tools.split(",") if t.strip()]
+    spec = AgentSpec("once", tools=tools, allowed_tools=tools, permission_mode=args.permission_mode,
+                     max_budget_usd=args.budget, model=args.model)
+    rt = Runtime(workspace=paths.workspace, run_dir=paths.run_dir, store=store, lang=_lang(args),
+                 on_event=reporter.event, notify=lambda m: reporter.say(m, always=True))
+    try:
+        resume = args.resume
+        if resume:
+            matches = [s["session_id"] for s in rt.raw_store.sessions(rt.project_key)
+                       if s["session_id"].startswith(resume)] if hasattr(rt.raw_store, "sessions") else [resume]
+            if len(matches) != 1:
+                raise FlowerError(f"no unique stored session starts with {resume!r} in this workspace", EXIT_USAGE)
+            resume = matches[0]
+        result = asyncio.run(_run_with_signals(rt, reporter, lambda: rt.run(
+            spec, prompt, step_name="once", resume=resume, fork=args.fork), sys.stdin.isatty()))
+        rt.record(result)
+        if result.ok and not args.json:
+            print(result.text, flush=True)
+        reporter.say(f"session {result.session_id} · ${result.cost_usd:.4f} · manifest {rt.manifest.path}",
+                     always=True)
+        if not result.ok:
+            reporter.say(f"flower: once failed: {result.error}", always=True)
+            return EXIT_OFFLINE if (result.error or "").startswith("network down") else EXIT_STEP_FAILED
+        return EXIT_OK
+    finally:
+        rt.close()
+
+
+def cmd_status(args: argparse.Namespace, reporter: Reporter) -> int:
+    """Wake state, the last manifest rows and the stored sessions; never needs the SDK."""
+    paths = Paths(args.workspace, args.run_dir, _lang(args))
+    if os.path.exists(paths.run_dir) and not os.path.isdir(paths.run_dir):
+        raise FlowerError(f"run dir {args.run_dir} is not a directory", EXIT_SETUP)
+    state = wake_state(paths.workspace, paths.run_dir)
+    rows = Manifest.read(paths.run_dir)
+    store = _open_store(args, paths, create=False) if os.path.isdir(paths.run_dir) else None
+    sessions = store.sessions(project_key(paths.workspace)) if store is not None and hasattr(store, "sessions") else []
+    if args.json:
+        print(json.dumps({"wake": state, "manifest": rows[-10:], "sessions": sessions}, ensure_ascii=False))
+        return EXIT_OK
+    out = sys.stdout
+    print(f"workspace  {_tilde(paths.workspace)}", file=out)
+    print(f"run dir    {_tilde(paths.run_dir)}", file=out)
+    if not state["waking"] and not rows:
+        print("nothing here yet: python flower.py \"what should be done\"", file=out)
+    print(f"brief      {'confirmed' if state['brief'] else 'none'}", file=out)
+    print(f"goal       {str(state['checks']) + ' checks' if state['goal'] else 'none'}", file=out)
+    print(f"woke       {state['woke']} time(s)", file=out)
+    for step, sid in state["steps"].items():
+        context = store.last_context(project_key(paths.workspace), sid) if store is not None and hasattr(store, "last_context") else None
+        print(f"step       {step}: {sid}" + (f"  context {_human_tokens(context)}" if context else ""), file=out)
+    if rows:
+        print("last steps:", file=out)
+        for row in rows[-8:]:
+            mark = "ok " if row.get("ok") else "ERR"
+            print(f"  {mark} {row.get('step', '?'):<22} ${float(row.get('cost_usd') or 0):.4f} "
+                  f"{row.get('num_turns', 0)} turns  {row.get('started_at', '')}"
+                  + (f"  {str(row.get('error'))[:60]}" if row.get("error") else ""), file=out)
+    if sessions:
+        print(f"sessions   {len(sessions)} stored for this workspace", file=out)
+    if store is not None:
+        store.close()
+    return EXIT_OK
+
+
+def cmd_doctor(args: argparse.Namespace, reporter: Reporter) -> int:
+    """Check everything a run needs, one line each; exit 0 only when all pass."""
+    checks: list[tuple[bool, str, str]] = []
+    checks.append((sys.version_info >= (3, 10), f"Python {sys.version.split()[0]}", "use Python 3.10 or newer"))
+    try:
+        sdk = importlib.import_module(_SDK_MODULE)
+        version = getattr(sdk, "__version__", "?")
+        checks.append((True, f"claude-agent-sdk {version}", ""))
+        cli = os.path.join(os.path.dirname(sdk.__file__), "_bundled", "claude")
+        import shutil
+        cli = cli if os.path.exists(cli) else (shutil.which("claude") or "")
+        checks.append((bool(cli), f"Claude Code CLI {_tilde(cli) if cli else 'not found'}",
+                       "reinstall claude-agent-sdk (it bundles the CLI)"))
+    except ImportError:
+        checks.append((False, "claude-agent-sdk not installed", "pip install claude-agent-sdk"))
+    creds = _credentials()
+    checks.append((creds is not None, f"credentials {creds[0]} {creds[1]}" if creds else "no credentials",
+                   "set ANTHROPIC_API_KEY or log in with the claude CLI"))
+    host, port = endpoint()
+    online = asyncio.run(reachable(host, port, env_number("FLOWER_PROBE_TIMEOUT", 5.0)))
+    checks.append((online, f"endpoint {host}:{port} {'reachable' if online else 'unreachable'}",
+                   "check the network, ANTHROPIC_BASE_URL and HTTPS_PROXY"))
+    paths = Paths(args.workspace, args.run_dir, _lang(args))
+    try:
+        paths.prepare()
+        probe = paths.run(f".doctor-{os.getpid()}")
+        atomic_write(probe, "ok")
+        os.unlink(probe)
+        checks.append((True, f"run dir {_tilde(paths.run_dir)} writable", ""))
+        db = paths.run("sessions.db")
+        if os.path.exists(db):
+            try:
+                store = SqliteSessionStore(db)
+                verdict = store.integrity()
+                store.close()
+                checks.append((verdict == "ok", f"sessions.db integrity {verdict}", "move the file aside"))
+            except FlowerError as exc:
+                checks.append((False, str(exc), "move the file aside"))
+    except (FlowerError, OSError) as exc:
+        checks.append((False, f"run dir: {exc}", "choose a writable --run-dir"))
+    for ok, what, fix in checks:
+        print(f"{'OK  ' if ok else 'FAIL'} {what}" + ("" if ok or not fix else f"  -> {fix}"))
+    return EXIT_OK if all(ok for ok, _, _ in checks) else EXIT_SETUP
+
+
+def render_entries(entries: list[dict]) -> str:
+    """A transcript as plain text: who said what, tool calls and (shortened) results."""
+    lines = []
+    for entry in entries:
+        kind = entry.get("type")
+        if kind not in ("user", "assistant"):
+            continue
+        for block in blocks_of(entry):
+            if not isinstance(block, dict):
+                continue
+            if block.get("type") == "text" and block.get("text"):
+                lines.append(f"[{kind}] {block['text']}")
+            elif block.get("type") == "tool_use":
+                lines.append(f"[tool_use {block.get('name')}] {json.dumps(block.get('input'), ensure_ascii=False)[:300]}")
+            elif block.get("type") == "tool_result":
+                body = block_text(block)
+                lines.append(f"[tool_result{' error' if block.get('is_error') else ''}] "
+                             f"{body[:500]}{'…' if len(body) > 500 else ''}")
+    return redact("\n".join(lines))
+
+
+def cmd_sessions(args: argparse.Namespace, reporter: Reporter) -> int:
+    """List stored sessions with their size and last context."""
+    paths = Paths(args.workspace, args.run_dir, _lang(args))
+    store = _open_store(args, paths, create=False)
+    if store is None or not hasattr(store, "sessions"):
+        print("no sessions stored yet")
+        return EXIT_OK
+    rows = store.sessions(None if args.all else project_key(paths.workspace))
+    lineage = _peek_json(paths.run("lineage.json")) or {}
+    owners = {sid: step for step, sid in (lineage.get("steps") or {}).items()}
+    for row in rows:
+        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(row["mtime"] / 1000))
+        print(f"{row['session_id']}  {when}  {row['entries']:>6} entries  ctx {_human_tokens(row['context']):>7}"
+              + (f"  {owners[row['session_id']]}" if row["session_id"] in owners else "")
+              + (f"  {row['project_key']}" if args.all else ""))
+    store.close()
+    return EXIT_OK
+
+
+def cmd_show(args: argparse.Namespace, reporter: Reporter) -> int:
+    """Print a session as the model would be sent it (pruned), or as stored with --raw."""
+    paths = Paths(args.workspace, args.run_dir, _lang(args))
+    store = _open_store(args, paths, create=False)
+    if store is None or not hasattr(store, "find_session"):
+        raise FlowerError("no sessions stored here", EXIT_USAGE)
+    matches = store.find_session(args.sid)
+    if len(matches) != 1:
+        store.close()
+        raise FlowerError(f"{len(matches)} sessions start with {args.sid!r}; give more of the id", EXIT_USAGE)
+    key = {"project_key": matches[0]["project_key"], "session_id": matches[0]["session_id"]}
+    entries = store.load_sync(key) or []
+    store.close()
+    if args.raw:
+        for entry in entries:
+            print(redact(json.dumps(entry, ensure_ascii=False)))
+        return EXIT_OK
+    pruned, report = prune(entries, PrunePolicy(lang=_lang(args)))
+    print(render_entries(pruned))
+    print(f"-- pruned: {report.as_dict()}", file=sys.stderr)
+    return EXIT_OK
+
+
+COMMANDS = {"go": cmd_go, "once": cmd_once, "status": cmd_status, "doctor": cmd_doctor,
+            "sessions": cmd_sessions, "show": cmd_show}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the command line; returns the exit code (never raises, never prints a traceback)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    reporter = Reporter(json_mode="--json" in argv, quiet="-q" in argv or "--quiet" in argv)
+    try:
+        for value in argv:
+            _check_text(value if value != "-" else "", "an argument")
+        parser = build_parser()
+        args = parser.parse_args(_split_command(argv))
+        reporter = Reporter(json_mode=args.json, verbose=args.verbose, quiet=args.quiet)
+        for env_name, env_value in cli_env_defaults().items():
+            os.environ.setdefault(env_name, env_value)
+        return COMMANDS[args.command](args, reporter)
+    except FlowerError as exc:
+        reporter.close()
+        print(f"flower: {redact(str(exc))}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        reporter.close()
+        print("flower: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except SystemExit as exc:  # argparse --help / --version
+        return int(exc.code or 0) if isinstance(exc.code, int) else 0
+    except BrokenPipeError:
+        return EXIT_OK
+    except OSError as exc:
+        print(f"flower: {exc.strerror or exc}{': ' + exc.filename if getattr(exc, 'filename', None) else ''}",
+              file=sys.stderr)
+        return EXIT_SETUP
+    except Exception as exc:  # the last line of defence: one line, no traceback
+        print(f"flower: unexpected {type(exc).__name__}: {redact(str(exc))[:300]}", file=sys.stderr)
+        if os.environ.get("FLOWER_DEBUG"):
+            raise
+        return EXIT_STEP_FAILED
+    finally:
+        reporter.close()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
