@@ -1,0 +1,205 @@
+"""Session stores: SQLite store semantics, concurrency, corrupt files, project keys, conformance."""
+
+import asyncio
+import importlib.util
+import json
+import os
+import stat
+import subprocess
+import sys
+import tempfile
+import unittest
+
+import flower
+from flower import SqliteSessionStore, PruningSessionStore, FlowerError
+
+HAVE_SDK = importlib.util.find_spec("claude_agent_sdk") is not None
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+KEY = {"project_key": "proj", "session_id": "s1"}
+
+
+def entry(uid, n=0, **extra):
+    return {"type": "user", "uuid": uid, "n": n, **extra}
+
+
+class SqliteStore(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.path = os.path.join(self.tmp.name, "runs", "sessions.db")
+        self.store = SqliteSessionStore(self.path)
+
+    def tearDown(self):
+        self.store.close()
+        self.tmp.cleanup()
+
+    def test_append_is_idempotent_on_uuid_and_keeps_order(self):
+        asyncio.run(self.store.append(KEY, [entry("b", 1), entry("a", 2)]))
+        asyncio.run(self.store.append(KEY, [entry("a", 2), {"type": "last-prompt"}, entry("c", 3)]))
+        asyncio.run(self.store.append(KEY, [{"type": "last-prompt"}]))
+        loaded = asyncio.run(self.store.load(KEY))
+        self.assertEqual([e.get("uuid") for e in loaded], ["b", "a", None, "c", None])
+
+    def test_unknown_key_is_none_and_subpaths_are_separate(self):
+        self.assertIsNone(asyncio.run(self.store.load(KEY)))
+        sub = dict(KEY, subpath="subagents/agent-1")
+        asyncio.run(self.store.append(KEY, [entry("m")]))
+        asyncio.run(self.store.append(sub, [entry("s")]))
+        self.assertEqual(asyncio.run(self.store.load(KEY)), [entry("m")])
+        self.assertEqual(asyncio.run(self.store.list_subkeys(KEY)), ["subagents/agent-1"])
+        self.assertEqual([s["session_id"] for s in asyncio.run(self.store.list_sessions("proj"))], ["s1"])
+
+    def test_mtime_strictly_increasing_epoch_ms(self):
+        times = []
+        for i in range(20):
+            asyncio.run(self.store.append(dict(KEY, session_id=f"s{i}"), [entry(f"u{i}")]))
+        times = [s["mtime"] for s in sorted(asyncio.run(self.store.list_sessions("proj")), key=lambda s: s["session_id"])]
+        by_order = [s["mtime"] for s in sorted(asyncio.run(self.store.list_sessions("proj")), key=lambda s: s["mtime"])]
+        self.assertEqual(len(set(times)), 20)
+        self.assertGreater(min(times), 10 ** 12)
+        self.assertEqual(by_order, sorted(by_order))
+
+    def test_delete_cascades_to_subpaths(self):
+        sub = dict(KEY, subpath="subagents/a")
+        asyncio.run(self.store.append(KEY, [entry("m")]))
+        asyncio.run(self.store.append(sub, [entry("s")]))
+        asyncio.run(self.store.delete(KEY))
+        self.assertIsNone(asyncio.run(self.store.load(KEY)))
+        self.assertIsNone(asyncio.run(self.store.load(sub)))
+        self.assertFalse(self.store.has_session("proj", "s1"))
+
+    def test_extras(self):
+        asyncio.run(self.store.append(KEY, [
+            {"type": "assistant", "uuid": "1", "message": {"model": "m", "usage": {"input_tokens": 10, "cache_read_input_tokens": 70000}}},
+            {"type": "assistant", "uuid": "2", "isApiErrorMessage": True, "message": {"model": "<synthetic>", "usage": {"input_tokens": 0}}}]))
+        self.assertTrue(self.store.has_session("proj", "s1"))
+        self.assertFalse(self.store.has_session("proj", "nope"))
+        self.assertEqual(self.store.last_context("proj", "s1"), 70010)
+        self.assertEqual(self.store.sessions()[0]["entries"], 2)
+        self.assertEqual(self.store.integrity(), "ok")
+
+    def test_file_is_private(self):
+        mode = stat.S_IMODE(os.stat(self.path).st_mode)
+        self.assertEqual(mode & 0o077, 0, oct(mode))
+        self.assertEqual(stat.S_IMODE(os.stat(os.path.dirname(self.path)).st_mode) & 0o077, 0)
+
+    def test_memory_store_and_threads(self):
+        import threading
+        store = SqliteSessionStore(":memory:")
+
+        def worker(n):
+            for i in range(50):
+                store.append_sync(KEY, [entry(f"{n}-{i}")])
+        threads = [threading.Thread(target=worker, args=(n,)) for n in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        self.assertEqual(len(store.load_sync(KEY)), 200)
+
+
+class Concurrency(unittest.TestCase):
+    def test_two_processes_append_at_once_lose_nothing(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            db = os.path.join(tmp, "sessions.db")
+            SqliteSessionStore(db).close()
+            code = ("import sys; sys.path.insert(0, sys.argv[1]); import flower\n"
+                    "s = flower.SqliteSessionStore(sys.argv[2])\n"
+                    "for i in range(300):\n"
+                    "    s.append_sync({'project_key': 'p', 'session_id': 'shared'}, [{'type': 'user', 'uuid': sys.argv[3] + str(i)}])\n"
+                    "print('done')\n")
+            procs = [subprocess.Popen([sys.executable, "-c", code, ROOT, db, tag], stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE, text=True) for tag in ("a", "b")]
+            outs = [p.communicate(timeout=120) for p in procs]
+            for p, (out, err) in zip(procs, outs):
+                self.assertEqual(p.returncode, 0, err)
+                self.assertNotIn("locked", err)
+            store = SqliteSessionStore(db)
+            loaded = store.load_sync({"project_key": "p", "session_id": "shared"})
+            self.assertEqual(len(loaded), 600)
+            self.assertEqual(len({e["uuid"] for e in loaded}), 600)
+            store.close()
+
+
+class CorruptFile(unittest.TestCase):
+    def test_non_sqlite_file_is_reported_and_left_alone(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            db = os.path.join(tmp, "sessions.db")
+            junk = b"this is not a database, but it is somebody's data\n" * 100
+            with open(db, "wb") as fh:
+                fh.write(junk)
+            with self.assertRaises(FlowerError) as caught:
+                SqliteSessionStore(db)
+            self.assertIn(db, str(caught.exception))
+            self.assertEqual(caught.exception.exit_code, 3)
+            with open(db, "rb") as fh:
+                self.assertEqual(fh.read(), junk)
+
+    def test_directory_in_place_of_db(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            os.makedirs(os.path.join(tmp, "sessions.db"))
+            with self.assertRaises(FlowerError):
+                SqliteSessionStore(os.path.join(tmp, "sessions.db"))
+
+
+class ProjectKey(unittest.TestCase):
+    def test_rule(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            real = os.path.realpath(tmp)
+            self.assertEqual(flower.project_key(tmp), "".join(c if c.isalnum() and c.isascii() else "-" for c in real))
+            long_dir = os.path.join(tmp, *["a-very-long-directory-name"] * 10)
+            os.makedirs(long_dir)
+            key = flower.project_key(long_dir)
+            sanitized = "".join(c if c.isalnum() and c.isascii() else "-" for c in os.path.realpath(long_dir))
+            self.assertGreater(len(sanitized), 200)
+            self.assertEqual(key[:201], sanitized[:200] + "-")
+            self.assertRegex(key[201:], r"^[0-9a-z]+$")
+
+    @unittest.skipUnless(HAVE_SDK, "claude-agent-sdk not installed: the SDK comparison runs in CI")
+    def test_matches_the_sdk(self):
+        import claude_agent_sdk as sdk
+        with tempfile.TemporaryDirectory() as tmp:
+            paths = [tmp, os.path.join(tmp, "Ünïcödé 目录"), os.path.join(tmp, "x" * 120, "y" * 120, "z" * 40)]
+            for p in paths:
+                os.makedirs(p, exist_ok=True)
+            link = os.path.join(tmp, "link")
+            os.symlink(paths[1], link)
+            paths.append(link)
+            for p in paths:
+                saved = sys.modules.pop("claude_agent_sdk")
+                try:
+                    ours = flower.project_key(p)  # flower's own rule (SDK not loaded)
+                finally:
+                    sys.modules["claude_agent_sdk"] = saved
+                self.assertEqual(ours, sdk.project_key_for_directory(p), p)
+                self.assertEqual(flower.project_key(p), sdk.project_key_for_directory(p))
+
+
+@unittest.skipUnless(HAVE_SDK, "claude-agent-sdk not installed: conformance runs in CI (.ci/run installs it)")
+class Conformance(unittest.TestCase):
+    def _run(self, factory):
+        from claude_agent_sdk.testing.session_store_conformance import run_session_store_conformance
+        asyncio.run(run_session_store_conformance(factory))
+
+    def test_sqlite_store_passes_all_contracts(self):
+        from claude_agent_sdk.testing import session_store_conformance as mod
+        self.assertEqual(mod._OPTIONAL_METHODS, frozenset({"list_sessions", "list_session_summaries", "delete",
+                                                            "list_subkeys"}))
+        for method in mod._OPTIONAL_METHODS:  # none skipped: every optional method is implemented
+            self.assertTrue(mod._has_optional(SqliteSessionStore(":memory:"), method, frozenset()), method)
+        self._run(lambda: SqliteSessionStore(":memory:"))
+
+    def test_pruning_store_passes_all_contracts(self):
+        self._run(lambda: PruningSessionStore(SqliteSessionStore(":memory:")))
+
+    def test_summaries_are_folded(self):
+        store = SqliteSessionStore(":memory:")
+        asyncio.run(store.append(KEY, [{"type": "user", "uuid": "u", "timestamp": "2026-01-01T00:00:00Z",
+                                        "message": {"role": "user", "content": "hello there"}}]))
+        summaries = asyncio.run(store.list_session_summaries("proj"))
+        self.assertEqual(len(summaries), 1)
+        self.assertEqual(summaries[0]["session_id"], "s1")
+        self.assertIn("hello there", json.dumps(summaries[0]["data"]))
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,122 @@
+"""Generators of transcripts shaped like the real CLI's (sdk-notes §c-§e), for property tests and
+benchmarks. Seeded ``random`` only."""
+
+from __future__ import annotations
+
+import random
+import uuid as _uuid
+
+DENIAL_TEXT = "Claude requested permissions to write to /w/x.txt, but you haven't granted it yet."
+INTERRUPT_TEXT = ("The user doesn't want to proceed with this tool use. The tool use was rejected (eg. if it was "
+                  "a file edit, the new_string was NOT written to the file). STOP what you are doing and wait for "
+                  "the user to tell you how to proceed.")
+KILLED_TEXT = ("[Tool call interrupted: the session ended before this call's result was recorded, so its outcome "
+               "is unknown. Check whether it took effect before relying on it or running it again.]")
+GLANCES = ["git status", "ls -la", "git log --oneline -5", "cat README.md", "pwd", "git diff", "wc -l x.py"]
+WRITES = ["python3 build.py", "git commit -m x", "rm -rf build", "echo hi > f.txt", "sed -i s/a/b/ f"]
+
+
+class Builder:
+    def __init__(self, rng: random.Random, sid: str = "s-1"):
+        self.rng = rng
+        self.sid = sid
+        self.entries: list[dict] = []
+        self.parent: str | None = None
+        self.n = 0
+
+    def _uuid(self) -> str:
+        self.n += 1
+        return str(_uuid.UUID(int=self.rng.getrandbits(128)))
+
+    def add(self, entry: dict, chained: bool = True) -> dict:
+        if chained:
+            entry["uuid"] = self._uuid()
+            entry["parentUuid"] = self.parent
+            self.parent = entry["uuid"]
+        entry["sessionId"] = self.sid
+        self.entries.append(entry)
+        return entry
+
+    def prompt(self, text: str) -> None:
+        self.add({"type": "queue-operation", "operation": "enqueue", "content": text}, chained=False)
+        self.add({"type": "user", "message": {"role": "user", "content": text}})
+        if self.rng.random() < 0.3:
+            self.add({"type": "attachment", "attachment": {"type": "date"}})
+
+    def say(self, text: str, level: int) -> None:
+        self.add({"type": "assistant", "message": {"id": "msg_" + self._uuid()[:8], "role": "assistant",
+                                                   "model": "claude-opus-5-5", "content": [{"type": "text", "text": text}],
+                                                   "usage": {"input_tokens": level, "cache_read_input_tokens": 0,
+                                                             "cache_creation_input_tokens": 0}}})
+
+    def tool(self, name: str, args: dict, result: str, *, kind: str = "ok", level: int = 1000,
+             answered: bool = True) -> None:
+        tid = "toolu_" + self._uuid()[:12]
+        self.add({"type": "assistant", "message": {"id": "msg_" + self._uuid()[:8], "role": "assistant",
+                                                   "model": "claude-opus-5-5",
+                                                   "content": [{"type": "tool_use", "id": tid, "name": name, "input": args}],
+                                                   "usage": {"input_tokens": level}}})
+        if not answered:
+            return
+        entry = {"type": "user", "message": {"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": tid, "content": result, "is_error": kind != "ok"}]}}
+        if kind == "ok":
+            entry["toolUseResult"] = {"stdout": result}
+        elif kind == "denial":
+            entry["message"]["content"][0]["content"] = DENIAL_TEXT
+            entry.update(toolUseResult="Error: " + DENIAL_TEXT, toolDenialKind=self.rng.choice(
+                ["user-rejected", "permission-rule"]), permissionDecision={"decision": "reject", "source": "config"})
+        elif kind == "interrupt":
+            entry["message"]["content"][0]["content"] = INTERRUPT_TEXT
+            entry.update(toolUseResult="User rejected tool use", toolDenialKind="user-rejected")
+        elif kind == "killed":
+            entry["message"]["content"][0]["content"] = KILLED_TEXT
+            entry.update(toolUseResult=KILLED_TEXT, toolDenialKind="interrupted")
+        elif kind == "disallowed":
+            entry["message"]["content"][0]["content"] = "<tool_use_error>Error: No such tool available</tool_use_error>"
+        self.add(entry)
+
+    def api_error(self, retries: int) -> None:
+        for i in range(retries):
+            self.add({"type": "system", "subtype": "api_error", "level": "error",
+                      "error": {"message": "Connection error."}, "retryAttempt": i + 1})
+        self.add({"type": "assistant", "isApiErrorMessage": True, "message": {
+            "id": "x", "model": "<synthetic>", "role": "assistant", "usage": {"input_tokens": 0},
+            "content": [{"type": "text", "text": "API Error: Connection refused (ECONNREFUSED)"}]}})
+
+
+def random_transcript(seed: int, size: int = 40) -> list[dict]:
+    rng = random.Random(seed)
+    b = Builder(rng, sid=f"s-{seed}")
+    b.prompt("build the thing")
+    level = 1000
+    for _ in range(size):
+        level += rng.randint(10, 500)
+        r = rng.random()
+        if r < 0.15:
+            b.say(rng.choice(["working", "done part", "hmm"]), level)
+        elif r < 0.35:
+            b.tool("Bash", {"command": rng.choice(GLANCES)}, "x" * rng.choice([10, 100, 2500]), level=level)
+        elif r < 0.45:
+            b.tool("Bash", {"command": rng.choice(WRITES)}, "y" * rng.choice([10, 3000, 9000]), level=level)
+        elif r < 0.55:
+            b.tool("Write", {"file_path": "/w/x.txt", "content": "z"}, "", kind="denial", level=level)
+        elif r < 0.6:
+            b.tool("Bash", {"command": "python3 long.py"}, "", kind="interrupt", level=level)
+        elif r < 0.63:
+            b.tool("Bash", {"command": "python3 long.py"}, "", kind="killed", level=level)
+        elif r < 0.7:
+            b.api_error(rng.randint(0, 3))
+        elif r < 0.75:
+            b.prompt(rng.choice(["continue", "also do X"]))
+        elif r < 0.8:
+            b.add({"type": "last-prompt", "lastPrompt": "x"}, chained=False)
+        elif r < 0.85:
+            b.tool("Read", {"file_path": "/w/big.py"}, "r" * rng.choice([50, 2100, 5000]), level=level)
+        elif r < 0.88:
+            b.tool("Write", {"file_path": "/w/y"}, "", kind="disallowed", level=level)
+        else:
+            b.say("thinking aloud " * rng.randint(1, 5), level)
+    if rng.random() < 0.3:
+        b.tool("Bash", {"command": "make"}, "", answered=False, level=level)
+    return b.entries
