@@ -885,6 +885,11 @@ def _results(entries: list[dict]) -> list[tuple[int, int, dict]]:
     return found
 
 
+def _is_trim_marker(value: str) -> bool:
+    """True for a trimmed-result marker (any language): trimming already made its pointer."""
+    return any(value.startswith(table["trimmed_result"].split("{")[0]) for table in TEXTS.values())
+
+
 def _api_call_ids(entries: list[dict], skip: set) -> list[int]:
     """For each index, how many distinct assistant API calls (message ids) come after it."""
     after = [0] * (len(entries) + 1)
@@ -984,7 +989,7 @@ def prune(entries: list[dict], policy: PrunePolicy | None = None) -> tuple[list[
                 glances.append((i, j, block, command))
         for i, j, block, command in glances[:max(0, len(glances) - policy.keep_glances)]:
             current = block_text(block)
-            if len(current) > policy.glance_max_chars:
+            if len(current) > policy.glance_max_chars or _is_trim_marker(current):
                 continue
             short = command if len(command) <= 80 else command[:77] + "..."
             marker = text("expired_result", policy.lang, cmd=short, n=after[i])

@@ -1,0 +1,277 @@
+"""Handoff: window resolution, the carry (pure), the degraded ledger, slim transcripts, and the
+runtime's handoff exit on the fake SDK."""
+
+import asyncio
+import json
+import os
+import random
+import tempfile
+import unittest
+
+import flower
+from flower import Ledger, assemble_carry, degraded_ledger, HandoffPolicy, WindowBook, resolve_window
+from tests import fakesdk
+from tests.fakesdk import FAKE
+from tests.test_notes import LEDGER_EN
+from tests.test_util import SECRETS
+from tests.transcripts import Builder
+
+NAV = {"handoff document": "/ws/.flower/notes/handoff-work.md", "brief": "/ws/.flower/notes/brief.md",
+       "transcript 1 (retired session)": "/ws/runs/transcripts/abc.md"}
+
+
+def big_ledger(seed=0, scale=1):
+    rng = random.Random(seed)
+
+    def lines(tag, n):
+        return "\n".join(f"- {tag} {i}: " + " ".join(["word"] * rng.randint(3, 30)) for i in range(n))
+    return Ledger({"status": lines("status", 40 * scale), "decisions": lines("decision", 40 * scale),
+                   "dead_ends": lines("dead end", 12), "next_step": "Run `make test` in /ws and fix tests/test_a.py first.",
+                   "pointers": lines("pointer", 60 * scale)})
+
+
+THREAD = [("user" if i % 2 else "assistant", f"message {i} " + "blah " * 130) for i in range(10)]
+
+
+class Carry(unittest.TestCase):
+    def test_within_budget_is_byte_identical_and_complete(self):
+        ledger = Ledger.parse(LEDGER_EN)
+        a = assemble_carry(ledger, nav=NAV, thread=THREAD[:3], budget_chars=18000)
+        b = assemble_carry(Ledger.parse(LEDGER_EN), nav=dict(NAV), thread=list(THREAD[:3]), budget_chars=18000)
+        self.assertEqual(a.text.encode(), b.text.encode())
+        self.assertEqual((a.trimmed, a.dropped), ([], []))
+        for part in ("Next step", "Dead ends", "Status", "Decisions", "Pointers", "Recent thread"):
+            self.assertIn(f"## {part}", a.text)
+        self.assertLess(a.text.index("## Next step"), a.text.index("## Dead ends"))
+        self.assertLess(a.text.index("## Dead ends"), a.text.index("## Status"))
+
+    def test_under_pressure(self):
+        ledger = big_ledger()
+        for budget in range(4000, 18001, 1000):
+            with self.subTest(budget=budget):
+                carry = assemble_carry(ledger, nav=NAV, thread=THREAD, budget_chars=budget)
+                self.assertLessEqual(len(carry.text), budget)
+                self.assertIn(ledger.get("next_step"), carry.text)       # intact
+                self.assertIn(ledger.get("dead_ends"), carry.text)       # intact
+                for path in NAV.values():
+                    self.assertIn(path, carry.text)
+                self.assertIn(flower.text("carry_head"), carry.text)
+                for key in carry.dropped:
+                    heading = flower.LEDGER_HEADINGS["en"].get(key, "Recent thread")
+                    self.assertNotIn(f"## {heading}\n", carry.text)
+                for key in carry.trimmed:
+                    self.assertIn("more lines trimmed", carry.text)
+                if carry.dropped or carry.trimmed:
+                    self.assertIn("Full text: " + NAV["handoff document"], carry.text)
+                # lower priorities go first: if anything higher was cut, everything lower is dropped
+                order = list(flower.CARRY_PRIORITY)
+                cut = [order.index(k) for k in carry.trimmed + carry.dropped]
+                if cut:
+                    for k in order[max(cut) + 1:]:
+                        self.assertIn(k, carry.dropped)
+
+    def test_small_budget_drops_low_priority_first(self):
+        carry = assemble_carry(big_ledger(), nav=NAV, thread=THREAD, budget_chars=4000)
+        self.assertIn("thread", carry.dropped)
+        self.assertIn("pointers", carry.dropped)
+        self.assertNotIn("next_step", carry.dropped + carry.trimmed)
+
+    def test_secrets_never_survive_into_carry(self):
+        ledger = Ledger.parse(LEDGER_EN + "\n".join(SECRETS))
+        ledger.sections["next_step"] += " with password=hunter2xyz"
+        carry = assemble_carry(ledger, nav=NAV, thread=[("user", "my key is " + SECRETS[0])], budget_chars=18000)
+        for secret in SECRETS + ["hunter2xyz"]:
+            self.assertNotIn(secret.splitlines()[0] if "PRIVATE" not in secret else "MIIEowIBAAKCAQEA", carry.text)
+
+    def test_zh(self):
+        carry = assemble_carry(Ledger.parse(LEDGER_EN), nav=NAV, thread=[], budget_chars=18000, lang="zh")
+        self.assertIn("## 下一步", carry.text)
+        self.assertIn("材料已分层", carry.text)
+
+
+class Degraded(unittest.TestCase):
+    def test_built_from_the_transcript(self):
+        b = Builder(random.Random(1))
+        b.prompt("build md2html")
+        b.tool("TodoWrite", {"todos": [{"content": "write parser", "status": "completed"},
+                                       {"content": "add highlighting", "status": "in_progress"}]}, "ok")
+        b.tool("Write", {"file_path": "/ws/md2html.py", "content": "x"}, "ok")
+        b.tool("Edit", {"file_path": "/ws/README.md", "old_string": "a", "new_string": "b"}, "ok")
+        b.tool("Bash", {"command": "python3 md2html.py t.md"}, "ok")
+        for i in range(5):
+            b.say(f"note {i}", 1000)
+        b.api_error(2)
+        ledger = degraded_ledger(b.entries, "timed out", "build md2html")
+        self.assertEqual(ledger.degraded, "timed out")
+        self.assertIn("add highlighting", ledger.get("next_step"))
+        self.assertIn("[x] write parser", ledger.get("status"))
+        self.assertIn("note 4", ledger.get("status"))
+        self.assertNotIn("note 1", ledger.get("status"))
+        self.assertIn("/ws/md2html.py", ledger.get("pointers"))
+        self.assertIn("python3 md2html.py", ledger.get("pointers"))
+        self.assertNotIn("API Error", json.dumps(ledger.sections))
+        self.assertIn("[degraded: timed out]", ledger.render("work", 1))
+
+    def test_empty_transcript_uses_the_prompt(self):
+        ledger = degraded_ledger([], "overflow", "do the thing")
+        self.assertIn("do the thing", ledger.get("next_step"))
+
+
+class Window(unittest.TestCase):
+    def test_resolution_order(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            book = WindowBook(tmp, base_url="http://x")
+            saved = os.environ.pop("FLOWER_WINDOW", None)
+            try:
+                self.assertEqual(resolve_window(None, book=book), (200_000, "default"))
+                self.assertEqual(resolve_window("claude-sonnet-4-5", book=book), (200_000, "model"))
+                self.assertEqual(resolve_window("claude-sonnet-4-5[1m]", book=book), (1_000_000, "model"))
+                self.assertEqual(resolve_window("claude-opus-5-5", book=book), (1_000_000, "model"))
+                book.learn("claude-opus-5-5", 500_000)
+                self.assertEqual(resolve_window("claude-opus-5-5", book=book), (500_000, "learned"))
+                book.lower("claude-opus-5-5", 300_000)
+                book.learn("claude-opus-5-5", 1_000_000)  # an advertised window never undoes a real overflow
+                self.assertEqual(resolve_window("claude-opus-5-5", book=book), (300_000, "learned"))
+                os.environ["FLOWER_WINDOW"] = "123456"
+                self.assertEqual(resolve_window("claude-opus-5-5", book=book), (123456, "FLOWER_WINDOW"))
+                self.assertEqual(resolve_window("claude-opus-5-5", explicit=1000, book=book), (1000, "--window"))
+            finally:
+                os.environ.pop("FLOWER_WINDOW", None)
+                if saved is not None:
+                    os.environ["FLOWER_WINDOW"] = saved
+
+    def test_thresholds(self):
+        policy = HandoffPolicy()
+        self.assertEqual(policy.at(200_000), 150_000)
+        self.assertEqual(policy.warn_at(200_000), 140_000)
+
+
+GOOD_LEDGER = LEDGER_EN
+
+
+class RuntimeHandoff(unittest.TestCase):
+    """The handoff exit of Runtime.run on the fake SDK (window 200K: at = 150K, warn at 140K)."""
+
+    def setUp(self):
+        fakesdk.install()
+        self.tmp = tempfile.TemporaryDirectory()
+        self.ws = os.path.join(self.tmp.name, "ws")
+        os.makedirs(self.ws)
+        self.events = []
+        os.environ.pop("FLOWER_WINDOW", None)
+        self.rt = flower.Runtime(workspace=self.ws, run_dir=os.path.join(self.tmp.name, "runs"),
+                                 resilience=flower.Resilience(probe=False, base_delay=0),
+                                 handoff=HandoffPolicy(window=200_000), on_event=self.events.append)
+        self.spec = flower.AgentSpec("work")
+
+    def tearDown(self):
+        self.rt.close()
+        fakesdk.uninstall()
+        self.tmp.cleanup()
+
+    def run_step(self, prompt="do it"):
+        return asyncio.run(self.rt.run(self.spec, prompt, lineage_key="work"))
+
+    def handoffs(self, phase):
+        return [e for e in self.events if e.kind == "handoff" and e.data.get("phase") == phase]
+
+    def test_threshold_mid_turn_one_ritual_successor_gets_carry(self):
+        FAKE.turns = [
+            [("text", "step 1", 100_000), ("tool", "Bash", {"command": "make"}, "built", 145_000),
+             ("tool", "Bash", {"command": "make test"}, "passed", 151_000),   # crosses 150K
+             ("tool", "Bash", {"command": "never runs"}, "x", 152_000)],
+            [("text", GOOD_LEDGER, 152_000)],                                  # the ritual
+            [("text", "finished in the new session", 20_000)],                 # the successor
+        ]
+        result = self.run_step()
+        self.assertTrue(result.ok, result.error)
+        self.assertEqual(len(self.handoffs("near")), 1)
+        self.assertEqual(len(self.handoffs("writing")), 1)
+        self.assertEqual(len(self.handoffs("done")), 1)
+        self.assertEqual(FAKE.interrupts, 1)
+        prompts = [c["prompt"] for c in FAKE.calls]
+        self.assertEqual(prompts[1], flower.text("handoff_prompt"))
+        self.assertIn("Run `python -m pytest tests/test_parser.py`", prompts[2])   # the carry
+        self.assertIsNone(FAKE.calls[2]["options"].resume)                       # a fresh session
+        self.assertEqual(FAKE.calls[2]["options"].session_id, result.session_id)
+        self.assertEqual(result.retired, [FAKE.calls[0]["options"].session_id])
+        self.assertEqual(result.attempts, 1)
+        self.assertEqual(result.generations, 1)
+        self.assertEqual(self.rt.lineage.steps["work"], result.session_id)
+        doc = self.rt.paths.handoff("work")
+        with open(doc, encoding="utf-8") as fh:
+            self.assertIn("# Handoff: work · generation 1", fh.read())
+        self.assertTrue(os.path.exists(self.rt.paths.transcript(result.retired[0])))
+        self.assertEqual(FAKE.calls[1]["options"].env.get("DISABLE_AUTO_COMPACT"), "1")
+        self.assertEqual(result.context, 20_000)  # the water level reset with the new session
+
+    def test_ritual_incomplete_gives_degraded_ledger(self):
+        FAKE.turns = [
+            [("tool", "Write", {"file_path": "/ws/a.py", "content": "x"}, "ok", 151_000)],
+            [("text", "sorry, no document", 151_000)],
+            [("text", "done", 1000)],
+        ]
+        result = self.run_step()
+        self.assertTrue(result.ok)
+        done = self.handoffs("done")[0]
+        self.assertIn("incomplete", done.data["degraded"])
+        self.assertIn("/ws/a.py", FAKE.calls[2]["prompt"])   # the degraded ledger carried the file
+
+    def test_ritual_timeout_is_fail_soft(self):
+        self.rt.handoff.ritual_timeout = 0.2
+        FAKE.turns = [
+            [("text", "big", 151_000)],
+            [("block", "never")],
+            [("text", "done", 1000)],
+        ]
+        result = self.run_step()
+        self.assertTrue(result.ok)
+        self.assertIn("timed out", self.handoffs("done")[0].data["degraded"])
+
+    def test_two_degraded_in_a_row_stop_with_a_diagnostic(self):
+        FAKE.turns = [[("text", "a", 151_000)], [("text", "no doc", 151_000)],
+                      [("text", "b", 160_000)], [("text", "no doc", 160_000)]]
+        result = self.run_step()
+        self.assertFalse(result.ok)
+        self.assertIn("two degraded handoffs in a row", result.error)
+        self.assertIn("window 200000", result.error)
+        self.assertIn("threshold 150000", result.error)
+        self.assertIn("level 160000", result.error)
+
+    def test_generation_cap(self):
+        self.rt.handoff.max_generations = 3
+        FAKE.turns = [[("text", "x", 151_000)], [("text", GOOD_LEDGER, 151_000)]] * 5
+        result = self.run_step()
+        self.assertFalse(result.ok)
+        self.assertIn("generation cap", result.error)
+        self.assertEqual(len(result.retired), 4)
+
+    def test_overflow_error_gives_degraded_handoff_and_learns_window(self):
+        FAKE.turns = [
+            [("text", "working", 120_000), ("error", "Prompt is too long", 400, "prompt_too_long")],
+            [("text", "done", 1000)],
+        ]
+        result = self.run_step()
+        self.assertTrue(result.ok, result.error)
+        self.assertEqual(len(self.handoffs("writing")), 0)     # no ritual on an overflowed session
+        self.assertEqual(self.handoffs("done")[0].data["degraded"], "context overflow")
+        self.assertEqual(self.rt.windows.get(None), 120_000)
+        self.assertEqual(result.attempts, 1)
+
+    def test_exempt_specs_never_hand_off(self):
+        self.spec = flower.AgentSpec("judge", handoff=False)
+        FAKE.turns = [[("text", "x", 190_000), ("text", "y", 195_000)]]
+        result = self.run_step()
+        self.assertTrue(result.ok)
+        self.assertEqual(self.handoffs("done"), [])
+        self.assertNotIn("DISABLE_AUTO_COMPACT", FAKE.calls[0]["options"].env)
+
+    def test_no_handoff_policy(self):
+        self.rt.handoff.enabled = False
+        FAKE.turns = [[("text", "x", 190_000)]]
+        self.assertTrue(self.run_step().ok)
+        self.assertEqual(self.handoffs("done"), [])
+
+
+if __name__ == "__main__":
+    unittest.main()

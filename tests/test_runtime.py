@@ -1,0 +1,343 @@
+"""Agent runtime, lineage and manifest on the fake SDK: the four exits, accounting, continuity."""
+
+import asyncio
+import json
+import os
+import shutil
+import tempfile
+import unittest
+
+import flower
+from flower import AgentSpec, Runtime, Resilience, Lineage, Manifest, Step, Workflow
+from tests import fakesdk
+from tests.fakesdk import FAKE
+
+
+class Base(unittest.TestCase):
+    def setUp(self):
+        fakesdk.install()
+        self.tmp = tempfile.TemporaryDirectory()
+        self.ws = os.path.join(self.tmp.name, "ws")
+        self.run_dir = os.path.join(self.tmp.name, "runs")
+        os.makedirs(self.ws)
+        self.events = []
+        self.sleeps = []
+        self.rt = self.runtime()
+
+    def runtime(self, **kw):
+        async def sleep(seconds):
+            self.sleeps.append(seconds)
+        kw.setdefault("resilience", Resilience(probe=False, max_attempts=4))
+        return Runtime(workspace=self.ws, run_dir=self.run_dir, on_event=self.events.append, sleep=sleep, **kw)
+
+    def tearDown(self):
+        self.rt.close()
+        fakesdk.uninstall()
+        self.tmp.cleanup()
+
+    def run_spec(self, prompt="go", spec=None, **kw):
+        return asyncio.run(self.rt.run(spec or AgentSpec("work"), prompt, **kw))
+
+    def kinds(self, kind):
+        return [e for e in self.events if e.kind == kind]
+
+
+class Exits(Base):
+    def test_success(self):
+        FAKE.turns = [[("text", "hello", 1234)]]
+        result = self.run_spec()
+        self.assertTrue(result.ok)
+        self.assertEqual(result.text, "hello")
+        self.assertEqual(result.context, 1234)
+        self.assertAlmostEqual(result.cost_usd, 0.01)
+        self.assertEqual((result.attempts, result.resumed), (1, False))
+
+    def test_transient_failure_retries_resume_same_session_with_neutral_prompt(self):
+        FAKE.turns = [[("text", "part one", 100), ("error", "API Error: 529 Overloaded. This is a server-side issue", 529, "api_error")],
+                      [("text", "finished", 200)]]
+        result = self.run_spec("build it")
+        self.assertTrue(result.ok)
+        self.assertEqual((result.attempts, result.resumed), (2, True))
+        self.assertEqual(FAKE.calls[1]["prompt"], flower.text("resume_prompt"))
+        self.assertEqual(FAKE.calls[1]["options"].resume, FAKE.calls[0]["options"].session_id)
+        self.assertEqual(result.session_id, FAKE.calls[0]["options"].session_id)
+        self.assertAlmostEqual(result.cost_usd, 0.02)
+        self.assertEqual(result.num_turns, 2)
+        self.assertEqual(len(self.kinds("retry")), 1)
+        self.assertEqual(len(self.sleeps), 1)
+        self.assertTrue(3.0 <= self.sleeps[0] <= 5.0)
+        # what the resumed "model" was sent: no error noise
+        seen = json.dumps(FAKE.loaded[-1])
+        self.assertNotIn("API Error", seen)
+        self.assertNotIn("api_error", seen)
+
+    def test_exception_counts_as_failure_and_is_classified(self):
+        FAKE.turns = [[("raise", fakesdk.ProcessError("Connection refused (ECONNREFUSED)"))], [("text", "ok", 1)]]
+        result = self.run_spec()
+        self.assertTrue(result.ok)
+        self.assertEqual(result.attempts, 2)
+        # nothing of the first session was stored beyond the prompt? the prompt is, so it resumes
+        self.assertTrue(FAKE.calls[1]["options"].resume)
+
+    def test_fatal_failure_stops_at_once(self):
+        FAKE.turns = [[("error", "Invalid API key · Fix external API key", 401, "api_error")]]
+        result = self.run_spec()
+        self.assertFalse(result.ok)
+        self.assertEqual(result.attempts, 1)
+        self.assertIn("Invalid API key", result.error)
+        self.assertEqual(self.sleeps, [])
+
+    def test_attempts_are_capped(self):
+        FAKE.turns = [[("error", "API Error: 500 Internal server error", 500, "api_error")]] * 10
+        result = self.run_spec()
+        self.assertFalse(result.ok)
+        self.assertEqual(result.attempts, 4)
+        self.assertEqual(len(result.errors), 4)
+
+    def test_network_down_past_the_wait(self):
+        self.rt.resilience = Resilience(max_offline_wait=0.0, probe_interval=0.01, probe_timeout=0.2)
+        os.environ["ANTHROPIC_BASE_URL"] = "http://127.0.0.1:9"
+        try:
+            FAKE.turns = [[("error", "API Error: Connection refused (ECONNREFUSED)", None, "api_error")]]
+            result = self.run_spec()
+        finally:
+            del os.environ["ANTHROPIC_BASE_URL"]
+        self.assertFalse(result.ok)
+        self.assertTrue(result.error.startswith("network down"), result.error)
+
+    def test_human_interrupt_resumes_same_session_without_using_an_attempt(self):
+        FAKE.turns = [[("tool", "Bash", {"command": "make"}, "ok", 100), ("block", "forever")],
+                      [("text", "using your words", 200)]]
+
+        async def scenario():
+            task = asyncio.ensure_future(self.rt.run(AgentSpec("work"), "go"))
+            while not any(e.kind == "tool_result" for e in self.events):
+                await asyncio.sleep(0.01)
+            self.rt.interrupt("please use tabs")
+            return await task
+        result = asyncio.run(scenario())
+        self.assertTrue(result.ok)
+        self.assertEqual(result.attempts, 1)
+        self.assertEqual(FAKE.interrupts, 1)
+        self.assertTrue(FAKE.calls[1]["prompt"].endswith("please use tabs"))
+        self.assertIn("interrupted", FAKE.calls[1]["prompt"])
+        self.assertEqual(FAKE.calls[1]["options"].resume, FAKE.calls[0]["options"].session_id)
+
+    def test_missing_session_on_resume_starts_fresh(self):
+        FAKE.turns = [[("text", "fresh", 1)]]
+        result = self.run_spec(resume="00000000-dead-beef-0000-000000000000")
+        self.assertTrue(result.ok)
+        self.assertIsNone(FAKE.calls[0]["options"].resume)
+        self.assertTrue(any("not in the store" in e.data.get("message", "") for e in self.kinds("info")))
+
+    def test_options(self):
+        FAKE.turns = [[("text", "x", 1)]]
+        self.run_spec(spec=AgentSpec("work", allowed_tools=["Read"], max_turns=3))
+        o = FAKE.calls[0]["options"]
+        self.assertEqual(o.session_store_flush, "eager")
+        self.assertEqual(o.setting_sources, [])
+        self.assertEqual(o.permission_mode, "acceptEdits")
+        self.assertEqual(o.cwd, os.path.realpath(self.ws))
+        self.assertIsInstance(o.session_store, flower.PruningSessionStore)
+        self.assertEqual(o.env["CLAUDE_CODE_MAX_RETRIES"], "2")
+        self.assertEqual(o.env["DISABLE_AUTO_COMPACT"], "1")
+        self.assertRegex(o.session_id, r"^[0-9a-f-]{36}$")
+
+    def test_fork_gets_its_own_id(self):
+        FAKE.turns = [[("text", "base", 1)], [("text", "branch", 1)]]
+        base = self.run_spec()
+        branch = self.run_spec(resume=base.session_id, fork=True)
+        o = FAKE.calls[1]["options"]
+        self.assertEqual((o.resume, o.fork_session), (base.session_id, True))
+        self.assertNotEqual(branch.session_id, base.session_id)
+        self.assertEqual(o.session_id, branch.session_id)
+
+
+class Continuity(Base):
+    def test_lineage_written_before_the_first_message(self):
+        seen = {}
+
+        def turn(prompt, options, loaded):
+            with open(os.path.join(self.run_dir, "lineage.json")) as fh:
+                seen.update(json.load(fh))
+            return [("text", "hi", 1)]
+        FAKE.turns = [turn]
+        result = self.run_spec(lineage_key="work")
+        self.assertEqual(seen["steps"]["work"], result.session_id)
+        self.assertEqual(seen["workspace"], os.path.realpath(self.ws))
+
+    def test_judges_never_enter_lineage(self):
+        FAKE.turns = [[("text", "VERDICT: achieved", 1)]]
+        self.run_spec(lineage_key=None)
+        self.assertFalse(os.path.exists(os.path.join(self.run_dir, "lineage.json")))
+
+    def test_workflow_resumes_same_step_session_on_the_next_wake(self):
+        FAKE.turns = [[("text", "first", 1)], [("text", "second", 1)]]
+        step = Step("取词", AgentSpec("terse"), "read seed.txt", resume_prompt="carry on")
+        ctx1 = asyncio.run(Workflow([step]).run(self.rt))
+        self.rt.close()
+        self.rt = self.runtime()
+        ctx2 = asyncio.run(Workflow([step]).run(self.rt))
+        self.assertEqual((ctx1["_woke"], ctx2["_woke"]), (1, 2))
+        self.assertEqual(ctx1["_sessions"]["取词"], ctx2["_sessions"]["取词"])
+        self.assertEqual(FAKE.calls[1]["prompt"], "carry on")
+        self.assertEqual(FAKE.calls[1]["options"].resume, ctx1["_sessions"]["取词"])
+        self.assertEqual(flower.wake_state(self.ws, self.run_dir)["steps"], {"取词": ctx1["_sessions"]["取词"]})
+
+    def test_continuous_false_starts_fresh(self):
+        FAKE.turns = [[("text", "first", 1)], [("text", "second", 1)]]
+        step = Step("s", AgentSpec("a"), "p")
+        ctx1 = asyncio.run(Workflow([step], continuous=False).run(self.rt))
+        ctx2 = asyncio.run(Workflow([step], continuous=False).run(self.rt))
+        self.assertNotEqual(ctx1["_sessions"]["s"], ctx2["_sessions"]["s"])
+        self.assertIsNone(FAKE.calls[1]["options"].resume)
+
+    def test_moved_workspace_or_missing_session_means_fresh_start(self):
+        FAKE.turns = [[("text", "first", 1)], [("text", "second", 1)], [("text", "third", 1)]]
+        step = Step("s", AgentSpec("a"), "p", resume_prompt="again")
+        asyncio.run(Workflow([step]).run(self.rt))
+        # 1) the store lost the session
+        lineage = flower.read_json(os.path.join(self.run_dir, "lineage.json"), {})
+        lineage["steps"]["s"] = "11111111-1111-1111-1111-111111111111"
+        flower.write_json(os.path.join(self.run_dir, "lineage.json"), lineage)
+        self.rt.close()
+        self.rt = self.runtime()
+        asyncio.run(Workflow([step]).run(self.rt))
+        self.assertIsNone(FAKE.calls[1]["options"].resume)
+        self.assertEqual(FAKE.calls[1]["prompt"], "p")
+        self.assertTrue(any("no longer stored" in e.data.get("message", "") for e in self.kinds("info")))
+        # 2) the workspace moved
+        moved = self.ws + "-moved"
+        shutil.move(self.ws, moved)
+        self.rt.close()
+        self.ws = moved
+        self.rt = self.runtime()
+        asyncio.run(Workflow([step]).run(self.rt))
+        self.assertIsNone(FAKE.calls[2]["options"].resume)
+        self.assertTrue(any("belongs to" in e.data.get("message", "") for e in self.kinds("info")))
+
+    def test_retries_and_step_name_forms(self):
+        FAKE.turns = [[("error", "Invalid API key", 401, "api_error")], [("text", "ok", 1)]]
+        step = Step("s", AgentSpec("a"), "p", retries=1)
+        asyncio.run(Workflow([step]).run(self.rt))
+        steps = [r["step"] for r in Manifest.read(self.run_dir)]
+        self.assertEqual(steps, ["s", "s#retry1"])
+
+    def test_gate_rejection_rounds_resume_the_same_session(self):
+        FAKE.turns = [[("text", "v1", 1)], [("text", "v2", 1)]]
+        verdicts = iter(["not good", True])
+        step = Step("s", AgentSpec("a"), "p", gate=lambda ctx, r: next(verdicts),
+                    on_reject=lambda ctx, r, why: f"fix: {why}")
+        ctx = asyncio.run(Workflow([step]).run(self.rt))
+        self.assertEqual(ctx["s"], "v2")
+        self.assertEqual(FAKE.calls[1]["prompt"], "fix: not good")
+        self.assertEqual(FAKE.calls[1]["options"].resume, FAKE.calls[0]["options"].session_id)
+        self.assertEqual([r["step"] for r in Manifest.read(self.run_dir)], ["s", "s#round2"])
+
+    def test_failed_step_aborts(self):
+        FAKE.turns = [[("error", "Invalid API key", 401, "api_error")]]
+        with self.assertRaises(flower.StepAbort):
+            asyncio.run(Workflow([Step("s", AgentSpec("a"), "p")]).run(self.rt))
+
+    def test_lineage_remember_merges_parallel_writers(self):
+        a = Lineage.open(self.run_dir, self.ws)
+        b = Lineage.open(self.run_dir, self.ws)
+        a.remember("one", "sid-1")
+        b.remember("two", "sid-2")
+        self.assertEqual(Lineage.open(self.run_dir, self.ws).steps, {"one": "sid-1", "two": "sid-2"})
+
+    def test_archive(self):
+        lineage = Lineage.open(self.run_dir, self.ws)
+        lineage.remember("work", "sid")
+        lineage.bump()
+        brief = os.path.join(self.tmp.name, "brief.md")
+        with open(brief, "w") as fh:
+            fh.write("b")
+        first = flower.archive_dir(os.path.join(self.tmp.name, "notes"), now=0)
+        moved = lineage.archive(first, extra=[brief])
+        self.assertEqual(len(moved), 2)
+        self.assertFalse(os.path.exists(brief))
+        self.assertEqual((lineage.steps, lineage.woke), ({}, 0))
+        second = flower.archive_dir(os.path.join(self.tmp.name, "notes"), now=0)
+        self.assertNotEqual(first, second)  # collision-safe names
+
+
+class ManifestRows(Base):
+    def test_two_runtimes_in_one_run_dir_keep_both_rows(self):
+        other = self.runtime()
+        FAKE.turns = [[("text", "a", 1)], [("text", "b", 1)], [("text", "c", 1)]]
+        r1 = self.run_spec()
+        self.rt.record(r1)
+        r2 = asyncio.run(other.run(AgentSpec("x"), "go", step_name="other"))
+        other.record(r2)
+        r3 = self.run_spec(step_name="again")
+        self.rt.record(r3)
+        rows = Manifest.read(self.run_dir)
+        self.assertEqual(sorted(r["step"] for r in rows), ["again", "other", "work"])
+        self.assertEqual(len({r["run"] for r in rows}), 2)
+        for field in ("step", "session_id", "ok", "cost_usd", "num_turns", "text", "error", "started_at", "ended_at",
+                      "attempts", "errors", "retired", "resumed", "context", "duration_s", "run"):
+            self.assertIn(field, rows[0])
+        other.close()
+
+    def test_processes_writing_at_once_lose_nothing(self):
+        import subprocess
+        import sys
+        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        code = ("import sys; sys.path.insert(0, sys.argv[1]); import flower\n"
+                "m = flower.Manifest(sys.argv[2], flower.run_id())\n"
+                "for i in range(40):\n"
+                "    m.put({'step': f'{sys.argv[3]}{i}', 'started_at': str(i)})\n")
+        procs = [subprocess.Popen([sys.executable, "-c", code, root, self.run_dir, tag]) for tag in "abc"]
+        for p in procs:
+            self.assertEqual(p.wait(timeout=120), 0)
+        self.assertEqual(len(Manifest.read(self.run_dir)), 120)
+
+    def test_corrupt_manifest_is_set_aside(self):
+        path = os.path.join(self.run_dir, "manifest.json")
+        with open(path, "w") as fh:
+            fh.write("[{broken")
+        told = []
+        m = Manifest(self.run_dir, "r1", notify=told.append)
+        m.put({"step": "s", "started_at": "t"})
+        aside = [n for n in os.listdir(self.run_dir) if n.startswith("manifest.json.corrupt-")]
+        self.assertEqual(len(aside), 1)
+        with open(os.path.join(self.run_dir, aside[0])) as fh:
+            self.assertEqual(fh.read(), "[{broken")
+        self.assertEqual([r["step"] for r in Manifest.read(self.run_dir)], ["s"])
+        self.assertEqual(len(told), 1)
+
+    def test_foreign_layout_is_kept(self):
+        path = os.path.join(self.run_dir, "manifest.json")
+        with open(path, "w") as fh:
+            json.dump([{"run": "old", "step": "legacy"}], fh, indent=4)
+        Manifest(self.run_dir, "new").put({"step": "s", "started_at": "t"})
+        self.assertEqual([r["step"] for r in Manifest.read(self.run_dir)], ["legacy", "s"])
+
+    def test_rows_are_redacted(self):
+        result = flower.StepResult(step="s", text="the key is sk-ant-api03-abcdefghijklmnop", errors=["password=xyz123"])
+        row = result.row("r")
+        self.assertNotIn("abcdefghijklmnop", json.dumps(row))
+        self.assertNotIn("xyz123", json.dumps(row))
+
+    def test_rescue_writes_the_in_flight_step(self):
+        FAKE.turns = [[("block", "forever")]]
+
+        async def scenario():
+            task = asyncio.ensure_future(self.rt.run(AgentSpec("work"), "go", lineage_key="work"))
+            while not FAKE.calls:
+                await asyncio.sleep(0.01)
+            self.rt.rescue()
+            task.cancel()
+            try:
+                await task
+            except asyncio.CancelledError:
+                pass
+        asyncio.run(scenario())
+        rows = Manifest.read(self.run_dir)
+        self.assertEqual(rows[0]["error"], "killed-by-signal")
+        self.assertTrue(Lineage.open(self.run_dir, self.ws).steps["work"])
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,136 @@
+"""Utilities: atomic write, file lock, safe names, redaction, JSON state files."""
+
+import json
+import os
+import stat
+import subprocess
+import sys
+import tempfile
+import unittest
+
+import flower
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+class AtomicWrite(unittest.TestCase):
+    def test_replaces_whole_file_private_and_leaves_no_temp(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "state.json")
+            flower.atomic_write(path, "one")
+            flower.atomic_write(path, "two")
+            with open(path) as fh:
+                self.assertEqual(fh.read(), "two")
+            self.assertEqual(stat.S_IMODE(os.stat(path).st_mode), 0o600)
+            self.assertEqual(os.listdir(tmp), ["state.json"])
+
+    def test_failed_write_keeps_the_old_file(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "state.json")
+            flower.atomic_write(path, "old")
+            with self.assertRaises(TypeError):
+                flower.atomic_write(path, object())  # type: ignore[arg-type]
+            with open(path) as fh:
+                self.assertEqual(fh.read(), "old")
+            self.assertEqual(os.listdir(tmp), ["state.json"])
+
+
+class Lock(unittest.TestCase):
+    def test_read_modify_write_across_processes_loses_nothing(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            counter = os.path.join(tmp, "n.json")
+            flower.write_json(counter, 0)
+            code = ("import sys; sys.path.insert(0, sys.argv[1]); import flower, os\n"
+                    "lock = flower.FileLock(os.path.join(sys.argv[2], '.lock'))\n"
+                    "for _ in range(100):\n"
+                    "    with lock:\n"
+                    "        n = flower.read_json(sys.argv[3], 0)\n"
+                    "        flower.write_json(sys.argv[3], n + 1)\n")
+            procs = [subprocess.Popen([sys.executable, "-c", code, ROOT, tmp, counter]) for _ in range(3)]
+            for p in procs:
+                self.assertEqual(p.wait(timeout=120), 0)
+            self.assertEqual(flower.read_json(counter, None), 300)
+
+
+class SafeName(unittest.TestCase):
+    def test_table(self):
+        self.assertEqual(flower.safe_name("work"), "work")
+        self.assertEqual(flower.safe_name("干活"), "干活")
+        for bad in ["../x", "a/b", "..", ".", "", "x\x00y", "a" * 300, "con:x", "/etc/passwd"]:
+            name = flower.safe_name(bad)
+            self.assertNotIn("/", name)
+            self.assertNotIn("\x00", name)
+            self.assertNotIn(name, ("", ".", ".."))
+            self.assertLessEqual(len(name), 100)
+            self.assertFalse(name.startswith("."))
+        self.assertNotEqual(flower.safe_name("a/b"), flower.safe_name("a_b"))
+        self.assertNotEqual(flower.safe_name("a" * 300), flower.safe_name("a" * 301))
+
+
+SECRETS = [
+    "sk-ant-api03-AbCdEfGhIjKlMnOpQrStUvWxYz0123456789",
+    "sk-proj-AbCdEfGhIjKlMnOpQrSt1234",
+    "ghp_AbCdEfGhIjKlMnOpQrStUvWxYz0123456789",
+    "github_pat_11AAAAAAA0123456789abcdefghijk",
+    "npm_AbCdEfGhIjKlMnOpQrStUvWxYz0123",
+    "AKIAIOSFODNN7EXAMPLE",
+    "xoxb-123456789012-abcdefghijkl",
+    "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U",
+    "-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEA\n-----END RSA PRIVATE KEY-----",
+]
+ASSIGNMENTS = ["password=hunter2xyz", "TOKEN: abcdef123456", "db_secret = 's3cr3t-value'", "api_key=zzz999"]
+
+
+class Redact(unittest.TestCase):
+    def test_corpus(self):
+        for secret in SECRETS:
+            out = flower.redact(f"before {secret} after")
+            self.assertNotIn(secret, out)
+            self.assertIn("[REDACTED]", out)
+            self.assertTrue(out.startswith("before "))
+        for line in ASSIGNMENTS:
+            value = line.split("=")[-1].split(":")[-1].strip().strip("'")
+            self.assertNotIn(value, flower.redact(line), line)
+
+    def test_env_values(self):
+        old = os.environ.get("ANTHROPIC_API_KEY")
+        os.environ["ANTHROPIC_API_KEY"] = "plainvalue-without-prefix-42"
+        try:
+            self.assertNotIn("plainvalue-without-prefix-42", flower.redact("key is plainvalue-without-prefix-42."))
+        finally:
+            if old is None:
+                del os.environ["ANTHROPIC_API_KEY"]
+            else:
+                os.environ["ANTHROPIC_API_KEY"] = old
+
+    def test_leaves_ordinary_text(self):
+        ordinary = "Run git status, then edit flower.py line 40; the token count is 12000."
+        self.assertEqual(flower.redact(ordinary), ordinary)
+
+
+class JsonState(unittest.TestCase):
+    def test_corrupt_file_is_set_aside_not_wiped(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "lineage.json")
+            with open(path, "w") as fh:
+                fh.write("{not json")
+            told = []
+            self.assertEqual(flower.read_json(path, {"fresh": True}, notify=told.append), {"fresh": True})
+            self.assertFalse(os.path.exists(path))
+            aside = [n for n in os.listdir(tmp) if n.startswith("lineage.json.corrupt-")]
+            self.assertEqual(len(aside), 1)
+            with open(os.path.join(tmp, aside[0])) as fh:
+                self.assertEqual(fh.read(), "{not json")
+            self.assertEqual(len(told), 1)
+            # a second corrupt file in the same second gets its own name
+            with open(path, "w") as fh:
+                fh.write("[]")
+            flower.read_json(path, {}, expect=dict)
+            self.assertEqual(len([n for n in os.listdir(tmp) if ".corrupt-" in n]), 2)
+
+    def test_missing_is_default(self):
+        self.assertEqual(flower.read_json("/nonexistent/x.json", 7), 7)
+
+
+if __name__ == "__main__":
+    unittest.main()
