@@ -2458,8 +2458,9 @@ class Runtime:
         """Write (or update) this result's manifest row."""
         self.manifest.put(result.row(self.run_id))
 
-    def rescue(self) -> None:
-        """On SIGHUP/SIGTERM: write the in-flight step as ``killed-by-signal``; lineage is already on disk."""
+    def rescue(self, reason: str = "killed-by-signal") -> None:
+        """On SIGHUP/SIGTERM (or a second Ctrl-C): write the in-flight step with ``error=reason``;
+        lineage is already on disk."""
         current = self._current
         if current is None:
             with contextlib.suppress(Exception):
@@ -2467,7 +2468,7 @@ class Runtime:
             return
         result: StepResult = current["result"]
         result.ok = False
-        result.error = "killed-by-signal"
+        result.error = reason
         result.ended_at = iso_now()
         with contextlib.suppress(Exception):
             self.record(result)
@@ -3502,7 +3503,7 @@ async def _run_with_signals(rt: Runtime, reporter: Reporter, body: Callable[[], 
             rt.interrupt(None)
         else:
             state["signal"] = signal.SIGINT
-            rt.rescue()
+            rt.rescue("interrupted")
             task.cancel()
 
     def on_terminate(signum: int) -> None:

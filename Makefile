@@ -1,0 +1,27 @@
+# flower.py -- make test runs everything CI runs (the real-SDK tier skips itself without the SDK).
+PYTHON ?= python3
+
+.PHONY: test core e2e bench fixtures lint
+
+test:
+	$(PYTHON) -m tests.run
+
+core:
+	$(PYTHON) -m tests.run tests.test_util tests.test_resilience tests.test_transcript tests.test_notes \
+		tests.test_store tests.test_handoff tests.test_runtime tests.test_workflow tests.test_cli
+
+e2e:
+	$(PYTHON) -m tests.run tests.test_e2e
+
+bench:
+	$(PYTHON) bench/coldstart.py
+	$(PYTHON) bench/store.py
+	$(PYTHON) bench/prune.py
+	$(PYTHON) bench/carry.py
+	$(PYTHON) bench/manifest.py
+
+fixtures:
+	$(PYTHON) -m tests.capture_fixtures
+
+lint:
+	$(PYTHON) -m py_compile flower.py

@@ -1,0 +1,58 @@
+"""Run flower's CLI with the fake SDK, for subprocess and pty tests that must not need the real one.
+
+    python -m tests.fake_flower [flower args...]
+
+The fake model answers by role (from the system prompt). Environment knobs:
+    FAKE_WORK_BLOCK=1   the first work turn blocks until interrupted (for Ctrl-C tests)
+    FAKE_JUDGE=...      the judge's reply (default "VERDICT: achieved")
+    FAKE_LOG=path       append one JSON line per model call: role, prompt, resume
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from tests import fakesdk  # noqa: E402
+from tests.fakesdk import FAKE  # noqa: E402
+
+BRIEF = ("## Goal\nmd2html script\n## Acceptance\nprints html\n## Bounds\nstdlib only\n"
+         "## Unknowns and assumptions\nassumed UTF-8 input")
+GOAL = "# Goal\nmd2html works\n\n# Checks\n- `python md2html.py t.md` prints <h1>"
+state = {"blocked": False}
+
+
+def brain(prompt, options, loaded):
+    system = options.system_prompt if isinstance(options.system_prompt, str) else \
+        (options.system_prompt or {}).get("append", "")
+    if "You clarify" in system:
+        role, actions = "clarify", [("text", BRIEF, 1000)]
+    elif "into a goal" in system:
+        role, actions = "goal", [("text", GOAL, 1000)]
+    elif "You judge" in system:
+        role, actions = "judge", [("text", os.environ.get("FAKE_JUDGE", "VERDICT: achieved"), 1000)]
+    else:
+        role, actions = "work", [("text", "worked", 1000)]
+        if os.environ.get("FAKE_WORK_BLOCK") and not state["blocked"]:
+            state["blocked"] = True
+            actions = [("tool", "Bash", {"command": "make"}, "built", 1000), ("block", "never")]
+    if os.environ.get("FAKE_LOG"):
+        with open(os.environ["FAKE_LOG"], "a", encoding="utf-8") as fh:
+            fh.write(json.dumps({"role": role, "prompt": prompt, "resume": options.resume,
+                                 "session_id": options.session_id}) + "\n")
+    return actions
+
+
+def main() -> int:
+    fakesdk.install()
+    FAKE.turns = [brain] * 200
+    import flower
+    return flower.main(sys.argv[1:])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

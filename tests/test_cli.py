@@ -1,0 +1,286 @@
+"""The command line as a subprocess: help, version, status, doctor, bad input, --json, a pty session."""
+
+import json
+import os
+import select
+import shutil
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FLOWER = os.path.join(ROOT, "flower.py")
+NO_SDK = ("import sys, runpy; sys.modules['claude_agent_sdk'] = None; sys.argv = ['flower.py'] + sys.argv[1:]; "
+          f"runpy.run_path({FLOWER!r}, run_name='__main__')")
+DUMMY_SDK = ("import sys, types, runpy; sys.modules['claude_agent_sdk'] = types.ModuleType('claude_agent_sdk'); "
+             f"sys.argv = ['flower.py'] + sys.argv[1:]; runpy.run_path({FLOWER!r}, run_name='__main__')")
+
+
+def load_json(path):
+    with open(path, encoding="utf-8") as fh:
+        return json.load(fh)
+
+
+def closed_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def base_env(home):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "CLAUDE_", "FLOWER_"))}
+    env.update(HOME=home, ANTHROPIC_BASE_URL=f"http://127.0.0.1:{closed_port()}", FLOWER_PROBE_TIMEOUT="1",
+               PYTHONPATH=ROOT, NO_COLOR="1")
+    return env
+
+
+class Cli(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.ws = os.path.join(self.tmp.name, "ws")
+        os.makedirs(self.ws)
+        self.env = base_env(self.tmp.name)
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def run_cli(self, args, *, mode="plain", env=None, stdin=None, timeout=60):
+        if mode == "nosdk":
+            cmd = [sys.executable, "-c", NO_SDK]
+        elif mode == "dummysdk":
+            cmd = [sys.executable, "-c", DUMMY_SDK]
+        elif mode == "fake":
+            cmd = [sys.executable, "-m", "tests.fake_flower"]
+        else:
+            cmd = [sys.executable, FLOWER]
+        return subprocess.run(cmd + list(args), cwd=self.ws, env=env or self.env, input=stdin,
+                              capture_output=True, timeout=timeout)
+
+    def test_help_and_version_without_sdk(self):
+        p = self.run_cli(["--help"], mode="nosdk")
+        self.assertEqual(p.returncode, 0)
+        self.assertIn(b"once", p.stdout)
+        p = self.run_cli(["--version"], mode="nosdk")
+        self.assertEqual(p.returncode, 0)
+        self.assertRegex(p.stdout.decode(), r"^flower.py \d+\.\d+")
+        p = self.run_cli(["go", "--help"], mode="nosdk")
+        for flag in (b"--new", b"--rounds", b"--no-trim", b"--no-handoff", b"--window", b"--no-goal",
+                     b"--permission-mode", b"--model", b"--lang", b"--json", b"--store"):
+            self.assertIn(flag, p.stdout)
+
+    def test_status_without_sdk_and_without_side_effects(self):
+        p = self.run_cli(["status"], mode="nosdk")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn(b"nothing here yet", p.stdout)
+        self.assertFalse(os.path.exists(os.path.join(self.ws, "runs")))
+
+    def test_doctor_without_sdk(self):
+        p = self.run_cli(["doctor"], mode="nosdk")
+        self.assertEqual(p.returncode, 3)
+        out = p.stdout.decode()
+        self.assertIn("FAIL claude-agent-sdk not installed", out)
+        self.assertIn("FAIL no credentials", out)
+        self.assertIn("unreachable", out)
+        self.assertIn("OK   Python", out)
+
+    def test_doctor_masks_credentials(self):
+        env = dict(self.env, ANTHROPIC_API_KEY="sk-ant-api03-verysecretvalue-XYZ")
+        p = self.run_cli(["doctor"], mode="nosdk", env=env)
+        self.assertNotIn(b"verysecretvalue", p.stdout + p.stderr)
+        self.assertIn(b"credentials ANTHROPIC_API_KEY", p.stdout)
+
+    def test_bad_input_table(self):
+        junk_db = b"definitely not sqlite" * 50
+        rows = [
+            # name, setup, args, mode, env-extra, stdin, exit code, text in the error line
+            ("corrupt lineage", {"runs/lineage.json": b"{oops"}, ["build x"], "nosdk", {}, None, 3, "not installed"),
+            ("corrupt manifest", {"runs/manifest.json": b"[{not json"}, ["build x"], "nosdk", {}, None, 3, "not installed"),
+            ("non-sqlite sessions.db", {"runs/sessions.db": junk_db}, ["build x"], "nosdk", {}, None, 3,
+             "not a usable session store"),
+            ("run dir is a file", {"runs": b"a file"}, ["build x"], "nosdk", {}, None, 3, "not a directory"),
+            ("read-only run dir", {}, ["-r", "/sys/flower-test-runs", "build x"], "nosdk", {}, None, 3,
+             "cannot create directory"),
+            ("unknown flag", {}, ["--frobnicate"], "nosdk", {}, None, 2, "unrecognized arguments"),
+            ("non-UTF-8 argument", {}, [b"build \xff\xfe"], "nosdk", {}, None, 2, "not valid UTF-8"),
+            ("1 MB prompt on stdin", {}, ["-"], "nosdk", {}, b"x" * (1 << 20), 2, "larger than 256 KB"),
+            ("missing SDK", {}, ["build x"], "nosdk", {}, None, 3, "claude-agent-sdk is not installed"),
+            ("missing credentials", {}, ["build x"], "dummysdk", {}, None, 3, "no credentials"),
+            ("no task in a new directory", {}, [], "nosdk", {}, b"", 2, "nothing to do here yet"),
+            ("bad store factory", {}, ["--store", "nosuchmodule:make", "build x"], "nosdk", {}, None, 3,
+             "ModuleNotFoundError"),
+            ("bad rounds", {}, ["--rounds", "many", "x"], "nosdk", {}, None, 2, "invalid int value"),
+            ("show unknown session", {"runs/sessions.db": None}, ["show", "abc"], "nosdk", {}, None, 2, "sessions start"),
+        ]
+        for name, files, args, mode, extra, stdin, code, needle in rows:
+            with self.subTest(name=name):
+                ws = tempfile.mkdtemp(dir=self.tmp.name)
+                self.ws = ws
+                before = {}
+                for rel, data in files.items():
+                    path = os.path.join(ws, rel)
+                    os.makedirs(os.path.dirname(path), exist_ok=True)
+                    if data is None:
+                        sqlite3.connect(path).close()
+                        continue
+                    with open(path, "wb") as fh:
+                        fh.write(data)
+                    before[path] = data
+                p = self.run_cli(args, mode=mode, env=dict(self.env, **extra), stdin=stdin)
+                err = p.stderr.decode("utf-8", "replace")
+                self.assertEqual(p.returncode, code, err)
+                self.assertNotIn("Traceback", err)
+                errors = [line for line in err.splitlines() if line.startswith("flower:")]
+                self.assertEqual(len(errors), 1, err)
+                self.assertIn(needle, errors[0])
+                for path, data in before.items():
+                    if os.path.exists(path) and not os.path.isdir(path):
+                        with open(path, "rb") as fh:
+                            current = fh.read()
+                        if current == data:
+                            continue
+                    aside = [n for n in os.listdir(os.path.dirname(path))
+                             if n.startswith(os.path.basename(path) + ".corrupt-")]
+                    self.assertEqual(len(aside), 1, f"{path} was changed and not set aside")
+                    with open(os.path.join(os.path.dirname(path), aside[0]), "rb") as fh:
+                        self.assertEqual(fh.read(), data)
+
+    def test_full_run_json_events_and_status(self):
+        p = self.run_cli(["--json", "write md2html"], mode="fake", env=dict(self.env, ANTHROPIC_API_KEY="sk-test"))
+        self.assertEqual(p.returncode, 0, p.stderr.decode())
+        events = [json.loads(line) for line in p.stdout.decode().splitlines()]
+        kinds = {e["kind"] for e in events}
+        self.assertTrue({"step", "result", "text"} <= kinds, kinds)
+        self.assertEqual([e["data"]["name"] for e in events if e["kind"] == "step"], ["clarify", "goal", "work"])
+        self.assertIn(b"done", p.stderr)
+        self.assertIn(b"manifest", p.stderr)
+        p = self.run_cli(["status"], mode="nosdk")
+        out = p.stdout.decode()
+        self.assertIn("brief      confirmed", out)
+        self.assertIn("goal       1 checks", out)
+        self.assertIn("work·judge#1", out)
+        p = self.run_cli(["sessions"], mode="nosdk")
+        self.assertEqual(len(p.stdout.decode().strip().splitlines()), 4)
+        sid = load_json(os.path.join(self.ws, "runs", "lineage.json"))["steps"]["work"]
+        p = self.run_cli(["show", sid[:8]], mode="nosdk")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn(b"[assistant] worked", p.stdout)
+        # empty wake, not a TTY: carries on
+        p = self.run_cli(["-q"], mode="fake", env=dict(self.env, ANTHROPIC_API_KEY="sk-test"), stdin=b"")
+        self.assertEqual(p.returncode, 0, p.stderr)
+
+    def test_failed_judge_exit_code_and_once(self):
+        env = dict(self.env, ANTHROPIC_API_KEY="sk-test", FAKE_JUDGE="VERDICT: not_yet")
+        p = self.run_cli(["--rounds", "1", "write md2html"], mode="fake", env=env)
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertIn(b"flower: work:", p.stderr)
+        p = self.run_cli(["once", "hello"], mode="fake", env=env)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn(b"session ", p.stderr)
+        rows = load_json(os.path.join(self.ws, "runs", "manifest.json"))
+        self.assertEqual(rows[-1]["step"], "once")
+
+
+@unittest.skipUnless(hasattr(os, "openpty") and sys.platform != "win32", "needs a pty")
+class Pty(unittest.TestCase):
+    """A person at a terminal: the wake prompt, /new, Ctrl-C that asks for words, Ctrl-C twice."""
+
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.ws = os.path.join(self.tmp.name, "ws")
+        os.makedirs(self.ws)
+        self.env = dict(base_env(self.tmp.name), ANTHROPIC_API_KEY="sk-test",
+                        FAKE_LOG=os.path.join(self.tmp.name, "calls.jsonl"))
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def spawn(self, args, env):
+        import pty
+        pid, fd = pty.fork()
+        if pid == 0:
+            os.chdir(self.ws)
+            os.execve(sys.executable, [sys.executable, "-m", "tests.fake_flower"] + args, env)
+        self.pid, self.fd, self.buf = pid, fd, b""
+
+    def expect(self, needle, timeout=30):
+        deadline = time.time() + timeout
+        while needle.encode() not in self.buf:
+            left = deadline - time.time()
+            if left <= 0:
+                self.fail(f"did not see {needle!r}; screen was:\n{self.buf.decode('utf-8', 'replace')[-2000:]}")
+            ready, _, _ = select.select([self.fd], [], [], left)
+            if ready:
+                try:
+                    chunk = os.read(self.fd, 4096)
+                except OSError:
+                    chunk = b""
+                if not chunk:
+                    self.fail(f"process ended before {needle!r}:\n{self.buf.decode('utf-8', 'replace')[-2000:]}")
+                self.buf += chunk
+
+    def send(self, data):
+        os.write(self.fd, data.encode())
+
+    def finish(self, timeout=30):
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                return os.waitstatus_to_exitcode(status)
+            ready, _, _ = select.select([self.fd], [], [], 0.1)
+            if ready:
+                try:
+                    self.buf += os.read(self.fd, 4096)
+                except OSError:
+                    pass
+        os.kill(self.pid, signal.SIGKILL)
+        self.fail("did not exit")
+
+    def calls(self):
+        with open(self.env["FAKE_LOG"], encoding="utf-8") as fh:
+            return [json.loads(line) for line in fh]
+
+    def test_wake_prompt_new_and_interrupts(self):
+        p = subprocess.run([sys.executable, "-m", "tests.fake_flower", "first task"], cwd=self.ws, env=self.env,
+                           capture_output=True, timeout=60, stdin=subprocess.DEVNULL)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        # a used directory on a TTY: the wake prompt; /new archives and asks for the new task
+        self.spawn([], dict(self.env, FAKE_WORK_BLOCK="1"))
+        self.expect("Continue? Enter = carry on")
+        self.send("/new\r")
+        self.expect("What should be done?")
+        self.send("second task\r")
+        self.expect("== work")
+        time.sleep(1.0)
+        self.send("\x03")  # Ctrl-C: interrupts the turn and asks for words
+        self.expect("What should I tell the agent?")
+        self.send("use tabs\r")
+        self.expect("continuing with your words")
+        self.assertEqual(self.finish(), 0, self.buf.decode("utf-8", "replace")[-2000:])
+        archive = os.path.join(self.ws, ".flower", "notes", "archive")
+        self.assertEqual(len(os.listdir(archive)), 1)
+        work = [c for c in self.calls() if c["role"] == "work"]
+        self.assertTrue(work[-1]["prompt"].endswith("use tabs"))
+        self.assertEqual(work[-1]["resume"], work[-2]["session_id"])  # the same session, resumed
+        # Ctrl-C twice quits cleanly with 130 and the manifest written
+        self.spawn(["third"], dict(self.env, FAKE_WORK_BLOCK="1"))
+        self.expect("== work")
+        time.sleep(1.0)
+        self.send("\x03")
+        self.expect("What should I tell the agent?")
+        self.send("\x03")
+        code = self.finish()
+        self.assertEqual(code, 130, self.buf.decode("utf-8", "replace")[-2000:])
+        self.assertNotIn(b"Traceback", self.buf)
+        rows = load_json(os.path.join(self.ws, "runs", "manifest.json"))
+        self.assertEqual(rows[-1]["step"], "work")
+        self.assertEqual(rows[-1]["error"], "interrupted")
+
+
+if __name__ == "__main__":
+    unittest.main()
