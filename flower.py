@@ -2073,11 +2073,18 @@ def _user_prompts(entries: list[dict]) -> list[str]:
     return out
 
 
+def _is_ritual_prompt(said: str) -> bool:
+    return any(table["handoff_prompt"][:40] in said for table in TEXTS.values())
+
+
 def recent_thread(entries: list[dict], limit: int = 10, max_chars: int = 700) -> list[tuple[str, str]]:
     """The last ``limit`` user prompts and assistant texts of the main thread, oldest first, each
-    cut to ``max_chars``; error noise and tool traffic left out."""
+    cut to ``max_chars``; error noise, tool traffic, interrupt markers and flower's own handoff
+    exchange (the ritual prompt and everything after it) left out."""
     items: list[tuple[str, str]] = []
     for entry in entries:
+        if entry.get("type") == "user" and _is_ritual_prompt(entry_text(entry)):
+            break
         if entry.get("isSidechain") or is_api_error_entry(entry):
             continue
         if entry.get("type") == "assistant" and is_main_assistant(entry):
@@ -2085,8 +2092,9 @@ def recent_thread(entries: list[dict], limit: int = 10, max_chars: int = 700) ->
             if said:
                 items.append(("assistant", said))
         elif entry.get("type") == "user":
-            said = "\n".join(_user_prompts([entry])).strip()
-            if said and not said.startswith("[Request interrupted"):
+            lines = "\n".join(_user_prompts([entry])).splitlines()
+            said = "\n".join(line for line in lines if not line.startswith("[Request interrupted")).strip()
+            if said:
                 items.append(("user", said))
     items = items[-limit:]
     return [(role, said if len(said) <= max_chars else said[:max_chars - 1] + "…") for role, said in items]

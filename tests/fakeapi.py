@@ -103,7 +103,11 @@ class FakeAnthropic:
                 self.end_headers()
                 self.wfile.write(data)
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", self._port), Handler)
+        class Server(ThreadingHTTPServer):
+            def handle_error(self, request, client_address):  # a client that hung up is expected here
+                pass
+
+        self.server = Server(("127.0.0.1", self._port), Handler)
         self.server.daemon_threads = True
         self._port = self.server.server_address[1]
         threading.Thread(target=self.server.serve_forever, daemon=True).start()

@@ -192,6 +192,8 @@ class RuntimeHandoff(unittest.TestCase):
         prompts = [c["prompt"] for c in FAKE.calls]
         self.assertEqual(prompts[1], flower.text("handoff_prompt"))
         self.assertIn("Run `python -m pytest tests/test_parser.py`", prompts[2])   # the carry
+        self.assertNotIn(flower.text("handoff_prompt")[:40], prompts[2])          # not the ritual exchange
+        self.assertIn("step 1", prompts[2])                                        # the recent thread
         self.assertIsNone(FAKE.calls[2]["options"].resume)                       # a fresh session
         self.assertEqual(FAKE.calls[2]["options"].session_id, result.session_id)
         self.assertEqual(result.retired, [FAKE.calls[0]["options"].session_id])

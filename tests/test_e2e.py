@@ -1,0 +1,407 @@
+"""End-to-end tier: the real claude-agent-sdk and its bundled CLI, driven through flower, against the
+fake Anthropic Messages API in tests/fakeapi.py (127.0.0.1 only). Each scenario asserts on the files
+on disk and on what the fake server was sent (what the model saw). Skipped without the SDK."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import unittest
+
+import flower
+from tests import fakeapi
+from tests.fakeapi import FakeAnthropic, Reply, text, tool, error
+
+HAVE_SDK = importlib.util.find_spec("claude_agent_sdk") is not None
+SKIP = "claude-agent-sdk not installed: the end-to-end tier runs in CI (.ci/run installs it)"
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FLOWER = os.path.join(ROOT, "flower.py")
+
+BRIEF = ("## Goal\nWrite hello.txt\n## Acceptance\nhello.txt says hi\n## Bounds\nonly that file\n"
+         "## Unknowns and assumptions\nnone")
+GOAL = "# Goal\nhello.txt exists\n\n# Checks\n- hello.txt contains hi"
+LEDGER = ("## Status\nhalf done\n## Decisions\nkeep it small\n## Dead ends\n(none)\n"
+          "## Next step\nRun `cat hello.txt` and finish NEXT-STEP-MARK\n## Pointers\n- hello.txt")
+
+
+def system_of(body):
+    return json.dumps(body.get("system", ""), ensure_ascii=False)
+
+
+def last_user_text(body):
+    for message in reversed(body.get("messages", [])):
+        if message.get("role") == "user":
+            content = message.get("content")
+            if isinstance(content, str):
+                return content
+            return "\n".join(b.get("text", "") for b in content if isinstance(b, dict) and b.get("type") == "text")
+    return ""
+
+
+def role_of(body):
+    system = system_of(body)
+    if "You clarify" in system:
+        return "clarify"
+    if "into a goal" in system:
+        return "goal"
+    if "You judge" in system:
+        return "judge"
+    asked = last_user_text(body)
+    if any(flower.text("handoff_prompt", lang)[:40] in asked for lang in ("en", "zh")):
+        return "ritual"
+    if "You do the work" in system:
+        return "work"
+    return "other"
+
+
+class Roles:
+    """A responder: fixed answers for clarify/goal/judge, a queue for work, a log per role."""
+
+    def __init__(self, work=None, judge=None, ritual=None):
+        self.work = list(work or [])
+        self.judge = list(judge or [])
+        self.ritual = list(ritual or [])
+        self.log: list[tuple[str, dict]] = []
+        self.lock = threading.Lock()
+
+    def __call__(self, body):
+        role = role_of(body)
+        with self.lock:
+            self.log.append((role, body))
+            if role == "clarify":
+                return text(BRIEF)
+            if role == "goal":
+                return text(GOAL)
+            if role == "judge":
+                return self.judge.pop(0) if self.judge else text("VERDICT: achieved")
+            if role == "ritual":
+                return self.ritual.pop(0) if self.ritual else text(LEDGER)
+            if role == "work":
+                item = self.work.pop(0) if self.work else text("done")
+                return item(body) if callable(item) else item
+            return text("ok")
+
+    def bodies(self, role):
+        return [b for r, b in self.log if r == role]
+
+
+@unittest.skipUnless(HAVE_SDK, SKIP)
+class EndToEnd(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.ws = os.path.join(self.tmp.name, "ws")
+        os.makedirs(self.ws)
+        self.api = FakeAnthropic().start()
+        self.roles = Roles()
+        self.api.responder = self.roles
+        self.env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "CLAUDE_", "FLOWER_"))}
+        self.env.update(fakeapi.cli_env(self.api, self.tmp.name))
+        self.env.update(FLOWER_PROBE_INTERVAL="0.5", FLOWER_BASE_DELAY="0.2", FLOWER_MAX_DELAY="1",
+                        FLOWER_MAX_OFFLINE_WAIT="120", NO_COLOR="1", PYTHONPATH=ROOT)
+
+    def tearDown(self):
+        self.api.stop()
+        self.tmp.cleanup()
+
+    # -- helpers --
+
+    def flower(self, *args, env=None, timeout=180, check=True):
+        p = subprocess.run([sys.executable, FLOWER, *args], cwd=self.ws, env=dict(self.env, **(env or {})),
+                           capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+        if check:
+            self.assertEqual(p.returncode, 0, p.stderr[-3000:])
+        return p
+
+    def spawn(self, *args, env=None):
+        return subprocess.Popen([sys.executable, FLOWER, *args], cwd=self.ws, env=dict(self.env, **(env or {})),
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+
+    def read(self, *parts):
+        with open(os.path.join(self.ws, *parts), encoding="utf-8") as fh:
+            return fh.read()
+
+    def lineage(self):
+        return json.loads(self.read("runs", "lineage.json"))
+
+    def manifest(self):
+        return json.loads(self.read("runs", "manifest.json"))
+
+    def stored(self, sid):
+        db = sqlite3.connect(os.path.join(self.ws, "runs", "sessions.db"))
+        try:
+            rows = db.execute("SELECT payload FROM entries WHERE skey LIKE ? ORDER BY seq", (f"%/{sid}",)).fetchall()
+            return [json.loads(r[0]) for r in rows]
+        finally:
+            db.close()
+
+    def wait_for(self, predicate, timeout=60, what="condition"):
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if predicate():
+                return
+            time.sleep(0.1)
+        self.fail(f"timed out waiting for {what}")
+
+    def work_row(self):
+        return [r for r in self.manifest() if r["step"] == "work"][-1]
+
+    # -- scenarios --
+
+    def test_01_fresh_run_to_achieved_then_resume_in_a_second_process(self):
+        hello = os.path.join(self.ws, "hello.txt")
+        self.roles.work = [tool("Write", {"file_path": hello, "content": "hi\n"}), text("wrote WORK-DONE-MARK")]
+        p = self.flower("write hello")
+        self.assertIn("done", p.stderr)
+        with open(hello) as fh:
+            self.assertEqual(fh.read(), "hi\n")
+        lineage = self.lineage()
+        self.assertEqual(lineage["workspace"], os.path.realpath(self.ws))
+        self.assertEqual(lineage["woke"], 1)
+        self.assertEqual(set(lineage["steps"]), {"clarify", "goal", "work"})
+        self.assertTrue(flower.Brief.parse(self.read(".flower", "notes", "brief.md")).complete)
+        self.assertEqual(flower.Goal.parse(self.read(".flower", "notes", "goal.md")).checks, ["hello.txt contains hi"])
+        self.assertEqual([r["step"] for r in self.manifest()], ["clarify", "goal", "work", "work·judge#1"])
+        self.assertTrue(all(r["ok"] for r in self.manifest()))
+        # the session is stored under the SDK's project key for the workspace
+        import claude_agent_sdk
+        key = claude_agent_sdk.project_key_for_directory(self.ws)
+        store = flower.SqliteSessionStore(os.path.join(self.ws, "runs", "sessions.db"))
+        self.assertTrue(store.has_session(key, lineage["steps"]["work"]))
+        store.close()
+        judge_sid = [r for r in self.manifest() if r["step"] == "work·judge#1"][0]["session_id"]
+        self.assertNotIn(judge_sid, lineage["steps"].values())
+        # a second process resumes the same work session and the earlier turns are sent back
+        before = len(self.roles.bodies("work"))
+        self.flower()
+        self.assertEqual(self.lineage()["steps"]["work"], lineage["steps"]["work"])
+        resumed = self.roles.bodies("work")[before]
+        self.assertIn("WORK-DONE-MARK", FakeAnthropic.messages_text(resumed))
+        self.assertEqual(last_user_text(resumed).strip().splitlines()[-1], flower.text("work_resume"))
+        self.assertEqual(self.lineage()["woke"], 2)
+
+    def test_02_kill_9_mid_tool_then_resume(self):
+        slow = "python3 -c \"import time; time.sleep(4)\""
+        self.roles.work = [tool("Bash", {"command": slow}, say="KILL-MARK running the slow step"), text("after kill")]
+        proc = self.spawn("write hello")
+
+        def tool_use_stored():
+            try:
+                sid = self.lineage()["steps"].get("work")
+                return sid and any(b.get("type") == "tool_use" for e in self.stored(sid)
+                                   for b in flower.blocks_of(e) if isinstance(b, dict))
+            except (OSError, ValueError, sqlite3.Error):
+                return False
+        self.wait_for(tool_use_stored, what="the tool_use to be mirrored")
+        work_sid = self.lineage()["steps"]["work"]
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+        # state on disk is sound
+        self.manifest()
+        db = sqlite3.connect(os.path.join(self.ws, "runs", "sessions.db"))
+        self.assertEqual(db.execute("PRAGMA integrity_check").fetchone()[0], "ok")
+        db.close()
+        before = len(self.roles.bodies("work"))
+        self.flower()
+        self.assertEqual(self.lineage()["steps"]["work"], work_sid)
+        resumed = FakeAnthropic.messages_text(self.roles.bodies("work")[before])
+        self.assertIn("KILL-MARK", resumed)            # the tool_use turn and everything before it
+        self.assertIn("Write hello.txt", resumed)      # the brief of the first prompt
+        self.assertNotIn("Tool call interrupted", resumed)
+
+    def test_03_kill_9_before_the_first_reply(self):
+        self.roles_clarify_stall = True
+        original = self.roles.__call__
+
+        def stalling(body):
+            if role_of(body) == "clarify" and not getattr(self, "_stalled", False):
+                self._stalled = True
+                return Reply(stall=30)
+            return original(body)
+        self.api.responder = stalling
+        proc = self.spawn("write hello")
+        self.wait_for(lambda: getattr(self, "_stalled", False), what="the first request")
+        time.sleep(0.5)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+        self.flower()
+        self.assertEqual([r["step"] for r in self.manifest()][-4:], ["clarify", "goal", "work", "work·judge#1"])
+
+    def test_04_outage_mid_turn_waits_and_resumes_without_error_noise(self):
+        port = self.api.port
+        state = {}
+
+        def go_down(body):
+            # the request after the tool round: the endpoint goes away for 6 s, this answer is lost
+            state["down"] = time.time()
+            threading.Thread(target=self._outage, args=(6.0,), daemon=True).start()
+            return Reply(drop=True)
+        self.roles.work = [tool("Bash", {"command": "echo OUTAGE-MARK"}), go_down, text("finished after the outage")]
+        p = self.flower("write hello", env={"FLOWER_MAX_ATTEMPTS": "4"})
+        row = self.work_row()
+        self.assertTrue(row["ok"], row)
+        self.assertEqual((row["attempts"], row["resumed"]), (2, True))
+        self.assertIn("retry", p.stderr)
+        resumed = self.roles.bodies("work")[-1]
+        seen = FakeAnthropic.messages_text(resumed)
+        self.assertIn("OUTAGE-MARK", seen)
+        self.assertNotIn("API Error", seen)
+        self.assertNotIn("ECONNREFUSED", seen)
+        self.assertIn(flower.text("resume_prompt"), seen)
+        self.assertEqual(self.api.port, port)
+
+    def _outage(self, seconds):
+        self.api.stop()
+        time.sleep(seconds)
+        self.api.restart()
+
+    def _runtime(self, **kw):
+        for k, v in self.env.items():
+            if k.startswith(("ANTHROPIC_", "CLAUDE_", "DISABLE_", "FLOWER_")) or k in ("HOME", "IS_SANDBOX"):
+                os.environ[k] = v
+        return flower.Runtime(workspace=self.ws, run_dir=os.path.join(self.ws, "runs"), **kw)
+
+    def test_05_five_denials_then_resume_sees_one(self):
+        target = os.path.join(self.ws, "x.txt")
+        self.roles.work = [tool("Write", {"file_path": target, "content": f"v{i}"}) for i in range(5)] + \
+                          [text("not allowed"), text("resumed")]
+        rt = self._runtime()
+        spec = flower.AgentSpec("work", instructions="You do the work.", tools=["Write"], allowed_tools=[],
+                                permission_mode="default")
+        first = asyncio.run(rt.run(spec, "write x.txt"))
+        self.assertTrue(first.ok, first.error)
+        second = asyncio.run(rt.run(spec, "continue", resume=first.session_id))
+        rt.close()
+        self.assertTrue(second.ok, second.error)
+        sent = FakeAnthropic.messages_text(self.roles.bodies("work")[-1])
+        self.assertEqual(sent.count("haven't granted it yet"), 1)
+        stored = json.dumps(self.stored(first.session_id))
+        self.assertEqual(stored.count("\"toolDenialKind\""), 5)   # the store keeps all of them
+
+    def test_06_interrupt_mid_tool_then_resume_sees_neutral_text(self):
+        slow = "python3 -c \"import time; time.sleep(3)\""
+        self.roles.work = [tool("Bash", {"command": slow}), text("continuing")]
+        rt = self._runtime()
+        spec = flower.AgentSpec("work", instructions="You do the work.", tools=["Bash"], allowed_tools=["Bash"])
+        events = []
+
+        async def scenario():
+            task = asyncio.ensure_future(rt.run(spec, "run slow", on_event=events.append))
+            while not any(e.kind == "tool_call" for e in events):
+                await asyncio.sleep(0.05)
+            await asyncio.sleep(0.5)
+            rt.interrupt("go on please")
+            return await task
+        result = asyncio.run(scenario())
+        rt.close()
+        self.assertTrue(result.ok, result.error)
+        sent = FakeAnthropic.messages_text(self.roles.bodies("work")[-1])
+        self.assertIn("go on please", sent)
+        self.assertNotIn("doesn't want to proceed", sent)
+        self.assertIn(flower.text("interrupted_result"), sent)
+
+    def test_07_handoff_twice_successor_gets_the_carry(self):
+        def usage(level):
+            return dict(input_tokens=1000, cache_read=level - 1000)
+        self.roles.work = [
+            tool("Bash", {"command": "echo OLD-HISTORY-MARK DAC=$DISABLE_AUTO_COMPACT"}, **usage(100_000)),
+            tool("Bash", {"command": "echo two"}, **usage(160_000)),         # crosses 150K
+            tool("Bash", {"command": "echo three"}, **usage(60_000)),          # successor 1
+            tool("Bash", {"command": "echo four"}, **usage(165_000)),         # crosses again
+            text("all done", **usage(50_000)),                                 # successor 2
+        ]
+        p = self.flower("--model", "claude-sonnet-4-5", "--window", "200000", "write hello")
+        row = self.work_row()
+        self.assertTrue(row["ok"], row)
+        self.assertEqual(row["generations"], 2)
+        self.assertEqual(len(row["retired"]), 2)
+        self.assertEqual(len(self.roles.bodies("ritual")), 2)
+        work = self.roles.bodies("work")
+        firsts = [b for b in work if len(b.get("messages", [])) == 1]
+        self.assertEqual(len(firsts), 3)   # the first session and two successors start with one message
+        for carry_request in firsts[1:]:
+            sent = FakeAnthropic.messages_text(carry_request)
+            self.assertIn("You take over unfinished work", sent)
+            self.assertIn("NEXT-STEP-MARK", sent)
+            self.assertNotIn("OLD-HISTORY-MARK", sent)
+            self.assertNotIn("tool_result", sent)
+            self.assertLessEqual(len(last_user_text(carry_request)), 18000)
+        self.assertEqual(self.lineage()["steps"]["work"], row["session_id"])
+        doc = self.read(".flower", "notes", "handoff-work.md")
+        self.assertIn("generation 2", doc)
+        self.assertEqual(len(os.listdir(os.path.join(self.ws, ".flower", "notes", "archive", "handoff"))), 1)
+        self.assertTrue(self.api.saw("DAC=1"))                                 # DISABLE_AUTO_COMPACT reached the CLI
+        self.assertFalse(self.api.saw("CRITICAL: Respond with TEXT ONLY"))   # the CLI never compacted
+        self.assertIn("handoff #2", p.stderr)
+
+    def test_08_overflow_gives_degraded_handoff_and_learns_the_window(self):
+        self.roles.work = [
+            tool("Bash", {"command": "echo big"}, input_tokens=1000, cache_read=120_000),
+            error(400, "prompt is too long: 210000 tokens > 200000 maximum", "invalid_request_error"),
+            text("fresh start worked", input_tokens=5000),
+        ]
+        self.flower("--model", "claude-sonnet-4-5", "write hello")
+        row = self.work_row()
+        self.assertTrue(row["ok"], row)
+        self.assertEqual(row["generations"], 1)
+        self.assertIn("[degraded: context overflow]", self.read(".flower", "notes", "handoff-work.md"))
+        learned = json.loads(self.read("runs", "window.json"))
+        entry = [v for k, v in learned.items() if k.endswith("|claude-sonnet-4-5")][0]
+        self.assertEqual(entry["source"], "overflow")
+        self.assertEqual(entry["window"], 121_000)
+
+    def test_09_fatal_401_stops_at_once(self):
+        self.roles.work = [error(401, "invalid x-api-key", "authentication_error")] * 10
+        p = self.flower("write hello", check=False)
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertNotIn("Traceback", p.stderr)
+        self.assertEqual(len([l for l in p.stderr.splitlines() if l.startswith("flower:")]), 1)
+        row = self.work_row()
+        self.assertEqual(row["attempts"], 1)
+        self.assertLessEqual(len(self.roles.bodies("work")), 3)   # the CLI's own 2 retries at most
+
+    def test_10_wake_sentence_empty_wake_and_new(self):
+        self.flower("write hello")
+        first_work = self.lineage()["steps"]["work"]
+        goal_calls = len(self.roles.bodies("goal"))
+        # empty wake: no clarify, no goal, work resumed with the default prompt
+        self.flower()
+        self.assertEqual(len(self.roles.bodies("clarify")), 1)
+        self.assertEqual(len(self.roles.bodies("goal")), goal_calls)
+        # wake with a sentence: brief amended, goal re-derived, work resumed with the sentence
+        self.flower("also support tables")
+        self.assertIn("also support tables", self.read(".flower", "notes", "brief.md"))
+        self.assertEqual(len(self.roles.bodies("goal")), goal_calls + 1)
+        self.assertIn("also support tables", FakeAnthropic.messages_text(self.roles.bodies("goal")[-1]))
+        self.assertEqual(last_user_text(self.roles.bodies("work")[-1]).strip().splitlines()[-1], "also support tables")
+        self.assertEqual(self.lineage()["steps"]["work"], first_work)
+        # --new: archived, fresh sessions
+        self.flower("--new", "something else")
+        archive = os.path.join(self.ws, ".flower", "notes", "archive")
+        self.assertEqual(len(os.listdir(archive)), 1)
+        self.assertEqual(sorted(os.listdir(os.path.join(archive, os.listdir(archive)[0]))),
+                         ["brief.md", "goal.md", "lineage.json"])
+        self.assertNotEqual(self.lineage()["steps"]["work"], first_work)
+        self.assertEqual(self.lineage()["woke"], 1)
+        self.assertEqual(len(self.roles.bodies("clarify")), 2)
+
+    def test_11_two_processes_in_one_run_dir(self):
+        procs = [self.spawn("once", f"question {i}") for i in range(2)]
+        for proc in procs:
+            out, err = proc.communicate(timeout=120)
+            self.assertEqual(proc.returncode, 0, err)
+        rows = self.manifest()
+        self.assertEqual([r["step"] for r in rows], ["once", "once"])
+        self.assertEqual(len({r["run"] for r in rows}), 2)
+
+
+if __name__ == "__main__":
+    unittest.main()
