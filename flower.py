@@ -17,11 +17,14 @@ Sections, low layers first:
 
 from __future__ import annotations
 
+# asyncio is imported inside the functions that need it: it costs more than everything else here
+# together, and --help, status and the pure logic never touch it.
 import argparse
-import asyncio
 import contextlib
 import dataclasses
 import datetime as _dt
+import functools
+import gc
 import hashlib
 import importlib
 import json
@@ -266,17 +269,19 @@ def safe_name(name: str) -> str:
     return kept
 
 
+# (literal markers, pattern): a pattern runs only when one of its markers occurs in the text, so the
+# common case (no secret at all) costs a few substring searches instead of a regex scan per pattern.
 _SECRET_PATTERNS = [
-    re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?(?:-----END [A-Z ]*PRIVATE KEY-----|\Z)"),
-    re.compile(r"\bsk-ant-[A-Za-z0-9_\-]{8,}"),
-    re.compile(r"\bsk-[A-Za-z0-9_\-]{16,}"),
-    re.compile(r"\b(?:ghp|gho|ghu|ghs|ghr)_[A-Za-z0-9]{20,}"),
-    re.compile(r"\bgithub_pat_[A-Za-z0-9_]{20,}"),
-    re.compile(r"\bnpm_[A-Za-z0-9]{20,}"),
-    re.compile(r"\b(?:AKIA|ASIA)[A-Z0-9]{16}\b"),
-    re.compile(r"\bxox[bpas]-[A-Za-z0-9\-]{10,}"),
-    re.compile(r"\beyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}"),
+    (("PRIVATE KEY-----",), re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?(?:-----END [A-Z ]*PRIVATE KEY-----|\Z)")),
+    (("sk-",), re.compile(r"\bsk-ant-[A-Za-z0-9_\-]{8,}|\bsk-[A-Za-z0-9_\-]{16,}")),
+    (("ghp_", "gho_", "ghu_", "ghs_", "ghr_"), re.compile(r"\b(?:ghp|gho|ghu|ghs|ghr)_[A-Za-z0-9]{20,}")),
+    (("github_pat_",), re.compile(r"\bgithub_pat_[A-Za-z0-9_]{20,}")),
+    (("npm_",), re.compile(r"\bnpm_[A-Za-z0-9]{20,}")),
+    (("AKIA", "ASIA"), re.compile(r"\b(?:AKIA|ASIA)[A-Z0-9]{16}\b")),
+    (("xox",), re.compile(r"\bxox[bpas]-[A-Za-z0-9\-]{10,}")),
+    (("eyJ",), re.compile(r"\beyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}")),
 ]
+_ASSIGNMENT_WORDS = ("password", "passwd", "token", "secret", "api_key", "apikey")
 _SECRET_ASSIGNMENT = re.compile(
     r"(?i)\b([A-Za-z_]*(?:password|passwd|token|secret|api_key|apikey)[A-Za-z_]*)(\s*[:=]\s*)"
     r"(\"[^\"\n]*\"|'[^'\n]*'|[^\s\"',;]+)"
@@ -298,9 +303,13 @@ def redact(value: str) -> str:
         secret = os.environ.get(name, "")
         if len(secret) >= 6:
             out = out.replace(secret, REDACTED)
-    for pattern in _SECRET_PATTERNS:
-        out = pattern.sub(REDACTED, out)
-    return _SECRET_ASSIGNMENT.sub(lambda m: m.group(1) + m.group(2) + REDACTED, out)
+    for markers, pattern in _SECRET_PATTERNS:
+        if any(marker in out for marker in markers):
+            out = pattern.sub(REDACTED, out)
+    lowered = out.lower()
+    if any(word in lowered for word in _ASSIGNMENT_WORDS):
+        out = _SECRET_ASSIGNMENT.sub(lambda m: m.group(1) + m.group(2) + REDACTED, out)
+    return out
 
 
 def timestamp(now: float | None = None) -> str:
@@ -427,6 +436,7 @@ async def reachable(host: str, port: int, timeout: float = 5.0) -> bool:
 
     Any failure (no DNS, refused, timeout, ...) is False. Runs in the event loop without blocking it.
     """
+    import asyncio
     loop = asyncio.get_running_loop()
 
     async def attempt() -> bool:
@@ -555,6 +565,7 @@ class Resilience:
         """Wait until the endpoint answers a DNS+TCP probe. Returns True when online, False after
         ``max_offline_wait`` seconds. ``notify`` is told once when the endpoint is down and once when
         it is back. ``probe``, ``sleep`` and ``clock`` are injectable for tests."""
+        import asyncio
         if not self.probe:
             return True
         host, port = target or endpoint()
@@ -748,6 +759,7 @@ def _segment_read_only(argv: list[str]) -> bool:
     return True
 
 
+@functools.lru_cache(maxsize=4096)
 def is_read_only_command(cmd: str) -> bool:
     """True when the shell command only looks at things: every part of a pipeline or ``&&``/``;``
     chain is a known read-only program (git only in its reading forms). Substitution, redirection,
@@ -812,11 +824,13 @@ class PruneReport:
         return {k: v for k, v in dataclasses.asdict(self).items() if k != "spills"}
 
 
-def relink(entries: list[dict], drop_uuids: set) -> list[dict]:
+def relink(entries: list[dict], drop_uuids: set, parents: dict | None = None) -> list[dict]:
     """Remove the entries whose ``uuid`` is in ``drop_uuids`` and point every survivor whose
     ``parentUuid`` names a removed entry at its nearest surviving ancestor (loop-safe).
-    Entries without a uuid are kept untouched. Returns a new list; changed entries are copies."""
-    parent_of = {e["uuid"]: e.get("parentUuid") for e in entries if isinstance(e.get("uuid"), str)}
+    Entries without a uuid are kept untouched. ``parents`` (uuid -> parentUuid) may describe
+    entries already left out of ``entries``. Returns a new list; changed entries are copies."""
+    parent_of = parents if parents is not None else \
+        {e["uuid"]: e.get("parentUuid") for e in entries if isinstance(e.get("uuid"), str)}
     resolved: dict[str, str | None] = {}
 
     def survivor(uid: str | None) -> str | None:
@@ -863,31 +877,46 @@ def _replace_result(entry: dict, index: int, new_content: str, *, is_error: bool
     return entry
 
 
+def _index(entries: list[dict]) -> tuple[list[tuple[int, int, dict]], dict[str, tuple[int, dict]]]:
+    """One pass: every tool_result in user entries as (entry index, block index, block), in order,
+    and every assistant tool_use as id -> (entry index, block)."""
+    results: list[tuple[int, int, dict]] = []
+    uses: dict[str, tuple[int, dict]] = {}
+    for i, entry in enumerate(entries):
+        kind = entry.get("type")
+        if kind != "user" and kind != "assistant":
+            continue
+        message = entry.get("message")
+        content = message.get("content") if isinstance(message, dict) else None
+        if not isinstance(content, list):
+            continue
+        for j, block in enumerate(content):
+            if not isinstance(block, dict):
+                continue
+            btype = block.get("type")
+            if btype == "tool_result" and kind == "user":
+                results.append((i, j, block))
+            elif btype == "tool_use" and kind == "assistant" and block.get("id"):
+                uses[block["id"]] = (i, block)
+    return results, uses
+
+
 def _tool_uses(entries: list[dict]) -> dict[str, tuple[int, dict]]:
     """tool_use id -> (entry index, block) for every assistant tool_use."""
-    found = {}
-    for i, entry in enumerate(entries):
-        if entry.get("type") == "assistant":
-            for block in blocks_of(entry):
-                if isinstance(block, dict) and block.get("type") == "tool_use" and block.get("id"):
-                    found[block["id"]] = (i, block)
-    return found
+    return _index(entries)[1]
 
 
 def _results(entries: list[dict]) -> list[tuple[int, int, dict]]:
     """(entry index, block index, block) for every tool_result in user entries, in order."""
-    found = []
-    for i, entry in enumerate(entries):
-        if entry.get("type") == "user" and isinstance((entry.get("message") or {}).get("content"), list):
-            for j, block in enumerate(entry["message"]["content"]):
-                if isinstance(block, dict) and block.get("type") == "tool_result":
-                    found.append((i, j, block))
-    return found
+    return _index(entries)[0]
+
+
+_TRIM_PREFIXES = tuple(table["trimmed_result"].split("{")[0] for table in TEXTS.values())
 
 
 def _is_trim_marker(value: str) -> bool:
     """True for a trimmed-result marker (any language): trimming already made its pointer."""
-    return any(value.startswith(table["trimmed_result"].split("{")[0]) for table in TEXTS.values())
+    return value.startswith(_TRIM_PREFIXES)
 
 
 def _api_call_ids(entries: list[dict], skip: set) -> list[int]:
@@ -902,6 +931,19 @@ def _api_call_ids(entries: list[dict], skip: set) -> list[int]:
     return after
 
 
+@contextlib.contextmanager
+def _gc_paused() -> Any:
+    """Pause the cyclic GC while building large acyclic structures (prune, load): otherwise it walks
+    the growing heap again and again for nothing, and the cost per entry grows with the transcript."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
 def prune(entries: list[dict], policy: PrunePolicy | None = None) -> tuple[list[dict], PruneReport]:
     """What a resumed model should be sent: ``entries`` with error noise removed and old bulk
     shortened, as a new list. Deterministic, idempotent, linear time; the input is not mutated.
@@ -911,23 +953,31 @@ def prune(entries: list[dict], policy: PrunePolicy | None = None) -> tuple[list[
     huge tool results into spill files (returned in the report, written by the caller); re-link
     ``parentUuid`` past dropped entries; heal tool_uses that have no result.
     """
-    policy = policy or PrunePolicy()
-    report = PruneReport()
-    work = list(entries)
-    drop: set = set()
+    with _gc_paused():
+        return _prune(entries, policy or PrunePolicy())
 
-    # 1. API errors
-    if policy.drop_api_errors:
-        for entry in work:
-            if is_api_error_entry(entry) and isinstance(entry.get("uuid"), str):
+
+def _prune(entries: list[dict], policy: PrunePolicy) -> tuple[list[dict], PruneReport]:
+    report = PruneReport()
+    work: list[dict] = []
+    drop: set = set()
+    parents: dict[str, Any] = {}
+
+    # 1. API errors (an error entry without uuid is outside the chain: just left out)
+    for entry in entries:
+        uid = entry.get("uuid")
+        if uid.__class__ is str:
+            parents[uid] = entry.get("parentUuid")
+        if policy.drop_api_errors and is_api_error_entry(entry):
+            report.dropped_errors += 1
+            report.chars_saved += len(entry_text(entry)) or len(str(entry.get("error", "")))
+            if isinstance(entry.get("uuid"), str):
                 drop.add(entry["uuid"])
-                report.dropped_errors += 1
-                report.chars_saved += len(entry_text(entry)) or len(str(entry.get("error", "")))
-        # an error entry without uuid cannot be in the chain; drop it by identity
-        work = [e for e in work if not (is_api_error_entry(e) and not isinstance(e.get("uuid"), str))]
+            continue
+        work.append(entry)
 
     # 2. Denials: keep the newest keep_denials
-    results = _results(work)
+    results, uses = _index(work)
     denials = [(i, j, b) for i, j, b in results if b.get("is_error") and _is_denial(work[i])]
     old = denials[:max(0, len(denials) - max(0, policy.keep_denials))]
     if old:
@@ -936,75 +986,80 @@ def prune(entries: list[dict], policy: PrunePolicy | None = None) -> tuple[list[
         for i in sorted({i for i, _, _ in old}):
             entry = dict(work[i])
             message = dict(entry["message"])
-            kept = [b for j, b in enumerate(message["content"]) if (i, j) not in drop_result]
             report.chars_saved += sum(len(block_text(b)) for j, b in enumerate(message["content"])
                                       if (i, j) in drop_result)
-            message["content"] = kept
+            message["content"] = [b for j, b in enumerate(message["content"]) if (i, j) not in drop_result]
             entry["message"] = message
             entry.pop("toolUseResult", None)
             work[i] = entry
-        for i, entry in enumerate(work):
-            if entry.get("type") == "assistant" and any(
-                    isinstance(b, dict) and b.get("type") == "tool_use" and b.get("id") in drop_use_ids
-                    for b in blocks_of(entry)):
-                entry = dict(entry)
+        for tool_id, (k, block) in uses.items():
+            if tool_id in drop_use_ids:
+                entry = dict(work[k])
                 message = dict(entry["message"])
-                gone = [b for b in message["content"] if isinstance(b, dict) and b.get("id") in drop_use_ids]
-                report.chars_saved += sum(len(json.dumps(b.get("input", ""))) for b in gone)
-                message["content"] = [b for b in message["content"]
-                                      if not (isinstance(b, dict) and b.get("id") in drop_use_ids)]
+                report.chars_saved += len(json.dumps(block.get("input", ""), ensure_ascii=False))
+                message["content"] = [b for b in message["content"] if not (isinstance(b, dict) and b.get("id") == tool_id)]
                 entry["message"] = message
-                work[i] = entry
+                work[k] = entry
         report.denials_dropped = len(old)
         for entry in work:
             if entry.get("type") in ("user", "assistant") and isinstance(entry.get("uuid"), str) \
                     and isinstance((entry.get("message") or {}).get("content"), list) \
                     and not entry["message"]["content"]:
                 drop.add(entry["uuid"])
+        # re-index only the entries that changed; every other (i, j) position is still valid
+        changed = {i for i, _, _ in old}
+        kept = [r for r in results if r[0] not in changed]
+        fresh, _ = _index([work[i] for i in sorted(changed)])
+        order = sorted(changed)
+        results = sorted(kept + [(order[i], j, b) for i, j, b in fresh], key=lambda r: (r[0], r[1]))
+        uses = {tid: use for tid, use in uses.items() if tid not in drop_use_ids}
+
+    # From here on entries are only replaced, never removed: (i, j) positions stay valid.
+
+    def current(i: int, j: int) -> dict:
+        return work[i]["message"]["content"][j]
 
     # 3. Interrupts
     if policy.neutralize_interrupts:
         neutral = text("interrupted_result", policy.lang)
-        for i, j, block in _results(work):
-            if _is_interrupt(work[i]) and block_text(block) != neutral:
-                report.chars_saved += len(block_text(block)) - len(neutral)
+        for i, j, _ in results:
+            if _is_interrupt(work[i]) and block_text(current(i, j)) != neutral:
+                report.chars_saved += len(block_text(current(i, j))) - len(neutral)
                 work[i] = _replace_result(work[i], j, neutral, is_error=False)
                 if isinstance(work[i].get("toolUseResult"), str):
                     work[i]["toolUseResult"] = neutral
                 report.interrupts += 1
 
-    uses = _tool_uses(work)
-
     # 4. Stale glances
     if policy.expire_glances:
-        after = _api_call_ids(work, drop)
         glances = []
-        for i, j, block in _results(work):
+        for i, j, block in results:
             use = uses.get(block.get("tool_use_id"))
-            if not use or use[1].get("name") != "Bash":
+            if not use or use[1].get("name") != "Bash" or work[i].get("uuid") in drop or work[i].get("flowerHealed"):
                 continue
             command = (use[1].get("input") or {}).get("command", "")
-            if is_read_only_command(command) and work[i].get("uuid") not in drop \
-                    and not work[i].get("flowerHealed"):
-                glances.append((i, j, block, command))
-        for i, j, block, command in glances[:max(0, len(glances) - policy.keep_glances)]:
-            current = block_text(block)
-            if len(current) > policy.glance_max_chars or _is_trim_marker(current):
-                continue
-            short = command if len(command) <= 80 else command[:77] + "..."
-            marker = text("expired_result", policy.lang, cmd=short, n=after[i])
-            if current != marker:
-                report.expired += 1
-                report.chars_saved += len(current) - len(marker)
-                work[i] = _replace_result(work[i], j, marker)
+            if is_read_only_command(command):
+                glances.append((i, j, command))
+        stale = glances[:max(0, len(glances) - policy.keep_glances)]
+        if stale:
+            after = _api_call_ids(work, drop)
+            for i, j, command in stale:
+                now = block_text(current(i, j))
+                if len(now) > policy.glance_max_chars or _is_trim_marker(now):
+                    continue
+                short = command if len(command) <= 80 else command[:77] + "..."
+                marker = text("expired_result", policy.lang, cmd=short, n=after[i])
+                if now != marker:
+                    report.expired += 1
+                    report.chars_saved += len(now) - len(marker)
+                    work[i] = _replace_result(work[i], j, marker)
 
     # 5. Trim old huge results into spill files
     if policy.trim:
-        big = [(i, j, block) for i, j, block in _results(work)
-               if len(block_text(block)) >= policy.trim_min_chars and work[i].get("uuid") not in drop
-               and not work[i].get("flowerHealed")]
-        for i, j, block in big[:max(0, len(big) - policy.trim_keep)]:
-            full = block_text(block)
+        big = [(i, j) for i, j, _ in results if work[i].get("uuid") not in drop and not work[i].get("flowerHealed")
+               and len(block_text(current(i, j))) >= policy.trim_min_chars]
+        for i, j in big[:max(0, len(big) - policy.trim_keep)]:
+            full = block_text(current(i, j))
             digest = hashlib.sha256(full.encode("utf-8", "surrogatepass")).hexdigest()[:16]
             path = os.path.join(policy.spill_dir or ".flower/spill", f"{digest}.txt")
             report.spills[path] = full
@@ -1014,37 +1069,35 @@ def prune(entries: list[dict], policy: PrunePolicy | None = None) -> tuple[list[
             work[i] = _replace_result(work[i], j, marker)
 
     # 6. Re-link past dropped entries
+    answered = {block.get("tool_use_id") for _, _, block in results}
+    orphans: dict[str, list[dict]] = {}
+    for tool_id, (i, block) in uses.items():
+        if tool_id not in answered and isinstance(work[i].get("uuid"), str) and work[i]["uuid"] not in drop:
+            orphans.setdefault(work[i]["uuid"], []).append(block)
     if drop:
-        work = relink(work, drop)
+        work = relink(work, drop, parents)
 
-    # 7. Heal tool_uses without a result
-    answered = {b.get("tool_use_id") for _, _, b in _results(work)}
-    orphans = [(i, b) for tid, (i, b) in _tool_uses(work).items() if tid not in answered]
+    # 7. Heal tool_uses without a result: a neutral result chained right after the tool_use
     if orphans:
         neutral = text("interrupted_result", policy.lang)
-        by_index: dict[int, list[dict]] = {}
-        for i, block in orphans:
-            by_index.setdefault(i, []).append(block)
         repoint: dict[str, str] = {}
         healed_list: list[dict] = []
-        for i, entry in enumerate(work):
+        for entry in work:
             healed_list.append(entry)
             parent = entry.get("uuid")
-            for block in by_index.get(i, []):
+            for block in orphans.get(parent, []) if isinstance(parent, str) else []:
                 uid = str(uuid.uuid5(uuid.NAMESPACE_URL, "flower-heal:" + str(block["id"])))
-                heal = {"type": "user", "uuid": uid, "parentUuid": parent,
-                        "isSidechain": bool(entry.get("isSidechain")), "sessionId": entry.get("sessionId"),
-                        "message": {"role": "user", "content": [
-                            {"type": "tool_result", "tool_use_id": block["id"], "content": neutral,
-                             "is_error": False}]},
-                        "flowerHealed": True}
-                healed_list.append(heal)
-                if isinstance(entry.get("uuid"), str):
-                    repoint[entry["uuid"]] = uid
+                healed_list.append({"type": "user", "uuid": uid, "parentUuid": parent,
+                                    "isSidechain": bool(entry.get("isSidechain")), "sessionId": entry.get("sessionId"),
+                                    "message": {"role": "user", "content": [
+                                        {"type": "tool_result", "tool_use_id": block["id"], "content": neutral,
+                                         "is_error": False}]},
+                                    "flowerHealed": True})
+                repoint[entry["uuid"]] = uid
                 parent = uid
                 report.healed += 1
-        work = []
         heal_ids = set(repoint.values())
+        work = []
         for entry in healed_list:
             parent = entry.get("parentUuid")
             if parent in repoint and entry.get("uuid") not in heal_ids:
@@ -1339,13 +1392,21 @@ def _key_string(key: dict) -> str:
     return "/".join(parts)
 
 
+_FOLD: list = []  # [fold_session_summary or None], looked up once per process
+
+
 def _fold_summary(prev: dict | None, key: dict, entries: list[dict]) -> dict | None:
     """The SDK's ``fold_session_summary`` when the SDK is importable, else None (no summaries)."""
-    try:
-        sdk = importlib.import_module(_SDK_MODULE)
-    except Exception:
-        return None
-    fold = getattr(sdk, "fold_session_summary", None)
+    sdk = sys.modules.get(_SDK_MODULE)
+    if sdk is not None:  # loaded (possibly a test double): ask it every time
+        fold = getattr(sdk, "fold_session_summary", None)
+    else:
+        if not _FOLD:
+            try:
+                _FOLD.append(getattr(importlib.import_module(_SDK_MODULE), "fold_session_summary", None))
+            except Exception:
+                _FOLD.append(None)
+        fold = _FOLD[0]
     return fold(prev, key, entries) if fold else None
 
 
@@ -1461,16 +1522,19 @@ class SqliteSessionStore:
             if not known:
                 return None
             rows = self._db.execute("SELECT payload FROM entries WHERE skey=? ORDER BY seq", (skey,)).fetchall()
-        return [json.loads(r[0]) for r in rows]
+        with _gc_paused():
+            return [json.loads(r[0]) for r in rows]
 
     # -- the SDK SessionStore protocol --
 
     async def append(self, key: dict, entries: list[dict]) -> None:
         """Mirror a batch of transcript entries (SDK protocol)."""
+        import asyncio
         await asyncio.to_thread(self.append_sync, key, entries)
 
     async def load(self, key: dict) -> list[dict] | None:
         """Load a whole session for resume (SDK protocol)."""
+        import asyncio
         return await asyncio.to_thread(self.load_sync, key)
 
     async def list_sessions(self, project_key: str) -> list[dict]:
@@ -1636,6 +1700,7 @@ class PruningSessionStore:
 
 def _run_sync(awaitable: Any) -> Any:
     """Run a coroutine to completion from sync code, even when a loop is running in this thread."""
+    import asyncio
     try:
         asyncio.get_running_loop()
     except RuntimeError:
@@ -1854,6 +1919,15 @@ class Manifest:
         self.notify = notify
         self.rows: list[dict] = []
         self._lock = FileLock(os.path.join(run_dir, ".lock"))
+        self._known: tuple[tuple, list[str]] | None = None  # (file signature after our write, other lines)
+
+    @staticmethod
+    def _signature(path: str) -> tuple | None:
+        try:
+            st = os.stat(path)
+        except OSError:
+            return None
+        return (st.st_ino, st.st_size, st.st_mtime_ns)
 
     def _row_line(self, row: dict) -> str:
         ordered = {"run": self.run, **{k: v for k, v in row.items() if k != "run"}}
@@ -1900,10 +1974,17 @@ class Manifest:
         self.flush()
 
     def flush(self) -> None:
-        """Write this run's rows, keeping every other run's rows as they are."""
+        """Write this run's rows, keeping every other run's rows as they are. When nobody touched
+        the file since our last write, the other rows are taken from memory instead of re-read."""
         with self._lock:
-            lines = self._other_lines() + [self._row_line(r) for r in self.rows]
+            if self._known is not None and self._known[0] == self._signature(self.path):
+                others = self._known[1]
+            else:
+                others = self._other_lines()
+            lines = others + [self._row_line(r) for r in self.rows]
             atomic_write(self.path, "[\n" + ",\n".join(lines) + ("\n" if lines else "") + "]\n")
+            signature = self._signature(self.path)
+            self._known = (signature, others) if signature else None
 
     @staticmethod
     def read(run_dir: str) -> list[dict]:
@@ -2386,6 +2467,7 @@ class Runtime:
                  ask_human: Callable[[], Awaitable[str | None]] | None = None,
                  sleep: Callable[[float], Awaitable[None]] | None = None,
                  notify: Callable[[str], None] | None = None):
+        import asyncio
         self.paths = Paths(workspace, run_dir, lang)
         self.paths.prepare()
         self.lang = lang
@@ -2561,6 +2643,7 @@ class Runtime:
         names the lineage entry to keep current (None for judges and side questions: they never
         enter the lineage). Session ids are chosen here and written to lineage before the CLI starts.
         """
+        import asyncio
         sdk = self._sdk()
         name = step_name or spec.name
         result = StepResult(step=name, started_at=iso_now())
@@ -2680,6 +2763,7 @@ class Runtime:
         return result
 
     async def _connect_and_drive(self, sdk: Any, options: Any, prompt: str, st: "_RunState") -> _Turn:
+        import asyncio
         turn = _Turn()
         self._stderr = []
         assert self._human_event is not None
@@ -2794,6 +2878,7 @@ class Runtime:
 
     async def _ritual(self, client: Any, st: "_RunState", turn: _Turn) -> None:
         """Ask the retiring session for its handoff document on the same live client (fail-soft)."""
+        import asyncio
         st.emit(Event("handoff", session_id=st.sid, level=st.level, window=st.window,
                       data={"phase": "writing", "context": st.level, "window": st.window}))
         sub = _Turn()
@@ -2900,6 +2985,7 @@ def _short_input(value: Any, limit: int = 300) -> Any:
 # --- Workflow: steps, continuity across wakes, the starter flow (clarify -> goal -> work + judge) ---
 
 async def _maybe_await(value: Any) -> Any:
+    import asyncio
     return await value if asyncio.iscoroutine(value) or isinstance(value, asyncio.Future) else value
 
 
@@ -3455,6 +3541,7 @@ class _TerminalHuman(Human):
 
 async def read_line(prompt: str) -> str:
     """``input()`` without blocking the event loop (daemon thread, so quitting never waits on it)."""
+    import asyncio
     loop = asyncio.get_running_loop()
     future: asyncio.Future = loop.create_future()
 
@@ -3500,6 +3587,7 @@ async def _run_with_signals(rt: Runtime, reporter: Reporter, body: Callable[[], 
     """Run ``body`` with flower's signal policy: the first Ctrl-C interrupts the turn cooperatively
     and (on a TTY) asks what to tell the agent; a second Ctrl-C quits (exit 130); SIGHUP/SIGTERM
     write the manifest (rescue) and quit."""
+    import asyncio
     loop = asyncio.get_running_loop()
     task = asyncio.ensure_future(body())
     state = {"interrupts": 0, "signal": None}
@@ -3550,6 +3638,7 @@ async def _run_with_signals(rt: Runtime, reporter: Reporter, body: Callable[[], 
 
 def cmd_go(args: argparse.Namespace, reporter: Reporter) -> int:
     """The main job: clarify -> goal -> work, judged; carries on in a used directory."""
+    import asyncio
     lang = _lang(args)
     ask = _check_text(args.ask, "the task")
     paths = Paths(args.workspace, args.run_dir, lang)
@@ -3605,6 +3694,7 @@ def cmd_go(args: argparse.Namespace, reporter: Reporter) -> int:
 
 def cmd_once(args: argparse.Namespace, reporter: Reporter) -> int:
     """One ad-hoc session; no lineage; its manifest row is step ``once``."""
+    import asyncio
     prompt = _check_text(args.prompt, "the prompt") or ""
     if args.fork and not args.resume:
         raise FlowerError("--fork needs --resume SID", EXIT_USAGE)
@@ -3680,6 +3770,7 @@ def cmd_status(args: argparse.Namespace, reporter: Reporter) -> int:
 
 def cmd_doctor(args: argparse.Namespace, reporter: Reporter) -> int:
     """Check everything a run needs, one line each; exit 0 only when all pass."""
+    import asyncio
     checks: list[tuple[bool, str, str]] = []
     checks.append((sys.version_info >= (3, 10), f"Python {sys.version.split()[0]}", "use Python 3.10 or newer"))
     try:

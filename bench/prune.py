@@ -1,0 +1,34 @@
+"""prune() alone on transcripts of 1K..50K entries dense with denials, API errors, glances and big
+results: the cost per entry must stay flat (linear time). Baseline: json.loads of the same entries."""
+
+import json
+
+from common import compare
+import flower
+from tests.transcripts import random_transcript
+
+
+def transcript(n):
+    out, seed = [], 0
+    while len(out) < n:
+        out.extend(random_transcript(seed, size=200))
+        seed += 1
+    return out[:n]
+
+
+def main():
+    policy = flower.PrunePolicy(trim=True, spill_dir="/tmp/flower-bench-spill")
+    per_entry = {}
+    for n in (1_000, 10_000, 50_000):
+        entries = transcript(n)
+        raw = [json.dumps(e) for e in entries]
+        ours, base = compare(lambda: flower.prune(entries, policy), lambda: [json.loads(r) for r in raw],
+                             7 if n < 50_000 else 3)
+        per_entry[n] = ours / n
+        print(f"prune {n:>6} entries: {ours * 1000:8.1f} ms = {ours / n * 1e6:6.2f} us/entry   "
+              f"(json.loads of the same: {base * 1000:8.1f} ms, ratio {ours / base:4.2f}x)")
+    print(f"per-entry cost 50K / 1K: {per_entry[50_000] / per_entry[1_000]:.2f}x (flat = linear; goal <= 1.5x)")
+
+
+if __name__ == "__main__":
+    main()
