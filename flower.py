@@ -126,6 +126,26 @@ TEXTS: dict[str, dict[str, str]] = {
             "do not start over."
         ),
         "added_on_wake": "Added on wake",
+        "ui_continues": "<- continues earlier session · wake #{woke}",
+        "ui_context": " · context {context}",
+        "ui_retry": "retry: attempt {attempt} in {delay}s ({kind})",
+        "ui_near": "context {context} of {window}: handoff soon",
+        "ui_writing": "handoff: the session writes its handoff document",
+        "ui_handoff_done": "handoff #{generation} -> fresh session {sid}{degraded}; {path}",
+        "ui_words": "continuing with your words",
+        "ui_error": "error ({kind}): {message}",
+        "ui_result": "{step}: {status} · ${cost:.4f} · {turns} turns · attempts {attempts}",
+        "ui_ok": "ok",
+        "ui_failed": "failed: {error}",
+        "ui_done": "done · total ${cost:.4f} · manifest {path}",
+        "ui_total": "total ${cost:.4f} · manifest {path}",
+        "ui_banner": "<- resuming in {path}  {parts}",
+        "ui_brief_confirmed": "brief confirmed",
+        "ui_goal_checks": "goal {n} checks",
+        "ui_work_context": "work context {context}",
+        "ui_wake": "wake #{n}",
+        "ui_archived": "archived {n} file(s) into {path}",
+        "ui_nothing_to_do": 'nothing to do here yet: python flower.py "what should be done"',
     },
     "zh": {
         "resume_prompt": "上一轮在完成之前被中断了。先看看磁盘上已经有什么,从中断处继续,不要从头开始。",
@@ -163,6 +183,26 @@ TEXTS: dict[str, dict[str, str]] = {
         "clarify_resume": "继续刚才没有完成的需求澄清,不要从头开始。",
         "work_resume": "从中断处继续朝目标推进。先看看磁盘上已经有什么,不要从头开始。",
         "added_on_wake": "唤醒时补充",
+        "ui_continues": "<- 接上次 · 第 {woke} 次唤醒",
+        "ui_context": " · 上下文 {context}",
+        "ui_retry": "重试:第 {attempt} 次,{delay} 秒后({kind})",
+        "ui_near": "上下文 {context} / {window}:即将交接",
+        "ui_writing": "交接:旧会话正在写交接文档",
+        "ui_handoff_done": "第 {generation} 次交接 -> 新会话 {sid}{degraded};{path}",
+        "ui_words": "带着你的话继续",
+        "ui_error": "错误({kind}):{message}",
+        "ui_result": "{step}:{status} · ${cost:.4f} · {turns} 轮 · 第 {attempts} 次尝试",
+        "ui_ok": "完成",
+        "ui_failed": "失败:{error}",
+        "ui_done": "完成 · 共 ${cost:.4f} · 清单 {path}",
+        "ui_total": "共 ${cost:.4f} · 清单 {path}",
+        "ui_banner": "<- 在 {path} 接上上次  {parts}",
+        "ui_brief_confirmed": "需求已确认",
+        "ui_goal_checks": "目标 {n} 条",
+        "ui_work_context": "干活上下文 {context}",
+        "ui_wake": "第 {n} 次唤醒",
+        "ui_archived": "已归档 {n} 个文件到 {path}",
+        "ui_nothing_to_do": '这里还没有任务:python flower.py "要做什么"',
     },
 }
 
@@ -1458,19 +1498,36 @@ class SqliteSessionStore:
             if not os.path.exists(path):
                 with contextlib.suppress(FileExistsError):
                     os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+        deadline = time.monotonic() + busy_timeout
+        while True:
+            try:
+                self._db = self._connect(path, busy_timeout)
+                break
+            except sqlite3.OperationalError as exc:
+                # WAL setup and schema creation need a write lock the busy handler does not always
+                # wait for: another process opening the same file at this instant. Wait it out.
+                if ("locked" in str(exc) or "busy" in str(exc)) and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                    continue
+                raise FlowerError(f"{path} is busy or locked ({exc}); it was left untouched", EXIT_SETUP) from None
+            except sqlite3.DatabaseError as exc:
+                raise FlowerError(f"{path} is not a usable session store ({exc}); it was left untouched: "
+                                  f"move it aside or use another --run-dir", EXIT_SETUP) from None
+
+    @staticmethod
+    def _connect(path: str, busy_timeout: float) -> sqlite3.Connection:
+        db = sqlite3.connect(path, timeout=busy_timeout, check_same_thread=False, isolation_level=None)
         try:
-            self._db = sqlite3.connect(path, timeout=busy_timeout, check_same_thread=False,
-                                       isolation_level=None)
-            self._db.execute(f"PRAGMA busy_timeout={int(busy_timeout * 1000)}")
+            db.execute(f"PRAGMA busy_timeout={int(busy_timeout * 1000)}")
             if path != ":memory:":
-                self._db.execute("PRAGMA journal_mode=WAL")
-                self._db.execute("PRAGMA synchronous=NORMAL")
-            self._db.executescript(_SCHEMA)
-        except sqlite3.DatabaseError as exc:
-            with contextlib.suppress(Exception):
-                self._db.close()
-            raise FlowerError(f"{path} is not a usable session store ({exc}); it was left untouched: "
-                              f"move it aside or use another --run-dir", EXIT_SETUP) from None
+                if db.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
+                    db.execute("PRAGMA journal_mode=WAL")
+                db.execute("PRAGMA synchronous=NORMAL")
+            db.executescript(_SCHEMA)
+        except BaseException:
+            db.close()
+            raise
+        return db
 
     # -- sync core (also used by the async protocol methods) --
 
@@ -3272,8 +3329,10 @@ class Reporter:
     otherwise, JSON lines on stdout with ``--json``. Human text goes to stderr."""
 
     def __init__(self, *, json_mode: bool = False, verbose: bool = False, quiet: bool = False,
-                 err: Any = None, out: Any = None, tty: bool | None = None):
+                 err: Any = None, out: Any = None, tty: bool | None = None, lang: str = "en",
+                 show_text: bool = True):
         self.json_mode, self.verbose, self.quiet = json_mode, verbose, quiet
+        self.lang, self.show_text = lang, show_text
         self.err = err or sys.stderr
         self.out = out or sys.stdout
         self.tty = self.err.isatty() if tty is None else tty
@@ -3313,21 +3372,26 @@ class Reporter:
         self.err.flush()
         self._status_shown = True
 
+    def t(self, key: str, **fmt: Any) -> str:
+        """A user-facing string in this reporter's language."""
+        return text(key, self.lang, **fmt)
+
     def event(self, event: Event) -> None:
         """Show one event."""
         if self.json_mode:
             print(event.as_json(), file=self.out, flush=True)
         kind, data = event.kind, event.data
+        t = self.t
         if kind == "step":
             note = ""
             if data.get("continues"):
-                note = f"  <- continues earlier session · wake #{data.get('woke')}"
+                note = "  " + t("ui_continues", woke=data.get("woke"))
                 if data.get("context"):
-                    note += f" · context {_human_tokens(data['context'])}"
+                    note += t("ui_context", context=_human_tokens(data["context"]))
             self.say(self._paint(f"== {data.get('name')} " + "=" * max(3, 40 - len(str(data.get('name')))), "1") + note)
         elif kind == "text":
             self.turns += 1
-            if self.verbose or not self.tty:
+            if self.show_text and (self.verbose or not self.tty):
                 body = data.get("text", "").strip()
                 if body and not self.quiet:
                     self.say(body if self.verbose else (body[:400] + ("…" if len(body) > 400 else "")))
@@ -3335,24 +3399,26 @@ class Reporter:
             if self.verbose:
                 self.say(f"  -> {data.get('name')} {json.dumps(data.get('input'), ensure_ascii=False)[:200]}")
         elif kind == "retry":
-            self.say(self._paint(f"  retry: attempt {data.get('attempt')} in {data.get('delay')}s ({data.get('kind')})", "33"))
+            self.say(self._paint("  " + t("ui_retry", attempt=data.get("attempt"), delay=data.get("delay"),
+                                          kind=data.get("kind")), "33"))
         elif kind == "handoff":
             phase = data.get("phase")
             if phase == "near":
-                self.say(f"  context {_human_tokens(data.get('context'))} of {_human_tokens(data.get('window'))}: handoff soon")
+                self.say("  " + t("ui_near", context=_human_tokens(data.get("context")),
+                                  window=_human_tokens(data.get("window"))))
             elif phase == "writing":
-                self.say("  handoff: the session writes its handoff document")
+                self.say("  " + t("ui_writing"))
             elif phase == "done":
-                degraded = f" [degraded: {data.get('degraded')}]" if data.get("degraded") else ""
-                self.say(f"  handoff #{data.get('generation')} -> fresh session {str(event.session_id)[:8]}{degraded}; "
-                         f"{_tilde(str(data.get('path')))}")
+                degraded = " " + t("degraded_title", why=data.get("degraded")) if data.get("degraded") else ""
+                self.say("  " + t("ui_handoff_done", generation=data.get("generation"), sid=str(event.session_id)[:8],
+                                  degraded=degraded, path=_tilde(str(data.get("path")))))
         elif kind == "resume":
             if data.get("pruned") and self.verbose:
                 self.say(f"  resume: pruned {data['pruned']}")
             elif data.get("reason") == "human":
-                self.say("  continuing with your words")
+                self.say("  " + t("ui_words"))
         elif kind == "error":
-            self.say(self._paint(f"  error ({data.get('kind')}): {data.get('message')}", "31"))
+            self.say(self._paint("  " + t("ui_error", kind=data.get("kind"), message=data.get("message")), "31"))
         elif kind == "info":
             if data.get("message"):
                 self.say(f"  {data['message']}")
@@ -3362,9 +3428,9 @@ class Reporter:
         elif kind == "result":
             self.total_cost += float(data.get("cost_usd") or 0)
             self.cost = 0.0
-            status = "ok" if data.get("ok") else f"failed: {data.get('error')}"
-            self.say(f"  {event.step}: {status} · ${float(data.get('cost_usd') or 0):.4f} · "
-                     f"{data.get('turns')} turns · attempts {data.get('attempts')}")
+            status = t("ui_ok") if data.get("ok") else t("ui_failed", error=data.get("error"))
+            self.say("  " + t("ui_result", step=event.step, status=status, cost=float(data.get("cost_usd") or 0),
+                              turns=data.get("turns"), attempts=data.get("attempts")))
         elif kind == "system" and data.get("subtype") == "turn_result":
             self.cost = float(data.get("cost_usd") or 0)
         self._status(event)
@@ -3564,17 +3630,17 @@ def _lang(args: argparse.Namespace) -> str:
     return lang if lang in TEXTS else "en"
 
 
-def wake_banner(paths: Paths, state: dict, context: int | None) -> str:
+def wake_banner(paths: Paths, state: dict, context: int | None, lang: str = "en") -> str:
     """``<- resuming in ~/proj  brief confirmed · goal 15 checks · work context 80.2K · wake #3``."""
     parts = []
     if state["brief"]:
-        parts.append("brief confirmed")
+        parts.append(text("ui_brief_confirmed", lang))
     if state["checks"]:
-        parts.append(f"goal {state['checks']} checks")
+        parts.append(text("ui_goal_checks", lang, n=state["checks"]))
     if context:
-        parts.append(f"work context {_human_tokens(context)}")
-    parts.append(f"wake #{state['woke'] + 1}")
-    return f"<- resuming in {_tilde(paths.workspace)}  " + " · ".join(parts)
+        parts.append(text("ui_work_context", lang, context=_human_tokens(context)))
+    parts.append(text("ui_wake", lang, n=state["woke"] + 1))
+    return text("ui_banner", lang, path=_tilde(paths.workspace), parts=" · ".join(parts))
 
 
 def _archive_task(paths: Paths, lineage: Lineage) -> list[str]:
@@ -3652,18 +3718,18 @@ def cmd_go(args: argparse.Namespace, reporter: Reporter) -> int:
     used = state["waking"]
     if args.new and (used or os.path.exists(lineage.path)):
         moved = _archive_task(paths, lineage)
-        reporter.say(f"archived {len(moved)} file(s) into {_tilde(os.path.dirname(moved[0])) if moved else '-'}")
+        reporter.say(text("ui_archived", lang, n=len(moved), path=_tilde(os.path.dirname(moved[0])) if moved else "-"))
         used = False
     if ask is None and interactive:
         answer = input(text("wake_continue_question" if used else "wake_new_question", lang) + "\n> ").strip()
         if answer == "/new":
             moved = _archive_task(paths, lineage)
-            reporter.say(f"archived {len(moved)} file(s)")
+            reporter.say(text("ui_archived", lang, n=len(moved), path=_tilde(os.path.dirname(moved[0])) if moved else "-"))
             used = False
             answer = input(text("wake_new_question", lang) + "\n> ").strip()
         ask = _check_text(answer or None, "the task")
     if not used and not ask:
-        raise FlowerError('nothing to do here yet: python flower.py "what should be done"', EXIT_USAGE)
+        raise FlowerError(text("ui_nothing_to_do", lang), EXIT_USAGE)
     _require_sdk()
     _require_credentials()
     rt = Runtime(workspace=paths.workspace, run_dir=paths.run_dir, store=store, lang=lang, model=args.model,
@@ -3673,7 +3739,7 @@ def cmd_go(args: argparse.Namespace, reporter: Reporter) -> int:
         if used:
             work_sid = rt.lineage.steps.get("work")
             reporter.say(wake_banner(paths, wake_state(paths.workspace, paths.run_dir),
-                                     rt.last_context(work_sid) if work_sid else None))
+                                     rt.last_context(work_sid) if work_sid else None, lang))
         human = _TerminalHuman(reporter) if interactive else None
         flow = starter_flow(None if used else ask, rt=rt, rounds=args.rounds, use_goal=not args.no_goal,
                             human=human, wake_sentence=ask if used else None, model=args.model,
@@ -3684,9 +3750,9 @@ def cmd_go(args: argparse.Namespace, reporter: Reporter) -> int:
             message = str(exc)
             reporter.say(f"flower: {message}", always=True)
             code = EXIT_OFFLINE if "network down" in message else EXIT_STEP_FAILED
-            reporter.say(f"total ${reporter.total_cost:.4f} · manifest {rt.manifest.path}", always=True)
+            reporter.say(text("ui_total", lang, cost=reporter.total_cost, path=rt.manifest.path), always=True)
             return code
-        reporter.say(f"done · total ${reporter.total_cost:.4f} · manifest {rt.manifest.path}", always=True)
+        reporter.say(text("ui_done", lang, cost=reporter.total_cost, path=rt.manifest.path), always=True)
         return EXIT_OK
     finally:
         rt.close()
@@ -3890,7 +3956,8 @@ def main(argv: list[str] | None = None) -> int:
             _check_text(value if value != "-" else "", "an argument")
         parser = build_parser()
         args = parser.parse_args(_split_command(argv))
-        reporter = Reporter(json_mode=args.json, verbose=args.verbose, quiet=args.quiet)
+        reporter = Reporter(json_mode=args.json, verbose=args.verbose, quiet=args.quiet, lang=_lang(args),
+                            show_text=args.command != "once")
         for env_name, env_value in cli_env_defaults().items():
             os.environ.setdefault(env_name, env_value)
         return COMMANDS[args.command](args, reporter)

@@ -173,6 +173,34 @@ class Cli(unittest.TestCase):
         p = self.run_cli(["-q"], mode="fake", env=dict(self.env, ANTHROPIC_API_KEY="sk-test"), stdin=b"")
         self.assertEqual(p.returncode, 0, p.stderr)
 
+    def test_custom_store_factory(self):
+        custom = os.path.join(self.tmp.name, "elsewhere.db")
+        env = dict(self.env, ANTHROPIC_API_KEY="sk-test", FLOWER_TEST_STORE=custom)
+        p = self.run_cli(["--store", "tests.store_factory:make", "write md2html"], mode="fake", env=env)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertFalse(os.path.exists(os.path.join(self.ws, "runs", "sessions.db")))
+        import flower
+        store = flower.SqliteSessionStore(custom)
+        self.assertEqual(len(store.sessions()), 4)
+        store.close()
+        p = self.run_cli(["--store", "tests.store_factory:broken", "x"], mode="fake", env=env)
+        self.assertEqual(p.returncode, 3)
+        self.assertIn(b"did not return a SessionStore", p.stderr)
+
+    def test_chinese(self):
+        env = dict(self.env, ANTHROPIC_API_KEY="sk-test")
+        p = self.run_cli(["--lang", "zh", "写个 md 转 html 的脚本"], mode="fake", env=env)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        notes = os.path.join(self.ws, ".flower", "notes")
+        self.assertTrue(os.path.exists(os.path.join(notes, "需求.md")))
+        self.assertTrue(os.path.exists(os.path.join(notes, "目标.md")))
+        self.assertIn("完成 · 共", p.stderr.decode())
+        steps = [r["step"] for r in load_json(os.path.join(self.ws, "runs", "manifest.json"))]
+        self.assertEqual(steps[-1], "work·判定#1")
+        p = self.run_cli(["--lang", "zh"], mode="fake", env=env, stdin=b"")
+        self.assertIn("需求已确认", p.stderr.decode())
+        self.assertIn("第 2 次唤醒", p.stderr.decode())
+
     def test_failed_judge_exit_code_and_once(self):
         env = dict(self.env, ANTHROPIC_API_KEY="sk-test", FAKE_JUDGE="VERDICT: not_yet")
         p = self.run_cli(["--rounds", "1", "write md2html"], mode="fake", env=env)
@@ -181,6 +209,8 @@ class Cli(unittest.TestCase):
         p = self.run_cli(["once", "hello"], mode="fake", env=env)
         self.assertEqual(p.returncode, 0, p.stderr)
         self.assertIn(b"session ", p.stderr)
+        self.assertEqual(p.stdout.decode().strip(), "worked")   # the answer once, on stdout
+        self.assertNotIn(b"worked", p.stderr)
         rows = load_json(os.path.join(self.ws, "runs", "manifest.json"))
         self.assertEqual(rows[-1]["step"], "once")
 

@@ -235,6 +235,41 @@ class EndToEnd(unittest.TestCase):
         self.flower()
         self.assertEqual([r["step"] for r in self.manifest()][-4:], ["clarify", "goal", "work", "work·judge#1"])
 
+    def test_03b_kill_9_between_steps(self):
+        original = self.roles.__call__
+
+        def stall_goal(body):
+            if role_of(body) == "goal" and not getattr(self, "_stalled", False):
+                self._stalled = True
+                self.roles.log.append(("goal", body))
+                return Reply(stall=30)
+            return original(body)
+        self.api.responder = stall_goal
+        proc = self.spawn("write hello")
+        self.wait_for(lambda: getattr(self, "_stalled", False), what="the goal request")
+
+        def goal_stored():
+            try:
+                return bool(self.stored(self.lineage()["steps"]["goal"]))
+            except (OSError, ValueError, KeyError, sqlite3.Error):
+                return False
+        self.wait_for(goal_stored, what="the goal prompt to be mirrored (eager flush)")
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+        self.assertTrue(flower.Brief.parse(self.read(".flower", "notes", "brief.md")).complete)
+        goal_sid = self.lineage()["steps"]["goal"]
+        self.flower()
+        self.assertEqual(len(self.roles.bodies("clarify")), 1)          # the frozen brief is not asked again
+        self.assertEqual(self.lineage()["steps"]["goal"], goal_sid)     # the goal session is continued
+        self.assertEqual([r["step"] for r in self.manifest()], ["clarify", "goal", "work", "work·judge#1"])
+
+    def test_12_doctor_all_ok(self):
+        p = self.flower("doctor")
+        lines = p.stdout.strip().splitlines()
+        self.assertTrue(all(line.startswith("OK") for line in lines), p.stdout)
+        self.assertEqual(len(lines), 6)
+        self.assertNotIn("sk-test", p.stdout)
+
     def test_04_outage_mid_turn_waits_and_resumes_without_error_noise(self):
         port = self.api.port
         state = {}

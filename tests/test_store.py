@@ -120,6 +120,27 @@ class Concurrency(unittest.TestCase):
             store.close()
 
 
+    def test_processes_creating_a_fresh_db_at_once_all_succeed(self):
+        # the first open of a new file switches it to WAL and creates the schema: a write lock the
+        # busy handler does not always wait for
+        for round_no in range(3):
+            with tempfile.TemporaryDirectory() as tmp:
+                db = os.path.join(tmp, "sessions.db")
+                start = __import__("time").time() + 1.0
+                code = ("import sys, time; sys.path.insert(0, sys.argv[1]); import flower\n"
+                        "time.sleep(max(0, float(sys.argv[3]) - time.time()))\n"
+                        "s = flower.SqliteSessionStore(sys.argv[2])\n"
+                        "s.append_sync({'project_key': 'p', 'session_id': sys.argv[4]}, [{'type': 'user', 'uuid': 'u'}])\n")
+                procs = [subprocess.Popen([sys.executable, "-c", code, ROOT, db, str(start), f"s{i}"],
+                                          stderr=subprocess.PIPE, text=True) for i in range(6)]
+                for p in procs:
+                    _, err = p.communicate(timeout=120)
+                    self.assertEqual(p.returncode, 0, err)
+                store = SqliteSessionStore(db)
+                self.assertEqual(len(store.sessions()), 6)
+                store.close()
+
+
 class CorruptFile(unittest.TestCase):
     def test_non_sqlite_file_is_reported_and_left_alone(self):
         with tempfile.TemporaryDirectory() as tmp:
