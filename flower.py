@@ -1578,9 +1578,9 @@ class SqliteSessionStore:
             known = self._db.execute("SELECT 1 FROM sessions WHERE skey=?", (skey,)).fetchone()
             if not known:
                 return None
-            rows = self._db.execute("SELECT payload FROM entries WHERE skey=? ORDER BY seq", (skey,)).fetchall()
-        with _gc_paused():
-            return [json.loads(r[0]) for r in rows]
+            cursor = self._db.execute("SELECT payload FROM entries WHERE skey=? ORDER BY seq", (skey,))
+            with _gc_paused():  # parse row by row: never all payload strings and all dicts at once
+                return [json.loads(row[0]) for row in cursor]
 
     # -- the SDK SessionStore protocol --
 
@@ -3617,7 +3617,7 @@ async def read_line(prompt: str) -> str:
         except (EOFError, OSError):
             value = ""
         except BaseException as exc:  # pragma: no cover
-            loop.call_soon_threadsafe(lambda: future.done() or future.set_exception(exc))
+            loop.call_soon_threadsafe(lambda error=exc: future.done() or future.set_exception(error))
             return
         loop.call_soon_threadsafe(lambda: future.done() or future.set_result(value))
 

@@ -5,15 +5,7 @@ import json
 
 from common import compare
 import flower
-from tests.transcripts import random_transcript
-
-
-def transcript(n):
-    out, seed = [], 0
-    while len(out) < n:
-        out.extend(random_transcript(seed, size=200))
-        seed += 1
-    return out[:n]
+from tests.transcripts import sized_transcript as transcript
 
 
 def main():

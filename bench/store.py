@@ -1,27 +1,21 @@
 """Session store: (a) append throughput vs a raw executemany of the same rows; (b) load() through
 PruningSessionStore of 1K/10K/50K-entry sessions vs the floor SELECT payload ORDER BY seq + json.loads,
-and peak memory of the 50K load vs the floor's. Goals: (a) <= 1.5x, (b) <= 1.5x at every size."""
+and peak memory of the 50K load vs the floor's. Goals: (a) <= 1.5x, (b) <= 1.5x at every size.
+
+(b) runs on two kinds of session: real CLI shapes (the captured fixtures replayed end to end) and a
+dense adversarial mix where nearly every entry is a denial, an error, a glance or a big result."""
 
 import asyncio
 import json
 import os
 import sqlite3
-import sys
 import tempfile
 import tracemalloc
 
 from common import compare, report
 
 import flower
-from tests.transcripts import random_transcript
-
-
-def transcript(n):
-    out, seed = [], 0
-    while len(out) < n:
-        out.extend(random_transcript(seed, size=200))
-        seed += 1
-    return out[:n]
+from tests.transcripts import replayed_fixtures, sized_transcript as transcript
 
 
 def append_bench(tmp, entries, batch=100):
@@ -52,11 +46,11 @@ def append_bench(tmp, entries, batch=100):
     report(f"(a) append {len(entries)} entries in batches of {batch}", *compare(ours, raw, 5), goal=1.5)
 
 
-def load_bench(tmp, n):
-    path = os.path.join(tmp, f"load{n}.db")
+def load_bench(tmp, n, make=transcript, label="dense"):
+    path = os.path.join(tmp, f"load{label}{n}.db")
     store = flower.SqliteSessionStore(path)
     key = {"project_key": "p", "session_id": "s"}
-    store.append_sync(key, transcript(n))
+    store.append_sync(key, make(n))
     wrapped = flower.PruningSessionStore(store)
     loop = asyncio.new_event_loop()  # the SDK calls load() from its running loop: no loop start-up per call
 
@@ -68,7 +62,7 @@ def load_bench(tmp, n):
     def floor():
         return [json.loads(r[0]) for r in db.execute("SELECT payload FROM entries WHERE skey=? ORDER BY seq", ("p/s",))]
 
-    report(f"(b) PruningSessionStore.load() of {n} entries", *compare(ours, floor, 7 if n < 50_000 else 5), goal=1.5)
+    report(f"(b) load() of {n} entries, {label}", *compare(ours, floor, 7 if n < 50_000 else 5), goal=1.5)
     if n >= 50_000:
         tracemalloc.start()
         ours()
@@ -78,7 +72,7 @@ def load_bench(tmp, n):
         floor()
         _, peak_floor = tracemalloc.get_traced_memory()
         tracemalloc.stop()
-        print(f"{'    peak memory of the 50K load':<52} {peak_ours / 2**20:9.1f} MB  floor    {peak_floor / 2**20:9.1f} MB"
+        print(f"{'    peak memory of that load':<52} {peak_ours / 2**20:9.1f} MB  floor    {peak_floor / 2**20:9.1f} MB"
               f"  ratio {peak_ours / peak_floor:5.2f}x")
     db.close()
     loop.close()
@@ -89,7 +83,9 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         append_bench(tmp, transcript(20_000))
         for n in (1_000, 10_000, 50_000):
-            load_bench(tmp, n)
+            load_bench(tmp, n, replayed_fixtures, "real CLI shapes")
+        for n in (1_000, 10_000, 50_000):
+            load_bench(tmp, n, transcript, "dense (adversarial)")
 
 
 if __name__ == "__main__":

@@ -299,6 +299,22 @@ class ClaudeSDKClient:
             self._task.cancel()
 
 
+class FakeWorkspace:
+    """unittest mixin: the fake SDK installed, a temporary workspace ``self.ws`` and ``self.run_dir``."""
+
+    def setUp(self) -> None:
+        import tempfile
+        install()
+        self.tmp = tempfile.TemporaryDirectory()
+        self.ws = os.path.join(self.tmp.name, "ws")
+        self.run_dir = os.path.join(self.tmp.name, "runs")
+        os.makedirs(self.ws)
+
+    def tearDown(self) -> None:
+        uninstall()
+        self.tmp.cleanup()
+
+
 _saved: list = []
 
 

@@ -3,7 +3,6 @@
 import json
 import os
 import select
-import shutil
 import signal
 import socket
 import sqlite3

@@ -280,7 +280,10 @@ class EndToEnd(unittest.TestCase):
             threading.Thread(target=self._outage, args=(6.0,), daemon=True).start()
             return Reply(drop=True)
         self.roles.work = [tool("Bash", {"command": "echo OUTAGE-MARK"}), go_down, text("finished after the outage")]
-        p = self.flower("write hello", env={"FLOWER_MAX_ATTEMPTS": "4"})
+        p = self.flower("--json", "write hello", env={"FLOWER_MAX_ATTEMPTS": "4"})
+        events = [json.loads(line) for line in p.stdout.splitlines()]
+        self.assertEqual(len([e for e in events if e["kind"] == "retry"]), 1)
+        self.assertTrue(any(e["kind"] == "result" for e in events))
         row = self.work_row()
         self.assertTrue(row["ok"], row)
         self.assertEqual((row["attempts"], row["resumed"]), (2, True))
@@ -353,7 +356,10 @@ class EndToEnd(unittest.TestCase):
             tool("Bash", {"command": "echo four"}, **usage(165_000)),         # crosses again
             text("all done", **usage(50_000)),                                 # successor 2
         ]
-        p = self.flower("--model", "claude-sonnet-4-5", "--window", "200000", "write hello")
+        p = self.flower("--json", "--model", "claude-sonnet-4-5", "--window", "200000", "write hello")
+        phases = [json.loads(line)["data"].get("phase") for line in p.stdout.splitlines()
+                  if json.loads(line)["kind"] == "handoff"]
+        self.assertEqual(phases, ["near", "writing", "done"] * 2)
         row = self.work_row()
         self.assertTrue(row["ok"], row)
         self.assertEqual(row["generations"], 2)
@@ -375,7 +381,7 @@ class EndToEnd(unittest.TestCase):
         self.assertEqual(len(os.listdir(os.path.join(self.ws, ".flower", "notes", "archive", "handoff"))), 1)
         self.assertTrue(self.api.saw("DAC=1"))                                 # DISABLE_AUTO_COMPACT reached the CLI
         self.assertFalse(self.api.saw("CRITICAL: Respond with TEXT ONLY"))   # the CLI never compacted
-        self.assertIn("handoff #2", p.stderr)
+        self.assertIn("handoff #2 -> fresh session", p.stderr)
 
     def test_08_overflow_gives_degraded_handoff_and_learns_the_window(self):
         self.roles.work = [

@@ -4,7 +4,6 @@ import asyncio
 import json
 import os
 import shutil
-import tempfile
 import unittest
 
 import flower
@@ -13,13 +12,9 @@ from tests import fakesdk
 from tests.fakesdk import FAKE
 
 
-class Base(unittest.TestCase):
+class Base(fakesdk.FakeWorkspace, unittest.TestCase):
     def setUp(self):
-        fakesdk.install()
-        self.tmp = tempfile.TemporaryDirectory()
-        self.ws = os.path.join(self.tmp.name, "ws")
-        self.run_dir = os.path.join(self.tmp.name, "runs")
-        os.makedirs(self.ws)
+        super().setUp()
         self.events = []
         self.sleeps = []
         self.rt = self.runtime()
@@ -32,8 +27,7 @@ class Base(unittest.TestCase):
 
     def tearDown(self):
         self.rt.close()
-        fakesdk.uninstall()
-        self.tmp.cleanup()
+        super().tearDown()
 
     def run_spec(self, prompt="go", spec=None, **kw):
         return asyncio.run(self.rt.run(spec or AgentSpec("work"), prompt, **kw))
@@ -233,6 +227,17 @@ class Continuity(Base):
         self.assertEqual(FAKE.calls[1]["prompt"], "fix: not good")
         self.assertEqual(FAKE.calls[1]["options"].resume, FAKE.calls[0]["options"].session_id)
         self.assertEqual([r["step"] for r in Manifest.read(self.run_dir)], ["s", "s#round2"])
+
+    def test_hostile_step_names(self):
+        for bad in ("x\x00y", "a" * 300):
+            with self.assertRaises(flower.FlowerError):
+                Workflow([Step(bad, AgentSpec("a"), "p")])
+        # names with / and .. never become paths outside the notes directory
+        for name in ("../../escape", "a/b", ".."):
+            path = self.rt.paths.handoff(name)
+            self.assertEqual(os.path.dirname(path), self.rt.paths.notes_dir)
+            self.assertNotIn("..", os.path.basename(path).replace("handoff-", "", 1)[:2])
+            self.assertTrue(os.path.dirname(self.rt.paths.transcript(name)).startswith(self.run_dir))
 
     def test_failed_step_aborts(self):
         FAKE.turns = [[("error", "Invalid API key", 401, "api_error")]]

@@ -3,7 +3,6 @@ from the real CLI), re-link, heal, the read-only command predicate, the water le
 
 import asyncio
 import copy
-import glob
 import json
 import os
 import tempfile
@@ -11,7 +10,7 @@ import unittest
 
 import flower
 from flower import PrunePolicy, prune, relink, is_read_only_command
-from tests.transcripts import Builder, random_transcript, DENIAL_TEXT, INTERRUPT_TEXT, KILLED_TEXT
+from tests.transcripts import Builder, random_transcript, DENIAL_TEXT
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures")
 NEUTRAL = flower.text("interrupted_result")

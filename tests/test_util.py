@@ -1,6 +1,5 @@
 """Utilities: atomic write, file lock, safe names, redaction, JSON state files."""
 
-import json
 import os
 import stat
 import subprocess

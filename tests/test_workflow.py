@@ -1,9 +1,7 @@
 """The starter flow (clarify -> goal -> work + judge) and wake semantics, on the fake SDK."""
 
 import asyncio
-import json
 import os
-import tempfile
 import unittest
 
 import flower
@@ -58,21 +56,16 @@ class ScriptedHuman(Human):
         return self.answers.pop(0)
 
 
-class StarterFlow(unittest.TestCase):
+class StarterFlow(fakesdk.FakeWorkspace, unittest.TestCase):
     def setUp(self):
-        fakesdk.install()
-        self.tmp = tempfile.TemporaryDirectory()
-        self.ws = os.path.join(self.tmp.name, "ws")
-        self.run_dir = os.path.join(self.tmp.name, "runs")
-        os.makedirs(self.ws)
+        super().setUp()
         self.brain = Brain()
         self.rts = []
 
     def tearDown(self):
         for rt in self.rts:
             rt.close()
-        fakesdk.uninstall()
-        self.tmp.cleanup()
+        super().tearDown()
 
     def wake(self, ask=None, *, wake_sentence=None, human=None, rounds=3, use_goal=True):
         FAKE.turns = [self.brain] * 20

@@ -120,3 +120,45 @@ def random_transcript(seed: int, size: int = 40) -> list[dict]:
     if rng.random() < 0.3:
         b.tool("Bash", {"command": "make"}, "", answered=False, level=level)
     return b.entries
+
+
+def sized_transcript(n: int) -> list[dict]:
+    """Exactly ``n`` entries, made of consecutive random transcripts (for benchmarks)."""
+    out, seed = [], 0
+    while len(out) < n:
+        out.extend(random_transcript(seed, size=200))
+        seed += 1
+    return out[:n]
+
+
+def replayed_fixtures(n: int) -> list[dict]:
+    """Exactly ``n`` entries of real CLI transcripts (tests/fixtures/*.json) replayed end to end, with
+    uuids and tool ids renamed per round and each round chained to the previous one: the shape of a
+    long real session (attachments, bookkeeping rows, a few errors and denials), for benchmarks."""
+    import json
+    import os
+    import re
+    here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures")
+    names = sorted(f for f in os.listdir(here) if f.endswith(".json"))
+    raw = []
+    for name in names:
+        with open(os.path.join(here, name), encoding="utf-8") as fh:
+            raw.append(fh.read())
+    ident = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}|toolu_[0-9A-Za-z]+")
+    out: list[dict] = []
+    last_uuid = None
+    round_no = 0
+    while len(out) < n:
+        text = raw[round_no % len(raw)]
+        text = ident.sub(lambda m, r=round_no: str(_uuid.uuid5(_uuid.NAMESPACE_OID, f"{r}:{m.group(0)}"))
+                         if not m.group(0).startswith("toolu_") else f"{m.group(0)}r{r}", text)
+        entries = json.loads(text)
+        for entry in entries:
+            if "parentUuid" in entry and entry.get("parentUuid") is None and entry.get("type") == "user":
+                entry["parentUuid"] = last_uuid
+        chained = [e for e in entries if isinstance(e.get("uuid"), str)]
+        if chained:
+            last_uuid = chained[-1]["uuid"]
+        out.extend(entries)
+        round_no += 1
+    return out[:n]
