@@ -20,6 +20,11 @@ DUMMY_SDK = ("import sys, types, runpy; sys.modules['claude_agent_sdk'] = types.
              f"sys.argv = ['flower.py'] + sys.argv[1:]; runpy.run_path({FLOWER!r}, run_name='__main__')")
 
 
+def read_text(path):
+    with open(path, encoding="utf-8") as fh:
+        return fh.read()
+
+
 def load_json(path):
     with open(path, encoding="utf-8") as fh:
         return json.load(fh)
@@ -171,6 +176,28 @@ class Cli(unittest.TestCase):
         # empty wake, not a TTY: carries on
         p = self.run_cli(["-q"], mode="fake", env=dict(self.env, ANTHROPIC_API_KEY="sk-test"), stdin=b"")
         self.assertEqual(p.returncode, 0, p.stderr)
+
+    def test_sigterm_and_sighup_write_the_manifest(self):
+        for signum in (signal.SIGTERM, signal.SIGHUP):
+            with self.subTest(signal=signum):
+                ws = tempfile.mkdtemp(dir=self.tmp.name)
+                log = os.path.join(ws, "calls.jsonl")
+                env = dict(self.env, ANTHROPIC_API_KEY="sk-test", FAKE_WORK_BLOCK="1", FAKE_LOG=log)
+                proc = subprocess.Popen([sys.executable, "-m", "tests.fake_flower", "write md2html"], cwd=ws, env=env,
+                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
+                deadline = time.time() + 30
+                while time.time() < deadline and not (os.path.exists(log) and '"work"' in read_text(log)):
+                    time.sleep(0.05)
+                time.sleep(0.3)
+                proc.send_signal(signum)
+                out, err = proc.communicate(timeout=30)
+                self.assertEqual(proc.returncode, 128 + signum, err)
+                self.assertNotIn(b"Traceback", err)
+                rows = load_json(os.path.join(ws, "runs", "manifest.json"))
+                self.assertEqual(rows[-1]["step"], "work")
+                self.assertEqual(rows[-1]["error"], "killed-by-signal")
+                self.assertEqual(load_json(os.path.join(ws, "runs", "lineage.json"))["steps"]["work"],
+                                 rows[-1]["session_id"])
 
     def test_custom_store_factory(self):
         custom = os.path.join(self.tmp.name, "elsewhere.db")
