@@ -2860,15 +2860,22 @@ class Runtime:
         pending_tools: set = set()
         emit = (lambda e: None) if ritual else st.emit
         async for msg in client.receive_response():
+            # matched by class name, not isinstance: the SDK module is imported lazily (or faked in tests)
             kind = type(msg).__name__
             if kind in ("SystemMessage", "MirrorErrorMessage"):
-                data = getattr(msg, "data", {}) or {}
+                data = getattr(msg, "data", None) or {}
+                details: dict = {"subtype": msg.subtype}
                 if msg.subtype == "init":
                     turn.session_seen = data.get("session_id")
                     turn.model = data.get("model") or turn.model
-                emit(Event("system", session_id=st.sid, data={"subtype": msg.subtype,
-                                                               **({k: data.get(k) for k in ("attempt", "error_status", "error")}
-                                                                  if msg.subtype == "api_retry" else {})}))
+                elif msg.subtype == "api_retry":
+                    details.update(attempt=data.get("attempt"), error_status=data.get("error_status"),
+                                   error=data.get("error"))
+                elif msg.subtype == "mirror_error":
+                    # the store missed a batch: a resume of this session may lack those entries
+                    st.emit(Event("info", session_id=st.sid, data={
+                        "message": f"the session store could not save part of this session: {data.get('error')}"}))
+                emit(Event("system", session_id=st.sid, data=details))
             elif kind == "AssistantMessage":
                 main = getattr(msg, "parent_tool_use_id", None) is None
                 synthetic = getattr(msg, "model", None) == SYNTHETIC_MODEL
