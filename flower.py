@@ -3709,6 +3709,14 @@ async def _run_with_signals(rt: Runtime, reporter: Reporter, body: Callable[[], 
                 loop.remove_signal_handler(signum)
 
 
+def _ask_line(question: str) -> str:
+    """One answer typed at the terminal (end of input counts as an empty answer)."""
+    try:
+        return input(question + "\n> ").strip()
+    except EOFError:
+        return ""
+
+
 def cmd_go(args: argparse.Namespace, reporter: Reporter) -> int:
     """The main job: clarify -> goal -> work, judged; carries on in a used directory."""
     import asyncio
@@ -3728,12 +3736,12 @@ def cmd_go(args: argparse.Namespace, reporter: Reporter) -> int:
         reporter.say(text("ui_archived", lang, n=len(moved), path=_tilde(os.path.dirname(moved[0])) if moved else "-"))
         used = False
     if ask is None and interactive:
-        answer = input(text("wake_continue_question" if used else "wake_new_question", lang) + "\n> ").strip()
+        answer = _ask_line(text("wake_continue_question" if used else "wake_new_question", lang))
         if answer == "/new":
             moved = _archive_task(paths, lineage)
             reporter.say(text("ui_archived", lang, n=len(moved), path=_tilde(os.path.dirname(moved[0])) if moved else "-"))
             used = False
-            answer = input(text("wake_new_question", lang) + "\n> ").strip()
+            answer = _ask_line(text("wake_new_question", lang))
         ask = _check_text(answer or None, "the task")
     if not used and not ask:
         raise FlowerError(text("ui_nothing_to_do", lang), EXIT_USAGE)
