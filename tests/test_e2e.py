@@ -275,9 +275,9 @@ class EndToEnd(unittest.TestCase):
         state = {}
 
         def go_down(body):
-            # the request after the tool round: the endpoint goes away for 6 s, this answer is lost
+            # the request after the tool round: the endpoint goes away for 15 s, this answer is lost
             state["down"] = time.time()
-            threading.Thread(target=self._outage, args=(6.0,), daemon=True).start()
+            threading.Thread(target=self._outage, args=(15.0,), daemon=True).start()
             return Reply(drop=True)
         self.roles.work = [tool("Bash", {"command": "echo OUTAGE-MARK"}), go_down, text("finished after the outage")]
         p = self.flower("--json", "write hello", env={"FLOWER_MAX_ATTEMPTS": "4"})
@@ -295,6 +295,7 @@ class EndToEnd(unittest.TestCase):
         self.assertNotIn("ECONNREFUSED", seen)
         self.assertIn(flower.text("resume_prompt"), seen)
         self.assertEqual(self.api.port, port)
+        self.assertGreaterEqual(time.time() - state["down"], 15.0)   # it really waited the outage out
 
     def _outage(self, seconds):
         self.api.stop()
@@ -365,6 +366,10 @@ class EndToEnd(unittest.TestCase):
         self.assertEqual(row["generations"], 2)
         self.assertEqual(len(row["retired"]), 2)
         self.assertEqual(len(self.roles.bodies("ritual")), 2)
+        # the turn stops at the crossing: at most one more call of growth before the ritual
+        roles = [r for r, _ in self.roles.log if r in ("work", "ritual")]
+        first_ritual = roles.index("ritual")
+        self.assertLessEqual(first_ritual - 2, 1, roles)   # work calls 1 and 2 (the crossing), then <= 1 more
         work = self.roles.bodies("work")
         firsts = [b for b in work if len(b.get("messages", [])) == 1]
         self.assertEqual(len(firsts), 3)   # the first session and two successors start with one message
