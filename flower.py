@@ -3373,7 +3373,7 @@ class Reporter:
         if event.level and event.window:
             ctx = f" · ctx {_human_tokens(event.level)}/{_human_tokens(event.window)} " \
                   f"{100 * event.level // max(1, event.window)}%"
-        line = f"{event.step} · turn {self.turns}{ctx} · ${self.total_cost + self.cost:.2f} · " \
+        line = f"{event.step} · call {self.turns}{ctx} · ${self.total_cost + self.cost:.2f} · " \
                f"{elapsed // 60}m{elapsed % 60:02d}s"
         self.err.write("\r\033[K" + self._paint(line, "2"))
         self.err.flush()
@@ -3390,6 +3390,7 @@ class Reporter:
         kind, data = event.kind, event.data
         t = self.t
         if kind == "step":
+            self.turns = 0
             note = ""
             if data.get("continues"):
                 note = "  " + t("ui_continues", woke=data.get("woke"))
@@ -3398,11 +3399,11 @@ class Reporter:
             self.say(self._paint(f"== {data.get('name')} " + "=" * max(3, 40 - len(str(data.get('name')))), "1") + note)
         elif kind == "text":
             self.turns += 1
-            if self.show_text and (self.verbose or not self.tty):
-                body = data.get("text", "").strip()
-                if body and not self.quiet:
-                    self.say(body if self.verbose else (body[:400] + ("…" if len(body) > 400 else "")))
+            body = data.get("text", "").strip()
+            if self.show_text and body and not self.quiet:
+                self.say(body if self.verbose else (body[:400] + ("…" if len(body) > 400 else "")))
         elif kind == "tool_call":
+            self.turns += 1
             if self.verbose:
                 self.say(f"  -> {data.get('name')} {json.dumps(data.get('input'), ensure_ascii=False)[:200]}")
         elif kind == "retry":
