@@ -3373,7 +3373,7 @@ class Reporter:
         if event.level and event.window:
             ctx = f" · ctx {_human_tokens(event.level)}/{_human_tokens(event.window)} " \
                   f"{100 * event.level // max(1, event.window)}%"
-        line = f"{event.step} · call {self.turns}{ctx} · ${self.total_cost + self.cost:.2f} · " \
+        line = f"{event.step} · turn {self.turns}{ctx} · ${self.total_cost + self.cost:.2f} · " \
                f"{elapsed // 60}m{elapsed % 60:02d}s"
         self.err.write("\r\033[K" + self._paint(line, "2"))
         self.err.flush()
@@ -3436,6 +3436,7 @@ class Reporter:
         elif kind == "result":
             self.total_cost += float(data.get("cost_usd") or 0)
             self.cost = 0.0
+            self.turns = 0
             status = t("ui_ok") if data.get("ok") else t("ui_failed", error=data.get("error"))
             self.say("  " + t("ui_result", step=event.step, status=status, cost=float(data.get("cost_usd") or 0),
                               turns=data.get("turns"), attempts=data.get("attempts")))
