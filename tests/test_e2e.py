@@ -110,6 +110,9 @@ class EndToEnd(unittest.TestCase):
 
     def tearDown(self):
         self.api.stop()
+        if hasattr(self, "_saved_environ"):  # in-process runs borrowed the CLI environment
+            os.environ.clear()
+            os.environ.update(self._saved_environ)
         self.tmp.cleanup()
 
     # -- helpers --
@@ -263,6 +266,21 @@ class EndToEnd(unittest.TestCase):
         self.assertEqual(self.lineage()["steps"]["goal"], goal_sid)     # the goal session is continued
         self.assertEqual([r["step"] for r in self.manifest()], ["clarify", "goal", "work", "work·judge#1"])
 
+    def test_13_ask_tool_reaches_the_human(self):
+        self.roles.work = [tool("mcp__flower__ask", {"question": "Tabs or spaces?"}), text("noted")]
+        asked = []
+
+        async def human(question):
+            asked.append(question)
+            return "ANSWER-MARK tabs"
+        rt = self._runtime()
+        spec = flower.AgentSpec("work", instructions="You do the work.", tools=[], ask=human, permission_mode="default")
+        result = asyncio.run(rt.run(spec, "ask me"))
+        rt.close()
+        self.assertTrue(result.ok, result.error)
+        self.assertEqual(asked, ["Tabs or spaces?"])
+        self.assertIn("ANSWER-MARK tabs", FakeAnthropic.messages_text(self.roles.bodies("work")[-1]))
+
     def test_12_doctor_all_ok(self):
         p = self.flower("doctor")
         lines = p.stdout.strip().splitlines()
@@ -303,6 +321,7 @@ class EndToEnd(unittest.TestCase):
         self.api.restart()
 
     def _runtime(self, **kw):
+        self._saved_environ = dict(os.environ)
         for k, v in self.env.items():
             if k.startswith(("ANTHROPIC_", "CLAUDE_", "DISABLE_", "FLOWER_")) or k in ("HOME", "IS_SANDBOX"):
                 os.environ[k] = v
