@@ -2719,7 +2719,7 @@ class Runtime:
         model = spec.model or self.model
         window, source = resolve_window(model, explicit=self.handoff.window, book=self.windows, warn=self.notify)
         st = _RunState(name=name, window=window, at=self.handoff.at(window), warn_at=self.handoff.warn_at(window),
-                       manage=manage, emit=emit, model=model)
+                       manage=manage, emit=emit, model=model, window_source=source)
         resuming: str | None = None
         if resume and self.has_session(resume):
             resuming = resume
@@ -2936,7 +2936,8 @@ class Runtime:
         if st.level >= st.warn_at and not st.near_sent:
             st.near_sent = True
             st.emit(Event("handoff", session_id=st.sid, level=st.level, window=st.window,
-                          data={"phase": "near", "context": st.level, "window": st.window, "at": st.at}))
+                          data={"phase": "near", "context": st.level, "window": st.window, "at": st.at,
+                                "window_source": st.window_source}))
         if st.level >= st.at and not turn.handoff:
             turn.handoff = True
 
@@ -3033,6 +3034,7 @@ class _RunState:
     manage: bool
     emit: Callable[[Event], None]
     model: str | None = None
+    window_source: str = "default"
     sid: str = ""
     level: int = 0
     near_sent: bool = False
