@@ -3471,8 +3471,10 @@ def _global_options(parser: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser (``go`` is the default subcommand)."""
-    parser = _ArgParser(prog="flower.py", description=(
-        "Keep a long agent job going with Claude. Run it again in the same directory and it carries on."),
+    parser = _ArgParser(prog="flower.py", usage=(
+        'python flower.py [go options] ["what should be done"]\n'
+        "       python flower.py {go,once,status,doctor,sessions,show} [options] ...  (COMMAND --help for more)"),
+        description="Keep a long agent job going with Claude. Run it again in the same directory and it carries on.",
         epilog="commands: go (default) · once · status · doctor · sessions · show.  "
                "Exit codes: 0 done · 1 a step failed · 2 usage · 3 setup · 4 network down · 130 interrupted.")
     parser.add_argument("--version", action="version", version=f"flower.py {__version__}")
