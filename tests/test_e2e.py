@@ -407,6 +407,18 @@ class EndToEnd(unittest.TestCase):
         self.assertFalse(self.api.saw("CRITICAL: Respond with TEXT ONLY"))   # the CLI never compacted
         self.assertIn("handoff #2 -> fresh session", p.stderr)
 
+    def test_07b_handoff_when_a_plain_text_answer_crosses(self):
+        # no tool round to wait for: the interrupt meets a turn that is ending anyway
+        self.roles.work = [tool("Bash", {"command": "echo one"}, input_tokens=1000, cache_read=99_000),
+                           text("crossing with text only", input_tokens=1000, cache_read=159_000),
+                           text("successor done", input_tokens=20_000)]
+        self.flower("--model", "claude-sonnet-4-5", "--window", "200000", "write hello")
+        row = self.work_row()
+        self.assertTrue(row["ok"], row)
+        self.assertEqual((row["generations"], row["text"]), (1, "successor done"))
+        self.assertEqual(len(self.roles.bodies("ritual")), 1)
+        self.assertNotIn("[degraded:", self.read(".flower", "notes", "handoff-work.md"))
+
     def test_08_overflow_gives_degraded_handoff_and_learns_the_window(self):
         self.roles.work = [
             tool("Bash", {"command": "echo big"}, input_tokens=1000, cache_read=120_000),
