@@ -3201,10 +3201,12 @@ def starter_flow(ask: str | None, *, rt: Runtime, rounds: int = 3, use_goal: boo
     step re-derive the goal. The judge is a fresh session every round and never enters the lineage.
     """
     paths, lang = rt.paths, rt.lang
+    ask = redact(ask) if ask else ask  # credentials never reach a prompt, not even the user's own
+    wake_sentence = redact(wake_sentence) if wake_sentence else wake_sentence
     if wake_sentence:
         stamp = time.strftime("%Y-%m-%d %H:%M")
         existing = _brief_text(paths).rstrip()
-        addition = f"\n\n### {text('added_on_wake', lang)} {stamp}\n{redact(wake_sentence.strip())}\n"
+        addition = f"\n\n### {text('added_on_wake', lang)} {stamp}\n{wake_sentence.strip()}\n"
         atomic_write(paths.brief, existing + addition)
     asker = human.ask if human is not None else None
 

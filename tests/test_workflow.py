@@ -1,6 +1,7 @@
 """The starter flow (clarify -> goal -> work + judge) and wake semantics, on the fake SDK."""
 
 import asyncio
+import json
 import os
 import unittest
 
@@ -117,6 +118,15 @@ class StarterFlow(fakesdk.FakeWorkspace, unittest.TestCase):
         self.assertIn("also support tables", FAKE.calls[0]["prompt"])
         self.assertEqual(FAKE.calls[1]["prompt"], "also support tables")
         self.assertEqual(FAKE.calls[1]["options"].resume, first["_sessions"]["work"])
+
+    def test_credentials_never_reach_a_prompt(self):
+        self.wake("deploy with key sk-ant-api03-SECRETSECRETSECRET99")
+        self.wake(None, wake_sentence="also use token=abcdef123456")
+        sent = json.dumps([c["prompt"] for c in FAKE.calls])
+        self.assertNotIn("SECRETSECRETSECRET99", sent)
+        self.assertNotIn("abcdef123456", sent)
+        self.assertIn("[REDACTED]", sent)
+        self.assertNotIn("abcdef123456", read(os.path.join(self.ws, ".flower/notes/brief.md")))
 
     def test_not_yet_then_achieved(self):
         self.brain.verdicts = ["## Failed checks\n- code blocks get <pre>\n## Reasons\nno pre tag\nVERDICT: not_yet",
