@@ -146,6 +146,15 @@ TEXTS: dict[str, dict[str, str]] = {
         "ui_wake": "wake #{n}",
         "ui_archived": "archived {n} file(s) into {path}",
         "ui_nothing_to_do": 'nothing to do here yet: python flower.py "what should be done"',
+        "info_set_aside": "{path} was unreadable; set aside as {moved}",
+        "info_offline": "{host}:{port} is unreachable; waiting for it (up to {seconds}s)",
+        "info_online": "{host}:{port} is reachable again after {seconds}s",
+        "info_other_workspace": "lineage in {path} belongs to {workspace}; starting fresh here",
+        "info_sessions_gone": "sessions of {steps} are no longer stored; those steps start fresh",
+        "info_not_stored": "session {sid} is not in the store; starting fresh",
+        "info_not_resumable": "session {sid} could not be resumed; starting fresh",
+        "info_mirror_error": "the session store could not save part of this session: {error}",
+        "info_unverifiable": "{n} check(s) cannot be verified here",
     },
     "zh": {
         "resume_prompt": "上一轮在完成之前被中断了。先看看磁盘上已经有什么,从中断处继续,不要从头开始。",
@@ -203,6 +212,15 @@ TEXTS: dict[str, dict[str, str]] = {
         "ui_wake": "第 {n} 次唤醒",
         "ui_archived": "已归档 {n} 个文件到 {path}",
         "ui_nothing_to_do": '这里还没有任务:python flower.py "要做什么"',
+        "info_set_aside": "{path} 无法读取;已移到 {moved}",
+        "info_offline": "{host}:{port} 连不上;等待恢复(最多 {seconds} 秒)",
+        "info_online": "{host}:{port} 在 {seconds} 秒后恢复",
+        "info_other_workspace": "{path} 里的接续记录属于 {workspace};这里从头开始",
+        "info_sessions_gone": "{steps} 的会话已不在存储中;这些步骤从头开始",
+        "info_not_stored": "会话 {sid} 不在存储中;从头开始",
+        "info_not_resumable": "会话 {sid} 无法接上;从头开始",
+        "info_mirror_error": "会话存储没能保存这次会话的一部分:{error}",
+        "info_unverifiable": "{n} 条检查在这里无法验证",
     },
 }
 
@@ -374,7 +392,7 @@ def set_aside(path: str) -> str:
 
 
 def read_json(path: str, default: Any, *, expect: type | None = None,
-              notify: Callable[[str], None] | None = None) -> Any:
+              notify: Callable[[str], None] | None = None, lang: str = "en") -> Any:
     """Read a JSON state file. Missing -> ``default``. Unparsable or of the wrong type -> the file is
     set aside as ``<name>.corrupt-<ts>``, ``notify`` is told once, and ``default`` is returned.
     """
@@ -395,7 +413,7 @@ def read_json(path: str, default: Any, *, expect: type | None = None,
     except (ValueError, UnicodeDecodeError):
         moved = set_aside(path)
         if notify:
-            notify(f"{path} was unreadable; set aside as {moved}")
+            notify(text("info_set_aside", lang, path=path, moved=moved))
         return default
 
 
@@ -601,7 +619,7 @@ class Resilience:
                           target: tuple[str, int] | None = None,
                           probe: Callable[[str, int, float], Awaitable[bool]] | None = None,
                           sleep: Callable[[float], Awaitable[None]] | None = None,
-                          clock: Callable[[], float] | None = None) -> bool:
+                          clock: Callable[[], float] | None = None, lang: str = "en") -> bool:
         """Wait until the endpoint answers a DNS+TCP probe. Returns True when online, False after
         ``max_offline_wait`` seconds. ``notify`` is told once when the endpoint is down and once when
         it is back. ``probe``, ``sleep`` and ``clock`` are injectable for tests."""
@@ -616,12 +634,12 @@ class Resilience:
         if await probe(host, port, self.probe_timeout):
             return True
         if notify:
-            notify(f"{host}:{port} is unreachable; waiting for it (up to {int(self.max_offline_wait)}s)")
+            notify(text("info_offline", lang, host=host, port=port, seconds=int(self.max_offline_wait)))
         while clock() - start < self.max_offline_wait:
             await sleep(min(self.probe_interval, max(0.0, self.max_offline_wait - (clock() - start))))
             if await probe(host, port, self.probe_timeout):
                 if notify:
-                    notify(f"{host}:{port} is reachable again after {int(clock() - start)}s")
+                    notify(text("info_online", lang, host=host, port=port, seconds=int(clock() - start)))
                 return True
         return False
 
@@ -1886,14 +1904,14 @@ class Lineage:
 
     @classmethod
     def open(cls, run_dir: str, workspace: str, *, has_session: Callable[[str], bool] | None = None,
-             notify: Callable[[str], None] | None = None) -> "Lineage":
+             notify: Callable[[str], None] | None = None, lang: str = "en") -> "Lineage":
         """Load the lineage of ``workspace`` from ``run_dir`` (dropping steps whose session is gone)."""
         path = os.path.join(run_dir, "lineage.json")
         workspace = os.path.realpath(workspace)
-        data = read_json(path, {}, expect=dict, notify=notify)
+        data = read_json(path, {}, expect=dict, notify=notify, lang=lang)
         if data and data.get("workspace") != workspace:
             if notify:
-                notify(f"lineage in {path} belongs to {data.get('workspace')!r}; starting fresh here")
+                notify(text("info_other_workspace", lang, path=path, workspace=repr(data.get("workspace"))))
             data = {}
         steps = {k: v for k, v in (data.get("steps") or {}).items() if isinstance(k, str) and isinstance(v, str)}
         if has_session is not None:
@@ -1901,7 +1919,7 @@ class Lineage:
             for k in gone:
                 steps.pop(k)
             if gone and notify:
-                notify(f"sessions of {', '.join(gone)} are no longer stored; those steps start fresh")
+                notify(text("info_sessions_gone", lang, steps=", ".join(gone)))
         woke = data.get("woke") if isinstance(data.get("woke"), int) else 0
         return cls(path, workspace, steps, woke)
 
@@ -1970,10 +1988,11 @@ class Manifest:
     runs' rows as raw lines (no parse) and replace only this run's rows, under the lock, atomically.
     """
 
-    def __init__(self, run_dir: str, run: str, notify: Callable[[str], None] | None = None):
+    def __init__(self, run_dir: str, run: str, notify: Callable[[str], None] | None = None, lang: str = "en"):
         self.path = os.path.join(run_dir, "manifest.json")
         self.run = run
         self.notify = notify
+        self.lang = lang
         self.rows: list[dict] = []
         self._lock = FileLock(os.path.join(run_dir, ".lock"))
         self._known: tuple[tuple, list[str]] | None = None  # (file signature after our write, other lines)
@@ -2013,7 +2032,7 @@ class Manifest:
         except ValueError:
             moved = set_aside(self.path)
             if self.notify:
-                self.notify(f"{self.path} was unreadable; set aside as {moved}")
+                self.notify(text("info_set_aside", self.lang, path=self.path, moved=moved))
             return []
         return [json.dumps({"run": r.get("run", ""), **{k: v for k, v in r.items() if k != "run"}},
                            ensure_ascii=False, separators=(",", ":"), default=str)
@@ -2545,7 +2564,7 @@ class Runtime:
             policy.spill_dir = self.paths.spill_dir
         self.store = PruningSessionStore(self.raw_store, policy=policy)
         self.run_id = run_id()
-        self.manifest = Manifest(self.paths.run_dir, self.run_id, notify=notify)
+        self.manifest = Manifest(self.paths.run_dir, self.run_id, notify=notify, lang=lang)
         self.windows = WindowBook(self.paths.run_dir)
         self._sleep = sleep or asyncio.sleep
         self._lineage: Lineage | None = None
@@ -2581,7 +2600,7 @@ class Runtime:
         """The lineage of this workspace (opened once, store-checked)."""
         if self._lineage is None:
             self._lineage = Lineage.open(self.paths.run_dir, self.paths.workspace,
-                                         has_session=self.has_session, notify=self._info)
+                                         has_session=self.has_session, notify=self._info, lang=self.lang)
         return self._lineage
 
     def _info(self, message: str) -> None:
@@ -2727,7 +2746,7 @@ class Runtime:
             st.level = self.last_context(resume) or 0
         else:
             if resume:
-                emit(Event("info", data={"message": f"session {resume} is not in the store; starting fresh"}))
+                emit(Event("info", data={"message": text("info_not_stored", self.lang, sid=resume)}))
             st.sid = str(uuid.uuid4())
             fork = False
         current_prompt = prompt
@@ -2779,7 +2798,7 @@ class Runtime:
                 emit(Event("error", session_id=st.sid, data={"kind": kind, "message": redact(error)[:500]}))
 
                 if "No conversation found" in error and resuming:
-                    emit(Event("info", data={"message": f"session {st.sid} could not be resumed; starting fresh"}))
+                    emit(Event("info", data={"message": text("info_not_resumable", self.lang, sid=st.sid)}))
                     st.sid, resuming, st.level, current_prompt = str(uuid.uuid4()), None, 0, prompt
                     continue
                 if kind == OVERFLOW and manage:
@@ -2797,7 +2816,7 @@ class Runtime:
                 emit(Event("retry", session_id=st.sid, data={"attempt": result.attempts + 1, "kind": kind,
                                                               "delay": round(delay, 2)}))
                 online = await self.resilience.wait_online(
-                    notify=lambda m: emit(Event("info", data={"message": m})))
+                    notify=lambda m: emit(Event("info", data={"message": m})), lang=self.lang)
                 if not online:
                     host, port = endpoint()
                     result.error = f"network down past {int(self.resilience.max_offline_wait)}s ({host}:{port})"
@@ -2874,7 +2893,7 @@ class Runtime:
                 elif msg.subtype == "mirror_error":
                     # the store missed a batch: a resume of this session may lack those entries
                     st.emit(Event("info", session_id=st.sid, data={
-                        "message": f"the session store could not save part of this session: {data.get('error')}"}))
+                        "message": text("info_mirror_error", self.lang, error=data.get("error"))}))
                 emit(Event("system", session_id=st.sid, data=details))
             elif kind == "AssistantMessage":
                 main = getattr(msg, "parent_tool_use_id", None) is None
@@ -3250,8 +3269,8 @@ def starter_flow(ask: str | None, *, rt: Runtime, rounds: int = 3, use_goal: boo
             return "the goal needs a '# Goal' statement and a '# Checks' list"
         atomic_write(paths.goal, goal.render(lang))
         if goal.unverifiable:
-            rt.emit(Event("info", step="goal", data={"message": f"{len(goal.unverifiable)} check(s) cannot "
-                                                                 f"be verified here", "checks": goal.unverifiable}))
+            rt.emit(Event("info", step="goal", data={"message": text("info_unverifiable", lang, n=len(goal.unverifiable)),
+                                                     "checks": goal.unverifiable}))
         return True
 
     def goal_fix(ctx: dict, result: StepResult, reason: Any) -> str | None:
@@ -3736,7 +3755,7 @@ def cmd_go(args: argparse.Namespace, reporter: Reporter) -> int:
     paths.prepare()
     store = _open_store(args, paths)
     interactive = sys.stdin.isatty() and not args.json
-    lineage = Lineage.open(paths.run_dir, paths.workspace, notify=lambda m: reporter.say(m, always=True))
+    lineage = Lineage.open(paths.run_dir, paths.workspace, notify=lambda m: reporter.say(m, always=True), lang=lang)
     state = wake_state(paths.workspace, paths.run_dir)
     used = state["waking"]
     if args.new and (used or os.path.exists(lineage.path)):

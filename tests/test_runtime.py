@@ -244,6 +244,14 @@ class Continuity(Base):
         with self.assertRaises(flower.StepAbort):
             asyncio.run(Workflow([Step("s", AgentSpec("a"), "p")]).run(self.rt))
 
+    def test_info_lines_in_chinese(self):
+        with open(os.path.join(self.run_dir, "lineage.json"), "w") as fh:
+            fh.write("{broken")
+        told = []
+        Lineage.open(self.run_dir, self.ws, notify=told.append, lang="zh")
+        self.assertEqual(len(told), 1)
+        self.assertIn("无法读取", told[0])
+
     def test_lineage_remember_merges_parallel_writers(self):
         a = Lineage.open(self.run_dir, self.ws)
         b = Lineage.open(self.run_dir, self.ws)
