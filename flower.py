@@ -3876,6 +3876,23 @@ def cmd_status(args: argparse.Namespace, reporter: Reporter) -> int:
     return EXIT_OK
 
 
+def _check_cli(sdk: Any) -> tuple[bool, str, str]:
+    """The bundled Claude Code CLI (or one on PATH) and the version it reports."""
+    import shutil
+    import subprocess
+    fix = "reinstall claude-agent-sdk (it bundles the CLI)"
+    cli = os.path.join(os.path.dirname(sdk.__file__), "_bundled", "claude")
+    cli = cli if os.path.exists(cli) else (shutil.which("claude") or "")
+    if not cli:
+        return False, "Claude Code CLI not found", fix
+    try:
+        answer = subprocess.run([cli, "--version"], capture_output=True, text=True, timeout=20)
+        version = (answer.stdout.strip().splitlines() or ["?"])[0]
+    except (OSError, subprocess.SubprocessError) as exc:
+        return False, f"Claude Code CLI {_tilde(cli)} does not run ({type(exc).__name__})", fix
+    return answer.returncode == 0, f"Claude Code CLI {version} ({_tilde(cli)})", fix
+
+
 def cmd_doctor(args: argparse.Namespace, reporter: Reporter) -> int:
     """Check everything a run needs, one line each; exit 0 only when all pass."""
     import asyncio
@@ -3885,11 +3902,7 @@ def cmd_doctor(args: argparse.Namespace, reporter: Reporter) -> int:
         sdk = importlib.import_module(_SDK_MODULE)
         version = getattr(sdk, "__version__", "?")
         checks.append((True, f"claude-agent-sdk {version}", ""))
-        cli = os.path.join(os.path.dirname(sdk.__file__), "_bundled", "claude")
-        import shutil
-        cli = cli if os.path.exists(cli) else (shutil.which("claude") or "")
-        checks.append((bool(cli), f"Claude Code CLI {_tilde(cli) if cli else 'not found'}",
-                       "reinstall claude-agent-sdk (it bundles the CLI)"))
+        checks.append(_check_cli(sdk))
     except ImportError:
         checks.append((False, "claude-agent-sdk not installed", "pip install claude-agent-sdk"))
     creds = _credentials()
