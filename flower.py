@@ -3372,6 +3372,8 @@ class Reporter:
         self.cost = 0.0
         self.total_cost = 0.0
         self._status_shown = False
+        self._last: Event | None = None
+        self.asking = False
 
     def _paint(self, value: str, code: str) -> str:
         return f"\033[{code}m{value}\033[0m" if self.color else value
@@ -3388,8 +3390,24 @@ class Reporter:
             self.err.write("\r\033[K")
             self._status_shown = False
 
+    def tick(self) -> None:
+        """Redraw the live status line (the elapsed time moves even while a tool runs for an hour)."""
+        if self._last is not None and not self.asking:
+            self._status(self._last)
+
+    @contextlib.contextmanager
+    def question(self) -> Any:
+        """While the human types an answer, the status line stays away from their line."""
+        self._clear_status()
+        self.asking = True
+        try:
+            yield
+        finally:
+            self.asking = False
+
     def _status(self, event: Event) -> None:
-        if not self.tty or self.quiet:
+        self._last = event
+        if not self.tty or self.quiet or self.asking:
             return
         elapsed = int(time.monotonic() - self.started)
         ctx = ""
@@ -3625,18 +3643,20 @@ class _TerminalHuman(Human):
 
     async def ask(self, question: str) -> str:
         self.reporter.say(f"? {question}", always=True)
-        return await read_line("> ")
+        with self.reporter.question():
+            return await read_line("> ")
 
     async def choose(self, question: str, options: list[str]) -> str:
         self.reporter.say(f"? {question}", always=True)
         for i, option in enumerate(options, 1):
             self.reporter.say(f"  {i}. {option}", always=True)
-        while True:
-            answer = (await read_line("> ")).strip()
-            if answer.isdigit() and 1 <= int(answer) <= len(options):
-                return options[int(answer) - 1]
-            if answer in options:
-                return answer
+        with self.reporter.question():
+            while True:
+                answer = (await read_line("> ")).strip()
+                if answer.isdigit() and 1 <= int(answer) <= len(options):
+                    return options[int(answer) - 1]
+                if answer in options:
+                    return answer
 
 
 async def read_line(prompt: str) -> str:
@@ -3719,11 +3739,18 @@ async def _run_with_signals(rt: Runtime, reporter: Reporter, body: Callable[[], 
     async def ask_words() -> str | None:
         if not interactive:
             return None
-        words = await read_line("> ")
+        with reporter.question():
+            words = await read_line("> ")
         state["interrupts"] = 0
         return words.strip() or None
 
     rt.ask_human = ask_words
+
+    async def ticker() -> None:
+        while True:
+            await asyncio.sleep(1.0)
+            reporter.tick()
+    clock = asyncio.ensure_future(ticker()) if reporter.tty and not reporter.quiet else None
     try:
         return await task
     except asyncio.CancelledError:
@@ -3731,6 +3758,8 @@ async def _run_with_signals(rt: Runtime, reporter: Reporter, body: Callable[[], 
         raise FlowerError("interrupted" if signum == signal.SIGINT else f"stopped by signal {signum}",
                           EXIT_INTERRUPTED if signum == signal.SIGINT else 128 + int(signum)) from None
     finally:
+        if clock is not None:
+            clock.cancel()
         for signum in installed:
             with contextlib.suppress(Exception):
                 loop.remove_signal_handler(signum)

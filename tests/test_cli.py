@@ -241,6 +241,40 @@ class Cli(unittest.TestCase):
         self.assertEqual(rows[-1]["step"], "once")
 
 
+class StatusLine(unittest.TestCase):
+    """The live status line of a TTY, driven by events and by the clock."""
+
+    def test_status_line_and_questions(self):
+        import io
+        import flower
+        err = io.StringIO()
+        reporter = flower.Reporter(err=err, out=io.StringIO(), tty=True)
+        reporter.event(flower.Event("step", step="work", data={"name": "work"}))
+        reporter.event(flower.Event("text", step="work", level=150_000, window=200_000, data={"text": "hello"}))
+        screen = err.getvalue()
+        self.assertIn("hello", screen)
+        self.assertIn("work · turn 1 · ctx 150.0K/200.0K 75%", screen)
+        before = err.getvalue()
+        reporter.tick()
+        self.assertGreater(len(err.getvalue()), len(before))      # the clock redraws
+        with reporter.question():
+            during = err.getvalue()
+            reporter.tick()
+            reporter.event(flower.Event("system", step="work", data={"subtype": "init"}))
+            self.assertEqual(err.getvalue(), during)              # nothing drawn over the answer
+        reporter.tick()
+        self.assertNotEqual(err.getvalue(), during)
+
+    def test_no_status_line_when_not_a_tty(self):
+        import io
+        import flower
+        err = io.StringIO()
+        reporter = flower.Reporter(err=err, out=io.StringIO(), tty=False)
+        reporter.event(flower.Event("text", step="work", level=1, window=2, data={"text": "plain"}))
+        reporter.tick()
+        self.assertEqual(err.getvalue(), "plain\n")
+
+
 @unittest.skipUnless(hasattr(os, "openpty") and sys.platform != "win32", "needs a pty")
 class Pty(unittest.TestCase):
     """A person at a terminal: the wake prompt, /new, Ctrl-C that asks for words, Ctrl-C twice."""
