@@ -3891,6 +3891,11 @@ def cmd_status(args: argparse.Namespace, reporter: Reporter) -> int:
     for step, sid in state["steps"].items():
         context = store.last_context(project_key(paths.workspace), sid) if store is not None and hasattr(store, "last_context") else None
         print(f"step       {step}: {sid}" + (f"  context {_human_tokens(context)}" if context else ""), file=out)
+    for step in state["steps"]:
+        doc = paths.handoff(step)
+        generation = re.search(r"(?:generation|第) (\d+)", (_read_text(doc) or "").split("\n", 1)[0])
+        if generation:
+            print(f"handoff    {step}: generation {generation.group(1)}, {_tilde(doc)}", file=out)
     if rows:
         print("last steps:", file=out)
         for row in rows[-8:]:

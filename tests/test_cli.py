@@ -162,8 +162,11 @@ class Cli(unittest.TestCase):
         self.assertEqual([e["data"]["name"] for e in events if e["kind"] == "step"], ["clarify", "goal", "work"])
         self.assertIn(b"done", p.stderr)
         self.assertIn(b"manifest", p.stderr)
+        with open(os.path.join(self.ws, ".flower", "notes", "handoff-work.md"), "w", encoding="utf-8") as fh:
+            fh.write("# Handoff: work · generation 3\n\n## Status\nx\n")
         p = self.run_cli(["status"], mode="nosdk")
         out = p.stdout.decode()
+        self.assertIn("handoff    work: generation 3", out)
         self.assertIn("brief      confirmed", out)
         self.assertIn("goal       1 checks", out)
         self.assertIn("work·judge#1", out)
