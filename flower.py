@@ -2727,18 +2727,22 @@ class Runtime:
         self._loop = asyncio.get_running_loop()
         self._human_event = asyncio.Event()
 
-        def emit(event: Event) -> None:
-            event.step = event.step or name
-            self.emit(event)
-            if on_event:
-                with contextlib.suppress(Exception):
-                    on_event(event)
-
         manage = self.handoff.enabled and spec.handoff
         model = spec.model or self.model
         window, source = resolve_window(model, explicit=self.handoff.window, book=self.windows, warn=self.notify)
         st = _RunState(name=name, window=window, at=self.handoff.at(window), warn_at=self.handoff.warn_at(window),
-                       manage=manage, emit=emit, model=model, window_source=source)
+                       manage=manage, emit=lambda event: None, model=model, window_source=source)
+
+        def emit(event: Event) -> None:
+            """Every event carries the step and the main thread's current water level."""
+            event.step = event.step or name
+            if event.level is None:
+                event.level, event.window = st.level, st.window
+            self.emit(event)
+            if on_event:
+                with contextlib.suppress(Exception):
+                    on_event(event)
+        st.emit = emit
         resuming: str | None = None
         if resume and self.has_session(resume):
             resuming = resume

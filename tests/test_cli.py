@@ -176,6 +176,10 @@ class Cli(unittest.TestCase):
         p = self.run_cli(["show", sid[:8]], mode="nosdk")
         self.assertEqual(p.returncode, 0, p.stderr)
         self.assertIn(b"[assistant] worked", p.stdout)
+        p = self.run_cli(["show", sid, "--raw"], mode="nosdk")
+        raw = [json.loads(line) for line in p.stdout.decode().splitlines()]
+        self.assertTrue(all(e["sessionId"] == sid for e in raw if "sessionId" in e))
+        self.assertTrue(raw[0]["message"]["content"].startswith("The brief"))
         # empty wake, not a TTY: carries on
         p = self.run_cli(["-q"], mode="fake", env=dict(self.env, ANTHROPIC_API_KEY="sk-test"), stdin=b"")
         self.assertEqual(p.returncode, 0, p.stderr)

@@ -40,6 +40,9 @@ class Exits(Base):
     def test_success(self):
         FAKE.turns = [[("text", "hello", 1234)]]
         result = self.run_spec()
+        self.assertTrue(self.events)
+        self.assertTrue(all(e.window == 200_000 and e.level is not None for e in self.events))
+        self.assertEqual(self.kinds("result")[0].level, 1234)
         self.assertTrue(result.ok)
         self.assertEqual(result.text, "hello")
         self.assertEqual(result.context, 1234)
