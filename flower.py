@@ -66,6 +66,7 @@ __all__ = [
     "Lineage", "Manifest", "run_id", "wake_state",
     # handoff
     "HandoffPolicy", "WindowBook", "degraded_ledger", "assemble_carry", "Carry", "slim_transcript",
+    "ledger_generation",
     # runtime
     "AgentSpec", "StepResult", "Event", "Runtime",
     # workflow
@@ -1277,6 +1278,15 @@ class Ledger:
         for key in LEDGER_KEYS:
             lines += ["", f"## {heads[key]}", self.sections.get(key, "").strip() or "(none)"]
         return redact("\n".join(lines).rstrip() + "\n")
+
+
+_GENERATION = re.compile(r"(?:generation|第) (\d+)")
+
+
+def ledger_generation(document: str | None) -> int:
+    """The generation number in a rendered handoff document's title (0 when there is none)."""
+    match = _GENERATION.search((document or "").split("\n", 1)[0])
+    return int(match.group(1)) if match else 0
 
 
 BRIEF_KEYS = ("goal", "acceptance", "bounds", "unknowns")
@@ -3009,12 +3019,14 @@ class Runtime:
             st.degraded_in_row = 0
         generation = st.generation + 1
         doc = self.paths.handoff(st.name)
+        # the title counts on from an earlier wake's document; the cap counts this run's handoffs
+        number = max(generation, ledger_generation(_read_text(doc)) + 1)
         if os.path.exists(doc):
             previous = os.path.join(self.paths.notes_dir, "archive", "handoff",
                                     f"{safe_name(st.name)}-{timestamp()}-{uuid.uuid4().hex[:4]}.md")
             ensure_private_dir(os.path.dirname(previous))
             os.replace(doc, previous)
-        atomic_write(doc, ledger.render(st.name, generation, self.lang))
+        atomic_write(doc, ledger.render(st.name, number, self.lang))
         transcript = self.paths.transcript(old)
         ensure_private_dir(os.path.dirname(transcript))
         atomic_write(transcript, slim_transcript(entries, old))
@@ -3897,9 +3909,9 @@ def cmd_status(args: argparse.Namespace, reporter: Reporter) -> int:
         print(f"step       {step}: {sid}" + (f"  context {_human_tokens(context)}" if context else ""), file=out)
     for step in state["steps"]:
         doc = paths.handoff(step)
-        generation = re.search(r"(?:generation|第) (\d+)", (_read_text(doc) or "").split("\n", 1)[0])
+        generation = ledger_generation(_read_text(doc))
         if generation:
-            print(f"handoff    {step}: generation {generation.group(1)}, {_tilde(doc)}", file=out)
+            print(f"handoff    {step}: generation {generation}, {_tilde(doc)}", file=out)
     if rows:
         print("last steps:", file=out)
         for row in rows[-8:]:

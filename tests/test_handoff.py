@@ -207,6 +207,16 @@ class RuntimeHandoff(unittest.TestCase):
         self.assertEqual(FAKE.calls[1]["options"].env.get("DISABLE_AUTO_COMPACT"), "1")
         self.assertEqual(result.context, 20_000)  # the water level reset with the new session
 
+    def test_document_numbering_continues_across_wakes(self):
+        with open(self.rt.paths.handoff("work"), "w", encoding="utf-8") as fh:
+            fh.write("# Handoff: work · generation 5\n\n## Status\nold\n")
+        FAKE.turns = [[("text", "x", 151_000)], [("text", GOOD_LEDGER, 151_000)], [("text", "done", 1000)]]
+        result = self.run_step()
+        self.assertEqual(result.generations, 1)   # the cap counts this run
+        with open(self.rt.paths.handoff("work"), encoding="utf-8") as fh:
+            self.assertTrue(fh.read().startswith("# Handoff: work · generation 6"))
+        self.assertEqual(flower.ledger_generation("# 交接:干活 · 第 3 代\n"), 3)
+
     def test_ritual_incomplete_gives_degraded_ledger(self):
         FAKE.turns = [
             [("tool", "Write", {"file_path": "/ws/a.py", "content": "x"}, "ok", 151_000)],
