@@ -960,16 +960,6 @@ def _index(entries: list[dict]) -> tuple[list[tuple[int, int, dict]], dict[str, 
     return results, uses
 
 
-def _tool_uses(entries: list[dict]) -> dict[str, tuple[int, dict]]:
-    """tool_use id -> (entry index, block) for every assistant tool_use."""
-    return _index(entries)[1]
-
-
-def _results(entries: list[dict]) -> list[tuple[int, int, dict]]:
-    """(entry index, block index, block) for every tool_result in user entries, in order."""
-    return _index(entries)[0]
-
-
 _TRIM_PREFIXES = tuple(table["trimmed_result"].split("{")[0] for table in TEXTS.values())
 
 
@@ -1951,10 +1941,6 @@ class Lineage:
     def remember(self, step: str, session_id: str) -> None:
         """Record ``step -> session_id`` now (before the CLI starts); other keys are left alone."""
         self._update(lambda d: d["steps"].__setitem__(step, session_id))
-
-    def forget(self, step: str) -> None:
-        """Drop one step's session (it will start fresh)."""
-        self._update(lambda d: d["steps"].pop(step, None))
 
     def bump(self) -> int:
         """Count one more wake (once per process that runs a workflow); returns the new count."""
