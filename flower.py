@@ -127,6 +127,7 @@ TEXTS: dict[str, dict[str, str]] = {
             "do not start over."
         ),
         "added_on_wake": "Added on wake",
+        "wake_addendum": "The human adds: {words}",
         "ui_continues": "<- continues earlier session · wake #{woke}",
         "ui_context": " · context {context}",
         "ui_retry": "retry: attempt {attempt} in {delay}s ({kind})",
@@ -152,9 +153,13 @@ TEXTS: dict[str, dict[str, str]] = {
         "info_online": "{host}:{port} is reachable again after {seconds}s",
         "info_other_workspace": "lineage in {path} belongs to {workspace}; starting fresh here",
         "info_sessions_gone": "sessions of {steps} are no longer stored; those steps start fresh",
+        "info_redo": "the sessions of {steps} never reached the store; starting them again with the same input",
         "info_not_stored": "session {sid} is not in the store; starting fresh",
         "info_not_resumable": "session {sid} could not be resumed; starting fresh",
         "info_mirror_error": "the session store could not save part of this session: {error}",
+        "info_write_failed": "could not write {path} ({error}); the work goes on, continuity is degraded",
+        "info_skipped_rows": "{n} unreadable stored entr(y/ies) of session {sid} skipped",
+        "ui_degraded": "continuity degraded: {n} problem(s), see above",
         "info_unverifiable": "{n} check(s) cannot be verified here",
     },
     "zh": {
@@ -193,6 +198,7 @@ TEXTS: dict[str, dict[str, str]] = {
         "clarify_resume": "继续刚才没有完成的需求澄清,不要从头开始。",
         "work_resume": "从中断处继续朝目标推进。先看看磁盘上已经有什么,不要从头开始。",
         "added_on_wake": "唤醒时补充",
+        "wake_addendum": "人类补充:{words}",
         "ui_continues": "<- 接上次 · 第 {woke} 次唤醒",
         "ui_context": " · 上下文 {context}",
         "ui_retry": "重试:第 {attempt} 次,{delay} 秒后({kind})",
@@ -218,9 +224,13 @@ TEXTS: dict[str, dict[str, str]] = {
         "info_online": "{host}:{port} 在 {seconds} 秒后恢复",
         "info_other_workspace": "{path} 里的接续记录属于 {workspace};这里从头开始",
         "info_sessions_gone": "{steps} 的会话已不在存储中;这些步骤从头开始",
+        "info_redo": "{steps} 的会话没有进入存储;用同样的输入重新开始",
         "info_not_stored": "会话 {sid} 不在存储中;从头开始",
         "info_not_resumable": "会话 {sid} 无法接上;从头开始",
         "info_mirror_error": "会话存储没能保存这次会话的一部分:{error}",
+        "info_write_failed": "无法写入 {path}({error});工作继续,接续能力受损",
+        "info_skipped_rows": "会话 {sid} 有 {n} 条无法读取的存储记录,已跳过",
+        "ui_degraded": "接续能力受损:{n} 个问题,见上文",
         "info_unverifiable": "{n} 条检查在这里无法验证",
     },
 }
@@ -235,7 +245,7 @@ def text(key: str, lang: str = "en", **fmt: Any) -> str:
 
 # --- Utilities: errors, atomic write, file lock, safe names, redaction, JSON state ---
 
-EXIT_OK, EXIT_STEP_FAILED, EXIT_USAGE, EXIT_SETUP, EXIT_OFFLINE, EXIT_INTERRUPTED = 0, 1, 2, 3, 4, 130
+EXIT_OK, EXIT_STEP_FAILED, EXIT_USAGE, EXIT_SETUP, EXIT_OFFLINE, EXIT_BUSY, EXIT_INTERRUPTED = 0, 1, 2, 3, 4, 5, 130
 
 
 class FlowerError(Exception):
@@ -309,6 +319,83 @@ class FileLock:
         finally:
             self._fd = None
             self._thread_lock.release()
+
+
+class Busy(FlowerError):
+    """Another live flower holds the lock of this workspace (or step); exit code 5."""
+
+    def __init__(self, message: str, holder: dict):
+        super().__init__(message, EXIT_BUSY)
+        self.holder = holder
+
+
+class DriverLock:
+    """One driver at a time: an exclusive, non-blocking ``flock`` held for as long as the holder lives.
+
+    The kernel drops the lock when the holder's process dies, however it dies, so a stale lock never
+    needs cleaning up. The file holds the holder's description (pid, host, since, what, step) for the
+    one line a second flower prints. The descriptor is not inherited by child processes, so the
+    CLI child can never keep the lock alive.
+    """
+
+    def __init__(self, path: str, what: str):
+        self.path = path
+        self.what = what
+        self._fd: int | None = None
+        self.info: dict = {}
+
+    def acquire(self, step: str = "") -> "DriverLock":
+        """Take the lock or raise :class:`Busy` naming the holder."""
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        if fcntl is not None:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                os.close(fd)
+                holder = self.holder()
+                raise Busy(self.busy_line(holder), holder) from None
+        self._fd = fd
+        self.info = {"pid": os.getpid(), "host": socket.gethostname(), "since": iso_now(), "what": self.what,
+                     "step": step}
+        self._write()
+        return self
+
+    def set_step(self, step: str) -> None:
+        """Say which step the holder is in now (shown to a second flower)."""
+        if self._fd is not None and self.info.get("step") != step:
+            self.info["step"] = step
+            self._write()
+
+    def _write(self) -> None:
+        with contextlib.suppress(OSError):
+            data = json.dumps(self.info).encode("utf-8")
+            os.ftruncate(self._fd, 0)
+            os.pwrite(self._fd, data, 0)
+
+    def holder(self) -> dict:
+        """The current holder's description ({} when unreadable)."""
+        value = _peek_json(self.path)
+        return value if isinstance(value, dict) else {}
+
+    def busy_line(self, holder: dict) -> str:
+        """The one line a second flower prints."""
+        step = f", step {holder['step']}" if holder.get("step") else ""
+        return (f"another flower drives {self.what} (pid {holder.get('pid', '?')} on {holder.get('host', '?')}, "
+                f"since {holder.get('since', '?')}{step}); wait for it or stop it first")
+
+    def release(self) -> None:
+        """Let go (idempotent); the kernel does the same when the process dies."""
+        if self._fd is not None:
+            with contextlib.suppress(OSError):
+                os.ftruncate(self._fd, 0)
+            os.close(self._fd)
+            self._fd = None
+
+    def __enter__(self) -> "DriverLock":
+        return self.acquire()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.release()
 
 
 _SAFE_CHAR = re.compile(r"[A-Za-z0-9\-_.\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
@@ -393,9 +480,11 @@ def set_aside(path: str) -> str:
 
 
 def read_json(path: str, default: Any, *, expect: type | None = None,
+              valid: Callable[[Any], bool] | None = None,
               notify: Callable[[str], None] | None = None, lang: str = "en") -> Any:
-    """Read a JSON state file. Missing -> ``default``. Unparsable or of the wrong type -> the file is
-    set aside as ``<name>.corrupt-<ts>``, ``notify`` is told once, and ``default`` is returned.
+    """Read a JSON state file. Missing -> ``default``. Unparsable, of the wrong type, or rejected by
+    ``valid`` (the shape check: field types, not just syntax) -> the file is set aside as
+    ``<name>.corrupt-<ts>``, ``notify`` is told once, and ``default`` is returned.
     """
     try:
         with open(path, "rb") as fh:
@@ -410,12 +499,49 @@ def read_json(path: str, default: Any, *, expect: type | None = None,
         value = json.loads(raw.decode("utf-8"))
         if expect is not None and not isinstance(value, expect):
             raise ValueError(f"expected {expect.__name__}")
+        if valid is not None and not valid(value):
+            raise ValueError("wrong shape")
         return value
     except (ValueError, UnicodeDecodeError):
         moved = set_aside(path)
         if notify:
             notify(text("info_set_aside", lang, path=path, moved=moved))
         return default
+
+
+def _peek_json(path: str) -> Any:
+    """A JSON file's value without side effects (None when missing or unreadable)."""
+    try:
+        with open(path, "r", encoding="utf-8") as fh:
+            return json.load(fh)
+    except (OSError, ValueError):
+        return None
+
+
+def _read_text(path: str) -> str | None:
+    """A text file's content without side effects (None when missing or not UTF-8)."""
+    try:
+        with open(path, "r", encoding="utf-8") as fh:
+            return fh.read()
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def check_text_file(path: str, notify: Callable[[str], None] | None = None, lang: str = "en") -> bool:
+    """False (after setting the file aside, with one info line) when ``path`` exists but is not UTF-8
+    text: a note flower cannot read is kept for the human, never read as missing and overwritten."""
+    try:
+        with open(path, "rb") as fh:
+            fh.read().decode("utf-8")
+        return True
+    except FileNotFoundError:
+        return True
+    except (OSError, UnicodeDecodeError):
+        with contextlib.suppress(OSError):
+            moved = set_aside(path)
+            if notify:
+                notify(text("info_set_aside", lang, path=path, moved=moved))
+        return False
 
 
 def write_json(path: str, value: Any) -> None:
@@ -437,6 +563,167 @@ def env_number(name: str, default: float, warn: Callable[[str], None] | None = N
         if warn:
             warn(f"ignoring {name}={raw!r}: not a non-negative number")
         return default
+
+
+# --- Process guard: the CLI child never outlives flower, a re-run stops a predecessor's CLI ---
+#
+# The SDK spawns the CLI as a plain child. When flower is killed with SIGKILL that child is re-parented
+# to init and carries on: more tool runs and API requests that no store records, and a re-run then
+# drives the same session twice. flower therefore points ``cli_path`` at a tiny guard script that
+# puts the CLI in a process group of its own and kills that whole group the moment flower dies
+# (a parent-death signal on Linux, a 0.2 s parent check everywhere). The guard leaves a record in
+# ``<run_dir>/live/`` so that a re-run can find and stop a guard that somehow survived.
+
+CLI_GUARD_SCRIPT = r"""
+import ctypes, json, os, signal, sys, time
+real, record_dir = os.environ.pop("FLOWER_REAL_CLI"), os.environ.pop("FLOWER_LIVE_DIR", "")
+parent, me = os.getppid(), os.getpid()
+record = os.path.join(record_dir, "%d.json" % me) if record_dir else ""
+
+def forget():
+    try:
+        if record:
+            os.unlink(record)
+    except OSError:
+        pass
+
+def on_death_signal(signum):
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signum, 0, 0, 0)  # PR_SET_PDEATHSIG
+    except Exception:
+        pass
+
+def kill_group(*_):
+    if os.getppid() != parent:
+        forget()
+        os.killpg(0, signal.SIGKILL)
+
+os.setpgid(0, 0)
+child = os.fork()
+if child == 0:
+    on_death_signal(signal.SIGKILL)
+    if os.getppid() != me:
+        os._exit(137)
+    os.execv(real, [real] + sys.argv[1:])
+signal.signal(signal.SIGUSR1, kill_group)
+def forward(signum, _):
+    try:
+        os.kill(child, signum)
+    except OSError:
+        pass
+
+for forwarded in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+    signal.signal(forwarded, forward)
+on_death_signal(signal.SIGUSR1)
+kill_group()
+null = os.open(os.devnull, os.O_RDWR)
+os.dup2(null, 0)
+os.dup2(null, 1)
+if record:
+    try:
+        with open(record, "w") as fh:
+            json.dump({"pid": me, "parent": parent, "cli": child, "argv": sys.argv[1:]}, fh)
+    except OSError:
+        record = ""
+status = 0
+while True:
+    done, status = os.waitpid(child, os.WNOHANG)
+    if done:
+        break
+    kill_group()
+    time.sleep(0.2)
+forget()
+code = os.waitstatus_to_exitcode(status)
+os._exit(128 - code if code < 0 else code)
+"""
+
+
+def find_cli(sdk: Any) -> str | None:
+    """The CLI the SDK would start: the one bundled in its wheel, else ``claude`` on PATH."""
+    import shutil
+    bundled = os.path.join(os.path.dirname(getattr(sdk, "__file__", None) or "."), "_bundled", "claude")
+    return bundled if os.path.isfile(bundled) else shutil.which("claude")
+
+
+def cli_guard(run_dir: str, real_cli: str | None) -> tuple[str, dict[str, str]] | None:
+    """``(guard path, env)`` for ``ClaudeAgentOptions(cli_path=..., env=...)``, or None where the
+    guard cannot work (no POSIX fork/killpg, no real CLI, an interpreter path a shebang cannot hold)."""
+    if os.name != "posix" or not real_cli or not os.path.isfile(real_cli) or " " in sys.executable:
+        return None
+    path = os.path.join(run_dir, "cli-guard.py")
+    body = f"#!{sys.executable} -SE\n{CLI_GUARD_SCRIPT.lstrip()}"
+    try:
+        if _read_text(path) != body:
+            atomic_write(path, body, mode=0o700)
+        live = ensure_private_dir(os.path.join(run_dir, "live"))
+    except (OSError, FlowerError):
+        return None
+    return path, {"FLOWER_REAL_CLI": real_cli, "FLOWER_LIVE_DIR": live}
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _cmdline(pid: int) -> str:
+    """The command line of a live process ("" when it cannot be read)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            return fh.read().replace(b"\0", b" ").decode("utf-8", "replace")
+    except OSError:
+        pass
+    import subprocess
+    try:
+        return subprocess.run(["ps", "-o", "command=", "-p", str(pid)], capture_output=True, text=True,
+                              timeout=5).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
+def reap_orphans(run_dir: str, session_ids: Iterable[str] = ()) -> list[int]:
+    """Stop guarded CLIs left behind by a dead flower: every record in ``<run_dir>/live`` whose flower
+    is gone, or that drives one of ``session_ids``. A pid is killed only when its command line still
+    proves it is that guard (the guard path and the record's own arguments): never a reused pid.
+    Returns the pids stopped."""
+    live = os.path.join(run_dir, "live")
+    try:
+        names = [n for n in os.listdir(live) if n.endswith(".json")]
+    except OSError:
+        return []
+    wanted = set(session_ids)
+    stopped = []
+    for name in names:
+        path = os.path.join(live, name)
+        record = _peek_json(path)
+        if not isinstance(record, dict) or not isinstance(record.get("pid"), int):
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+            continue
+        pid, argv = record["pid"], [str(a) for a in record.get("argv") or []]
+        parent = record.get("parent")
+        ours = any(sid in a for sid in wanted for a in argv)
+        orphaned = not (isinstance(parent, int) and _pid_alive(parent) and parent != 1)
+        if not _pid_alive(pid):
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+            continue
+        if not (ours or orphaned):
+            continue
+        command = _cmdline(pid)
+        if "cli-guard.py" not in command or not all(a in command for a in argv[-2:]):
+            continue
+        with contextlib.suppress(OSError):
+            os.killpg(pid, signal.SIGKILL)
+            stopped.append(pid)
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+    return stopped
 
 
 # --- Resilience: endpoint, probe, classify, backoff, waiting out an outage ---
@@ -529,7 +816,8 @@ _FATAL_TEXT = re.compile(
     r"does not have permission|credit balance|billing|there's an issue with the selected model|"
     r"model.*(?:may not exist|not found)|not_found_error|maximum number of turns|maximum budget|"
     r"request too large|invalid_request_error|\bAPI Error: 400\b|no conversation found|"
-    r"cannot be used with root|not logged in|please run /login|organization has been disabled"
+    r"cannot be used with root|not logged in|please run /login|organization has been disabled|"
+    r"error: (?:unknown )?option|argument '[^'\n]*' is invalid|invalid permission mode"
 )
 _TRANSIENT_TEXT = re.compile(
     r"(?i)connection|ECONNREFUSED|ECONNRESET|ETIMEDOUT|ENOTFOUND|EAI_AGAIN|EHOSTUNREACH|ENETUNREACH|"
@@ -1506,6 +1794,7 @@ class SqliteSessionStore:
 
     def __init__(self, path: str, *, busy_timeout: float = 30.0):
         self.path = path
+        self.skipped: dict[str, int] = {}  # session key -> unreadable rows skipped by the last load
         self._lock = threading.RLock()
         if path != ":memory:":
             directory = os.path.dirname(os.path.abspath(path))
@@ -1574,7 +1863,10 @@ class SqliteSessionStore:
                 if not key.get("subpath"):
                     row = self._db.execute("SELECT data FROM summaries WHERE project_key=? AND session_id=?",
                                            (key["project_key"], key["session_id"])).fetchone()
-                    prev = json.loads(row[0]) if row else None
+                    try:
+                        prev = json.loads(row[0]) if row else None
+                    except ValueError:
+                        prev = None  # a damaged summary is folded anew, never a reason to lose the batch
                     folded = _fold_summary(prev, {"project_key": key["project_key"],
                                                   "session_id": key["session_id"]}, entries)
                     if folded is not None:
@@ -1598,7 +1890,31 @@ class SqliteSessionStore:
                 return None
             cursor = self._db.execute("SELECT payload FROM entries WHERE skey=? ORDER BY seq", (skey,))
             with _gc_paused():  # parse row by row: never all payload strings and all dicts at once
-                return [json.loads(row[0]) for row in cursor]
+                try:
+                    entries = [json.loads(row[0]) for row in cursor]
+                    if all(type(e) is dict for e in entries):
+                        return entries
+                except (ValueError, TypeError):
+                    pass  # a damaged row: take the slow path below, which skips it
+            cursor = self._db.execute("SELECT payload FROM entries WHERE skey=? ORDER BY seq", (skey,))
+            return self._parse_skipping(skey, cursor)
+
+    def _parse_skipping(self, skey: str, cursor: Any) -> list[dict]:
+        """Rows that parse to objects; the others are counted in ``skipped`` (the stored row stays as
+        it is: the rest of the session still loads, and a retry would meet the same row again)."""
+        entries = []
+        bad = 0
+        for (payload,) in cursor:
+            try:
+                entry = json.loads(payload)
+            except (ValueError, TypeError):
+                entry = None
+            if isinstance(entry, dict):
+                entries.append(entry)
+            else:
+                bad += 1
+        self.skipped[skey] = bad
+        return entries
 
     # -- the SDK SessionStore protocol --
 
@@ -1888,59 +2204,98 @@ class Paths:
                     raise FlowerError(f"cannot write in {directory}: {exc.strerror or exc}", EXIT_SETUP) from None
 
 
-class Lineage:
-    """``runs/lineage.json``: step -> session id, guarded by the workspace path and by the store.
+def _valid_lineage(data: Any) -> bool:
+    """The shape of lineage.json: workspace str, woke int, steps {str: str}, starts {str: start record}."""
+    if not isinstance(data, dict) or not isinstance(data.get("workspace", ""), str):
+        return False
+    if not isinstance(data.get("woke", 0), int) or isinstance(data.get("woke", 0), bool):
+        return False
+    steps, starts = data.get("steps", {}), data.get("starts", {})
+    if not isinstance(steps, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in steps.items()):
+        return False
+    return isinstance(starts, dict) and all(
+        isinstance(k, str) and isinstance(v, dict) and isinstance(v.get("session_id"), str)
+        and isinstance(v.get("prompt"), str) for k, v in starts.items())
 
-    Any mismatch (other workspace, unreadable file, session no longer stored) means a fresh start,
-    never an error. Writes re-read the file under a lock and change only their own key.
+
+class Lineage:
+    """``lineage.json``: step -> session id, guarded by the workspace path and by the store, plus the
+    write-ahead *start record* of each step (the session id and the exact input it was started with).
+
+    Any mismatch (other workspace, unreadable or wrong-shaped file, session no longer stored) means a
+    fresh start, never an error; a session that never reached the store is started again with the
+    input of its start record (:meth:`redo_prompt`). Writes re-read the file under a lock and change
+    only their own key.
     """
 
-    def __init__(self, path: str, workspace: str, steps: dict[str, str], woke: int):
+    def __init__(self, path: str, workspace: str, steps: dict[str, str], woke: int,
+                 starts: dict[str, dict] | None = None, gone: dict[str, str] | None = None):
         self.path = path
         self.workspace = workspace
         self.steps = steps
         self.woke = woke
+        self.starts = starts or {}
+        self.gone = gone or {}
         self._lock = FileLock(os.path.join(os.path.dirname(path), ".lock"))
 
     @classmethod
     def open(cls, run_dir: str, workspace: str, *, has_session: Callable[[str], bool] | None = None,
              notify: Callable[[str], None] | None = None, lang: str = "en") -> "Lineage":
-        """Load the lineage of ``workspace`` from ``run_dir`` (dropping steps whose session is gone)."""
+        """Load the lineage of ``workspace`` from ``run_dir`` (steps whose session is gone move to
+        ``gone``, where :meth:`redo_prompt` finds them)."""
         path = os.path.join(run_dir, "lineage.json")
         workspace = os.path.realpath(workspace)
-        data = read_json(path, {}, expect=dict, notify=notify, lang=lang)
+        data = read_json(path, {}, expect=dict, valid=_valid_lineage, notify=notify, lang=lang)
         if data and data.get("workspace") != workspace:
             if notify:
                 notify(text("info_other_workspace", lang, path=path, workspace=repr(data.get("workspace"))))
             data = {}
-        steps = {k: v for k, v in (data.get("steps") or {}).items() if isinstance(k, str) and isinstance(v, str)}
+        steps = dict(data.get("steps") or {})
+        gone: dict[str, str] = {}
         if has_session is not None:
-            gone = [k for k, sid in steps.items() if not has_session(sid)]
+            gone = {k: sid for k, sid in steps.items() if not has_session(sid)}
             for k in gone:
                 steps.pop(k)
-            if gone and notify:
-                notify(text("info_sessions_gone", lang, steps=", ".join(gone)))
-        woke = data.get("woke") if isinstance(data.get("woke"), int) else 0
-        return cls(path, workspace, steps, woke)
+            redo = [k for k, sid in gone.items() if (data.get("starts") or {}).get(k, {}).get("session_id") == sid]
+            lost = [k for k in gone if k not in redo]
+            if redo and notify:
+                notify(text("info_redo", lang, steps=", ".join(redo)))
+            if lost and notify:
+                notify(text("info_sessions_gone", lang, steps=", ".join(lost)))
+        return cls(path, workspace, steps, data.get("woke", 0), dict(data.get("starts") or {}), gone)
 
     def _update(self, change: Callable[[dict], None]) -> None:
         with self._lock:
             try:
-                data = read_json(self.path, {}, expect=dict)
+                data = read_json(self.path, {}, expect=dict, valid=_valid_lineage)
             except FlowerError:
                 data = {}
             if data.get("workspace") != self.workspace:
-                data = {"workspace": self.workspace, "woke": self.woke, "steps": {}}
+                data = {"workspace": self.workspace, "woke": self.woke, "steps": {}, "starts": {}}
             data.setdefault("steps", {})
+            data.setdefault("starts", {})
             change(data)
             write_json(self.path, {"workspace": self.workspace, "woke": data.get("woke", 0),
-                                   "steps": data["steps"]})
+                                   "steps": data["steps"], "starts": data["starts"]})
             self.steps = dict(data["steps"])
+            self.starts = dict(data["starts"])
             self.woke = data.get("woke", 0)
 
-    def remember(self, step: str, session_id: str) -> None:
-        """Record ``step -> session_id`` now (before the CLI starts); other keys are left alone."""
-        self._update(lambda d: d["steps"].__setitem__(step, session_id))
+    def remember(self, step: str, session_id: str, prompt: str | None = None) -> None:
+        """Record ``step -> session_id`` now (before the CLI starts); other keys are left alone. With
+        ``prompt`` (a fresh session) the start record keeps exactly what the session is started with."""
+        def change(data: dict) -> None:
+            data["steps"][step] = session_id
+            if prompt is not None:
+                data["starts"][step] = {"session_id": session_id, "prompt": redact(prompt), "at": iso_now()}
+        self._update(change)
+
+    def redo_prompt(self, step: str) -> str | None:
+        """The input a step's last fresh session was started with, when that session never reached
+        the store (so the step must start again with the same input); None otherwise."""
+        record = self.starts.get(step) or {}
+        sid = self.gone.get(step)
+        return record.get("prompt") if sid and record.get("session_id") == sid else None
 
     def bump(self) -> int:
         """Count one more wake (once per process that runs a workflow); returns the new count."""
@@ -1958,7 +2313,7 @@ class Lineage:
                     target = os.path.join(into, os.path.basename(path))
                     os.replace(path, target)
                     moved.append(target)
-            self.steps, self.woke = {}, 0
+            self.steps, self.woke, self.starts, self.gone = {}, 0, {}, {}
         return moved
 
 
@@ -1975,6 +2330,21 @@ def archive_dir(notes_dir: str, now: float | None = None) -> str:
 def run_id(now: float | None = None) -> str:
     """A process mark for manifest rows: ``YYYYmmdd-HHMMSS-<6 hex>``."""
     return f"{timestamp(now)}-{uuid.uuid4().hex[:6]}"
+
+
+_ROW_TYPES: dict[str, tuple] = {
+    "step": (str,), "session_id": (str, type(None)), "ok": (bool,), "cost_usd": (int, float),
+    "num_turns": (int,), "text": (str,), "error": (str, type(None)), "started_at": (str,), "ended_at": (str,),
+    "attempts": (int,), "errors": (list,), "retired": (list,), "resumed": (bool,),
+    "context": (int, type(None)), "generations": (int,), "duration_s": (int, float), "run": (str,),
+}
+
+
+def _valid_row(row: Any) -> bool:
+    """A manifest row: an object whose known fields have their types (unknown fields are kept)."""
+    return isinstance(row, dict) and isinstance(row.get("step"), str) and all(
+        isinstance(row[k], types) and not (types[0] is not bool and type(row[k]) is bool)
+        for k, types in _ROW_TYPES.items() if k in row)
 
 
 class Manifest:
@@ -2015,21 +2385,25 @@ class Manifest:
             raw = None
         mine = f'{{"run":{json.dumps(self.run)},'
         lines = raw.split("\n") if raw is not None else []
-        if len(lines) >= 3 and lines[0] == "[" and lines[-1] == "" and lines[-2] == "]":
-            body = [ln[:-1] if ln.endswith(",") else ln for ln in lines[1:-2]]
-            if all(ln.startswith('{"run":') and ln.endswith("}") for ln in body):
-                return [ln for ln in body if not ln.startswith(mine)]
         if raw is not None and raw.strip() in ("[]", ""):
             return []
-        try:  # hand-edited or foreign layout: parse it once and re-emit in line form
+        try:
             rows = json.loads(raw) if raw is not None else None
-            if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
+            if not isinstance(rows, list):
                 raise ValueError
         except ValueError:
+            rows = None
+        good = [r for r in rows if _valid_row(r)] if rows is not None else []
+        if rows is None or len(good) < len(rows):
+            # keep the file's bytes as they are (set aside) and go on with the rows that can be read
             moved = set_aside(self.path)
             if self.notify:
                 self.notify(text("info_set_aside", self.lang, path=self.path, moved=moved))
-            return []
+            rows = good
+        elif len(lines) >= 3 and lines[0] == "[" and lines[-1] == "" and lines[-2] == "]":
+            body = [ln[:-1] if ln.endswith(",") else ln for ln in lines[1:-2]]
+            if len(body) == len(rows) and all(ln.startswith('{"run":') for ln in body):
+                return [ln for ln in body if not ln.startswith(mine)]
         return [json.dumps({"run": r.get("run", ""), **{k: v for k, v in r.items() if k != "run"}},
                            ensure_ascii=False, separators=(",", ":"), default=str)
                 for r in rows if r.get("run") != self.run]
@@ -2060,29 +2434,10 @@ class Manifest:
 
     @staticmethod
     def read(run_dir: str) -> list[dict]:
-        """All rows (no side effects; an unreadable file reads as [])."""
-        try:
-            with open(os.path.join(run_dir, "manifest.json"), "r", encoding="utf-8") as fh:
-                rows = json.load(fh)
-            return rows if isinstance(rows, list) else []
-        except (OSError, ValueError):
-            return []
-
-
-def _peek_json(path: str) -> Any:
-    try:
-        with open(path, "r", encoding="utf-8") as fh:
-            return json.load(fh)
-    except (OSError, ValueError):
-        return None
-
-
-def _read_text(path: str) -> str | None:
-    try:
-        with open(path, "r", encoding="utf-8") as fh:
-            return fh.read()
-    except (OSError, UnicodeDecodeError):
-        return None
+        """All well-formed rows (no side effects; an unreadable file reads as [], a wrong-shaped row
+        is left out)."""
+        rows = _peek_json(os.path.join(run_dir, "manifest.json"))
+        return [r for r in rows if _valid_row(r)] if isinstance(rows, list) else []
 
 
 def wake_state(workspace: str = ".", run_dir: str = "runs") -> dict:
@@ -2090,9 +2445,9 @@ def wake_state(workspace: str = ".", run_dir: str = "runs") -> dict:
     ``{"waking", "brief", "goal", "checks", "woke", "steps"}``."""
     paths = Paths(workspace, run_dir)
     data = _peek_json(paths.run("lineage.json"))
-    if not isinstance(data, dict) or data.get("workspace") != paths.workspace:
+    if not _valid_lineage(data) or data.get("workspace") != paths.workspace:
         data = {}
-    steps = {k: v for k, v in (data.get("steps") or {}).items() if isinstance(v, str)}
+    steps = dict(data.get("steps") or {})
     brief_text = _read_text(paths.brief)
     goal_text = _read_text(paths.goal)
     goal = Goal.parse(goal_text or "")
@@ -2147,12 +2502,20 @@ def model_window(model: str | None) -> int | None:
     return None
 
 
+def _valid_windows(data: Any) -> bool:
+    """The shape of window.json: ``{"<base>|<model>": {"window": positive int, "source": str}}``."""
+    return isinstance(data, dict) and all(
+        isinstance(v, dict) and type(v.get("window")) is int and v["window"] > 0
+        and isinstance(v.get("source", ""), str) for v in data.values())
+
+
 class WindowBook:
     """``runs/window.json``: context windows learned per base URL + model (from the CLI's
     ``model_usage`` reports, lowered to the level seen at a real overflow)."""
 
-    def __init__(self, run_dir: str, base_url: str | None = None):
+    def __init__(self, run_dir: str, base_url: str | None = None, notify: Callable[[str], None] | None = None):
         self.path = os.path.join(run_dir, "window.json")
+        self.notify = notify
         self.base = base_url if base_url is not None else (os.environ.get("ANTHROPIC_BASE_URL") or DEFAULT_BASE_URL)
         self._lock = FileLock(os.path.join(run_dir, ".lock"))
 
@@ -2167,7 +2530,7 @@ class WindowBook:
 
     def _put(self, model: str | None, window: int, source: str, lower_only: bool) -> None:
         with self._lock:
-            data = read_json(self.path, {}, expect=dict)
+            data = read_json(self.path, {}, expect=dict, valid=_valid_windows, notify=self.notify)
             current = data.get(self._key(model)) or {}
             if lower_only and isinstance(current.get("window"), int) and current["window"] <= window:
                 return
@@ -2437,6 +2800,26 @@ class AgentSpec:
     handoff: bool = True
 
 
+PERMISSION_MODES = ("default", "acceptEdits", "plan", "bypassPermissions", "dontAsk", "auto")
+
+
+def check_spec(spec: AgentSpec) -> None:
+    """Reject, before any paid call, options the CLI would refuse (it would fail the same way on
+    every retry): an unknown permission mode, a budget or turn limit that is not positive, and
+    ``bypassPermissions`` as root outside a sandbox (the CLI refuses it there)."""
+    if spec.permission_mode not in PERMISSION_MODES:
+        raise FlowerError(f"permission mode {spec.permission_mode!r} is not one of {', '.join(PERMISSION_MODES)}",
+                          EXIT_USAGE)
+    if spec.max_budget_usd is not None and not spec.max_budget_usd > 0:
+        raise FlowerError(f"budget {spec.max_budget_usd} must be a positive number of USD", EXIT_USAGE)
+    if spec.max_turns is not None and spec.max_turns < 1:
+        raise FlowerError(f"max turns {spec.max_turns} must be at least 1", EXIT_USAGE)
+    if (spec.permission_mode == "bypassPermissions" and hasattr(os, "geteuid") and os.geteuid() == 0
+            and not (os.environ.get("IS_SANDBOX") or spec.env.get("IS_SANDBOX"))):
+        raise FlowerError("bypassPermissions is refused by the CLI when running as root (set IS_SANDBOX=1 "
+                          "inside a sandbox)", EXIT_USAGE)
+
+
 @dataclass
 class StepResult:
     """The outcome of one step (one manifest row)."""
@@ -2479,7 +2862,7 @@ class StepResult:
 
 
 EVENT_KINDS = ("text", "thinking", "tool_call", "tool_result", "result", "error", "retry", "resume",
-               "step", "handoff", "ask", "system", "info")
+               "step", "handoff", "ask", "system", "info", "summary")
 
 
 @dataclass
@@ -2561,7 +2944,7 @@ class Runtime:
         self.store = PruningSessionStore(self.raw_store, policy=policy)
         self.run_id = run_id()
         self.manifest = Manifest(self.paths.run_dir, self.run_id, notify=notify, lang=lang)
-        self.windows = WindowBook(self.paths.run_dir)
+        self.windows = WindowBook(self.paths.run_dir, notify=notify)
         self._sleep = sleep or asyncio.sleep
         self._lineage: Lineage | None = None
         self._human_event: asyncio.Event | None = None
@@ -2569,6 +2952,10 @@ class Runtime:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._current: dict | None = None
         self._stderr: list[str] = []
+        self.degraded: list[str] = []  # what continuity lost in this run, one line each
+        self.driver: DriverLock | None = None  # the workspace lock, when the caller holds one
+        self._warned: set[str] = set()
+        reap_orphans(self.paths.run_dir)
 
     # -- small services --
 
@@ -2602,6 +2989,21 @@ class Runtime:
     def _info(self, message: str) -> None:
         self.emit(Event("info", data={"message": message}))
 
+    def soft(self, path: str, write: Callable[[], Any]) -> bool:
+        """Run a continuity write fail-soft: a failure warns once per file (naming the real file, not
+        a temp file), is remembered in ``degraded`` and never stops the work. True when it worked."""
+        try:
+            write()
+            return True
+        except (OSError, FlowerError) as exc:
+            why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            if path not in self._warned:
+                self._warned.add(path)
+                line = text("info_write_failed", self.lang, path=path, error=why)
+                self.degraded.append(line)
+                self._info(line)
+            return False
+
     def emit(self, event: Event) -> None:
         """Send an event to the listener (errors in the listener never stop a run)."""
         if self.on_event:
@@ -2617,8 +3019,9 @@ class Runtime:
             loop.call_soon_threadsafe(event.set)
 
     def record(self, result: StepResult) -> None:
-        """Write (or update) this result's manifest row."""
-        self.manifest.put(result.row(self.run_id))
+        """Write (or update) this result's manifest row (fail-soft)."""
+        row = result.row(self.run_id)
+        self.soft(self.manifest.path, lambda: self.manifest.put(row))
 
     def rescue(self, reason: str = "killed-by-signal") -> None:
         """On SIGHUP/SIGTERM (or a second Ctrl-C): write the in-flight step with ``error=reason``;
@@ -2656,6 +3059,7 @@ class Runtime:
         env = {**cli_env_defaults(), **spec.env}
         if manage_context and spec.compaction is None:
             env.setdefault("DISABLE_AUTO_COMPACT", "1")
+        guard = cli_guard(self.paths.run_dir, find_cli(sdk))
         allowed = list(spec.allowed_tools)
         kwargs: dict[str, Any] = dict(
             cwd=self.paths.workspace, session_store=self.store, session_store_flush="eager",
@@ -2679,6 +3083,8 @@ class Runtime:
             kwargs["mcp_servers"] = {"flower": self._ask_server(sdk, spec.ask)}
             allowed.append("mcp__flower__ask")
         kwargs["allowed_tools"] = allowed
+        if guard is not None:
+            kwargs["cli_path"], kwargs["env"] = guard[0], {**env, **guard[1]}
         if resume:
             kwargs["resume"] = resume
             if fork:
@@ -2717,7 +3123,9 @@ class Runtime:
         """
         import asyncio
         sdk = self._sdk()
+        check_spec(spec)
         name = step_name or spec.name
+        step_lock = self._step_lock(lineage_key, name)
         result = StepResult(step=name, started_at=iso_now())
         self._current = {"result": result}
         self._loop = asyncio.get_running_loop()
@@ -2752,8 +3160,9 @@ class Runtime:
         current_prompt = prompt
         try:
             while True:
-                if lineage_key:
-                    self.lineage.remember(lineage_key, st.sid)
+                if resuming is None:
+                    st.start_prompt = current_prompt  # what this fresh session is started with
+                self._write_ahead(lineage_key, st.sid, None if resuming else current_prompt)
                 result.session_id = st.sid
                 options = self.build_options(sdk, spec, session_id=st.sid, resume=resuming, fork=fork,
                                              manage_context=manage)
@@ -2763,6 +3172,9 @@ class Runtime:
                 if resuming and self.store.last_report is not None:
                     emit(Event("resume", session_id=st.sid, data={"pruned": self.store.last_report.as_dict()}))
                     self.store.last_report = None
+                skipped = getattr(self.raw_store, "skipped", {}).pop(f"{self.project_key}/{resuming}", 0)
+                if skipped:
+                    emit(Event("info", data={"message": text("info_skipped_rows", self.lang, n=skipped, sid=resuming)}))
                 result.cost_usd = round(result.cost_usd + turn.cost, 6)
                 result.num_turns += turn.turns
                 result.context = st.level or result.context
@@ -2799,11 +3211,11 @@ class Runtime:
 
                 if "No conversation found" in error and resuming:
                     emit(Event("info", data={"message": text("info_not_resumable", self.lang, sid=st.sid)}))
-                    st.sid, resuming, st.level, current_prompt = str(uuid.uuid4()), None, 0, prompt
+                    st.sid, resuming, st.level, current_prompt = str(uuid.uuid4()), None, 0, st.start_prompt or prompt
                     continue
                 if kind == OVERFLOW and manage:
                     if st.level:
-                        self.windows.lower(st.model, st.level)
+                        self.soft(self.windows.path, lambda: self.windows.lower(st.model, st.level))
                     carry = await self._hand_over(st, result, prompt, None, "context overflow")
                     if carry is None:
                         break
@@ -2826,17 +3238,37 @@ class Runtime:
                 if self.has_session(st.sid):
                     result.resumed = True
                     current_prompt, resuming = text("resume_prompt", self.lang), st.sid
-                else:  # nothing of this session was stored: start it again under a new id
-                    st.sid, resuming, current_prompt = str(uuid.uuid4()), None, prompt
+                else:  # nothing of this session was stored: start it again, same input, new id
+                    st.sid, resuming, current_prompt = str(uuid.uuid4()), None, st.start_prompt or prompt
         finally:
             result.ended_at = iso_now()
             result.generations = st.generation
             result.session_id = st.sid
             self._current = None
+            if step_lock is not None:
+                step_lock.release()
         emit(Event("result", session_id=st.sid, level=st.level, window=st.window,
                    data={"ok": result.ok, "cost_usd": result.cost_usd, "turns": result.num_turns,
                          "attempts": result.attempts, "error": result.error}))
         return result
+
+    def _step_lock(self, lineage_key: str | None, name: str) -> DriverLock | None:
+        """One driver per step: a second ``run`` of the same lineage step (in this process or any
+        other) raises :class:`Busy` instead of driving the same session twice."""
+        if not lineage_key:
+            return None
+        locks = ensure_private_dir(self.paths.run("locks"))
+        lock = DriverLock(os.path.join(locks, f"step-{safe_name(lineage_key)}.lock"), f"step {lineage_key}")
+        return lock.acquire(name)
+
+    def _write_ahead(self, lineage_key: str | None, sid: str, start_prompt: str | None) -> None:
+        """Before the CLI starts: stop any predecessor's CLI still driving ``sid``, then write the
+        lineage (with the start record of a fresh session) fail-soft."""
+        reap_orphans(self.paths.run_dir, [sid])
+        if lineage_key:
+            self.soft(self.lineage.path, lambda: self.lineage.remember(lineage_key, sid, start_prompt))
+        if self.driver is not None:
+            self.driver.set_step(lineage_key or "")
 
     async def _connect_and_drive(self, sdk: Any, options: Any, prompt: str, st: "_RunState") -> _Turn:
         import asyncio
@@ -2892,8 +3324,10 @@ class Runtime:
                                    error=data.get("error"))
                 elif msg.subtype == "mirror_error":
                     # the store missed a batch: a resume of this session may lack those entries
-                    st.emit(Event("info", session_id=st.sid, data={
-                        "message": text("info_mirror_error", self.lang, error=data.get("error"))}))
+                    line = text("info_mirror_error", self.lang, error=redact(str(data.get("error"))))
+                    if line not in self.degraded:
+                        self.degraded.append(line)
+                        st.emit(Event("info", session_id=st.sid, data={"message": line}))
                 emit(Event("system", session_id=st.sid, data=details))
             elif kind == "AssistantMessage":
                 main = getattr(msg, "parent_tool_use_id", None) is None
@@ -2943,7 +3377,7 @@ class Runtime:
                 for model_name, usage in (getattr(msg, "model_usage", None) or {}).items():
                     ctx_window = usage.get("contextWindow") if isinstance(usage, dict) else None
                     if isinstance(ctx_window, int) and model_name == (turn.model or model_name):
-                        self.windows.learn(st.model, ctx_window)
+                        self.soft(self.windows.path, lambda w=ctx_window: self.windows.learn(st.model, w))
                 emit(Event("system", session_id=st.sid, level=st.level, window=st.window,
                            data={"subtype": "turn_result", "cost_usd": turn.cost, "is_error": bool(msg.is_error)}))
             if turn.handoff and not pending_tools and not st.interrupt_sent and not ritual:
@@ -2986,12 +3420,28 @@ class Runtime:
             else:
                 turn.ritual_text = "\n".join(sub.texts)
 
+    def _write_note(self, path: str, body: str) -> None:
+        ensure_private_dir(os.path.dirname(path))
+        atomic_write(path, body)
+
+    def _write_handoff(self, doc: str, body: str, step: str) -> None:
+        """The new handoff document; the previous one moves to ``notes/archive/handoff/``."""
+        if os.path.exists(doc):
+            previous = os.path.join(self.paths.notes_dir, "archive", "handoff",
+                                    f"{safe_name(step)}-{timestamp()}-{uuid.uuid4().hex[:4]}.md")
+            ensure_private_dir(os.path.dirname(previous))
+            os.replace(doc, previous)
+        self._write_note(doc, body)
+
     async def _hand_over(self, st: "_RunState", result: StepResult, step_prompt: str,
                          ledger_text: str | None, why: str | None) -> str | None:
         """Retire the current session: write the handoff document and slim transcript, pick a fresh
         session (lineage updated by the caller's loop) and return the carry; None = stop the step."""
         old = st.sid
-        entries = await self.raw_store.load({"project_key": self.project_key, "session_id": old}) or []
+        try:
+            entries = await self.raw_store.load({"project_key": self.project_key, "session_id": old}) or []
+        except Exception:  # nothing blocks the handover: the carry is built from what there is
+            entries = []
         ledger = None
         if ledger_text:
             ledger = Ledger.parse(ledger_text)
@@ -3007,15 +3457,9 @@ class Runtime:
         doc = self.paths.handoff(st.name)
         # the title counts on from an earlier wake's document; the cap counts this run's handoffs
         number = max(generation, ledger_generation(_read_text(doc)) + 1)
-        if os.path.exists(doc):
-            previous = os.path.join(self.paths.notes_dir, "archive", "handoff",
-                                    f"{safe_name(st.name)}-{timestamp()}-{uuid.uuid4().hex[:4]}.md")
-            ensure_private_dir(os.path.dirname(previous))
-            os.replace(doc, previous)
-        atomic_write(doc, ledger.render(st.name, number, self.lang))
+        self.soft(doc, lambda: self._write_handoff(doc, ledger.render(st.name, number, self.lang), st.name))
         transcript = self.paths.transcript(old)
-        ensure_private_dir(os.path.dirname(transcript))
-        atomic_write(transcript, slim_transcript(entries, old))
+        self.soft(transcript, lambda: self._write_note(transcript, slim_transcript(entries, old)))
         result.retired.append(old)
         level = st.level
         if st.degraded_in_row >= 2:
@@ -3062,6 +3506,7 @@ class _RunState:
     interrupt_sent: bool = False
     generation: int = 0
     degraded_in_row: int = 0
+    start_prompt: str | None = None
 
 
 def _short_input(value: Any, limit: int = 300) -> Any:
@@ -3088,7 +3533,9 @@ class Step:
     anything else is a rejection; ``on_reject(ctx, result, rejection)`` then returns the prompt that
     resumes the same session as ``<name>#round<N>`` (None = give up). ``resume_prompt`` is sent
     instead of ``prompt`` when the step continues a stored session. ``reduce(ctx, result)`` turns
-    the result into ``ctx[name]`` (default: the final text)."""
+    the result into ``ctx[name]`` (default: the final text). ``addendum`` is appended to whatever
+    the step starts, resumes or redoes with (the starter flow puts a wake sentence there while the
+    brief is unfinished)."""
 
     name: str
     spec: AgentSpec
@@ -3102,6 +3549,7 @@ class Step:
     on_reject: Callable[[dict, StepResult, Any], Any] | None = None
     resume_prompt: str | Callable[[dict], str] | None = None
     reduce: Callable[[dict, StepResult], Any] | None = None
+    addendum: str | None = None
 
 
 class Workflow:
@@ -3121,7 +3569,8 @@ class Workflow:
         ctx = dict(ctx or {})
         ctx.setdefault("_sessions", {})
         ctx.setdefault("_results", {})
-        ctx["_woke"] = rt.lineage.bump()
+        ctx["_woke"] = rt.lineage.woke + 1
+        rt.soft(rt.lineage.path, rt.lineage.bump)
         for step in self.steps:
             if step.when is not None and not step.when(ctx):
                 continue
@@ -3138,7 +3587,10 @@ class Workflow:
                 resume = stored
         continuing = resume is not None and not step.resume_from
         chosen = step.resume_prompt if continuing and step.resume_prompt is not None else step.prompt
-        prompt = _resolve_prompt(chosen, ctx)
+        redo = rt.lineage.redo_prompt(step.name) if self.continuous and resume is None else None
+        prompt = redo if redo is not None else _resolve_prompt(chosen, ctx)
+        if step.addendum:
+            prompt = f"{prompt}\n\n{step.addendum}"
         rt.emit(Event("step", step=step.name, session_id=resume, data={
             "name": step.name, "continues": continuing, "woke": ctx.get("_woke"),
             "context": rt.last_context(resume) if resume else None}))
@@ -3212,6 +3664,13 @@ def _brief_text(paths: Paths) -> str:
     return _read_text(paths.brief) or ""
 
 
+def _wake_additions(brief: str, lang: str) -> str:
+    """The "Added on wake" sections of a brief, verbatim (empty when there are none)."""
+    heading = "### " + text("added_on_wake", lang)
+    at = brief.find(heading)
+    return brief[at:].strip() + "\n" if at >= 0 else ""
+
+
 def starter_flow(ask: str | None, *, rt: Runtime, rounds: int = 3, use_goal: bool = True,
                  human: Human | None = None, wake_sentence: str | None = None,
                  model: str | None = None, permission_mode: str = "acceptEdits") -> Workflow:
@@ -3224,6 +3683,7 @@ def starter_flow(ask: str | None, *, rt: Runtime, rounds: int = 3, use_goal: boo
     paths, lang = rt.paths, rt.lang
     ask = redact(ask) if ask else ask  # credentials never reach a prompt, not even the user's own
     wake_sentence = redact(wake_sentence) if wake_sentence else wake_sentence
+    brief_frozen = Brief.parse(_brief_text(paths)).complete
     if wake_sentence:
         stamp = time.strftime("%Y-%m-%d %H:%M")
         existing = _brief_text(paths).rstrip()
@@ -3253,7 +3713,8 @@ def starter_flow(ask: str | None, *, rt: Runtime, rounds: int = 3, use_goal: boo
         if not brief.complete:
             missing = [BRIEF_HEADINGS["en"][k] for k in BRIEF_KEYS if _is_empty(brief.sections.get(k))]
             return "the brief lacks: " + ", ".join(missing)
-        atomic_write(paths.brief, brief.render(lang))
+        added = _wake_additions(_brief_text(paths), lang)  # sentences given while the brief was unfinished
+        atomic_write(paths.brief, brief.render(lang) + (f"\n{added}" if added else ""))
         return True
 
     def brief_fix(ctx: dict, result: StepResult, reason: Any) -> str | None:
@@ -3325,11 +3786,11 @@ def starter_flow(ask: str | None, *, rt: Runtime, rounds: int = 3, use_goal: boo
         return (f"A judge checked the work against the goal: not achieved yet.\n\nFailed checks:\n{failed}\n\n"
                 f"Reasons:\n{reason}\n\nFix these, then stop.")
 
-    brief_frozen = Brief.parse(_brief_text(paths)).complete
     goal_frozen = Goal.parse(_read_text(paths.goal) or "").complete
     steps = [
         Step("clarify", clarifier, clarify_prompt, resume_prompt=text("clarify_resume", lang),
-             when=lambda ctx: not brief_frozen, gate=brief_gate, on_reject=brief_fix),
+             when=lambda ctx: not brief_frozen, gate=brief_gate, on_reject=brief_fix,
+             addendum=text("wake_addendum", lang, words=wake_sentence.strip()) if wake_sentence else None),
     ]
     if use_goal:
         steps.append(Step("goal", goal_setter, goal_prompt, gate=goal_gate, on_reject=goal_fix,
@@ -3431,6 +3892,8 @@ class Reporter:
         if self.json_mode:
             print(event.as_json(), file=self.out, flush=True)
         kind, data = event.kind, event.data
+        if kind == "summary":  # the closing line already said it in words
+            return
         t = self.t
         if kind == "step":
             self.turns = 0
@@ -3776,17 +4239,34 @@ def _ask_line(question: str) -> str:
 
 
 def cmd_go(args: argparse.Namespace, reporter: Reporter) -> int:
-    """The main job: clarify -> goal -> work, judged; carries on in a used directory."""
-    import asyncio
+    """The main job: clarify -> goal -> work, judged; carries on in a used directory. One ``go`` per
+    workspace: a second one exits at once with code 5, naming the holder."""
     lang = _lang(args)
     ask = _check_text(args.ask, "the task")
+    check_spec(AgentSpec("work", permission_mode=args.permission_mode))
     paths = Paths(args.workspace, args.run_dir, lang)
     if not os.path.isdir(paths.workspace):
         raise FlowerError(f"workspace {args.workspace} is not a directory", EXIT_USAGE)
     paths.prepare()
+    driver = DriverLock(paths.run("flower.lock"), f"workspace {_tilde(paths.workspace)}").acquire()
+    try:
+        return _go_locked(args, reporter, paths, ask, driver)
+    finally:
+        driver.release()
+
+
+def _go_locked(args: argparse.Namespace, reporter: Reporter, paths: Paths, ask: str | None,
+               driver: DriverLock) -> int:
+    import asyncio
+    lang = paths.lang
+
+    def say(message: str) -> None:
+        reporter.say(message, always=True)
+    for note in (paths.brief, paths.goal, *(paths.handoff(step) for step in ("clarify", "goal", "work"))):
+        check_text_file(note, say, lang)  # a note that is not UTF-8 is set aside, never overwritten
     store = _open_store(args, paths)
     interactive = sys.stdin.isatty() and not args.json
-    lineage = Lineage.open(paths.run_dir, paths.workspace, notify=lambda m: reporter.say(m, always=True), lang=lang)
+    lineage = Lineage.open(paths.run_dir, paths.workspace, notify=say, lang=lang)
     state = wake_state(paths.workspace, paths.run_dir)
     used = state["waking"]
     if args.new and (used or os.path.exists(lineage.path)):
@@ -3808,6 +4288,7 @@ def cmd_go(args: argparse.Namespace, reporter: Reporter) -> int:
     rt = Runtime(workspace=paths.workspace, run_dir=paths.run_dir, store=store, lang=lang, model=args.model,
                  trim=not args.no_trim, handoff=HandoffPolicy(enabled=not args.no_handoff, window=args.window),
                  on_event=reporter.event, notify=lambda m: reporter.say(m, always=True))
+    rt.driver = driver
     try:
         if used:
             work_sid = rt.lineage.steps.get("work")
@@ -3823,12 +4304,28 @@ def cmd_go(args: argparse.Namespace, reporter: Reporter) -> int:
             message = str(exc)
             reporter.say(f"flower: {message}", always=True)
             code = EXIT_OFFLINE if "network down" in message else EXIT_STEP_FAILED
-            reporter.say(text("ui_total", lang, cost=reporter.total_cost, path=rt.manifest.path), always=True)
-            return code
-        reporter.say(text("ui_done", lang, cost=reporter.total_cost, path=rt.manifest.path), always=True)
-        return EXIT_OK
+            return _finish(rt, reporter, code, message)
+        return _finish(rt, reporter, EXIT_OK, "done")
     finally:
         rt.close()
+
+
+def _finish(rt: Runtime, reporter: Reporter, code: int, reason: str) -> int:
+    """The closing line (and the ``summary`` event): outcome, total cost, manifest, and whether
+    continuity was degraded on the way. Returns ``code``."""
+    lang = rt.lang
+    key = "ui_done" if code == EXIT_OK else "ui_total"
+    line = text(key, lang, cost=reporter.total_cost, path=rt.manifest.path)
+    if rt.degraded:
+        line += " · " + text("ui_degraded", lang, n=len(rt.degraded))
+    reporter.say(line, always=True)
+    rows = rt.manifest.rows
+    reporter.event(Event("summary", data={
+        "exit_code": code, "reason": redact(reason)[:500], "cost_usd": round(reporter.total_cost, 6),
+        "steps": [r.get("step") for r in rows], "sessions": sorted({r.get("session_id") for r in rows
+                                                                    if r.get("session_id")}),
+        "degraded": list(rt.degraded), "manifest": rt.manifest.path}))
+    return code
 
 
 def cmd_once(args: argparse.Namespace, reporter: Reporter) -> int:
@@ -3837,14 +4334,15 @@ def cmd_once(args: argparse.Namespace, reporter: Reporter) -> int:
     prompt = _check_text(args.prompt, "the prompt") or ""
     if args.fork and not args.resume:
         raise FlowerError("--fork needs --resume SID", EXIT_USAGE)
+    tools = [t.strip() for t in args.tools.split(",") if t.strip()]
+    spec = AgentSpec("once", tools=tools, allowed_tools=tools, permission_mode=args.permission_mode,
+                     max_budget_usd=args.budget, model=args.model)
+    check_spec(spec)  # before anything is written or paid
     paths = Paths(args.workspace, args.run_dir, _lang(args))
     paths.prepare()
     store = _open_store(args, paths)
     _require_sdk()
     _require_credentials()
-    tools = [t.strip() for t in args.tools.split(",") if t.strip()]
-    spec = AgentSpec("once", tools=tools, allowed_tools=tools, permission_mode=args.permission_mode,
-                     max_budget_usd=args.budget, model=args.model)
     rt = Runtime(workspace=paths.workspace, run_dir=paths.run_dir, store=store, lang=_lang(args),
                  on_event=reporter.event, notify=lambda m: reporter.say(m, always=True))
     try:
@@ -3914,11 +4412,9 @@ def cmd_status(args: argparse.Namespace, reporter: Reporter) -> int:
 
 def _check_cli(sdk: Any) -> tuple[bool, str, str]:
     """The bundled Claude Code CLI (or one on PATH) and the version it reports."""
-    import shutil
     import subprocess
     fix = "reinstall claude-agent-sdk (it bundles the CLI)"
-    cli = os.path.join(os.path.dirname(sdk.__file__), "_bundled", "claude")
-    cli = cli if os.path.exists(cli) else (shutil.which("claude") or "")
+    cli = find_cli(sdk)
     if not cli:
         return False, "Claude Code CLI not found", fix
     try:
@@ -4000,8 +4496,7 @@ def cmd_sessions(args: argparse.Namespace, reporter: Reporter) -> int:
         print("no sessions stored yet")
         return EXIT_OK
     rows = store.sessions(None if args.all else project_key(paths.workspace))
-    lineage = _peek_json(paths.run("lineage.json")) or {}
-    owners = {sid: step for step, sid in (lineage.get("steps") or {}).items()}
+    owners = {sid: step for step, sid in wake_state(paths.workspace, paths.run_dir)["steps"].items()}
     for row in rows:
         when = time.strftime("%Y-%m-%d %H:%M", time.localtime(row["mtime"] / 1000))
         print(f"{row['session_id']}  {when}  {row['entries']:>6} entries  ctx {_human_tokens(row['context']):>7}"
