@@ -1,0 +1,208 @@
+"""End-to-end tier, one driver per session (issue 12): the real SDK and CLI against the fake API.
+
+kill -9 of flower at random points leaves no CLI behind (no request, no tool run after the kill),
+two flowers never drive one workspace, and the write-ahead redoes a session that never reached the
+store with exactly the input it was started with (the task; a handoff successor's carry)."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import sqlite3
+import time
+import unittest
+
+import flower
+from tests.fakeapi import FakeAnthropic, Reply, text, tool
+from tests import test_e2e as base
+from tests.test_e2e import HAVE_SDK, SKIP, last_user_text, role_of
+
+SEED = int(os.environ.get("FLOWER_KILL_SEED", "12"))
+
+
+def processes_in(directory: str) -> list[int]:
+    """Pids of live processes whose working directory is ``directory`` (the CLI and its tools)."""
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            if os.path.realpath(os.readlink(f"/proc/{name}/cwd")) == os.path.realpath(directory):
+                with open(f"/proc/{name}/stat") as fh:
+                    if fh.read().rsplit(")", 1)[1].split()[0] != "Z":
+                        found.append(int(name))
+        except OSError:
+            continue
+    return found
+
+
+@unittest.skipUnless(HAVE_SDK, SKIP)
+class OneDriver(unittest.TestCase):
+    """Scenarios of issue 12 on the real CLI (the fixture and helpers are EndToEnd's)."""
+
+    E = base.EndToEnd
+    setUp, tearDown, flower, read, wait_for = E.setUp, E.tearDown, E.flower, E.read, E.wait_for
+    lineage, manifest, stored, work_row = E.lineage, E.manifest, E.stored, E.work_row
+    del E
+
+    def spawn(self, *args, env=None):
+        proc = base.EndToEnd.spawn(self, *args, env=env)
+        self.addCleanup(lambda: (proc.stdout.close(), proc.stderr.close()))
+        return proc
+
+    def ticks(self) -> int:
+        try:
+            with open(os.path.join(self.ws, "ticks.txt")) as fh:
+                return len(fh.read().splitlines())
+        except FileNotFoundError:
+            return 0
+
+    def delete_session(self, sid: str) -> int:
+        db = sqlite3.connect(os.path.join(self.ws, "runs", "sessions.db"))
+        try:
+            with db:
+                n = db.execute("DELETE FROM entries WHERE skey LIKE ?", (f"%/{sid}",)).rowcount
+                db.execute("DELETE FROM sessions WHERE skey LIKE ?", (f"%/{sid}",))
+            return n
+        finally:
+            db.close()
+
+    def test_kill_9_at_random_points_leaves_no_orphan(self):
+        rng = random.Random(SEED)
+        counter = {"n": 0}
+
+        def work(body):
+            counter["n"] += 1
+            if counter["n"] > 60:
+                return text("all ticks written")
+            return tool("Bash", {"command": f"echo tick-{counter['n']} >> ticks.txt; sleep 0.3"})
+        self.roles.work = [work] * 200
+        trials, work_sids = 20, []
+        for trial in range(trials):
+            proc = self.spawn("write hello") if trial == 0 else self.spawn()
+            time.sleep(rng.uniform(0.4, 3.0))
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(timeout=30)
+            time.sleep(0.4)   # what was already on the wire at the kill may still land
+            requests, ticks = len(self.api.requests), self.ticks()
+            time.sleep(1.2)
+            self.assertEqual(len(self.api.requests), requests, f"trial {trial}: a request after the kill")
+            self.assertEqual(self.ticks(), ticks, f"trial {trial}: a tool ran after the kill")
+            self.assertEqual(processes_in(self.ws), [], f"trial {trial}: a process survived flower")
+            sid = (self.lineage_or_empty().get("steps") or {}).get("work")
+            if sid and (not work_sids or work_sids[-1] != sid):
+                work_sids.append(sid)
+        p = self.flower(timeout=300)
+        self.assertIn("done", p.stderr)
+        final = self.lineage()["steps"]["work"]
+        if not work_sids or work_sids[-1] != final:
+            work_sids.append(final)
+        # the same work session all along, except where a session never reached the store
+        for sid in work_sids[:-1]:
+            self.assertEqual(self.stored(sid), [], f"work session {sid} was stored but not continued")
+        self.assertEqual(processes_in(self.ws), [])
+
+    def lineage_or_empty(self) -> dict:
+        try:
+            return self.lineage()
+        except (OSError, ValueError):
+            return {}
+
+    def test_two_go_at_once_the_second_exits_5_without_a_request(self):
+        original = self.roles.__call__
+
+        def stall_clarify(body):
+            if role_of(body) == "clarify" and not getattr(self, "_stalled", False):
+                self._stalled = True
+                return Reply(stall=20)
+            return original(body)
+        self.api.responder = stall_clarify
+        first = self.spawn("write hello")
+        try:
+            self.wait_for(lambda: getattr(self, "_stalled", False), what="the first flower's request")
+            before = len(self.api.requests)
+            second = self.flower("write something else", check=False)
+            self.assertEqual(second.returncode, flower.EXIT_BUSY, second.stderr)
+            lines = [ln for ln in second.stderr.splitlines() if ln.strip()]
+            self.assertEqual(len(lines), 1, second.stderr)
+            self.assertIn(f"pid {first.pid}", lines[0])
+            self.assertIn("another flower drives", lines[0])
+            self.assertEqual(len(self.api.requests), before)
+            third = self.flower(check=False)          # a plain wake is refused the same way
+            self.assertEqual(third.returncode, flower.EXIT_BUSY)
+        finally:
+            first.send_signal(signal.SIGKILL)
+            first.wait(timeout=30)
+        # the holder is gone: the lock goes with it, and the next run carries on
+        p = self.flower()
+        self.assertIn("done", p.stderr)
+
+    def test_kill_after_lineage_names_clarify_redoes_it_with_the_task(self):
+        original = self.roles.__call__
+
+        def stall_clarify(body):
+            if role_of(body) == "clarify" and not getattr(self, "_stalled", False):
+                self._stalled = True
+                return Reply(stall=30)
+            return original(body)
+        self.api.responder = stall_clarify
+        proc = self.spawn("write hello TASK-MARK")
+        self.wait_for(lambda: getattr(self, "_stalled", False), what="the clarify request")
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+        sid = self.lineage()["steps"]["clarify"]
+        self.delete_session(sid)   # as if the kill came before the first prompt reached the store
+        before = len(self.roles.bodies("clarify"))
+        p = self.flower()
+        self.assertIn("never reached the store", p.stderr)
+        first = self.roles.bodies("clarify")[before]
+        self.assertIn("Task: write hello TASK-MARK", last_user_text(first))
+        self.assertNotIn("assistant", [m["role"] for m in first["messages"]])   # fresh, not a resume
+        self.assertNotEqual(self.lineage()["steps"]["clarify"], sid)
+        self.assertEqual([r["step"] for r in self.manifest()][-4:], ["clarify", "goal", "work", "work·judge#1"])
+
+    def test_kill_after_the_handoff_switch_redoes_the_successor_with_the_carry(self):
+        def usage(level):
+            return dict(input_tokens=1000, cache_read=level - 1000)
+        state = {"successor": False, "calls": 0}
+        carry_head = flower.text("carry_head")[:40]
+
+        def work(body):
+            fresh = "assistant" not in [m["role"] for m in body["messages"]]
+            if fresh and carry_head in last_user_text(body):
+                if not state["successor"]:
+                    state["successor"] = True
+                    return Reply(stall=30)     # killed while the successor's first request is in flight
+                return text("finished after the handoff", **usage(50_000))
+            if state["successor"]:
+                return text("finished after the handoff", **usage(50_000))
+            state["calls"] += 1
+            level = 100_000 if state["calls"] == 1 else 160_000     # the second call crosses 150K
+            return tool("Bash", {"command": f"echo OLD-HISTORY-MARK {state['calls']}"}, **usage(level))
+        self.roles.work = [work] * 20
+        proc = self.spawn("--model", "claude-sonnet-4-5", "--window", "200000", "write hello")
+        self.wait_for(lambda: state["successor"], what="the successor's first request")
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+        lineage = self.lineage()
+        new_sid = lineage["steps"]["work"]
+        self.assertEqual(lineage["starts"]["work"]["session_id"], new_sid)
+        self.assertIn("You take over unfinished work", lineage["starts"]["work"]["prompt"])
+        self.delete_session(new_sid)   # the successor never reached the store
+        before = len(self.roles.bodies("work"))
+        p = self.flower("--model", "claude-sonnet-4-5", "--window", "200000")
+        self.assertIn("never reached the store", p.stderr)
+        first = self.roles.bodies("work")[before]
+        sent = last_user_text(first)
+        self.assertNotIn("assistant", [m["role"] for m in first["messages"]])
+        self.assertIn("You take over unfinished work", sent)
+        self.assertIn("NEXT-STEP-MARK", sent)
+        self.assertIn("handoff-work.md", sent)
+        self.assertNotIn("OLD-HISTORY-MARK", FakeAnthropic.messages_text(first))
+        self.assertTrue(self.work_row()["ok"])
+
+
+if __name__ == "__main__":
+    unittest.main()
