@@ -3980,7 +3980,8 @@ def build_parser() -> argparse.ArgumentParser:
         "       python flower.py {go,once,status,doctor,sessions,show} [options] ...  (COMMAND --help for more)"),
         description="Keep a long agent job going with Claude. Run it again in the same directory and it carries on.",
         epilog="commands: go (default) · once · status · doctor · sessions · show.  "
-               "Exit codes: 0 done · 1 a step failed · 2 usage · 3 setup · 4 network down · 130 interrupted.")
+               "Exit codes: 0 done · 1 a step failed · 2 usage · 3 setup · 4 network down · 5 another flower "
+               "drives this workspace · 130 interrupted.")
     parser.add_argument("--version", action="version", version=f"flower.py {__version__}")
     sub = parser.add_subparsers(dest="command", parser_class=_ArgParser)
 
