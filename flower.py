@@ -53,7 +53,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     # utilities
-    "FlowerError", "atomic_write", "FileLock", "safe_name", "redact", "read_json",
+    "FlowerError", "atomic_write", "FileLock", "safe_name", "redact", "redact_obj", "read_json",
     # resilience
     "endpoint", "reachable", "classify", "Resilience", "cli_env_defaults",
     # transcript logic
@@ -415,47 +415,143 @@ def safe_name(name: str) -> str:
     return kept
 
 
+# --- redaction ---
+#
+# One rule for every boundary where text leaves flower's memory: prompts flower writes, notes, handoff
+# documents, retired transcripts, spill files, manifest rows, events, terminal and error lines. Values
+# are redacted *before* they are encoded (strings inside a structure, then json.dumps), so a JSON line
+# always parses and an escape like ``\n`` never hides a secret from a word boundary.
+
+REDACTED = "[REDACTED]"
+_NOT_ALNUM_BEFORE = r"(?<![A-Za-z0-9])"
 # (literal markers, pattern): a pattern runs only when one of its markers occurs in the text, so the
 # common case (no secret at all) costs a few substring searches instead of a regex scan per pattern.
 _SECRET_PATTERNS = [
-    (("PRIVATE KEY-----",), re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?(?:-----END [A-Z ]*PRIVATE KEY-----|\Z)")),
-    (("sk-",), re.compile(r"\bsk-ant-[A-Za-z0-9_\-]{8,}|\bsk-[A-Za-z0-9_\-]{16,}")),
-    (("ghp_", "gho_", "ghu_", "ghs_", "ghr_"), re.compile(r"\b(?:ghp|gho|ghu|ghs|ghr)_[A-Za-z0-9]{20,}")),
-    (("github_pat_",), re.compile(r"\bgithub_pat_[A-Za-z0-9_]{20,}")),
-    (("npm_",), re.compile(r"\bnpm_[A-Za-z0-9]{20,}")),
-    (("AKIA", "ASIA"), re.compile(r"\b(?:AKIA|ASIA)[A-Z0-9]{16}\b")),
-    (("xox",), re.compile(r"\bxox[bpas]-[A-Za-z0-9\-]{10,}")),
-    (("eyJ",), re.compile(r"\beyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}")),
+    (("PRIVATE KEY-----",), re.compile(
+        r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----(?:[\s\S]*?-----END [A-Z0-9 ]*PRIVATE KEY-----"
+        r"|(?:[ \t]*\r?\n[ \t]*(?:(?:Proc-Type|DEK-Info):[^\n]*|[A-Za-z0-9+/=]{8,}))*)")),
+    (("sk-",), re.compile(_NOT_ALNUM_BEFORE + r"sk-(?:ant-|proj-|svcacct-)?[A-Za-z0-9_\-]{16,}")),
+    (("sk_", "rk_", "pk_"), re.compile(_NOT_ALNUM_BEFORE + r"[srp]k_(?:live|test)_[A-Za-z0-9]{10,}")),
+    (("ghp_", "gho_", "ghu_", "ghs_", "ghr_"), re.compile(_NOT_ALNUM_BEFORE + r"gh[pousr]_[A-Za-z0-9]{20,}")),
+    (("github_pat_",), re.compile(_NOT_ALNUM_BEFORE + r"github_pat_[A-Za-z0-9_]{20,}")),
+    (("glpat-",), re.compile(_NOT_ALNUM_BEFORE + r"glpat-[A-Za-z0-9_\-]{20,}")),
+    (("npm_",), re.compile(_NOT_ALNUM_BEFORE + r"npm_[A-Za-z0-9]{30,}")),
+    (("AKIA", "ASIA", "AGPA", "AIDA", "AROA"), re.compile(
+        _NOT_ALNUM_BEFORE + r"(?:AKIA|ASIA|AGPA|AIDA|AROA)[A-Z0-9]{16}(?![A-Za-z0-9])")),
+    (("xox",), re.compile(_NOT_ALNUM_BEFORE + r"xox[abposr]-[A-Za-z0-9\-]{10,}")),
+    (("AIza",), re.compile(_NOT_ALNUM_BEFORE + r"AIza[0-9A-Za-z_\-]{30,}")),
+    (("eyJ",), re.compile(_NOT_ALNUM_BEFORE + r"eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}")),
 ]
-_ASSIGNMENT_WORDS = ("password", "passwd", "token", "secret", "api_key", "apikey")
-_SECRET_ASSIGNMENT = re.compile(
-    r"(?i)\b([A-Za-z_]*(?:password|passwd|token|secret|api_key|apikey)[A-Za-z_]*)(\s*[:=]\s*)"
-    r"(\"[^\"\n]*\"|'[^'\n]*'|[^\s\"',;]+)"
-)
-REDACTED = "[REDACTED]"
+# ``Authorization: Bearer x`` (any scheme) and a bare ``Bearer <long token>``: the scheme word stays
+_AUTH_HEADER = re.compile(r"(?i)\b((?:proxy-)?authorization[\"']?\s*[:=]\s*[\"']?(?:(?:bearer|basic|token|bot|digest)\s+)?)"
+                          r"[^\s\"',;]+")
+_BEARER = re.compile(r"\b((?i:bearer)\s+)[A-Za-z0-9._~+/=\-]{16,}")
+# ``scheme://user:password@host``: the password goes, the user and host stay
+_URL_PASSWORD = re.compile(r"\b([a-zA-Z][a-zA-Z0-9+.\-]*://[^/\s:@\"']+:)[^/\s@\"']+@")
+# ``KEY = value`` / ``KEY: value`` / ``"KEY": "value"``: candidates; _secret_name decides on the key
+_ASSIGNMENT = re.compile(
+    r"([\"']?)([A-Za-z][A-Za-z0-9_.\-]{0,80})\1(\s*[:=]\s*)"
+    r"(\"(?:[^\"\\\n]|\\.)*\"|'[^'\n]*'|[^\s\"',;&}\]]+)")
+_ASSIGNMENT_MARKERS = ("pass", "pwd", "token", "secret", "key", "cred")
+_SECRET_WORDS = frozenset({"password", "passwd", "pwd", "passphrase", "token", "secret", "apikey",
+                           "credential", "credentials"})
+_SECRET_PAIRS = frozenset({("api", "key"), ("access", "key"), ("private", "key"), ("secret", "key"),
+                           ("auth", "key"), ("signing", "key"), ("encryption", "key"), ("master", "key")})
+_NAME_PARTS = re.compile(r"[_.\-]+|(?<=[a-z0-9])(?=[A-Z])")
+_PLAIN_VALUE = re.compile(r"(?i)[-+]?\d+(?:[.,]\d+)*|true|false|null|none|nil|yes|no|\**|x+|\.{3}|"
+                          r"\$\{?[A-Za-z_][A-Za-z0-9_]*\}?|<[^>]*>|\{\{.*\}\}|\[REDACTED\]?")
+
+
+@functools.lru_cache(maxsize=4096)
+def _secret_name(name: str) -> bool:
+    """Whether ``name`` names a secret. The rule: split the name into its parts (at ``_``, ``-``,
+    ``.`` and camelCase humps); it is a secret name when one part is a whole secret word (password,
+    passwd, pwd, passphrase, token, secret, apikey, credential(s)) or two adjacent parts are a secret
+    pair (api key, access key, private key, secret key, auth key, signing/encryption/master key).
+    So ``token``, ``auth_token``, ``GITHUB_TOKEN``, ``db_password``, ``client_secret``, ``api-key`` and
+    ``apiKey`` are secret names; ``tokenizer``, ``tokens``, ``secretary``, ``passwordless`` and
+    ``keyboard`` are not (a part must *be* the word, not contain it)."""
+    parts = [p.lower() for p in _NAME_PARTS.split(name) if p]
+    if any(p in _SECRET_WORDS for p in parts):
+        return True
+    return any(pair in _SECRET_PAIRS for pair in zip(parts, parts[1:]))
+
+
+def _could_be_secret(value: str) -> bool:
+    """Values that cannot be secrets stay: empty, numbers, booleans, null, placeholders, masks."""
+    return bool(value.strip()) and not _PLAIN_VALUE.fullmatch(value.strip())
+
+
+def _assignment(match: re.Match) -> str:
+    key, sep, value = match.group(2), match.group(3), match.group(4)
+    if not _secret_name(key):
+        return match.group(0)
+    quoted = value[:1] in "\"'" and len(value) >= 2
+    inner = value[1:-1] if quoted else value
+    if not _could_be_secret(inner):
+        return match.group(0)
+    if not quoted and ":" in sep:
+        # prose guard: ``password: reset flow failed`` is a sentence, ``db_password: hunter2`` is YAML
+        rest = match.string[match.end():match.string.find("\n", match.end()) % (len(match.string) + 1)]
+        if rest.strip() and rest.strip()[:1] not in ",;}]#":
+            return match.group(0)
+    new_value = f"{value[0]}{REDACTED}{value[-1]}" if quoted else REDACTED
+    return match.group(0)[:match.start(4) - match.start(0)] + new_value
+
+
+def _env_secrets() -> list[str]:
+    """Literal values of this process's credentials: the Anthropic variables and every variable whose
+    name is a secret name (``GITHUB_TOKEN``, ``DB_PASSWORD``, ...), when long enough to be one."""
+    always = ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "CLAUDE_CODE_OAUTH_TOKEN")
+    return [v for k, v in os.environ.items() if len(v) >= 8 and (k in always or _secret_name(k))]
 
 
 def redact(value: str) -> str:
-    """Replace anything that looks like a credential with ``[REDACTED]``.
+    """Replace every credential in ``value`` with ``[REDACTED]``; everything else is left as it is.
 
-    Covers Anthropic/OpenAI-style keys, GitHub and npm tokens, AWS key ids, Slack tokens, JWTs,
-    private key blocks, ``password=``/``token=``/``secret=`` assignments, and the literal values of
-    ``ANTHROPIC_API_KEY`` and ``ANTHROPIC_AUTH_TOKEN`` from the environment.
+    Redacted: the literal values of credential environment variables (see :func:`_env_secrets`);
+    Anthropic/OpenAI keys (``sk-``, ``sk-ant-``, ``sk-proj-``), Stripe ``sk_/rk_/pk_`` live and test keys,
+    GitHub (``ghp_ gho_ ghu_ ghs_ ghr_ github_pat_``), GitLab ``glpat-``, npm ``npm_``, Slack ``xox*-``,
+    Google ``AIza``, AWS key ids (``AKIA ASIA AGPA AIDA AROA``), JWTs, PEM private keys (with or without
+    their END line); the credential of ``Authorization:`` headers (Bearer, Basic, Token, ...) and of a
+    bare ``Bearer <token>``; the password of ``scheme://user:password@host``; the value of an
+    assignment whose key is a secret name (``KEY=v``, ``key: v``, ``"key": "v"``; see
+    :func:`_secret_name`) unless it cannot be a secret (a number, true/false/null, empty, a
+    placeholder). Not redacted: secrets of a shape not listed here that are not assigned to a secret
+    name (a random password in prose, for example).
     """
     if not value:
         return value
     out = value
-    for name in ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "CLAUDE_CODE_OAUTH_TOKEN"):
-        secret = os.environ.get(name, "")
-        if len(secret) >= 6:
+    for secret in _env_secrets():
+        if secret in out:
             out = out.replace(secret, REDACTED)
     for markers, pattern in _SECRET_PATTERNS:
         if any(marker in out for marker in markers):
             out = pattern.sub(REDACTED, out)
     lowered = out.lower()
-    if any(word in lowered for word in _ASSIGNMENT_WORDS):
-        out = _SECRET_ASSIGNMENT.sub(lambda m: m.group(1) + m.group(2) + REDACTED, out)
+    if "author" in lowered:
+        out = _AUTH_HEADER.sub(lambda m: m.group(1) + REDACTED, out)
+    if "bearer" in lowered:
+        out = _BEARER.sub(lambda m: m.group(1) + REDACTED, out)
+    if "://" in out and "@" in out:
+        out = _URL_PASSWORD.sub(lambda m: m.group(1) + REDACTED + "@", out)
+    if any(marker in lowered for marker in _ASSIGNMENT_MARKERS):
+        out = _ASSIGNMENT.sub(_assignment, out)
     return out
+
+
+def redact_obj(value: Any) -> Any:
+    """:func:`redact` every string inside a JSON-like structure (before it is encoded); a string
+    value under a secret-named key is redacted whole unless it cannot be a secret."""
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, dict):
+        return {k: (REDACTED if isinstance(k, str) and isinstance(v, str) and _secret_name(k)
+                    and _could_be_secret(v) else redact_obj(v)) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [redact_obj(v) for v in value]
+    return value
 
 
 def timestamp(now: float | None = None) -> str:
@@ -2038,7 +2134,7 @@ class PruningSessionStore:
         for path, full in report.spills.items():
             if not os.path.exists(path):
                 ensure_private_dir(os.path.dirname(path) or ".")
-                atomic_write(path, full)
+                atomic_write(path, redact(full))
         self.last_report = report
         return pruned
 
@@ -2852,10 +2948,9 @@ class StepResult:
 
     def row(self, run: str) -> dict:
         """The manifest row: every field plus ``duration_s`` and ``run``; text and errors redacted."""
-        row = dataclasses.asdict(self)
-        row["text"] = redact(self.text or "")[:4000]
-        row["errors"] = [redact(e)[:1000] for e in self.errors]
-        row["error"] = redact(self.error) if self.error else None
+        row = redact_obj(dataclasses.asdict(self))
+        row["text"] = row["text"][:4000]
+        row["errors"] = [e[:1000] for e in row["errors"]]
         row["duration_s"] = self.duration_s
         row["run"] = run
         return row
@@ -2878,8 +2973,8 @@ class Event:
     ts: float = field(default_factory=time.time)
 
     def as_json(self) -> str:
-        """One JSON line (redacted)."""
-        return redact(json.dumps(dataclasses.asdict(self), ensure_ascii=False, default=str))
+        """One JSON line: every string redacted first, then encoded (so the line always parses)."""
+        return json.dumps(redact_obj(dataclasses.asdict(self)), ensure_ascii=False, default=str)
 
 
 class StepAbort(Exception):
@@ -3098,7 +3193,7 @@ class Runtime:
         async def ask_tool(args: dict) -> dict:
             question = str(args.get("question", "")).strip()
             self.emit(Event("ask", data={"question": question}))
-            answer = await ask(question)
+            answer = redact(await ask(question) or "")
             return {"content": [{"type": "text", "text": answer or "(no answer; assume and record the assumption)"}]}
 
         tool = sdk.tool("ask", "Ask the human one question whose answer changes the approach.",
@@ -3186,6 +3281,7 @@ class Runtime:
                     self._human_words = None
                     if words is None and self.ask_human is not None:
                         words = await self.ask_human()
+                    words = redact(words) if words else words
                     current_prompt = text("human_interrupt", self.lang) + (words or text("human_continue", self.lang))
                     emit(Event("resume", session_id=st.sid, data={"reason": "human", "words": words or ""}))
                     continue
@@ -4522,7 +4618,7 @@ def cmd_show(args: argparse.Namespace, reporter: Reporter) -> int:
     store.close()
     if args.raw:
         for entry in entries:
-            print(redact(json.dumps(entry, ensure_ascii=False)))
+            print(json.dumps(redact_obj(entry), ensure_ascii=False))
         return EXIT_OK
     pruned, report = prune(entries, PrunePolicy(lang=_lang(args)))
     print(render_entries(pruned))
