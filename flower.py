@@ -2386,29 +2386,28 @@ def assemble_carry(ledger: Ledger, *, nav: dict[str, str], thread: list[tuple[st
 
     result = assemble()
     for key in reversed(CARRY_PRIORITY):
-        if len(result) <= budget_chars:
-            break
-        if key not in bodies:
-            continue
-        excess = len(result) - budget_chars
-        lines = bodies[key]
-        removed = 0
-        saved = 0
-        # remove whole lines until the excess (plus a marker of up to ~200 chars) is covered
-        target = excess + len(text("carry_trimmed_marker", lang, n=99999, path=full_text)) + 1
-        if not (trimmed or dropped):
-            target += len(closing()) + 64  # the closing line appears with the first cut
-        while lines and saved < target:
-            line = lines.pop(0) if key == "thread" else lines.pop()
-            saved += len(line) + 1
-            removed += 1
-        if any(line.strip() for line in lines):
-            trimmed[key] = trimmed.get(key, 0) + removed
-        else:
-            del bodies[key]
-            trimmed.pop(key, None)
-            dropped.append(key)
-        result = assemble()
+        # a part may need another pass: its marker and the closing line grow as parts are cut, and
+        # that growth must spill neither past the budget nor onto the next, more important part
+        while len(result) > budget_chars and key in bodies:
+            excess = len(result) - budget_chars
+            lines = bodies[key]
+            removed = 0
+            saved = 0
+            # remove whole lines until the excess (plus a marker of up to ~200 chars) is covered
+            target = excess + len(text("carry_trimmed_marker", lang, n=99999, path=full_text)) + 1
+            if not (trimmed or dropped):
+                target += len(closing()) + 64  # the closing line appears with the first cut
+            while lines and saved < target:
+                line = lines.pop(0) if key == "thread" else lines.pop()
+                saved += len(line) + 1
+                removed += 1
+            if any(line.strip() for line in lines):
+                trimmed[key] = trimmed.get(key, 0) + removed
+            else:
+                del bodies[key]
+                trimmed.pop(key, None)
+                dropped.append(key)
+            result = assemble()
     return Carry(result, [k for k in CARRY_PRIORITY if k in trimmed], dropped)
 
 

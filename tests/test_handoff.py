@@ -70,6 +70,38 @@ class Carry(unittest.TestCase):
                     for k in order[max(cut) + 1:]:
                         self.assertIn(k, carry.dropped)
 
+    def test_property_within_budget_and_first_parts_verbatim_when_they_fit(self):
+        """Thousands of random ledgers, threads, nav lists and budgets (4,000..18,000): the carry never
+        exceeds its budget, and Next step and Dead ends come through verbatim whenever they fit."""
+        rng = random.Random(18)
+        words = ["alpha", "beta", "gamma", "delta", "make", "test", "src/a.py", "修复", "路径", "x" * 40]
+
+        def body(max_lines):
+            return "\n".join("- " + " ".join(rng.choice(words) for _ in range(rng.randint(1, 40)))
+                             for _ in range(rng.randint(1, max_lines)))
+        for case in range(4000):
+            lang = rng.choice(["en", "zh"])
+            ledger = Ledger({k: body(rng.choice([1, 3, 20, 80, 160])) for k in flower.LEDGER_KEYS
+                             if k in ("status", "next_step") or rng.random() < 0.8})
+            thread = [(rng.choice(["user", "assistant"]), " ".join(rng.choice(words) for _ in range(rng.randint(1, 120))))
+                      for _ in range(rng.randint(0, 10))]
+            nav = {f"transcript {i}": "/ws/.flower/transcripts/" + "d" * rng.randint(1, 80) + ".md"
+                   for i in range(rng.randint(1, 8))}
+            budget = rng.randint(4000, 18000)
+            carry = assemble_carry(ledger, nav=nav, thread=thread, budget_chars=budget, lang=lang)
+            with self.subTest(case=case, budget=budget, lang=lang):
+                self.assertLessEqual(len(carry.text), budget)
+                heads = flower.LEDGER_HEADINGS[lang]
+                first = Ledger({k: ledger.get(k) for k in ("next_step", "dead_ends") if ledger.get(k)})
+                alone = assemble_carry(first, nav=nav, thread=[], budget_chars=10 ** 9, lang=lang).text
+                rest = [flower.text("carry_thread", lang)] + [heads[k] for k in ("status", "decisions", "pointers")]
+                closing = flower.text("carry_closing", lang, trimmed="-", dropped=", ".join(rest),
+                                      path=next(iter(nav.values())))
+                if len(alone) + 2 + len(closing) <= budget:  # they fit beside everything that must stay
+                    for key in first.sections:
+                        self.assertIn(f"## {heads[key]}\n{ledger.get(key)}\n\n", carry.text)
+                        self.assertNotIn(key, carry.trimmed + carry.dropped)
+
     def test_small_budget_drops_low_priority_first(self):
         carry = assemble_carry(big_ledger(), nav=NAV, thread=THREAD, budget_chars=4000)
         self.assertIn("thread", carry.dropped)
