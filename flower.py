@@ -767,6 +767,116 @@ _GIT_READ_ONLY = {"status", "log", "diff", "show", "rev-parse", "ls-files", "bla
 _FIND_WRITERS = {"-exec", "-execdir", "-ok", "-okdir", "-delete", "-fprint", "-fprint0", "-fprintf", "-fls"}
 
 
+def _sed_field_end(script: str, i: int, delim: str) -> int:
+    """Index just past the unescaped ``delim`` that closes the field starting at ``i`` (-1: none)."""
+    while i < len(script):
+        if script[i] == "\\":
+            i += 2
+            continue
+        if script[i] == delim:
+            return i + 1
+        i += 1
+    return -1
+
+
+def _sed_script_read_only(script: str) -> bool:
+    """True when a sed script only prints: no ``w``/``W``/``e`` command, no ``s///w`` or ``s///e``.
+    Anything it does not recognise counts as writing."""
+    i, n = 0, len(script)
+    while 0 <= i < n:
+        ch = script[i]
+        if ch in " \t\n;{}!,$~+0123456789" or ch in "pPdDnNgGhHxlLqQzF=":
+            i += 1  # separators, numeric addresses and the commands that only print or edit the buffer
+        elif ch in "/\\":  # a regex address: /re/ or \cREc, then its I/M modifiers
+            i = _sed_field_end(script, i + 1, "/") if ch == "/" else \
+                (_sed_field_end(script, i + 2, script[i + 1]) if i + 1 < n else -1)
+            while 0 < i < n and script[i] in "IM":
+                i += 1
+        elif ch in "sy" and i + 1 < n:
+            delim = script[i + 1]
+            i = _sed_field_end(script, i + 2, delim)
+            i = _sed_field_end(script, i, delim) if i > 0 else -1
+            start = i
+            while 0 < i < n and script[i].isalnum():
+                i += 1
+            if ch == "s" and i > 0 and set(script[start:i]) & {"w", "e"}:
+                return False  # s///w FILE writes; s///e runs the pattern space as a command
+        elif ch in "aicrRbtT:#":  # text, a file to read, a label or a comment: up to the end of the line
+            end = script.find("\n", i)
+            i = n if end < 0 else end
+        else:
+            return False
+    return i >= 0
+
+
+def _reads_only(args: list[str], flags: frozenset, valued: frozenset,
+                operands: Callable[[list[str], list[str]], bool]) -> bool:
+    """True when every flag in ``args`` is one that keeps the program read-only (``valued`` ones take
+    a value: ``--f=v``, ``--f v``, ``-fv`` or ``-f v``) and ``operands(operands, values)`` agrees."""
+    ops: list[str] = []
+    values: list[str] = []
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg == "--":
+            ops += args[i + 1:]
+            break
+        if arg.startswith("--"):
+            name = arg.split("=", 1)[0]
+            if name in valued:
+                if "=" not in arg:
+                    i += 1
+                values.append(arg.split("=", 1)[1] if "=" in arg else (args[i] if i < len(args) else ""))
+            elif arg not in flags:
+                return False
+        elif arg.startswith("-") and arg != "-":
+            for j, letter in enumerate(arg[1:], 2):
+                if "-" + letter in valued:
+                    if j == len(arg):
+                        i += 1
+                    values.append(arg[j:] if j < len(arg) else (args[i] if i < len(args) else ""))
+                    break
+                if "-" + letter not in flags:
+                    return False
+        else:
+            ops.append(arg)
+        i += 1
+    return operands(ops, values)
+
+
+def _forms(flags: str, valued: str = "",
+           operands: Callable[[list[str], list[str]], bool] = lambda ops, values: True) -> tuple:
+    return frozenset(flags.split()), frozenset(valued.split()), operands
+
+
+# Programs that have writing forms, with the flags that keep them read-only (an allow-list: a flag
+# missing here makes the command count as writing, so its result is kept rather than expired).
+_READ_ONLY_FORMS = {
+    "sed": _forms("-n --quiet --silent -E -r --regexp-extended -s --separate -z --null-data -u "
+                  "--unbuffered --posix --debug", "-e --expression -l --line-length",
+                  lambda ops, values: bool(values or ops) and
+                  all(_sed_script_read_only(x) for x in (values or ops[:1]))),
+    "sort": _forms("-b -d -f -g -i -M -h -n -R -r -V -c -C -m -s -u -z --ignore-leading-blanks "
+                   "--dictionary-order --ignore-case --general-numeric-sort --ignore-nonprinting "
+                   "--month-sort --human-numeric-sort --numeric-sort --random-sort --reverse "
+                   "--version-sort --check --merge --stable --unique --zero-terminated",
+                   "-k --key -t --field-separator -S --buffer-size -T --temporary-directory --parallel "
+                   "--sort --random-source"),
+    "uniq": _forms("-c -d -D -u -i -z --count --repeated --all-repeated --unique --ignore-case "
+                   "--zero-terminated", "-f --skip-fields -s --skip-chars -w --check-chars",
+                   lambda ops, values: len(ops) <= 1),  # uniq IN OUT writes OUT
+    "tree": _forms("-a -d -l -f -x -R -i -q -N -Q -p -u -g -s -h -D -F -v -t -c -U -r -n -C -A -S "
+                   "--si --du --prune --noreport --dirsfirst --inodes --device --matchdirs "
+                   "--ignore-case --gitignore -J -X", "-L -P -I -T -H --charset --filelimit --timefmt"),
+    "date": _forms("-u --utc --universal -R --rfc-email -I --iso-8601",
+                   "-d --date -r --reference --rfc-3339",
+                   lambda ops, values: all(o.startswith("+") for o in ops)),  # date MMDDhhmm sets the clock
+    "hostname": _forms("-f --fqdn --long -s --short -i --ip-address -I --all-ip-addresses -d --domain "
+                       "-a --alias -A --all-fqdns -y --yp --nis", "",
+                       lambda ops, values: not ops),  # hostname NAME sets it
+}
+
+
 def _git_read_only(args: list[str]) -> bool:
     i = 0
     while i < len(args) and args[i].startswith("-"):  # global options such as -C dir, --no-pager
@@ -794,8 +904,12 @@ def _git_read_only(args: list[str]) -> bool:
         return positional[:1] in (["list"], ["show"])
     if sub == "config":
         return any(f in ("--get", "--list", "-l", "--get-all", "--get-regexp") for f in flags)
-    if sub == "diff" and any(f.startswith("--output") for f in flags):
+    if sub == "reflog":  # its default is show; expire and delete rewrite the reflog
+        return positional[:1] in ([], ["show"], ["exists"])
+    if sub in ("diff", "log", "show") and any(f == "--output" or f.startswith("--output=") for f in flags):
         return False
+    if sub == "grep" and any(f.startswith("--open-files") or (f[1:2] != "-" and "O" in f) for f in flags):
+        return False  # -O<pager> runs a program on the matching files
     return True
 
 
@@ -808,11 +922,8 @@ def _segment_read_only(argv: list[str]) -> bool:
         return _git_read_only(args)
     if program not in _READ_ONLY_PROGRAMS:
         return False
-    if program == "sed":
-        return not any(a.startswith("-i") or a.startswith("--in-place") for a in args) and \
-            not any(re.search(r"(?:^|;)\s*\d*\s*[wW]\s", a) for a in args)
-    if program == "sort":
-        return not any(a.startswith("-o") or a.startswith("--output") for a in args)
+    if program in _READ_ONLY_FORMS:
+        return _reads_only(args, *_READ_ONLY_FORMS[program])
     if program == "find":
         return not any(a in _FIND_WRITERS for a in args)
     return True
