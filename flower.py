@@ -3198,7 +3198,10 @@ class Step:
     anything else is a rejection; ``on_reject(ctx, result, rejection)`` then returns the prompt that
     resumes the same session as ``<name>#round<N>`` (None = give up). ``resume_prompt`` is sent
     instead of ``prompt`` when the step continues a stored session. ``reduce(ctx, result)`` turns
-    the result into ``ctx[name]`` (default: the final text)."""
+    the result into ``ctx[name]`` (default: the final text). ``when(ctx)`` (may be async) runs the
+    step only when true. When the step fails or gives up, ``on_fail`` decides: ``"stop"`` raises
+    StepAbort, ``"continue"`` sets ``ctx[name] = None`` and goes on, ``"skip"`` goes on as if the
+    step had not been due (no ``ctx[name]``; its name is added to ``ctx["_skipped"]``)."""
 
     name: str
     spec: AgentSpec
@@ -3214,6 +3217,9 @@ class Step:
     reduce: Callable[[dict, StepResult], Any] | None = None
 
 
+ON_FAIL = ("stop", "continue", "skip")
+
+
 class Workflow:
     """Steps run in order. With ``continuous=True`` (default) a step without ``resume_from``
     continues its same-named stored session from the lineage; ``continuous=False`` starts fresh."""
@@ -3222,18 +3228,20 @@ class Workflow:
         for step in steps:
             if not step.name or "\x00" in step.name or len(step.name) > 200:
                 raise FlowerError(f"invalid step name {step.name[:40]!r}", EXIT_USAGE)
+            if step.on_fail not in ON_FAIL:
+                raise FlowerError(f"step {step.name[:40]!r}: on_fail must be one of {', '.join(ON_FAIL)}", EXIT_USAGE)
         self.steps = steps
         self.continuous = continuous
 
     async def run(self, rt: Runtime, ctx: dict | None = None) -> dict:
-        """Run every step; returns the context (``_woke``, ``_sessions``, ``_results`` and one key
-        per step). Raises StepAbort when a step fails with ``on_fail="stop"``."""
+        """Run every step; returns the context (``_woke``, ``_sessions``, ``_results``, ``_skipped``
+        and one key per step). Raises StepAbort when a step fails with ``on_fail="stop"``."""
         ctx = dict(ctx or {})
         ctx.setdefault("_sessions", {})
         ctx.setdefault("_results", {})
         ctx["_woke"] = rt.lineage.bump()
         for step in self.steps:
-            if step.when is not None and not step.when(ctx):
+            if step.when is not None and not await _maybe_await(step.when(ctx)):
                 continue
             await self._run_step(rt, step, ctx)
         return ctx
@@ -3266,9 +3274,8 @@ class Workflow:
                     resume = result.session_id if result.session_id and rt.has_session(result.session_id) else None
                     prompt = text("resume_prompt", rt.lang) if resume else _resolve_prompt(step.prompt, ctx)
                     continue
-                if step.on_fail == "continue":
-                    ctx[step.name] = None
-                    return
+                if step.on_fail != "stop":
+                    return _give_up(step, ctx)
                 raise StepAbort(f"{label} failed: {result.error}")
             verdict = await _maybe_await(step.gate(ctx, result)) if step.gate else True
             if verdict is True or verdict is None:
@@ -3278,12 +3285,19 @@ class Workflow:
             follow = await _maybe_await(step.on_reject(ctx, result, verdict)) if step.on_reject else None
             if not follow:
                 reason = getattr(verdict, "reason", None) or (verdict if isinstance(verdict, str) else "rejected")
-                if step.on_fail == "continue":
-                    ctx[step.name] = None
-                    return
+                if step.on_fail != "stop":
+                    return _give_up(step, ctx)
                 raise StepAbort(f"{step.name}: {str(reason)[:500]}")
             round_no += 1
             label, resume, prompt = f"{step.name}#round{round_no}", result.session_id, follow
+
+
+def _give_up(step: Step, ctx: dict) -> None:
+    """A failed step whose ``on_fail`` lets the workflow go on."""
+    if step.on_fail == "skip":
+        ctx.setdefault("_skipped", []).append(step.name)
+    else:
+        ctx[step.name] = None
 
 
 class Human:

@@ -247,6 +247,33 @@ class Continuity(Base):
         with self.assertRaises(flower.StepAbort):
             asyncio.run(Workflow([Step("s", AgentSpec("a"), "p")]).run(self.rt))
 
+    def test_on_fail_skip_and_continue_go_on(self):
+        fail = [("error", "Invalid API key", 401, "api_error")]
+        FAKE.turns = [fail, [("text", "b ran", 1)], fail, [("text", "rejected", 1)], [("text", "d ran", 1)]]
+        steps = [Step("a", AgentSpec("a"), "p", on_fail="skip"), Step("b", AgentSpec("b"), "p"),
+                 Step("c", AgentSpec("c"), "p", on_fail="continue"),
+                 Step("g", AgentSpec("g"), "p", on_fail="skip", gate=lambda ctx, r: "no"),
+                 Step("d", AgentSpec("d"), "p")]
+        ctx = asyncio.run(Workflow(steps).run(self.rt))
+        self.assertNotIn("a", ctx)
+        self.assertNotIn("g", ctx)
+        self.assertEqual(ctx["_skipped"], ["a", "g"])
+        self.assertIsNone(ctx["c"])
+        self.assertEqual((ctx["b"], ctx["d"]), ("b ran", "d ran"))
+        with self.assertRaises(flower.FlowerError):
+            Workflow([Step("s", AgentSpec("a"), "p", on_fail="skpi")])
+
+    def test_async_when_is_awaited(self):
+        FAKE.turns = [[("text", "ran", 1)]]
+
+        async def due(ctx):
+            return ctx.get("wanted", False)
+        steps = [Step("no", AgentSpec("a"), "p", when=due), Step("yes", AgentSpec("a"), "p", when=lambda ctx: due({"wanted": True}))]
+        ctx = asyncio.run(Workflow(steps).run(self.rt))
+        self.assertNotIn("no", ctx)
+        self.assertEqual(ctx["yes"], "ran")
+        self.assertEqual(len(FAKE.calls), 1)
+
     def test_info_lines_in_chinese(self):
         with open(os.path.join(self.run_dir, "lineage.json"), "w") as fh:
             fh.write("{broken")
