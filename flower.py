@@ -156,6 +156,18 @@ TEXTS: dict[str, dict[str, str]] = {
         "info_not_resumable": "session {sid} could not be resumed; starting fresh",
         "info_mirror_error": "the session store could not save part of this session: {error}",
         "info_unverifiable": "{n} check(s) cannot be verified here",
+        "unreachable_question": "The judge says the goal is unreachable: {reason}",
+        "choice_accept": "accept the work as it is: the step passes",
+        "choice_amend": "amend the goal",
+        "choice_keep_working": "keep working: the judge is wrong",
+        "choice_stop": "stop",
+        "amend_question": "The amended goal, in one sentence:",
+        "goal_amended": "The human amended the goal: {goal}",
+        "judge_is_wrong": (
+            "The judge said the goal is unreachable ({reason}). The human says the judge is wrong: the goal "
+            "can be reached. Keep working toward it."
+        ),
+        "unreachable_stopped": "stopped: the judge says the goal is unreachable and the human chose to stop",
     },
     "zh": {
         "resume_prompt": "上一轮在完成之前被中断了。先看看磁盘上已经有什么,从中断处继续,不要从头开始。",
@@ -222,6 +234,15 @@ TEXTS: dict[str, dict[str, str]] = {
         "info_not_resumable": "会话 {sid} 无法接上;从头开始",
         "info_mirror_error": "会话存储没能保存这次会话的一部分:{error}",
         "info_unverifiable": "{n} 条检查在这里无法验证",
+        "unreachable_question": "判定者认为目标无法达成:{reason}",
+        "choice_accept": "按现状接受这份工作:这一步通过",
+        "choice_amend": "修改目标",
+        "choice_keep_working": "继续干:判定者判错了",
+        "choice_stop": "停止",
+        "amend_question": "修改后的目标(一句话):",
+        "goal_amended": "人类修改了目标:{goal}",
+        "judge_is_wrong": "判定者认为目标无法达成({reason})。人类认为判定者判错了:目标可以达成。继续朝它推进。",
+        "unreachable_stopped": "已停止:判定者认为目标无法达成,人类选择停止",
     },
 }
 
@@ -3332,6 +3353,10 @@ JUDGE_INSTRUCTIONS = (
     "why under `## Reasons`.")
 
 
+# what the human may answer to an unreachable verdict, each saying its consequence
+UNREACHABLE_CHOICES = ("choice_accept", "choice_amend", "choice_keep_working", "choice_stop")
+
+
 def _brief_text(paths: Paths) -> str:
     return _read_text(paths.brief) or ""
 
@@ -3429,15 +3454,19 @@ def starter_flow(ask: str | None, *, rt: Runtime, rounds: int = 3, use_goal: boo
         if verdict.status == "unreachable" and verdict.clean:
             if human is None:
                 raise StepAbort(f"the judge says the goal is unreachable: {verdict.reason[:400]}")
-            choice = await human.choose(f"The judge says the goal is unreachable: {verdict.reason[:400]}",
-                                        ["accept", "amend the goal", "the judge is wrong"])
-            if choice == "accept":
-                raise StepAbort("stopped: the goal was judged unreachable and the human accepted")
-            if choice == "amend the goal":
-                amended = await human.ask("The amended goal, in one sentence:")
-                atomic_write(paths.goal, Goal(redact(amended), goal.checks).render(lang))
-                return Verdict("not_yet", f"The human amended the goal: {amended}", [], clean=True)
-            return True
+            accept, amend, keep, stop = (text(k, lang) for k in UNREACHABLE_CHOICES)
+            choice = await human.choose(text("unreachable_question", lang, reason=verdict.reason[:400]),
+                                        [accept, amend, keep, stop])
+            if choice == accept:
+                return True
+            if choice == amend:
+                amended = redact(await human.ask(text("amend_question", lang)))
+                atomic_write(paths.goal, Goal(amended, goal.checks).render(lang))
+                return Verdict("not_yet", text("goal_amended", lang, goal=amended), [], clean=True)
+            if choice == keep:
+                return Verdict("not_yet", text("judge_is_wrong", lang, reason=verdict.reason[:400]),
+                               verdict.failed_checks, clean=True)
+            raise StepAbort(text("unreachable_stopped", lang))
         return verdict
 
     def work_again(ctx: dict, result: StepResult, verdict: Any) -> str | None:
