@@ -2983,7 +2983,8 @@ class Runtime:
             await client.query(prompt)
             watcher = asyncio.create_task(self._watch_human(client, turn))
             await self._drive(client, st, turn)
-            if turn.handoff and not turn.human and turn.error_text is None:
+            # over the generation cap the step stops: asking for a document first would be a paid call for nothing
+            if turn.handoff and not turn.human and turn.error_text is None and not self._capped(st):
                 await self._ritual(client, st, turn)
         except asyncio.CancelledError:
             raise
@@ -3117,10 +3118,16 @@ class Runtime:
             else:
                 turn.ritual_text = "\n".join(sub.texts)
 
+    def _capped(self, st: "_RunState") -> bool:
+        return st.generation >= self.handoff.max_generations
+
     async def _hand_over(self, st: "_RunState", result: StepResult, step_prompt: str,
                          ledger_text: str | None, why: str | None) -> str | None:
         """Retire the current session: write the handoff document and slim transcript, pick a fresh
         session (lineage updated by the caller's loop) and return the carry; None = stop the step."""
+        if self._capped(st):
+            result.error = f"generation cap reached ({self.handoff.max_generations} handoffs in one step)"
+            return None
         old = st.sid
         entries = await self.raw_store.load({"project_key": self.project_key, "session_id": old}) or []
         ledger = None
@@ -3152,9 +3159,6 @@ class Runtime:
         if st.degraded_in_row >= 2:
             result.error = (f"two degraded handoffs in a row: window {st.window}, threshold {st.at}, level {level}; "
                             f"the threshold is probably below this step's floor (raise --window or FLOWER_WINDOW)")
-            return None
-        if generation > self.handoff.max_generations:
-            result.error = f"generation cap reached ({self.handoff.max_generations} handoffs in one step)"
             return None
         nav = {"handoff document": doc}
         for label, path in (("brief", self.paths.brief), ("goal", self.paths.goal)):

@@ -283,12 +283,19 @@ class RuntimeHandoff(unittest.TestCase):
         self.assertIn("level 160000", result.error)
 
     def test_generation_cap(self):
+        """Three handoffs, then the fourth crossing stops the step without a (paid) handoff document."""
         self.rt.handoff.max_generations = 3
         FAKE.turns = [[("text", "x", 151_000)], [("text", GOOD_LEDGER, 151_000)]] * 5
         result = self.run_step()
         self.assertFalse(result.ok)
         self.assertIn("generation cap", result.error)
-        self.assertEqual(len(result.retired), 4)
+        self.assertEqual(len(result.retired), 3)
+        self.assertEqual(result.generations, 3)
+        prompts = [c["prompt"] for c in FAKE.calls]
+        self.assertEqual(prompts.count(flower.text("handoff_prompt")), 3)
+        self.assertEqual(len(prompts), 7)   # 4 sessions + 3 rituals
+        self.assertEqual(len(self.handoffs("writing")), 3)
+        self.assertEqual(self.rt.lineage.steps["work"], result.session_id)   # the last session stays current
 
     def test_overflow_error_gives_degraded_handoff_and_learns_window(self):
         FAKE.turns = [
