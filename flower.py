@@ -3943,17 +3943,22 @@ def cmd_go(args: argparse.Namespace, reporter: Reporter) -> int:
     paths.prepare()
     store = _open_store(args, paths)
     interactive = sys.stdin.isatty() and not args.json
-    lineage = Lineage.open(paths.run_dir, paths.workspace, notify=lambda m: reporter.say(m, always=True), lang=lang)
+
+    def archive() -> list[str]:
+        # opened here only to archive it: the runtime opens the lineage itself and says what it found
+        # (an unreadable file, another workspace) once; opening it here too said it twice
+        return _archive_task(paths, Lineage.open(paths.run_dir, paths.workspace,
+                                                 notify=lambda m: reporter.say(m, always=True), lang=lang))
     state = wake_state(paths.workspace, paths.run_dir)
     used = state["waking"]
-    if args.new and (used or os.path.exists(lineage.path)):
-        moved = _archive_task(paths, lineage)
+    if args.new and (used or os.path.exists(paths.run("lineage.json"))):
+        moved = archive()
         reporter.say(text("ui_archived", lang, n=len(moved), path=_tilde(os.path.dirname(moved[0])) if moved else "-"))
         used = False
     if ask is None and interactive:
         answer = _ask_line(text("wake_continue_question" if used else "wake_new_question", lang))
         if answer == "/new":
-            moved = _archive_task(paths, lineage)
+            moved = archive()
             reporter.say(text("ui_archived", lang, n=len(moved), path=_tilde(os.path.dirname(moved[0])) if moved else "-"))
             used = False
             answer = _ask_line(text("wake_new_question", lang))

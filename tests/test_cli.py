@@ -184,6 +184,22 @@ class Cli(unittest.TestCase):
         p = self.run_cli(["-q"], mode="fake", env=dict(self.env, ANTHROPIC_API_KEY="sk-test"), stdin=b"")
         self.assertEqual(p.returncode, 0, p.stderr)
 
+    def test_moved_workspace_and_unreadable_lineage_are_said_once(self):
+        env = dict(self.env, ANTHROPIC_API_KEY="sk-test")
+        p = self.run_cli(["write md2html"], mode="fake", env=env)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        moved = self.ws + "-moved"
+        os.rename(self.ws, moved)
+        self.ws = moved
+        p = self.run_cli([], mode="fake", env=env, stdin=b"")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(p.stderr.decode().count("belongs to"), 1, p.stderr.decode())
+        with open(os.path.join(moved, "runs", "lineage.json"), "w") as fh:
+            fh.write("{oops")
+        p = self.run_cli([], mode="fake", env=env, stdin=b"")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(p.stderr.decode().count("was unreadable"), 1, p.stderr.decode())
+
     def test_sigterm_and_sighup_write_the_manifest(self):
         for signum in (signal.SIGTERM, signal.SIGHUP):
             with self.subTest(signal=signum):
