@@ -105,6 +105,11 @@ TEXTS: dict[str, dict[str, str]] = {
             "## Pointers\nFiles, commands and where things are: pointers, not contents.\n\n"
             "Do not call tools. Do not write a title. Keep it under 6000 characters."
         ),
+        "handoff_fix": (
+            "Your handoff document has these problems: {problems}. Reply again with the whole document, "
+            "fixed, under the same five headings. Successes belong under Decisions or Status, finished "
+            "items under Status; Next step names a path or a command. Do not call tools."
+        ),
         "carry_head": (
             "You take over unfinished work from an earlier session whose context was full. You have no "
             "memory of it; what it handed over is below. The material is layered: take what you need, do "
@@ -188,6 +193,11 @@ TEXTS: dict[str, dict[str, str]] = {
             "## 下一步\n接手者可直接执行的第一步:一个路径或一条命令。\n\n"
             "## 现场\n文件、命令、东西在哪里:给指针,不给内容。\n\n"
             "不要调用工具。不要写标题。少于 6000 字符。"
+        ),
+        "handoff_fix": (
+            "你的交接文档有这些问题:{problems}。请用同样的五个标题重新回复完整的文档,改正这些问题。"
+            "成功的做法放在「已经定下的」或「现在在做什么」,已完成的事放在「现在在做什么」;"
+            "「下一步」写一个路径或一条命令。不要调用工具。"
         ),
         "carry_head": (
             "你接手一项未完成的工作,之前的会话上下文已满。你不记得它;它交接的材料在下面。材料已分层,"
@@ -1353,6 +1363,16 @@ _LEDGER_ALIASES = _alias_table({
     "pointers": ["pointers", "where things are", "references", "files", "现场", "指针", "位置"],
 })
 LEDGER_MAX_CHARS = 8000
+# something a successor can execute: code in backticks, a path, a file name, or a command line
+_EXECUTABLE = re.compile(
+    r"`[^`\n]+`|(?:^|\s)\$ \S|[\w.~-]*/[\w.-]+|\b[\w-]{2,}\.[A-Za-z][A-Za-z0-9]{0,5}\b|"
+    r"(?<![\w-])(?:make|python3?|pytest|pip|uv|npm|npx|yarn|pnpm|node|git|cargo|go|bash|sh|ruff|mypy|tox|"
+    r"docker|curl|ls|cat|grep|rg|sed|cd)\s+\S", re.IGNORECASE | re.MULTILINE)
+# seed 2's mixed sections: what worked filed under failures, finished items filed under next
+_WORKED = re.compile(r"(?i)\b(?:works|worked|succeeded|solved|fixed it|now passes)\b|成功|解决了|已修复|可行")
+_FAILED = re.compile(r"(?i)n't\b|\b(?:fail\w*|not|error\w*|broke\w*|abandon\w*|dropped|wrong)\b|失败|不行|没用|报错|放弃|不通")
+_DONE = re.compile(r"(?i)\[x\]|✅|✓|✔|\((?:done|completed|finished)\)|^\s*(?:[-*]\s*)?(?:done|completed)\b|"
+                   r"已完成|已经完成|（完成）")
 
 
 @dataclass
@@ -1374,9 +1394,11 @@ class Ledger:
         """The body of one section ("" when absent)."""
         return self.sections.get(key, "")
 
-    def problems(self) -> list[str]:
-        """Why this ledger is not good enough to hand over ([] when it is)."""
-        issues = []
+    def problems(self, *, soft: bool = True) -> list[str]:
+        """Why this ledger is not good enough to hand over ([] when it is). Soft problems (a Next
+        step with nothing executable, mixed sections) are worth one request to fix and are then
+        accepted; ``soft=False`` gives only the hard ones, which make a handoff degraded."""
+        issues = self._soft_problems() if soft else []
         for key in ("status", "next_step"):
             if _is_empty(self.sections.get(key)):
                 issues.append(f"{LEDGER_HEADINGS['en'][key]} is empty")
@@ -1386,6 +1408,19 @@ class Ledger:
         size = sum(len(v) for v in self.sections.values())
         if size > LEDGER_MAX_CHARS:
             issues.append(f"too long ({size} > {LEDGER_MAX_CHARS} chars)")
+        return issues
+
+    def _soft_problems(self) -> list[str]:
+        issues = []
+        next_step, dead_ends = self.get("next_step"), self.get("dead_ends")
+        if next_step.strip() and not _EXECUTABLE.search(next_step):
+            issues.append("Next step names nothing executable (a path or a command)")
+        worked = [line.strip() for line in dead_ends.splitlines() if _WORKED.search(line) and not _FAILED.search(line)]
+        if worked:
+            issues.append(f"Dead ends holds what worked: {worked[0][:80]}")
+        done = [line.strip() for line in next_step.splitlines() if _DONE.search(line)]
+        if done:
+            issues.append(f"Next step holds finished items: {done[0][:80]}")
         return issues
 
     def render(self, step: str, generation: int, lang: str = "en") -> str:
@@ -3098,10 +3133,25 @@ class Runtime:
         st.emit(Event("handoff", session_id=st.sid, level=st.level, window=st.window,
                       data={"phase": "writing", "context": st.level, "window": st.window}))
         sub = _Turn()
+        docs: list[str] = []
 
         async def ask() -> None:
             await client.query(text("handoff_prompt", self.lang))
             await self._drive(client, st, sub, ritual=True)
+            if sub.error_text:
+                return
+            docs.append("\n".join(sub.texts))
+            first = Ledger.parse(docs[0])
+            soft = first.problems()
+            if not soft or first.problems(soft=False):
+                return
+            # soft problems: ask once to fix them, then accept (the fixed one unless it got worse)
+            sub.texts.clear()
+            await client.query(text("handoff_fix", self.lang, problems="; ".join(soft)))
+            await self._drive(client, st, sub, ritual=True)
+            fixed = "\n".join(sub.texts)
+            if not sub.error_text and not Ledger.parse(fixed).problems(soft=False):
+                docs.append(fixed)
 
         try:
             await asyncio.wait_for(ask(), self.handoff.ritual_timeout)
@@ -3111,7 +3161,9 @@ class Runtime:
             turn.ritual_error = f"the handoff document failed: {type(exc).__name__}"
         turn.cost = max(turn.cost, sub.cost)
         turn.turns += sub.turns
-        if turn.ritual_error is None:
+        if docs:  # a document arrived; a failed or timed-out request to fix it leaves that one standing
+            turn.ritual_text, turn.ritual_error = docs[-1], None
+        elif turn.ritual_error is None:
             if sub.error_text:
                 kind = classify(sub.error_text, status=sub.status, terminal_reason=sub.terminal_reason)
                 turn.ritual_error = "context overflow" if kind == OVERFLOW else f"the handoff document failed ({kind})"
@@ -3133,7 +3185,7 @@ class Runtime:
         ledger = None
         if ledger_text:
             ledger = Ledger.parse(ledger_text)
-            problems = ledger.problems()
+            problems = ledger.problems(soft=False)
             if problems:
                 why, ledger = "incomplete: " + "; ".join(problems), None
         if ledger is None:

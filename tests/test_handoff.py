@@ -261,6 +261,33 @@ class RuntimeHandoff(unittest.TestCase):
         self.assertIn("incomplete", done.data["degraded"])
         self.assertIn("/ws/a.py", FAKE.calls[2]["prompt"])   # the degraded ledger carried the file
 
+    def test_soft_problems_are_asked_once_then_the_fix_is_carried(self):
+        vague = GOOD_LEDGER.replace("Run `python -m pytest tests/test_parser.py` and fix the first failure.",
+                                    "Fix the remaining failure.")
+        FAKE.turns = [[("text", "x", 151_000)], [("text", vague, 151_000)],
+                      [("text", GOOD_LEDGER, 151_000)], [("text", "done", 1000)]]
+        result = self.run_step()
+        self.assertTrue(result.ok, result.error)
+        prompts = [c["prompt"] for c in FAKE.calls]
+        self.assertIn("nothing executable", prompts[2])                     # the one request to fix
+        self.assertTrue(prompts[2].startswith(flower.text("handoff_fix")[:30]))
+        self.assertIn("Run `python -m pytest tests/test_parser.py`", prompts[3])   # the carry has the fix
+        self.assertIsNone(self.handoffs("done")[0].data["degraded"])
+        with open(self.rt.paths.handoff("work"), encoding="utf-8") as fh:
+            self.assertIn("tests/test_parser.py", fh.read())
+
+    def test_soft_problems_are_accepted_after_one_request(self):
+        vague = GOOD_LEDGER.replace("Run `python -m pytest tests/test_parser.py` and fix the first failure.",
+                                    "Fix the remaining failure.")
+        FAKE.turns = [[("text", "x", 151_000)], [("text", vague, 151_000)],
+                      [("text", vague.replace("remaining", "last"), 151_000)], [("text", "done", 1000)]]
+        result = self.run_step()
+        self.assertTrue(result.ok, result.error)
+        prompts = [c["prompt"] for c in FAKE.calls]
+        self.assertEqual(sum(p.startswith(flower.text("handoff_fix")[:30]) for p in prompts), 1)
+        self.assertIn("Fix the last failure.", prompts[3])
+        self.assertIsNone(self.handoffs("done")[0].data["degraded"])
+
     def test_ritual_timeout_is_fail_soft(self):
         self.rt.handoff.ritual_timeout = 0.2
         FAKE.turns = [
