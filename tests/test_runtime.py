@@ -75,6 +75,19 @@ class Exits(Base):
         self.assertEqual(result.attempts, 2)
         # nothing of the first session was stored beyond the prompt? the prompt is, so it resumes
         self.assertTrue(FAKE.calls[1]["options"].resume)
+        errors = self.kinds("error")
+        self.assertEqual([e.data["kind"] for e in errors], ["transient"])
+        self.assertIn("ProcessError: Connection refused", errors[0].data["message"])
+        self.assertEqual([e.data["kind"] for e in self.kinds("retry")], ["transient"])
+        self.assertIn("ProcessError: Connection refused", result.errors[0])
+        # the same exception path with a fatal message: classified fatal, no retry
+        self.events.clear()
+        FAKE.turns = [[("raise", fakesdk.ProcessError("Invalid API key · Fix external API key"))], [("text", "ok", 1)]]
+        result = self.run_spec()
+        self.assertFalse(result.ok)
+        self.assertEqual(result.attempts, 1)
+        self.assertEqual([e.data["kind"] for e in self.kinds("error")], ["fatal"])
+        self.assertEqual(self.kinds("retry"), [])
 
     def test_fatal_failure_stops_at_once(self):
         FAKE.turns = [[("error", "Invalid API key · Fix external API key", 401, "api_error")]]
