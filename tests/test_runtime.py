@@ -4,6 +4,9 @@ import asyncio
 import json
 import os
 import shutil
+import subprocess
+import sys
+import time
 import unittest
 
 import flower
@@ -296,11 +299,31 @@ class Continuity(Base):
         self.assertIn("无法读取", told[0])
 
     def test_lineage_remember_merges_parallel_writers(self):
-        a = Lineage.open(self.run_dir, self.ws)
-        b = Lineage.open(self.run_dir, self.ws)
-        a.remember("one", "sid-1")
-        b.remember("two", "sid-2")
-        self.assertEqual(Lineage.open(self.run_dir, self.ws).steps, {"one": "sid-1", "two": "sid-2"})
+        """Four processes open the lineage, wait at a start line until all have, then each remembers
+        40 steps at once: every step of every process survives."""
+        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        code = ("import os, sys, time; sys.path.insert(0, sys.argv[1]); import flower\n"
+                "run_dir, ws, me, gate = sys.argv[2:6]\n"
+                "lineage = flower.Lineage.open(run_dir, ws)\n"
+                "open(os.path.join(gate, me), 'w').close()\n"
+                "while not os.path.exists(os.path.join(gate, 'go')):\n"
+                "    time.sleep(0.001)\n"
+                "for i in range(40):\n"
+                "    lineage.remember(f'{me}-{i}', f'sid-{me}-{i}')\n")
+        gate = os.path.join(self.tmp.name, "gate")
+        os.makedirs(gate)
+        names = [f"p{n}" for n in range(4)]
+        procs = [subprocess.Popen([sys.executable, "-c", code, root, self.run_dir, self.ws, name, gate])
+                 for name in names]
+        while not all(os.path.exists(os.path.join(gate, name)) for name in names):
+            if any(p.poll() not in (None, 0) for p in procs):
+                break
+            time.sleep(0.01)
+        open(os.path.join(gate, "go"), "w").close()
+        for p in procs:
+            self.assertEqual(p.wait(timeout=120), 0)
+        expected = {f"{name}-{i}": f"sid-{name}-{i}" for name in names for i in range(40)}
+        self.assertEqual(Lineage.open(self.run_dir, self.ws).steps, expected)
 
     def test_archive(self):
         lineage = Lineage.open(self.run_dir, self.ws)
