@@ -100,10 +100,16 @@ class Cli(unittest.TestCase):
 
     def test_bad_input_table(self):
         junk_db = b"definitely not sqlite" * 50
+        judged = {"ANTHROPIC_API_KEY": "sk-test", "FAKE_JUDGE": "VERDICT: not_yet"}
+        reached = {"corrupt lineage": "lineage.json was unreadable; set aside",   # proof the file was read
+                   "corrupt manifest": "manifest.json was unreadable; set aside"}
         rows = [
             # name, setup, args, mode, env-extra, stdin, exit code, text in the error line
-            ("corrupt lineage", {"runs/lineage.json": b"{oops"}, ["build x"], "nosdk", {}, None, 3, "not installed"),
-            ("corrupt manifest", {"runs/manifest.json": b"[{not json"}, ["build x"], "nosdk", {}, None, 3, "not installed"),
+            # the corrupt state files get read: the run goes on (its judge fails it, hence exit 1)
+            ("corrupt lineage", {"runs/lineage.json": b"{oops"}, ["--rounds", "1", "build x"], "fake", judged, None, 1,
+             "work"),
+            ("corrupt manifest", {"runs/manifest.json": b"[{not json"}, ["--rounds", "1", "build x"], "fake", judged,
+             None, 1, "work"),
             ("non-sqlite sessions.db", {"runs/sessions.db": junk_db}, ["build x"], "nosdk", {}, None, 3,
              "not a usable session store"),
             ("run dir is a file", {"runs": b"a file"}, ["build x"], "nosdk", {}, None, 3, "not a directory"),
@@ -141,6 +147,8 @@ class Cli(unittest.TestCase):
                 errors = [line for line in err.splitlines() if line.startswith("flower:")]
                 self.assertEqual(len(errors), 1, err)
                 self.assertIn(needle, errors[0])
+                if name in reached:
+                    self.assertEqual(err.count(reached[name]), 1, err)
                 for path, data in before.items():
                     if os.path.exists(path) and not os.path.isdir(path):
                         with open(path, "rb") as fh:
