@@ -208,6 +208,91 @@ class Cli(unittest.TestCase):
         self.assertEqual(p.returncode, 0, p.stderr)
         self.assertEqual(p.stderr.decode().count("was unreadable"), 1, p.stderr.decode())
 
+    def fake_log(self, path):
+        with open(path, encoding="utf-8") as fh:
+            return [json.loads(line) for line in fh]
+
+    def test_wake_banner_new_keeps_sessions_db_and_kill_during_clarify(self):
+        import flower
+        env = dict(self.env, ANTHROPIC_API_KEY="sk-test")
+        log = os.path.join(self.tmp.name, "calls.jsonl")
+        # killed while clarify waits for its first reply: the next run resumes it with the clarify resume prompt
+        proc = subprocess.Popen([sys.executable, "-m", "tests.fake_flower", "write md2html"], cwd=self.ws,
+                                env=dict(env, FAKE_CLARIFY_BLOCK="1", FAKE_LOG=log),
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
+        deadline = time.time() + 30
+        while time.time() < deadline and not (os.path.exists(log) and '"clarify"' in read_text(log)):
+            time.sleep(0.05)
+        first = self.fake_log(log)[0]
+        db = os.path.join(self.ws, "runs", "sessions.db")
+        while time.time() < deadline and not self.stored(db, first["session_id"]):
+            time.sleep(0.05)
+        proc.kill()
+        proc.wait(timeout=30)
+        p = self.run_cli([], mode="fake", env=dict(env, FAKE_LOG=log), stdin=b"")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        again = self.fake_log(log)[1]
+        self.assertEqual((again["role"], again["resume"]), ("clarify", first["session_id"]))
+        self.assertEqual(again["prompt"], flower.text("clarify_resume"))
+        # the English wake banner, with the work session's context figure
+        p = self.run_cli([], mode="fake", env=env, stdin=b"")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        work = load_json(os.path.join(self.ws, "runs", "lineage.json"))["steps"]["work"]
+        context = flower.SqliteSessionStore(db).last_context(flower.project_key(self.ws), work)
+        self.assertTrue(context)
+        banner = f"<- resuming in ~/ws  brief confirmed · goal 1 checks · work context {flower._human_tokens(context)}" \
+                 " · wake #3"   # HOME is the temp dir
+        self.assertIn(banner, p.stderr.decode().splitlines())
+        # --new archives the task, never the sessions: sessions.db stays where it is, every entry intact
+        before = {sid: self.stored(db, sid) for sid in self.session_ids(db)}
+        p = self.run_cli(["--new", "another thing"], mode="fake", env=env)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual({sid: self.stored(db, sid) for sid in before}, before)
+        self.assertGreater(len(self.session_ids(db)), len(before))
+        archived = [n for _, _, names in os.walk(os.path.join(self.ws, ".flower", "notes", "archive")) for n in names]
+        self.assertIn("lineage.json", archived)
+        self.assertNotIn("sessions.db", archived)
+
+    def stored(self, db, sid):
+        if not os.path.exists(db):
+            return []
+        conn = sqlite3.connect(db)
+        try:
+            return [r[0] for r in conn.execute("SELECT payload FROM entries WHERE skey LIKE ? ORDER BY seq", (f"%/{sid}",))]
+        except sqlite3.Error:
+            return []
+        finally:
+            conn.close()
+
+    def session_ids(self, db):
+        import flower
+        store = flower.SqliteSessionStore(db)
+        try:
+            return [s["session_id"] for s in store.sessions()]
+        finally:
+            store.close()
+
+    def test_once_resume_and_fork_by_id_prefix(self):
+        env = dict(self.env, ANTHROPIC_API_KEY="sk-test")
+        log = os.path.join(self.tmp.name, "calls.jsonl")
+        p = self.run_cli(["once", "hello"], mode="fake", env=env)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        sid = p.stderr.decode().split("session ", 1)[1].split()[0]
+        p = self.run_cli(["once", "--resume", sid[:8], "again"], mode="fake", env=dict(env, FAKE_LOG=log))
+        self.assertEqual(p.returncode, 0, p.stderr)
+        p = self.run_cli(["once", "--resume", sid[:8], "--fork", "branch"], mode="fake", env=dict(env, FAKE_LOG=log))
+        self.assertEqual(p.returncode, 0, p.stderr)
+        resumed, forked = self.fake_log(log)
+        self.assertEqual((resumed["resume"], resumed["session_id"]), (sid, None))   # the same session goes on
+        self.assertEqual(forked["resume"], sid)
+        self.assertNotIn(forked["session_id"], (sid, None))                      # a branch under its own id
+        rows = load_json(os.path.join(self.ws, "runs", "manifest.json"))
+        self.assertEqual(rows[1]["session_id"], sid)
+        self.assertEqual(rows[2]["session_id"], forked["session_id"])
+        p = self.run_cli(["once", "--resume", "ffffffff", "x"], mode="fake", env=env)
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertIn(b"no unique stored session", p.stderr)
+
     def test_sigterm_and_sighup_write_the_manifest(self):
         for signum in (signal.SIGTERM, signal.SIGHUP):
             with self.subTest(signal=signum):
