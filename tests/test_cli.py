@@ -357,6 +357,35 @@ class Cli(unittest.TestCase):
         self.assertEqual(rows[-1]["step"], "once")
 
 
+class GoWiring(unittest.TestCase):
+    """What go hands the runtime, checked in-process with the fake SDK (the runtime is a spy)."""
+
+    def test_go_trims_by_default_and_no_trim_turns_it_off(self):
+        import io
+        from contextlib import redirect_stderr
+        from unittest import mock
+        import flower
+        from tests import fakesdk
+        fakesdk.install()
+        self.addCleanup(fakesdk.uninstall)
+        tmp = tempfile.TemporaryDirectory()
+        self.addCleanup(tmp.cleanup)
+        seen, real = [], flower.Runtime
+
+        def spy(**kwargs):
+            rt = real(**kwargs)
+            seen.append((kwargs.get("trim"), rt.store.policy.trim, rt.store.policy.spill_dir))
+            rt.close()
+            raise flower.FlowerError("spy stops here", 99)
+        with mock.patch.object(flower, "Runtime", spy), mock.patch.dict(os.environ, {"ANTHROPIC_API_KEY": "sk-test"}), \
+                redirect_stderr(io.StringIO()) as err:
+            codes = [flower.main(["-w", tmp.name, "-r", os.path.join(tmp.name, "runs"), *extra, "build x"])
+                     for extra in ([], ["--no-trim"])]
+        self.assertEqual(codes, [99, 99], err.getvalue())
+        spill = flower.Paths(tmp.name, os.path.join(tmp.name, "runs")).spill_dir
+        self.assertEqual(seen, [(True, True, spill), (False, False, None)])
+
+
 class StatusLine(unittest.TestCase):
     """The live status line of a TTY, driven by events and by the clock."""
 

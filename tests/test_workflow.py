@@ -151,6 +151,16 @@ class StarterFlow(fakesdk.FakeWorkspace, unittest.TestCase):
             self.wake("write md2html", rounds=2)
         self.assertEqual(self.brain.roles.count("judge"), 2)
 
+    def test_rounds_reset_on_every_wake(self):
+        self.brain.verdicts = ["VERDICT: not_yet"] * 2
+        with self.assertRaises(flower.StepAbort):
+            self.wake("write md2html", rounds=2)
+        self.brain.roles.clear()
+        self.brain.verdicts = ["VERDICT: not_yet", "VERDICT: achieved"]
+        rt, ctx = self.wake(rounds=2)   # the next wake has its two rounds again
+        self.assertEqual(self.brain.roles, ["work", "judge", "work", "judge"])
+        self.assertTrue(ctx["_verdict"].achieved)
+
     def test_unreachable_without_a_human_stops(self):
         self.brain.verdicts = ["## Reasons\nneeds a GPU\nVERDICT: unreachable"]
         with self.assertRaises(flower.StepAbort) as caught:
