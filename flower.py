@@ -1370,7 +1370,8 @@ _EXECUTABLE = re.compile(
     r"docker|curl|ls|cat|grep|rg|sed|cd)\s+\S", re.IGNORECASE | re.MULTILINE)
 # seed 2's mixed sections: what worked filed under failures, finished items filed under next
 _WORKED = re.compile(r"(?i)\b(?:works|worked|succeeded|solved|fixed it|now passes)\b|成功|解决了|已修复|可行")
-_FAILED = re.compile(r"(?i)n't\b|\b(?:fail\w*|not|error\w*|broke\w*|abandon\w*|dropped|wrong)\b|失败|不行|没用|报错|放弃|不通")
+_FAILED = re.compile(r"(?i)n't\b|\b(?:fail\w*|not|error\w*|broke\w*|abandon\w*|dropped|wrong)\b|"
+                     r"失败|不行|没用|报错|放弃|不通")
 _DONE = re.compile(r"(?i)\[x\]|✅|✓|✔|\((?:done|completed|finished)\)|^\s*(?:[-*]\s*)?(?:done|completed)\b|"
                    r"已完成|已经完成|（完成）")
 
