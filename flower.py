@@ -105,6 +105,11 @@ TEXTS: dict[str, dict[str, str]] = {
             "## Pointers\nFiles, commands and where things are: pointers, not contents.\n\n"
             "Do not call tools. Do not write a title. Keep it under 6000 characters."
         ),
+        "handoff_fix": (
+            "Your handoff document has these problems: {problems}. Reply again with the whole document, "
+            "fixed, under the same five headings. Successes belong under Decisions or Status, finished "
+            "items under Status; Next step names a path or a command. Do not call tools."
+        ),
         "carry_head": (
             "You take over unfinished work from an earlier session whose context was full. You have no "
             "memory of it; what it handed over is below. The material is layered: take what you need, do "
@@ -161,6 +166,18 @@ TEXTS: dict[str, dict[str, str]] = {
         "info_skipped_rows": "{n} unreadable stored entr(y/ies) of session {sid} skipped",
         "ui_degraded": "continuity degraded: {n} problem(s), see above",
         "info_unverifiable": "{n} check(s) cannot be verified here",
+        "unreachable_question": "The judge says the goal is unreachable: {reason}",
+        "choice_accept": "accept the work as it is: the step passes",
+        "choice_amend": "amend the goal",
+        "choice_keep_working": "keep working: the judge is wrong",
+        "choice_stop": "stop",
+        "amend_question": "The amended goal, in one sentence:",
+        "goal_amended": "The human amended the goal: {goal}",
+        "judge_is_wrong": (
+            "The judge said the goal is unreachable ({reason}). The human says the judge is wrong: the goal "
+            "can be reached. Keep working toward it."
+        ),
+        "unreachable_stopped": "stopped: the judge says the goal is unreachable and the human chose to stop",
     },
     "zh": {
         "resume_prompt": "上一轮在完成之前被中断了。先看看磁盘上已经有什么,从中断处继续,不要从头开始。",
@@ -181,6 +198,11 @@ TEXTS: dict[str, dict[str, str]] = {
             "## 下一步\n接手者可直接执行的第一步:一个路径或一条命令。\n\n"
             "## 现场\n文件、命令、东西在哪里:给指针,不给内容。\n\n"
             "不要调用工具。不要写标题。少于 6000 字符。"
+        ),
+        "handoff_fix": (
+            "你的交接文档有这些问题:{problems}。请用同样的五个标题重新回复完整的文档,改正这些问题。"
+            "成功的做法放在「已经定下的」或「现在在做什么」,已完成的事放在「现在在做什么」;"
+            "「下一步」写一个路径或一条命令。不要调用工具。"
         ),
         "carry_head": (
             "你接手一项未完成的工作,之前的会话上下文已满。你不记得它;它交接的材料在下面。材料已分层,"
@@ -232,6 +254,15 @@ TEXTS: dict[str, dict[str, str]] = {
         "info_skipped_rows": "会话 {sid} 有 {n} 条无法读取的存储记录,已跳过",
         "ui_degraded": "接续能力受损:{n} 个问题,见上文",
         "info_unverifiable": "{n} 条检查在这里无法验证",
+        "unreachable_question": "判定者认为目标无法达成:{reason}",
+        "choice_accept": "按现状接受这份工作:这一步通过",
+        "choice_amend": "修改目标",
+        "choice_keep_working": "继续干:判定者判错了",
+        "choice_stop": "停止",
+        "amend_question": "修改后的目标(一句话):",
+        "goal_amended": "人类修改了目标:{goal}",
+        "judge_is_wrong": "判定者认为目标无法达成({reason})。人类认为判定者判错了:目标可以达成。继续朝它推进。",
+        "unreachable_stopped": "已停止:判定者认为目标无法达成,人类选择停止",
     },
 }
 
@@ -1151,6 +1182,116 @@ _GIT_READ_ONLY = {"status", "log", "diff", "show", "rev-parse", "ls-files", "bla
 _FIND_WRITERS = {"-exec", "-execdir", "-ok", "-okdir", "-delete", "-fprint", "-fprint0", "-fprintf", "-fls"}
 
 
+def _sed_field_end(script: str, i: int, delim: str) -> int:
+    """Index just past the unescaped ``delim`` that closes the field starting at ``i`` (-1: none)."""
+    while i < len(script):
+        if script[i] == "\\":
+            i += 2
+            continue
+        if script[i] == delim:
+            return i + 1
+        i += 1
+    return -1
+
+
+def _sed_script_read_only(script: str) -> bool:
+    """True when a sed script only prints: no ``w``/``W``/``e`` command, no ``s///w`` or ``s///e``.
+    Anything it does not recognise counts as writing."""
+    i, n = 0, len(script)
+    while 0 <= i < n:
+        ch = script[i]
+        if ch in " \t\n;{}!,$~+0123456789" or ch in "pPdDnNgGhHxlLqQzF=":
+            i += 1  # separators, numeric addresses and the commands that only print or edit the buffer
+        elif ch in "/\\":  # a regex address: /re/ or \cREc, then its I/M modifiers
+            i = _sed_field_end(script, i + 1, "/") if ch == "/" else \
+                (_sed_field_end(script, i + 2, script[i + 1]) if i + 1 < n else -1)
+            while 0 < i < n and script[i] in "IM":
+                i += 1
+        elif ch in "sy" and i + 1 < n:
+            delim = script[i + 1]
+            i = _sed_field_end(script, i + 2, delim)
+            i = _sed_field_end(script, i, delim) if i > 0 else -1
+            start = i
+            while 0 < i < n and script[i].isalnum():
+                i += 1
+            if ch == "s" and i > 0 and set(script[start:i]) & {"w", "e"}:
+                return False  # s///w FILE writes; s///e runs the pattern space as a command
+        elif ch in "aicrRbtT:#":  # text, a file to read, a label or a comment: up to the end of the line
+            end = script.find("\n", i)
+            i = n if end < 0 else end
+        else:
+            return False
+    return i >= 0
+
+
+def _reads_only(args: list[str], flags: frozenset, valued: frozenset,
+                operands: Callable[[list[str], list[str]], bool]) -> bool:
+    """True when every flag in ``args`` is one that keeps the program read-only (``valued`` ones take
+    a value: ``--f=v``, ``--f v``, ``-fv`` or ``-f v``) and ``operands(operands, values)`` agrees."""
+    ops: list[str] = []
+    values: list[str] = []
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg == "--":
+            ops += args[i + 1:]
+            break
+        if arg.startswith("--"):
+            name = arg.split("=", 1)[0]
+            if name in valued:
+                if "=" not in arg:
+                    i += 1
+                values.append(arg.split("=", 1)[1] if "=" in arg else (args[i] if i < len(args) else ""))
+            elif arg not in flags:
+                return False
+        elif arg.startswith("-") and arg != "-":
+            for j, letter in enumerate(arg[1:], 2):
+                if "-" + letter in valued:
+                    if j == len(arg):
+                        i += 1
+                    values.append(arg[j:] if j < len(arg) else (args[i] if i < len(args) else ""))
+                    break
+                if "-" + letter not in flags:
+                    return False
+        else:
+            ops.append(arg)
+        i += 1
+    return operands(ops, values)
+
+
+def _forms(flags: str, valued: str = "",
+           operands: Callable[[list[str], list[str]], bool] = lambda ops, values: True) -> tuple:
+    return frozenset(flags.split()), frozenset(valued.split()), operands
+
+
+# Programs that have writing forms, with the flags that keep them read-only (an allow-list: a flag
+# missing here makes the command count as writing, so its result is kept rather than expired).
+_READ_ONLY_FORMS = {
+    "sed": _forms("-n --quiet --silent -E -r --regexp-extended -s --separate -z --null-data -u "
+                  "--unbuffered --posix --debug", "-e --expression -l --line-length",
+                  lambda ops, values: bool(values or ops) and
+                  all(_sed_script_read_only(x) for x in (values or ops[:1]))),
+    "sort": _forms("-b -d -f -g -i -M -h -n -R -r -V -c -C -m -s -u -z --ignore-leading-blanks "
+                   "--dictionary-order --ignore-case --general-numeric-sort --ignore-nonprinting "
+                   "--month-sort --human-numeric-sort --numeric-sort --random-sort --reverse "
+                   "--version-sort --check --merge --stable --unique --zero-terminated",
+                   "-k --key -t --field-separator -S --buffer-size -T --temporary-directory --parallel "
+                   "--sort --random-source"),
+    "uniq": _forms("-c -d -D -u -i -z --count --repeated --all-repeated --unique --ignore-case "
+                   "--zero-terminated", "-f --skip-fields -s --skip-chars -w --check-chars",
+                   lambda ops, values: len(ops) <= 1),  # uniq IN OUT writes OUT
+    "tree": _forms("-a -d -l -f -x -R -i -q -N -Q -p -u -g -s -h -D -F -v -t -c -U -r -n -C -A -S "
+                   "--si --du --prune --noreport --dirsfirst --inodes --device --matchdirs "
+                   "--ignore-case --gitignore -J -X", "-L -P -I -T -H --charset --filelimit --timefmt"),
+    "date": _forms("-u --utc --universal -R --rfc-email -I --iso-8601",
+                   "-d --date -r --reference --rfc-3339",
+                   lambda ops, values: all(o.startswith("+") for o in ops)),  # date MMDDhhmm sets the clock
+    "hostname": _forms("-f --fqdn --long -s --short -i --ip-address -I --all-ip-addresses -d --domain "
+                       "-a --alias -A --all-fqdns -y --yp --nis", "",
+                       lambda ops, values: not ops),  # hostname NAME sets it
+}
+
+
 def _git_read_only(args: list[str]) -> bool:
     i = 0
     while i < len(args) and args[i].startswith("-"):  # global options such as -C dir, --no-pager
@@ -1178,8 +1319,12 @@ def _git_read_only(args: list[str]) -> bool:
         return positional[:1] in (["list"], ["show"])
     if sub == "config":
         return any(f in ("--get", "--list", "-l", "--get-all", "--get-regexp") for f in flags)
-    if sub == "diff" and any(f.startswith("--output") for f in flags):
+    if sub == "reflog":  # its default is show; expire and delete rewrite the reflog
+        return positional[:1] in ([], ["show"], ["exists"])
+    if sub in ("diff", "log", "show") and any(f == "--output" or f.startswith("--output=") for f in flags):
         return False
+    if sub == "grep" and any(f.startswith("--open-files") or (f[1:2] != "-" and "O" in f) for f in flags):
+        return False  # -O<pager> runs a program on the matching files
     return True
 
 
@@ -1192,11 +1337,8 @@ def _segment_read_only(argv: list[str]) -> bool:
         return _git_read_only(args)
     if program not in _READ_ONLY_PROGRAMS:
         return False
-    if program == "sed":
-        return not any(a.startswith("-i") or a.startswith("--in-place") for a in args) and \
-            not any(re.search(r"(?:^|;)\s*\d*\s*[wW]\s", a) for a in args)
-    if program == "sort":
-        return not any(a.startswith("-o") or a.startswith("--output") for a in args)
+    if program in _READ_ONLY_FORMS:
+        return _reads_only(args, *_READ_ONLY_FORMS[program])
     if program == "find":
         return not any(a in _FIND_WRITERS for a in args)
     return True
@@ -1605,6 +1747,17 @@ _LEDGER_ALIASES = _alias_table({
     "pointers": ["pointers", "where things are", "references", "files", "现场", "指针", "位置"],
 })
 LEDGER_MAX_CHARS = 8000
+# something a successor can execute: code in backticks, a path, a file name, or a command line
+_EXECUTABLE = re.compile(
+    r"`[^`\n]+`|(?:^|\s)\$ \S|[\w.~-]*/[\w.-]+|\b[\w-]{2,}\.[A-Za-z][A-Za-z0-9]{0,5}\b|"
+    r"(?<![\w-])(?:make|python3?|pytest|pip|uv|npm|npx|yarn|pnpm|node|git|cargo|go|bash|sh|ruff|mypy|tox|"
+    r"docker|curl|ls|cat|grep|rg|sed|cd)\s+\S", re.IGNORECASE | re.MULTILINE)
+# seed 2's mixed sections: what worked filed under failures, finished items filed under next
+_WORKED = re.compile(r"(?i)\b(?:works|worked|succeeded|solved|fixed it|now passes)\b|成功|解决了|已修复|可行")
+_FAILED = re.compile(r"(?i)n't\b|\b(?:fail\w*|not|error\w*|broke\w*|abandon\w*|dropped|wrong)\b|"
+                     r"失败|不行|没用|报错|放弃|不通")
+_DONE = re.compile(r"(?i)\[x\]|✅|✓|✔|\((?:done|completed|finished)\)|^\s*(?:[-*]\s*)?(?:done|completed)\b|"
+                   r"已完成|已经完成|（完成）")
 
 
 @dataclass
@@ -1626,9 +1779,11 @@ class Ledger:
         """The body of one section ("" when absent)."""
         return self.sections.get(key, "")
 
-    def problems(self) -> list[str]:
-        """Why this ledger is not good enough to hand over ([] when it is)."""
-        issues = []
+    def problems(self, *, soft: bool = True) -> list[str]:
+        """Why this ledger is not good enough to hand over ([] when it is). Soft problems (a Next
+        step with nothing executable, mixed sections) are worth one request to fix and are then
+        accepted; ``soft=False`` gives only the hard ones, which make a handoff degraded."""
+        issues = self._soft_problems() if soft else []
         for key in ("status", "next_step"):
             if _is_empty(self.sections.get(key)):
                 issues.append(f"{LEDGER_HEADINGS['en'][key]} is empty")
@@ -1638,6 +1793,19 @@ class Ledger:
         size = sum(len(v) for v in self.sections.values())
         if size > LEDGER_MAX_CHARS:
             issues.append(f"too long ({size} > {LEDGER_MAX_CHARS} chars)")
+        return issues
+
+    def _soft_problems(self) -> list[str]:
+        issues = []
+        next_step, dead_ends = self.get("next_step"), self.get("dead_ends")
+        if next_step.strip() and not _EXECUTABLE.search(next_step):
+            issues.append("Next step names nothing executable (a path or a command)")
+        worked = [line.strip() for line in dead_ends.splitlines() if _WORKED.search(line) and not _FAILED.search(line)]
+        if worked:
+            issues.append(f"Dead ends holds what worked: {worked[0][:80]}")
+        done = [line.strip() for line in next_step.splitlines() if _DONE.search(line)]
+        if done:
+            issues.append(f"Next step holds finished items: {done[0][:80]}")
         return issues
 
     def render(self, step: str, generation: int, lang: str = "en") -> str:
@@ -2845,29 +3013,28 @@ def assemble_carry(ledger: Ledger, *, nav: dict[str, str], thread: list[tuple[st
 
     result = assemble()
     for key in reversed(CARRY_PRIORITY):
-        if len(result) <= budget_chars:
-            break
-        if key not in bodies:
-            continue
-        excess = len(result) - budget_chars
-        lines = bodies[key]
-        removed = 0
-        saved = 0
-        # remove whole lines until the excess (plus a marker of up to ~200 chars) is covered
-        target = excess + len(text("carry_trimmed_marker", lang, n=99999, path=full_text)) + 1
-        if not (trimmed or dropped):
-            target += len(closing()) + 64  # the closing line appears with the first cut
-        while lines and saved < target:
-            line = lines.pop(0) if key == "thread" else lines.pop()
-            saved += len(line) + 1
-            removed += 1
-        if any(line.strip() for line in lines):
-            trimmed[key] = trimmed.get(key, 0) + removed
-        else:
-            del bodies[key]
-            trimmed.pop(key, None)
-            dropped.append(key)
-        result = assemble()
+        # a part may need another pass: its marker and the closing line grow as parts are cut, and
+        # that growth must spill neither past the budget nor onto the next, more important part
+        while len(result) > budget_chars and key in bodies:
+            excess = len(result) - budget_chars
+            lines = bodies[key]
+            removed = 0
+            saved = 0
+            # remove whole lines until the excess (plus a marker of up to ~200 chars) is covered
+            target = excess + len(text("carry_trimmed_marker", lang, n=99999, path=full_text)) + 1
+            if not (trimmed or dropped):
+                target += len(closing()) + 64  # the closing line appears with the first cut
+            while lines and saved < target:
+                line = lines.pop(0) if key == "thread" else lines.pop()
+                saved += len(line) + 1
+                removed += 1
+            if any(line.strip() for line in lines):
+                trimmed[key] = trimmed.get(key, 0) + removed
+            else:
+                del bodies[key]
+                trimmed.pop(key, None)
+                dropped.append(key)
+            result = assemble()
     return Carry(result, [k for k in CARRY_PRIORITY if k in trimmed], dropped)
 
 
@@ -3380,7 +3547,8 @@ class Runtime:
             await client.query(prompt)
             watcher = asyncio.create_task(self._watch_human(client, turn))
             await self._drive(client, st, turn)
-            if turn.handoff and not turn.human and turn.error_text is None:
+            # over the generation cap the step stops: asking for a document first would be a paid call for nothing
+            if turn.handoff and not turn.human and turn.error_text is None and not self._capped(st):
                 await self._ritual(client, st, turn)
         except asyncio.CancelledError:
             raise
@@ -3496,10 +3664,25 @@ class Runtime:
         st.emit(Event("handoff", session_id=st.sid, level=st.level, window=st.window,
                       data={"phase": "writing", "context": st.level, "window": st.window}))
         sub = _Turn()
+        docs: list[str] = []
 
         async def ask() -> None:
             await client.query(text("handoff_prompt", self.lang))
             await self._drive(client, st, sub, ritual=True)
+            if sub.error_text:
+                return
+            docs.append("\n".join(sub.texts))
+            first = Ledger.parse(docs[0])
+            soft = first.problems()
+            if not soft or first.problems(soft=False):
+                return
+            # soft problems: ask once to fix them, then accept (the fixed one unless it got worse)
+            sub.texts.clear()
+            await client.query(text("handoff_fix", self.lang, problems="; ".join(soft)))
+            await self._drive(client, st, sub, ritual=True)
+            fixed = "\n".join(sub.texts)
+            if not sub.error_text and not Ledger.parse(fixed).problems(soft=False):
+                docs.append(fixed)
 
         try:
             await asyncio.wait_for(ask(), self.handoff.ritual_timeout)
@@ -3509,7 +3692,9 @@ class Runtime:
             turn.ritual_error = f"the handoff document failed: {type(exc).__name__}"
         turn.cost = max(turn.cost, sub.cost)
         turn.turns += sub.turns
-        if turn.ritual_error is None:
+        if docs:  # a document arrived; a failed or timed-out request to fix it leaves that one standing
+            turn.ritual_text, turn.ritual_error = docs[-1], None
+        elif turn.ritual_error is None:
             if sub.error_text:
                 kind = classify(sub.error_text, status=sub.status, terminal_reason=sub.terminal_reason)
                 turn.ritual_error = "context overflow" if kind == OVERFLOW else f"the handoff document failed ({kind})"
@@ -3529,10 +3714,16 @@ class Runtime:
             os.replace(doc, previous)
         self._write_note(doc, body)
 
+    def _capped(self, st: "_RunState") -> bool:
+        return st.generation >= self.handoff.max_generations
+
     async def _hand_over(self, st: "_RunState", result: StepResult, step_prompt: str,
                          ledger_text: str | None, why: str | None) -> str | None:
         """Retire the current session: write the handoff document and slim transcript, pick a fresh
         session (lineage updated by the caller's loop) and return the carry; None = stop the step."""
+        if self._capped(st):
+            result.error = f"generation cap reached ({self.handoff.max_generations} handoffs in one step)"
+            return None
         old = st.sid
         try:
             entries = await self.raw_store.load({"project_key": self.project_key, "session_id": old}) or []
@@ -3541,7 +3732,7 @@ class Runtime:
         ledger = None
         if ledger_text:
             ledger = Ledger.parse(ledger_text)
-            problems = ledger.problems()
+            problems = ledger.problems(soft=False)
             if problems:
                 why, ledger = "incomplete: " + "; ".join(problems), None
         if ledger is None:
@@ -3561,9 +3752,6 @@ class Runtime:
         if st.degraded_in_row >= 2:
             result.error = (f"two degraded handoffs in a row: window {st.window}, threshold {st.at}, level {level}; "
                             f"the threshold is probably below this step's floor (raise --window or FLOWER_WINDOW)")
-            return None
-        if generation > self.handoff.max_generations:
-            result.error = f"generation cap reached ({self.handoff.max_generations} handoffs in one step)"
             return None
         nav = {"handoff document": doc}
         for label, path in (("brief", self.paths.brief), ("goal", self.paths.goal)):
@@ -3631,7 +3819,10 @@ class Step:
     instead of ``prompt`` when the step continues a stored session. ``reduce(ctx, result)`` turns
     the result into ``ctx[name]`` (default: the final text). ``addendum`` is appended to whatever
     the step starts, resumes or redoes with (the starter flow puts a wake sentence there while the
-    brief is unfinished)."""
+    brief is unfinished). ``when(ctx)`` (may be async) runs the step only when true. When the step
+    fails or gives up, ``on_fail`` decides: ``"stop"`` raises StepAbort, ``"continue"`` sets
+    ``ctx[name] = None`` and goes on, ``"skip"`` goes on as if the step had not been due (no
+    ``ctx[name]``; its name is added to ``ctx["_skipped"]``)."""
 
     name: str
     spec: AgentSpec
@@ -3648,6 +3839,9 @@ class Step:
     addendum: str | None = None
 
 
+ON_FAIL = ("stop", "continue", "skip")
+
+
 class Workflow:
     """Steps run in order. With ``continuous=True`` (default) a step without ``resume_from``
     continues its same-named stored session from the lineage; ``continuous=False`` starts fresh."""
@@ -3656,19 +3850,21 @@ class Workflow:
         for step in steps:
             if not step.name or "\x00" in step.name or len(step.name) > 200:
                 raise FlowerError(f"invalid step name {step.name[:40]!r}", EXIT_USAGE)
+            if step.on_fail not in ON_FAIL:
+                raise FlowerError(f"step {step.name[:40]!r}: on_fail must be one of {', '.join(ON_FAIL)}", EXIT_USAGE)
         self.steps = steps
         self.continuous = continuous
 
     async def run(self, rt: Runtime, ctx: dict | None = None) -> dict:
-        """Run every step; returns the context (``_woke``, ``_sessions``, ``_results`` and one key
-        per step). Raises StepAbort when a step fails with ``on_fail="stop"``."""
+        """Run every step; returns the context (``_woke``, ``_sessions``, ``_results``, ``_skipped``
+        and one key per step). Raises StepAbort when a step fails with ``on_fail="stop"``."""
         ctx = dict(ctx or {})
         ctx.setdefault("_sessions", {})
         ctx.setdefault("_results", {})
         ctx["_woke"] = rt.lineage.woke + 1
         rt.soft(rt.lineage.path, rt.lineage.bump)
         for step in self.steps:
-            if step.when is not None and not step.when(ctx):
+            if step.when is not None and not await _maybe_await(step.when(ctx)):
                 continue
             await self._run_step(rt, step, ctx)
         return ctx
@@ -3704,9 +3900,8 @@ class Workflow:
                     resume = result.session_id if result.session_id and rt.has_session(result.session_id) else None
                     prompt = text("resume_prompt", rt.lang) if resume else _resolve_prompt(step.prompt, ctx)
                     continue
-                if step.on_fail == "continue":
-                    ctx[step.name] = None
-                    return
+                if step.on_fail != "stop":
+                    return _give_up(step, ctx)
                 raise StepAbort(f"{label} failed: {result.error}")
             verdict = await _maybe_await(step.gate(ctx, result)) if step.gate else True
             if verdict is True or verdict is None:
@@ -3716,12 +3911,19 @@ class Workflow:
             follow = await _maybe_await(step.on_reject(ctx, result, verdict)) if step.on_reject else None
             if not follow:
                 reason = getattr(verdict, "reason", None) or (verdict if isinstance(verdict, str) else "rejected")
-                if step.on_fail == "continue":
-                    ctx[step.name] = None
-                    return
+                if step.on_fail != "stop":
+                    return _give_up(step, ctx)
                 raise StepAbort(f"{step.name}: {str(reason)[:500]}")
             round_no += 1
             label, resume, prompt = f"{step.name}#round{round_no}", result.session_id, follow
+
+
+def _give_up(step: Step, ctx: dict) -> None:
+    """A failed step whose ``on_fail`` lets the workflow go on."""
+    if step.on_fail == "skip":
+        ctx.setdefault("_skipped", []).append(step.name)
+    else:
+        ctx[step.name] = None
 
 
 class Human:
@@ -3754,6 +3956,10 @@ JUDGE_INSTRUCTIONS = (
     "files; change nothing. End your reply with exactly one line `VERDICT: achieved`, `VERDICT: not_yet` "
     "or `VERDICT: unreachable`. When not achieved, list the failed checks under `## Failed checks` and "
     "why under `## Reasons`.")
+
+
+# what the human may answer to an unreachable verdict, each saying its consequence
+UNREACHABLE_CHOICES = ("choice_accept", "choice_amend", "choice_keep_working", "choice_stop")
 
 
 def _brief_text(paths: Paths) -> str:
@@ -3862,15 +4068,19 @@ def starter_flow(ask: str | None, *, rt: Runtime, rounds: int = 3, use_goal: boo
         if verdict.status == "unreachable" and verdict.clean:
             if human is None:
                 raise StepAbort(f"the judge says the goal is unreachable: {verdict.reason[:400]}")
-            choice = await human.choose(f"The judge says the goal is unreachable: {verdict.reason[:400]}",
-                                        ["accept", "amend the goal", "the judge is wrong"])
-            if choice == "accept":
-                raise StepAbort("stopped: the goal was judged unreachable and the human accepted")
-            if choice == "amend the goal":
-                amended = await human.ask("The amended goal, in one sentence:")
-                atomic_write(paths.goal, Goal(redact(amended), goal.checks).render(lang))
-                return Verdict("not_yet", f"The human amended the goal: {amended}", [], clean=True)
-            return True
+            accept, amend, keep, stop = (text(k, lang) for k in UNREACHABLE_CHOICES)
+            choice = await human.choose(text("unreachable_question", lang, reason=verdict.reason[:400]),
+                                        [accept, amend, keep, stop])
+            if choice == accept:
+                return True
+            if choice == amend:
+                amended = redact(await human.ask(text("amend_question", lang)))
+                atomic_write(paths.goal, Goal(amended, goal.checks).render(lang))
+                return Verdict("not_yet", text("goal_amended", lang, goal=amended), [], clean=True)
+            if choice == keep:
+                return Verdict("not_yet", text("judge_is_wrong", lang, reason=verdict.reason[:400]),
+                               verdict.failed_checks, clean=True)
+            raise StepAbort(text("unreachable_stopped", lang))
         return verdict
 
     def work_again(ctx: dict, result: StepResult, verdict: Any) -> str | None:
@@ -4363,17 +4573,21 @@ def _go_locked(args: argparse.Namespace, reporter: Reporter, paths: Paths, ask: 
         check_text_file(note, say, lang)  # a note that is not UTF-8 is set aside, never overwritten
     store = _open_store(args, paths)
     interactive = sys.stdin.isatty() and not args.json
-    lineage = Lineage.open(paths.run_dir, paths.workspace, notify=say, lang=lang)
+
+    def archive() -> list[str]:
+        # opened here only to archive it: the runtime opens the lineage itself and says what it found
+        # (an unreadable file, another workspace) once; opening it here too said it twice
+        return _archive_task(paths, Lineage.open(paths.run_dir, paths.workspace, notify=say, lang=lang))
     state = wake_state(paths.workspace, paths.run_dir)
     used = state["waking"]
-    if args.new and (used or os.path.exists(lineage.path)):
-        moved = _archive_task(paths, lineage)
+    if args.new and (used or os.path.exists(paths.run("lineage.json"))):
+        moved = archive()
         reporter.say(text("ui_archived", lang, n=len(moved), path=_tilde(os.path.dirname(moved[0])) if moved else "-"))
         used = False
     if ask is None and interactive:
         answer = _ask_line(text("wake_continue_question" if used else "wake_new_question", lang))
         if answer == "/new":
-            moved = _archive_task(paths, lineage)
+            moved = archive()
             reporter.say(text("ui_archived", lang, n=len(moved), path=_tilde(os.path.dirname(moved[0])) if moved else "-"))
             used = False
             answer = _ask_line(text("wake_new_question", lang))

@@ -4,6 +4,7 @@
 
 The fake model answers by role (from the system prompt). Environment knobs:
     FAKE_WORK_BLOCK=1   the first work turn blocks until interrupted (for Ctrl-C tests)
+    FAKE_CLARIFY_BLOCK=1  the first clarify turn blocks (for kill tests)
     FAKE_JUDGE=...      the judge's reply (default "VERDICT: achieved")
     FAKE_LOG=path       append one JSON line per model call: role, prompt, resume
 """
@@ -31,6 +32,9 @@ def brain(prompt, options, loaded):
         (options.system_prompt or {}).get("append", "")
     if "You clarify" in system:
         role, actions = "clarify", [("text", BRIEF, 1000)]
+        if os.environ.get("FAKE_CLARIFY_BLOCK") and not state.get("clarify_blocked"):
+            state["clarify_blocked"] = True
+            actions = [("block", "never")]
     elif "into a goal" in system:
         role, actions = "goal", [("text", GOAL, 1000)]
     elif "You judge" in system:

@@ -100,10 +100,16 @@ class Cli(unittest.TestCase):
 
     def test_bad_input_table(self):
         junk_db = b"definitely not sqlite" * 50
+        judged = {"ANTHROPIC_API_KEY": "sk-test", "FAKE_JUDGE": "VERDICT: not_yet"}
+        reached = {"corrupt lineage": "lineage.json was unreadable; set aside",   # proof the file was read
+                   "corrupt manifest": "manifest.json was unreadable; set aside"}
         rows = [
             # name, setup, args, mode, env-extra, stdin, exit code, text in the error line
-            ("corrupt lineage", {"runs/lineage.json": b"{oops"}, ["build x"], "nosdk", {}, None, 3, "not installed"),
-            ("corrupt manifest", {"runs/manifest.json": b"[{not json"}, ["build x"], "nosdk", {}, None, 3, "not installed"),
+            # the corrupt state files get read: the run goes on (its judge fails it, hence exit 1)
+            ("corrupt lineage", {"runs/lineage.json": b"{oops"}, ["--rounds", "1", "build x"], "fake", judged, None, 1,
+             "work"),
+            ("corrupt manifest", {"runs/manifest.json": b"[{not json"}, ["--rounds", "1", "build x"], "fake", judged,
+             None, 1, "work"),
             ("non-sqlite sessions.db", {"runs/sessions.db": junk_db}, ["build x"], "nosdk", {}, None, 3,
              "not a usable session store"),
             ("run dir is a file", {"runs": b"a file"}, ["build x"], "nosdk", {}, None, 3, "not a directory"),
@@ -141,6 +147,8 @@ class Cli(unittest.TestCase):
                 errors = [line for line in err.splitlines() if line.startswith("flower:")]
                 self.assertEqual(len(errors), 1, err)
                 self.assertIn(needle, errors[0])
+                if name in reached:
+                    self.assertEqual(err.count(reached[name]), 1, err)
                 for path, data in before.items():
                     if os.path.exists(path) and not os.path.isdir(path):
                         with open(path, "rb") as fh:
@@ -183,6 +191,107 @@ class Cli(unittest.TestCase):
         # empty wake, not a TTY: carries on
         p = self.run_cli(["-q"], mode="fake", env=dict(self.env, ANTHROPIC_API_KEY="sk-test"), stdin=b"")
         self.assertEqual(p.returncode, 0, p.stderr)
+
+    def test_moved_workspace_and_unreadable_lineage_are_said_once(self):
+        env = dict(self.env, ANTHROPIC_API_KEY="sk-test")
+        p = self.run_cli(["write md2html"], mode="fake", env=env)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        moved = self.ws + "-moved"
+        os.rename(self.ws, moved)
+        self.ws = moved
+        p = self.run_cli([], mode="fake", env=env, stdin=b"")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(p.stderr.decode().count("belongs to"), 1, p.stderr.decode())
+        with open(os.path.join(moved, "runs", "lineage.json"), "w") as fh:
+            fh.write("{oops")
+        p = self.run_cli([], mode="fake", env=env, stdin=b"")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(p.stderr.decode().count("was unreadable"), 1, p.stderr.decode())
+
+    def fake_log(self, path):
+        with open(path, encoding="utf-8") as fh:
+            return [json.loads(line) for line in fh]
+
+    def test_wake_banner_new_keeps_sessions_db_and_kill_during_clarify(self):
+        import flower
+        env = dict(self.env, ANTHROPIC_API_KEY="sk-test")
+        log = os.path.join(self.tmp.name, "calls.jsonl")
+        # killed while clarify waits for its first reply: the next run resumes it with the clarify resume prompt
+        proc = subprocess.Popen([sys.executable, "-m", "tests.fake_flower", "write md2html"], cwd=self.ws,
+                                env=dict(env, FAKE_CLARIFY_BLOCK="1", FAKE_LOG=log),
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
+        deadline = time.time() + 30
+        while time.time() < deadline and not (os.path.exists(log) and '"clarify"' in read_text(log)):
+            time.sleep(0.05)
+        first = self.fake_log(log)[0]
+        db = os.path.join(self.ws, "runs", "sessions.db")
+        while time.time() < deadline and not self.stored(db, first["session_id"]):
+            time.sleep(0.05)
+        proc.kill()
+        proc.wait(timeout=30)
+        p = self.run_cli([], mode="fake", env=dict(env, FAKE_LOG=log), stdin=b"")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        again = self.fake_log(log)[1]
+        self.assertEqual((again["role"], again["resume"]), ("clarify", first["session_id"]))
+        self.assertEqual(again["prompt"], flower.text("clarify_resume"))
+        # the English wake banner, with the work session's context figure
+        p = self.run_cli([], mode="fake", env=env, stdin=b"")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        work = load_json(os.path.join(self.ws, "runs", "lineage.json"))["steps"]["work"]
+        context = flower.SqliteSessionStore(db).last_context(flower.project_key(self.ws), work)
+        self.assertTrue(context)
+        banner = f"<- resuming in ~/ws  brief confirmed · goal 1 checks · work context {flower._human_tokens(context)}" \
+                 " · wake #3"   # HOME is the temp dir
+        self.assertIn(banner, p.stderr.decode().splitlines())
+        # --new archives the task, never the sessions: sessions.db stays where it is, every entry intact
+        before = {sid: self.stored(db, sid) for sid in self.session_ids(db)}
+        p = self.run_cli(["--new", "another thing"], mode="fake", env=env)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual({sid: self.stored(db, sid) for sid in before}, before)
+        self.assertGreater(len(self.session_ids(db)), len(before))
+        archived = [n for _, _, names in os.walk(os.path.join(self.ws, ".flower", "notes", "archive")) for n in names]
+        self.assertIn("lineage.json", archived)
+        self.assertNotIn("sessions.db", archived)
+
+    def stored(self, db, sid):
+        if not os.path.exists(db):
+            return []
+        conn = sqlite3.connect(db)
+        try:
+            return [r[0] for r in conn.execute("SELECT payload FROM entries WHERE skey LIKE ? ORDER BY seq", (f"%/{sid}",))]
+        except sqlite3.Error:
+            return []
+        finally:
+            conn.close()
+
+    def session_ids(self, db):
+        import flower
+        store = flower.SqliteSessionStore(db)
+        try:
+            return [s["session_id"] for s in store.sessions()]
+        finally:
+            store.close()
+
+    def test_once_resume_and_fork_by_id_prefix(self):
+        env = dict(self.env, ANTHROPIC_API_KEY="sk-test")
+        log = os.path.join(self.tmp.name, "calls.jsonl")
+        p = self.run_cli(["once", "hello"], mode="fake", env=env)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        sid = p.stderr.decode().split("session ", 1)[1].split()[0]
+        p = self.run_cli(["once", "--resume", sid[:8], "again"], mode="fake", env=dict(env, FAKE_LOG=log))
+        self.assertEqual(p.returncode, 0, p.stderr)
+        p = self.run_cli(["once", "--resume", sid[:8], "--fork", "branch"], mode="fake", env=dict(env, FAKE_LOG=log))
+        self.assertEqual(p.returncode, 0, p.stderr)
+        resumed, forked = self.fake_log(log)
+        self.assertEqual((resumed["resume"], resumed["session_id"]), (sid, None))   # the same session goes on
+        self.assertEqual(forked["resume"], sid)
+        self.assertNotIn(forked["session_id"], (sid, None))                      # a branch under its own id
+        rows = load_json(os.path.join(self.ws, "runs", "manifest.json"))
+        self.assertEqual(rows[1]["session_id"], sid)
+        self.assertEqual(rows[2]["session_id"], forked["session_id"])
+        p = self.run_cli(["once", "--resume", "ffffffff", "x"], mode="fake", env=env)
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertIn(b"no unique stored session", p.stderr)
 
     def test_sigterm_and_sighup_write_the_manifest(self):
         for signum in (signal.SIGTERM, signal.SIGHUP):
@@ -246,6 +355,35 @@ class Cli(unittest.TestCase):
         self.assertNotIn(b"worked", p.stderr)
         rows = load_json(os.path.join(self.ws, "runs", "manifest.json"))
         self.assertEqual(rows[-1]["step"], "once")
+
+
+class GoWiring(unittest.TestCase):
+    """What go hands the runtime, checked in-process with the fake SDK (the runtime is a spy)."""
+
+    def test_go_trims_by_default_and_no_trim_turns_it_off(self):
+        import io
+        from contextlib import redirect_stderr
+        from unittest import mock
+        import flower
+        from tests import fakesdk
+        fakesdk.install()
+        self.addCleanup(fakesdk.uninstall)
+        tmp = tempfile.TemporaryDirectory()
+        self.addCleanup(tmp.cleanup)
+        seen, real = [], flower.Runtime
+
+        def spy(**kwargs):
+            rt = real(**kwargs)
+            seen.append((kwargs.get("trim"), rt.store.policy.trim, rt.store.policy.spill_dir))
+            rt.close()
+            raise flower.FlowerError("spy stops here", 99)
+        with mock.patch.object(flower, "Runtime", spy), mock.patch.dict(os.environ, {"ANTHROPIC_API_KEY": "sk-test"}), \
+                redirect_stderr(io.StringIO()) as err:
+            codes = [flower.main(["-w", tmp.name, "-r", os.path.join(tmp.name, "runs"), *extra, "build x"])
+                     for extra in ([], ["--no-trim"])]
+        self.assertEqual(codes, [99, 99], err.getvalue())
+        spill = flower.Paths(tmp.name, os.path.join(tmp.name, "runs")).spill_dir
+        self.assertEqual(seen, [(True, True, spill), (False, False, None)])
 
 
 class StatusLine(unittest.TestCase):

@@ -221,7 +221,8 @@ class EndToEnd(unittest.TestCase):
         self.assertNotIn("Tool call interrupted", resumed)
 
     def test_03_kill_9_before_the_first_reply(self):
-        self.roles_clarify_stall = True
+        """Killed while clarify waits for its first reply: the next run resumes that same clarify
+        session with the clarify resume prompt, and the earlier prompt is sent back to the model."""
         original = self.roles.__call__
 
         def stalling(body):
@@ -232,11 +233,24 @@ class EndToEnd(unittest.TestCase):
         self.api.responder = stalling
         proc = self.spawn("write hello")
         self.wait_for(lambda: getattr(self, "_stalled", False), what="the first request")
-        time.sleep(0.5)
+
+        def clarify_stored():
+            try:
+                return bool(self.stored(self.lineage()["steps"]["clarify"]))
+            except (OSError, ValueError, KeyError, sqlite3.Error):
+                return False
+        self.wait_for(clarify_stored, what="the clarify prompt to be mirrored (eager flush)")
+        clarify_sid = self.lineage()["steps"]["clarify"]
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=30)
         self.flower()
         self.assertEqual([r["step"] for r in self.manifest()][-4:], ["clarify", "goal", "work", "work·judge#1"])
+        self.assertEqual(self.lineage()["steps"]["clarify"], clarify_sid)
+        self.assertEqual([r for r in self.manifest() if r["step"] == "clarify"][-1]["session_id"], clarify_sid)
+        resumed = self.roles.bodies("clarify")[0]
+        self.assertEqual(last_user_text(resumed).strip().splitlines()[-1], flower.text("clarify_resume"))
+        self.assertIn("Task: write hello", FakeAnthropic.messages_text(resumed))   # the earlier history
+        self.assertEqual(len(self.roles.bodies("clarify")), 1)
 
     def test_03b_kill_9_between_steps(self):
         original = self.roles.__call__

@@ -70,6 +70,38 @@ class Carry(unittest.TestCase):
                     for k in order[max(cut) + 1:]:
                         self.assertIn(k, carry.dropped)
 
+    def test_property_within_budget_and_first_parts_verbatim_when_they_fit(self):
+        """Thousands of random ledgers, threads, nav lists and budgets (4,000..18,000): the carry never
+        exceeds its budget, and Next step and Dead ends come through verbatim whenever they fit."""
+        rng = random.Random(18)
+        words = ["alpha", "beta", "gamma", "delta", "make", "test", "src/a.py", "修复", "路径", "x" * 40]
+
+        def body(max_lines):
+            return "\n".join("- " + " ".join(rng.choice(words) for _ in range(rng.randint(1, 40)))
+                             for _ in range(rng.randint(1, max_lines)))
+        for case in range(2500):
+            lang = rng.choice(["en", "zh"])
+            ledger = Ledger({k: body(rng.choice([1, 3, 20, 80, 160])) for k in flower.LEDGER_KEYS
+                             if k in ("status", "next_step") or rng.random() < 0.8})
+            thread = [(rng.choice(["user", "assistant"]), " ".join(rng.choice(words) for _ in range(rng.randint(1, 120))))
+                      for _ in range(rng.randint(0, 10))]
+            nav = {f"transcript {i}": "/ws/.flower/transcripts/" + "d" * rng.randint(1, 80) + ".md"
+                   for i in range(rng.randint(1, 8))}
+            budget = rng.randint(4000, 18000)
+            carry = assemble_carry(ledger, nav=nav, thread=thread, budget_chars=budget, lang=lang)
+            with self.subTest(case=case, budget=budget, lang=lang):
+                self.assertLessEqual(len(carry.text), budget)
+                heads = flower.LEDGER_HEADINGS[lang]
+                first = Ledger({k: ledger.get(k) for k in ("next_step", "dead_ends") if ledger.get(k)})
+                alone = assemble_carry(first, nav=nav, thread=[], budget_chars=10 ** 9, lang=lang).text
+                rest = [flower.text("carry_thread", lang)] + [heads[k] for k in ("status", "decisions", "pointers")]
+                closing = flower.text("carry_closing", lang, trimmed="-", dropped=", ".join(rest),
+                                      path=next(iter(nav.values())))
+                if len(alone) + 2 + len(closing) <= budget:  # they fit beside everything that must stay
+                    for key in first.sections:
+                        self.assertIn(f"## {heads[key]}\n{ledger.get(key)}\n\n", carry.text)
+                        self.assertNotIn(key, carry.trimmed + carry.dropped)
+
     def test_small_budget_drops_low_priority_first(self):
         carry = assemble_carry(big_ledger(), nav=NAV, thread=THREAD, budget_chars=4000)
         self.assertIn("thread", carry.dropped)
@@ -229,6 +261,33 @@ class RuntimeHandoff(unittest.TestCase):
         self.assertIn("incomplete", done.data["degraded"])
         self.assertIn("/ws/a.py", FAKE.calls[2]["prompt"])   # the degraded ledger carried the file
 
+    def test_soft_problems_are_asked_once_then_the_fix_is_carried(self):
+        vague = GOOD_LEDGER.replace("Run `python -m pytest tests/test_parser.py` and fix the first failure.",
+                                    "Fix the remaining failure.")
+        FAKE.turns = [[("text", "x", 151_000)], [("text", vague, 151_000)],
+                      [("text", GOOD_LEDGER, 151_000)], [("text", "done", 1000)]]
+        result = self.run_step()
+        self.assertTrue(result.ok, result.error)
+        prompts = [c["prompt"] for c in FAKE.calls]
+        self.assertIn("nothing executable", prompts[2])                     # the one request to fix
+        self.assertTrue(prompts[2].startswith(flower.text("handoff_fix")[:30]))
+        self.assertIn("Run `python -m pytest tests/test_parser.py`", prompts[3])   # the carry has the fix
+        self.assertIsNone(self.handoffs("done")[0].data["degraded"])
+        with open(self.rt.paths.handoff("work"), encoding="utf-8") as fh:
+            self.assertIn("tests/test_parser.py", fh.read())
+
+    def test_soft_problems_are_accepted_after_one_request(self):
+        vague = GOOD_LEDGER.replace("Run `python -m pytest tests/test_parser.py` and fix the first failure.",
+                                    "Fix the remaining failure.")
+        FAKE.turns = [[("text", "x", 151_000)], [("text", vague, 151_000)],
+                      [("text", vague.replace("remaining", "last"), 151_000)], [("text", "done", 1000)]]
+        result = self.run_step()
+        self.assertTrue(result.ok, result.error)
+        prompts = [c["prompt"] for c in FAKE.calls]
+        self.assertEqual(sum(p.startswith(flower.text("handoff_fix")[:30]) for p in prompts), 1)
+        self.assertIn("Fix the last failure.", prompts[3])
+        self.assertIsNone(self.handoffs("done")[0].data["degraded"])
+
     def test_ritual_timeout_is_fail_soft(self):
         self.rt.handoff.ritual_timeout = 0.2
         FAKE.turns = [
@@ -251,12 +310,19 @@ class RuntimeHandoff(unittest.TestCase):
         self.assertIn("level 160000", result.error)
 
     def test_generation_cap(self):
+        """Three handoffs, then the fourth crossing stops the step without a (paid) handoff document."""
         self.rt.handoff.max_generations = 3
         FAKE.turns = [[("text", "x", 151_000)], [("text", GOOD_LEDGER, 151_000)]] * 5
         result = self.run_step()
         self.assertFalse(result.ok)
         self.assertIn("generation cap", result.error)
-        self.assertEqual(len(result.retired), 4)
+        self.assertEqual(len(result.retired), 3)
+        self.assertEqual(result.generations, 3)
+        prompts = [c["prompt"] for c in FAKE.calls]
+        self.assertEqual(prompts.count(flower.text("handoff_prompt")), 3)
+        self.assertEqual(len(prompts), 7)   # 4 sessions + 3 rituals
+        self.assertEqual(len(self.handoffs("writing")), 3)
+        self.assertEqual(self.rt.lineage.steps["work"], result.session_id)   # the last session stays current
 
     def test_overflow_error_gives_degraded_handoff_and_learns_window(self):
         FAKE.turns = [

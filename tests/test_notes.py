@@ -156,6 +156,33 @@ class LedgerParser(unittest.TestCase):
         self.assertTrue(any("placeholder" in p for p in Ledger.parse("## Status\nx\n## Next step\n同上").problems()))
         self.assertTrue(any("too long" in p for p in Ledger.parse("## Status\n" + "x" * 9000 + "\n## Next step\ny").problems()))
 
+    def test_soft_problems_next_step_executable_and_sections_not_mixed(self):
+        rows = [
+            # (Dead ends, Next step, the soft problem expected or None)
+            ("", "fix the parser", "nothing executable"),
+            ("", "修复解析器", "nothing executable"),
+            ("", "Run `make test`", None), ("", "edit src/parser.py first", None), ("", "运行 make test", None),
+            ("", "open parser.py and fix it", None), ("", "$ pytest -x", None),
+            ("- caching the AST: worked, now in place", "make test", "Dead ends holds what worked"),
+            ("- 缓存 AST:成功了", "make test", "Dead ends holds what worked"),
+            ("- regex parser: fails on nested lists", "make test", None),
+            ("- memoising: it worked but didn't help", "make test", None),
+            ("", "- [x] wrote the tokenizer\n- run `make test`", "Next step holds finished items"),
+            ("", "- ✅ tokenizer\n- run `make test`", "Next step holds finished items"),
+            ("", "- 已完成分词器\n- 运行 `make test`", "Next step holds finished items"),
+            ("", "when that is done, run `make test`", None),
+        ]
+        for dead_ends, next_step, expected in rows:
+            with self.subTest(dead_ends=dead_ends, next_step=next_step):
+                ledger = Ledger.parse(f"## Status\nx\n## Dead ends\n{dead_ends}\n## Next step\n{next_step}\n")
+                self.assertEqual(ledger.problems(soft=False), [])   # soft: never a degraded handoff
+                found = ledger.problems()
+                if expected is None:
+                    self.assertEqual(found, [])
+                else:
+                    self.assertEqual(len(found), 1, found)
+                    self.assertIn(expected, found[0])
+
     def test_secrets_never_survive(self):
         text = LEDGER_EN.replace("src/parser.py", "src/parser.py (key sk-ant-api03-SECRETSECRETSECRET123)")
         ledger = Ledger.parse(text)

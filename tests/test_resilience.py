@@ -6,6 +6,7 @@ import socket
 import threading
 import time
 import unittest
+from unittest import mock
 
 import flower
 from flower import classify, endpoint, reachable, Resilience
@@ -163,19 +164,27 @@ class Probe(unittest.TestCase):
         self.assertFalse(asyncio.run(reachable("no-such-host.invalid", 443, 2.0)))
 
     def test_probe_does_not_block_the_loop(self):
-        async def main():
-            ticks = 0
+        """The resolver blocks until the loop has ticked three times: only a probe that resolves
+        off the event loop lets that happen (in the loop it would wait for ticks that never come)."""
+        ticked = threading.Event()
+        released = []
 
+        def blocking_getaddrinfo(*args, **kwargs):
+            released.append(ticked.wait(10))
+            raise socket.gaierror("no such host")
+
+        async def main():
             async def ticker():
-                nonlocal ticks
-                while True:
-                    ticks += 1
-                    await asyncio.sleep(0.01)
+                for _ in range(3):
+                    await asyncio.sleep(0)
+                ticked.set()
             t = asyncio.ensure_future(ticker())
-            await reachable("no-such-host.invalid", 443, 1.0)
-            t.cancel()
-            return ticks
-        self.assertGreater(asyncio.run(main()), 0)
+            with mock.patch("socket.getaddrinfo", blocking_getaddrinfo):
+                ok = await reachable("no-such-host.invalid", 443, 30.0)
+            await t
+            return ok
+        self.assertFalse(asyncio.run(main()))
+        self.assertEqual(released, [True])
 
     def test_wait_online_with_a_listener_that_comes_back(self):
         port = free_port()

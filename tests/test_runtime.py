@@ -4,6 +4,9 @@ import asyncio
 import json
 import os
 import shutil
+import subprocess
+import sys
+import time
 import unittest
 
 import flower
@@ -75,6 +78,19 @@ class Exits(Base):
         self.assertEqual(result.attempts, 2)
         # nothing of the first session was stored beyond the prompt? the prompt is, so it resumes
         self.assertTrue(FAKE.calls[1]["options"].resume)
+        errors = self.kinds("error")
+        self.assertEqual([e.data["kind"] for e in errors], ["transient"])
+        self.assertIn("ProcessError: Connection refused", errors[0].data["message"])
+        self.assertEqual([e.data["kind"] for e in self.kinds("retry")], ["transient"])
+        self.assertIn("ProcessError: Connection refused", result.errors[0])
+        # the same exception path with a fatal message: classified fatal, no retry
+        self.events.clear()
+        FAKE.turns = [[("raise", fakesdk.ProcessError("Invalid API key · Fix external API key"))], [("text", "ok", 1)]]
+        result = self.run_spec()
+        self.assertFalse(result.ok)
+        self.assertEqual(result.attempts, 1)
+        self.assertEqual([e.data["kind"] for e in self.kinds("error")], ["fatal"])
+        self.assertEqual(self.kinds("retry"), [])
 
     def test_fatal_failure_stops_at_once(self):
         FAKE.turns = [[("error", "Invalid API key · Fix external API key", 401, "api_error")]]
@@ -247,6 +263,33 @@ class Continuity(Base):
         with self.assertRaises(flower.StepAbort):
             asyncio.run(Workflow([Step("s", AgentSpec("a"), "p")]).run(self.rt))
 
+    def test_on_fail_skip_and_continue_go_on(self):
+        fail = [("error", "Invalid API key", 401, "api_error")]
+        FAKE.turns = [fail, [("text", "b ran", 1)], fail, [("text", "rejected", 1)], [("text", "d ran", 1)]]
+        steps = [Step("a", AgentSpec("a"), "p", on_fail="skip"), Step("b", AgentSpec("b"), "p"),
+                 Step("c", AgentSpec("c"), "p", on_fail="continue"),
+                 Step("g", AgentSpec("g"), "p", on_fail="skip", gate=lambda ctx, r: "no"),
+                 Step("d", AgentSpec("d"), "p")]
+        ctx = asyncio.run(Workflow(steps).run(self.rt))
+        self.assertNotIn("a", ctx)
+        self.assertNotIn("g", ctx)
+        self.assertEqual(ctx["_skipped"], ["a", "g"])
+        self.assertIsNone(ctx["c"])
+        self.assertEqual((ctx["b"], ctx["d"]), ("b ran", "d ran"))
+        with self.assertRaises(flower.FlowerError):
+            Workflow([Step("s", AgentSpec("a"), "p", on_fail="skpi")])
+
+    def test_async_when_is_awaited(self):
+        FAKE.turns = [[("text", "ran", 1)]]
+
+        async def due(ctx):
+            return ctx.get("wanted", False)
+        steps = [Step("no", AgentSpec("a"), "p", when=due), Step("yes", AgentSpec("a"), "p", when=lambda ctx: due({"wanted": True}))]
+        ctx = asyncio.run(Workflow(steps).run(self.rt))
+        self.assertNotIn("no", ctx)
+        self.assertEqual(ctx["yes"], "ran")
+        self.assertEqual(len(FAKE.calls), 1)
+
     def test_info_lines_in_chinese(self):
         with open(os.path.join(self.run_dir, "lineage.json"), "w") as fh:
             fh.write("{broken")
@@ -256,11 +299,31 @@ class Continuity(Base):
         self.assertIn("无法读取", told[0])
 
     def test_lineage_remember_merges_parallel_writers(self):
-        a = Lineage.open(self.run_dir, self.ws)
-        b = Lineage.open(self.run_dir, self.ws)
-        a.remember("one", "sid-1")
-        b.remember("two", "sid-2")
-        self.assertEqual(Lineage.open(self.run_dir, self.ws).steps, {"one": "sid-1", "two": "sid-2"})
+        """Four processes open the lineage, wait at a start line until all have, then each remembers
+        40 steps at once: every step of every process survives."""
+        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        code = ("import os, sys, time; sys.path.insert(0, sys.argv[1]); import flower\n"
+                "run_dir, ws, me, gate = sys.argv[2:6]\n"
+                "lineage = flower.Lineage.open(run_dir, ws)\n"
+                "open(os.path.join(gate, me), 'w').close()\n"
+                "while not os.path.exists(os.path.join(gate, 'go')):\n"
+                "    time.sleep(0.001)\n"
+                "for i in range(40):\n"
+                "    lineage.remember(f'{me}-{i}', f'sid-{me}-{i}')\n")
+        gate = os.path.join(self.tmp.name, "gate")
+        os.makedirs(gate)
+        names = [f"p{n}" for n in range(4)]
+        procs = [subprocess.Popen([sys.executable, "-c", code, root, self.run_dir, self.ws, name, gate])
+                 for name in names]
+        while not all(os.path.exists(os.path.join(gate, name)) for name in names):
+            if any(p.poll() not in (None, 0) for p in procs):
+                break
+            time.sleep(0.01)
+        open(os.path.join(gate, "go"), "w").close()
+        for p in procs:
+            self.assertEqual(p.wait(timeout=120), 0)
+        expected = {f"{name}-{i}": f"sid-{name}-{i}" for name in names for i in range(40)}
+        self.assertEqual(Lineage.open(self.run_dir, self.ws).steps, expected)
 
     def test_archive(self):
         lineage = Lineage.open(self.run_dir, self.ws)

@@ -284,6 +284,25 @@ class ReadOnlyCommands(unittest.TestCase):
             ("git tag v1", False), ("git stash", False), ("git stash list", True), ("python3 x.py", False),
             ("ls; rm x", False), ("git -c core.x=1 status", False), ("", False), ("ls 'unterminated", False),
             ("git config user.name x", False), ("git config --get user.name", True), ("ls 2>&1", False),
+            # writing forms of otherwise read-only commands, each beside its reading form
+            ("git reflog", True), ("git reflog show HEAD", True), ("git reflog expire --all", False),
+            ("git reflog delete HEAD@{1}", False),
+            ("git log --oneline -3", True), ("git log --output=out.txt", False), ("git log --output out.txt", False),
+            ("git show HEAD", True), ("git show --output=out.txt HEAD", False),
+            ("git diff --output-indicator-new=+", True), ("git diff --output=d.patch", False),
+            ("git grep -n foo", True), ("git grep -Ovim foo", False), ("git grep -nO foo", False),
+            ("git grep --open-files-in-pager=vim foo", False),
+            ("tree -L 2 src", True), ("tree -a", True), ("tree -o out.txt", False), ("tree -L 2 -o out.txt", False),
+            ("uniq in.txt", True), ("uniq -c -f 2 in.txt", True), ("sort f | uniq -c", True),
+            ("uniq in.txt out.txt", False), ("uniq -c in.txt out.txt", False),
+            ("sed s/a/b/g f", True), ("sed -n '/x/,/y/p' f", True), ("sed -e 's|a|b|;3q' f", True),
+            ("sed -ne 's/a/b/p' f", True), ("sed '1e id' f", False), ("sed 'e' f", False),
+            ("sed 's/a/b/e' f", False), ("sed 's/a/b/w out' f", False), ("sed -e 's/a/b/gw out' f", False),
+            ("sed '$w out' f", False), ("sed -f script.sed f", False), ("sed --in-place s/a/b/ f", False),
+            ("date", True), ("date +%Y-%m-%d", True), ("date -u -d yesterday +%F", True),
+            ("date -s '2020-01-01'", False), ("date --set=2020-01-01", False), ("date 010112002020", False),
+            ("hostname", True), ("hostname -f", True), ("hostname box2", False), ("hostname -F name.txt", False),
+            ("sort -n -k2 f", True), ("sort --output=out f", False), ("sort --compress-program=sh f", False),
         ]
         for cmd, expected in rows:
             with self.subTest(cmd=cmd):

@@ -47,6 +47,7 @@ class ScriptedHuman(Human):
     def __init__(self, answers):
         self.answers = list(answers)
         self.asked = []
+        self.options = []
 
     async def ask(self, question):
         self.asked.append(question)
@@ -54,6 +55,7 @@ class ScriptedHuman(Human):
 
     async def choose(self, question, options):
         self.asked.append(question)
+        self.options.append(options)
         return self.answers.pop(0)
 
 
@@ -68,9 +70,9 @@ class StarterFlow(fakesdk.FakeWorkspace, unittest.TestCase):
             rt.close()
         super().tearDown()
 
-    def wake(self, ask=None, *, wake_sentence=None, human=None, rounds=3, use_goal=True):
+    def wake(self, ask=None, *, wake_sentence=None, human=None, rounds=3, use_goal=True, lang="en"):
         FAKE.turns = [self.brain] * 20
-        rt = Runtime(workspace=self.ws, run_dir=self.run_dir, resilience=Resilience(probe=False))
+        rt = Runtime(workspace=self.ws, run_dir=self.run_dir, resilience=Resilience(probe=False), lang=lang)
         self.rts.append(rt)
         flow = starter_flow(ask, rt=rt, wake_sentence=wake_sentence, human=human, rounds=rounds, use_goal=use_goal)
         return rt, asyncio.run(flow.run(rt))
@@ -149,6 +151,16 @@ class StarterFlow(fakesdk.FakeWorkspace, unittest.TestCase):
             self.wake("write md2html", rounds=2)
         self.assertEqual(self.brain.roles.count("judge"), 2)
 
+    def test_rounds_reset_on_every_wake(self):
+        self.brain.verdicts = ["VERDICT: not_yet"] * 2
+        with self.assertRaises(flower.StepAbort):
+            self.wake("write md2html", rounds=2)
+        self.brain.roles.clear()
+        self.brain.verdicts = ["VERDICT: not_yet", "VERDICT: achieved"]
+        rt, ctx = self.wake(rounds=2)   # the next wake has its two rounds again
+        self.assertEqual(self.brain.roles, ["work", "judge", "work", "judge"])
+        self.assertTrue(ctx["_verdict"].achieved)
+
     def test_unreachable_without_a_human_stops(self):
         self.brain.verdicts = ["## Reasons\nneeds a GPU\nVERDICT: unreachable"]
         with self.assertRaises(flower.StepAbort) as caught:
@@ -156,18 +168,53 @@ class StarterFlow(fakesdk.FakeWorkspace, unittest.TestCase):
         self.assertIn("unreachable", str(caught.exception))
 
     def test_unreachable_with_a_human(self):
-        self.brain.verdicts = ["VERDICT: unreachable", "VERDICT: achieved"]
-        human = ScriptedHuman(["the judge is wrong"])
+        """"keep working: the judge is wrong" resumes the worker with that as feedback."""
+        self.brain.verdicts = ["## Reasons\nneeds a GPU\nVERDICT: unreachable", "VERDICT: achieved"]
+        human = ScriptedHuman([flower.text("choice_keep_working")])
         rt, ctx = self.wake("write md2html", human=human)
-        self.assertEqual(self.brain.roles[-1], "judge")
         self.assertTrue(any("unreachable" in q for q in human.asked))
+        self.assertEqual(self.brain.roles, ["clarify", "goal", "work", "judge", "work", "judge"])
+        again = FAKE.calls[4]
+        self.assertIn("the judge is wrong", again["prompt"])
+        self.assertIn("needs a GPU", again["prompt"])
+        self.assertEqual(again["options"].resume, FAKE.calls[2]["options"].session_id)
+        self.assertTrue(ctx["_verdict"].achieved)
+        self.assertEqual(ctx["work"], "worked")
+
+    def test_unreachable_choices_say_their_consequence(self):
+        human = ScriptedHuman([flower.text("choice_accept")])
+        self.brain.verdicts = ["VERDICT: unreachable"]
+        rt, ctx = self.wake("write md2html", human=human)
+        self.assertEqual(human.options, [["accept the work as it is: the step passes", "amend the goal",
+                                          "keep working: the judge is wrong", "stop"]])
+        self.assertEqual(self.brain.roles, ["clarify", "goal", "work", "judge"])  # accepted: the step passes
+        self.assertEqual(ctx["work"], "worked")
+        self.assertEqual(ctx["_verdict"].status, "unreachable")
+
+    def test_unreachable_then_stop(self):
+        self.brain.verdicts = ["VERDICT: unreachable", "VERDICT: achieved"]
+        human = ScriptedHuman([flower.text("choice_stop")])
+        with self.assertRaises(flower.StepAbort) as caught:
+            self.wake("write md2html", human=human)
+        self.assertIn("chose to stop", str(caught.exception))
+        self.assertEqual(self.brain.roles, ["clarify", "goal", "work", "judge"])
+
+    def test_unreachable_choices_in_chinese(self):
+        self.brain.verdicts = ["VERDICT: unreachable", "VERDICT: achieved"]
+        human = ScriptedHuman([flower.text("choice_keep_working", "zh")])
+        rt, ctx = self.wake("write md2html", human=human, lang="zh")
+        self.assertEqual(human.options, [[flower.text(k, "zh") for k in flower.UNREACHABLE_CHOICES]])
+        self.assertIn("判定者认为目标无法达成", human.asked[0])
+        self.assertEqual(self.brain.roles.count("work"), 2)
+        self.assertIn("判定者判错了", FAKE.calls[4]["prompt"])
 
     def test_amend_goal_with_a_human(self):
         self.brain.verdicts = ["VERDICT: unreachable", "VERDICT: achieved"]
         human = ScriptedHuman(["amend the goal", "just headings"])
         rt, ctx = self.wake("write md2html", human=human)
         self.assertIn("just headings", read(os.path.join(self.ws, ".flower/notes/goal.md")))
-        self.assertEqual(self.brain.roles.count("work"), 2)
+        self.assertEqual(self.brain.roles, ["clarify", "goal", "work", "judge", "work", "judge"])
+        self.assertIn("amended the goal: just headings", FAKE.calls[4]["prompt"])
 
     def test_clarifier_has_the_ask_tool_with_a_human(self):
         rt, ctx = self.wake("write md2html", human=ScriptedHuman([]))
