@@ -460,7 +460,7 @@ _NOT_ALNUM_BEFORE = r"(?<![A-Za-z0-9])"
 _SECRET_PATTERNS = [
     (("PRIVATE KEY-----",), re.compile(
         r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----(?:[\s\S]*?-----END [A-Z0-9 ]*PRIVATE KEY-----"
-        r"|(?:[ \t]*\r?\n[ \t]*(?:(?:Proc-Type|DEK-Info):[^\n]*|[A-Za-z0-9+/=]{8,}))*)")),
+        r"|(?:[ \t]*(?:\\n|\r?\n)[ \t]*(?:(?:Proc-Type|DEK-Info):[^\n\\]*|[A-Za-z0-9+/=]{8,}))*)")),
     (("sk-",), re.compile(_NOT_ALNUM_BEFORE + r"sk-(?:ant-|proj-|svcacct-)?[A-Za-z0-9_\-]{16,}")),
     (("sk_", "rk_", "pk_"), re.compile(_NOT_ALNUM_BEFORE + r"[srp]k_(?:live|test)_[A-Za-z0-9]{10,}")),
     (("ghp_", "gho_", "ghu_", "ghs_", "ghr_"), re.compile(_NOT_ALNUM_BEFORE + r"gh[pousr]_[A-Za-z0-9]{20,}")),
@@ -478,16 +478,19 @@ _AUTH_HEADER = re.compile(r"(?i)\b((?:proxy-)?authorization[\"']?\s*[:=]\s*[\"']
                           r"[^\s\"',;]+")
 _BEARER = re.compile(r"\b((?i:bearer)\s+)[A-Za-z0-9._~+/=\-]{16,}")
 # ``scheme://user:password@host``: the password goes, the user and host stay
-_URL_PASSWORD = re.compile(r"\b([a-zA-Z][a-zA-Z0-9+.\-]*://[^/\s:@\"']+:)[^/\s@\"']+@")
+_URL_PASSWORD = re.compile(r"\b([a-zA-Z][a-zA-Z0-9+.\-]*://[^/\s:@\"']*:)[^/\s@\"']+@")
 # ``KEY = value`` / ``KEY: value`` / ``"KEY": "value"``: candidates; _secret_name decides on the key
 _ASSIGNMENT = re.compile(
-    r"([\"']?)([A-Za-z][A-Za-z0-9_.\-]{0,80})\1(\s*[:=]\s*)"
+    r"([\"']?)([A-Za-z][A-Za-z0-9_.\-]{0,80})\1([ \t]*[:=][ \t]*)"
     r"(\"(?:[^\"\\\n]|\\.)*\"|'[^'\n]*'|[^\s\"',;&}\]]+)")
 _ASSIGNMENT_MARKERS = ("pass", "pwd", "token", "secret", "key", "cred")
 _SECRET_WORDS = frozenset({"password", "passwd", "pwd", "passphrase", "token", "secret", "apikey",
                            "credential", "credentials"})
 _SECRET_PAIRS = frozenset({("api", "key"), ("access", "key"), ("private", "key"), ("secret", "key"),
                            ("auth", "key"), ("signing", "key"), ("encryption", "key"), ("master", "key")})
+_NOT_SECRET_LAST = frozenset({"count", "counts", "len", "length", "size", "limit", "max", "min", "type", "kind",
+                              "name", "names", "id", "ids", "path", "file", "dir", "url", "env", "var", "header",
+                              "ttl", "expiry", "expires", "timeout", "policy", "hint", "prompt", "field", "label"})
 _NAME_PARTS = re.compile(r"[_.\-]+|(?<=[a-z0-9])(?=[A-Z])")
 _PLAIN_VALUE = re.compile(r"(?i)[-+]?\d+(?:[.,]\d+)*|true|false|null|none|nil|yes|no|\**|x+|\.{3}|"
                           r"\$\{?[A-Za-z_][A-Za-z0-9_]*\}?|<[^>]*>|\{\{.*\}\}|\[REDACTED\]?")
@@ -498,11 +501,15 @@ def _secret_name(name: str) -> bool:
     """Whether ``name`` names a secret. The rule: split the name into its parts (at ``_``, ``-``,
     ``.`` and camelCase humps); it is a secret name when one part is a whole secret word (password,
     passwd, pwd, passphrase, token, secret, apikey, credential(s)) or two adjacent parts are a secret
-    pair (api key, access key, private key, secret key, auth key, signing/encryption/master key).
+    pair (api key, access key, private key, secret key, auth key, signing/encryption/master key), and
+    the last part does not say the value is about the secret rather than the secret itself
+    (``token_count``, ``password_file``, ``api_key_id``, ``credentialsPath``: count, file, id, path, ...).
     So ``token``, ``auth_token``, ``GITHUB_TOKEN``, ``db_password``, ``client_secret``, ``api-key`` and
     ``apiKey`` are secret names; ``tokenizer``, ``tokens``, ``secretary``, ``passwordless`` and
     ``keyboard`` are not (a part must *be* the word, not contain it)."""
     parts = [p.lower() for p in _NAME_PARTS.split(name) if p]
+    if not parts or parts[-1] in _NOT_SECRET_LAST:
+        return False
     if any(p in _SECRET_WORDS for p in parts):
         return True
     return any(pair in _SECRET_PAIRS for pair in zip(parts, parts[1:]))
@@ -510,7 +517,8 @@ def _secret_name(name: str) -> bool:
 
 def _could_be_secret(value: str) -> bool:
     """Values that cannot be secrets stay: empty, numbers, booleans, null, placeholders, masks."""
-    return bool(value.strip()) and not _PLAIN_VALUE.fullmatch(value.strip())
+    value = value.strip()
+    return bool(value) and not value.startswith(("<", "${", "{{")) and not _PLAIN_VALUE.fullmatch(value)
 
 
 def _assignment(match: re.Match) -> str:
