@@ -162,6 +162,7 @@ TEXTS: dict[str, dict[str, str]] = {
         "info_not_stored": "session {sid} is not in the store; starting fresh",
         "info_not_resumable": "session {sid} could not be resumed; starting fresh",
         "info_mirror_error": "the session store could not save part of this session: {error}",
+        "info_legacy_runs": "using flower's state in {path} (the old default); to move it: mv runs/* .flower/",
         "info_write_failed": "could not write {path} ({error}); the work goes on, continuity is degraded",
         "info_skipped_rows": "{n} unreadable stored entr(y/ies) of session {sid} skipped",
         "ui_degraded": "continuity degraded: {n} problem(s), see above",
@@ -250,6 +251,7 @@ TEXTS: dict[str, dict[str, str]] = {
         "info_not_stored": "会话 {sid} 不在存储中;从头开始",
         "info_not_resumable": "会话 {sid} 无法接上;从头开始",
         "info_mirror_error": "会话存储没能保存这次会话的一部分:{error}",
+        "info_legacy_runs": "沿用 {path} 里的 flower 状态(旧的默认位置);要迁移:mv runs/* .flower/",
         "info_write_failed": "无法写入 {path}({error});工作继续,接续能力受损",
         "info_skipped_rows": "会话 {sid} 有 {n} 条无法读取的存储记录,已跳过",
         "ui_degraded": "接续能力受损:{n} 个问题,见上文",
@@ -2405,15 +2407,17 @@ def load_store_factory(spec: str) -> Any:
 
 @dataclass
 class Paths:
-    """Where flower keeps things, for one workspace and run_dir (SPEC §2)."""
+    """Where flower keeps things, for one workspace and run_dir (SPEC §2, §13): by default every
+    piece of state lives in ``<workspace>/.flower``; ``run_dir`` (``-r``) moves the run files
+    (sessions.db, lineage, manifest, window book, transcripts) elsewhere."""
 
     workspace: str
-    run_dir: str
+    run_dir: str | None = None
     lang: str = "en"
 
     def __post_init__(self) -> None:
         self.workspace = os.path.realpath(self.workspace)
-        self.run_dir = os.path.abspath(self.run_dir)
+        self.run_dir = os.path.abspath(self.run_dir) if self.run_dir else os.path.join(self.workspace, ".flower")
 
     def run(self, name: str) -> str:
         """A file in run_dir."""
@@ -2464,10 +2468,13 @@ class Paths:
         return os.path.join(self.run_dir, "transcripts", f"{safe_name(session_id)}.md")
 
     def prepare(self) -> None:
-        """Create run_dir and .flower (0700) with their ``.gitignore`` (``*``)."""
+        """Create run_dir and .flower (0700). A ``.gitignore`` (``*``) goes only into a directory
+        flower creates itself: a user's existing directory (``-r runs`` in a repo that tracks
+        ``runs/``) is never given one."""
+        created = [d for d in dict.fromkeys((self.run_dir, self.flower_dir)) if not os.path.isdir(d)]
         for directory in (self.run_dir, self.flower_dir, self.notes_dir):
             ensure_private_dir(directory)
-        for directory in (self.run_dir, self.flower_dir):
+        for directory in created:
             ignore = os.path.join(directory, ".gitignore")
             if not os.path.exists(ignore):
                 try:
@@ -2712,7 +2719,7 @@ class Manifest:
         return [r for r in rows if _valid_row(r)] if isinstance(rows, list) else []
 
 
-def wake_state(workspace: str = ".", run_dir: str = "runs") -> dict:
+def wake_state(workspace: str = ".", run_dir: str | None = None) -> dict:
     """What a wake in ``workspace`` would pick up, without side effects:
     ``{"waking", "brief", "goal", "checks", "woke", "steps"}``."""
     paths = Paths(workspace, run_dir)
@@ -3185,7 +3192,7 @@ class Runtime:
     failure (wait for the network, back off, resume the same session with a neutral prompt).
     """
 
-    def __init__(self, *, workspace: str = ".", run_dir: str = "runs", store: Any = None,
+    def __init__(self, *, workspace: str = ".", run_dir: str | None = None, store: Any = None,
                  resilience: Resilience | None = None, handoff: HandoffPolicy | None = None,
                  prune_policy: PrunePolicy | None = None, trim: bool = False, lang: str = "en",
                  model: str | None = None, on_event: Callable[[Event], None] | None = None,
@@ -4276,8 +4283,8 @@ class _ArgParser(argparse.ArgumentParser):
 
 def _global_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-w", "--workspace", default=".", help="the agents' working directory (default .)")
-    parser.add_argument("-r", "--run-dir", default="runs", help="state directory, relative to the current "
-                                                                "directory (default runs)")
+    parser.add_argument("-r", "--run-dir", default=None, help="where the run files go (sessions.db, lineage, "
+                                                              "manifest); default <workspace>/.flower")
     parser.add_argument("-v", "--verbose", action="store_true", help="show every text and tool call")
     parser.add_argument("-q", "--quiet", action="store_true", help="only errors and the closing line")
     parser.add_argument("--json", action="store_true", help="events as JSON lines on stdout (human text on stderr)")
@@ -4404,6 +4411,25 @@ def _require_credentials() -> None:
     if _credentials() is None:
         raise FlowerError("no credentials: set ANTHROPIC_API_KEY (or ANTHROPIC_AUTH_TOKEN), or log in with "
                           "the claude CLI", EXIT_SETUP)
+
+
+def _paths(args: argparse.Namespace, reporter: Reporter) -> Paths:
+    """The workspace (it must exist: flower never creates the directory an agent works in) and the
+    state dir. Without ``-r``, a flower ``./runs`` of the old default that belongs to this workspace is
+    still used, with one line suggesting the move into ``.flower/``."""
+    if not os.path.isdir(args.workspace):
+        raise FlowerError(f"workspace {args.workspace} is not a directory", EXIT_USAGE)
+    run_dir = args.run_dir
+    if run_dir is None:
+        legacy = os.path.abspath("runs")
+        workspace = os.path.realpath(args.workspace)
+        lineage = _peek_json(os.path.join(legacy, "lineage.json"))
+        ours = isinstance(lineage, dict) and lineage.get("workspace") == workspace
+        if (ours or (lineage is None and os.path.isfile(os.path.join(legacy, "sessions.db")))) and \
+                not os.path.exists(os.path.join(workspace, ".flower", "sessions.db")):
+            run_dir = legacy
+            reporter.say(text("info_legacy_runs", _lang(args), path=_tilde(legacy)), always=True)
+    return Paths(args.workspace, run_dir, _lang(args))
 
 
 def _open_store(args: argparse.Namespace, paths: Paths, *, create: bool = True) -> Any:
@@ -4559,9 +4585,7 @@ def cmd_go(args: argparse.Namespace, reporter: Reporter) -> int:
     lang = _lang(args)
     ask = _check_text(args.ask, "the task")
     check_spec(AgentSpec("work", permission_mode=args.permission_mode))
-    paths = Paths(args.workspace, args.run_dir, lang)
-    if not os.path.isdir(paths.workspace):
-        raise FlowerError(f"workspace {args.workspace} is not a directory", EXIT_USAGE)
+    paths = _paths(args, reporter)
     paths.prepare()
     driver = DriverLock(paths.run("flower.lock"), f"workspace {_tilde(paths.workspace)}").acquire()
     try:
@@ -4657,7 +4681,7 @@ def cmd_once(args: argparse.Namespace, reporter: Reporter) -> int:
     spec = AgentSpec("once", tools=tools, allowed_tools=tools, permission_mode=args.permission_mode,
                      max_budget_usd=args.budget, model=args.model)
     check_spec(spec)  # before anything is written or paid
-    paths = Paths(args.workspace, args.run_dir, _lang(args))
+    paths = _paths(args, reporter)
     paths.prepare()
     store = _open_store(args, paths)
     _require_sdk()
@@ -4689,9 +4713,9 @@ def cmd_once(args: argparse.Namespace, reporter: Reporter) -> int:
 
 def cmd_status(args: argparse.Namespace, reporter: Reporter) -> int:
     """Wake state, the last manifest rows and the stored sessions; never needs the SDK."""
-    paths = Paths(args.workspace, args.run_dir, _lang(args))
+    paths = _paths(args, reporter)
     if os.path.exists(paths.run_dir) and not os.path.isdir(paths.run_dir):
-        raise FlowerError(f"run dir {args.run_dir} is not a directory", EXIT_SETUP)
+        raise FlowerError(f"run dir {paths.run_dir} is not a directory", EXIT_SETUP)
     state = wake_state(paths.workspace, paths.run_dir)
     rows = Manifest.read(paths.run_dir)
     store = _open_store(args, paths, create=False) if os.path.isdir(paths.run_dir) else None
@@ -4763,7 +4787,7 @@ def cmd_doctor(args: argparse.Namespace, reporter: Reporter) -> int:
     online = asyncio.run(reachable(host, port, env_number("FLOWER_PROBE_TIMEOUT", 5.0)))
     checks.append((online, f"endpoint {host}:{port} {'reachable' if online else 'unreachable'}",
                    "check the network, ANTHROPIC_BASE_URL and HTTPS_PROXY"))
-    paths = Paths(args.workspace, args.run_dir, _lang(args))
+    paths = _paths(args, reporter)
     try:
         paths.prepare()
         probe = paths.run(f".doctor-{os.getpid()}")
@@ -4809,7 +4833,7 @@ def render_entries(entries: list[dict]) -> str:
 
 def cmd_sessions(args: argparse.Namespace, reporter: Reporter) -> int:
     """List stored sessions with their size and last context."""
-    paths = Paths(args.workspace, args.run_dir, _lang(args))
+    paths = _paths(args, reporter)
     store = _open_store(args, paths, create=False)
     if store is None or not hasattr(store, "sessions"):
         print("no sessions stored yet")
@@ -4827,7 +4851,7 @@ def cmd_sessions(args: argparse.Namespace, reporter: Reporter) -> int:
 
 def cmd_show(args: argparse.Namespace, reporter: Reporter) -> int:
     """Print a session as the model would be sent it (pruned), or as stored with --raw."""
-    paths = Paths(args.workspace, args.run_dir, _lang(args))
+    paths = _paths(args, reporter)
     store = _open_store(args, paths, create=False)
     if store is None or not hasattr(store, "find_session"):
         raise FlowerError("no sessions stored here", EXIT_USAGE)

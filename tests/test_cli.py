@@ -106,13 +106,13 @@ class Cli(unittest.TestCase):
         rows = [
             # name, setup, args, mode, env-extra, stdin, exit code, text in the error line
             # the corrupt state files get read: the run goes on (its judge fails it, hence exit 1)
-            ("corrupt lineage", {"runs/lineage.json": b"{oops"}, ["--rounds", "1", "build x"], "fake", judged, None, 1,
+            ("corrupt lineage", {".flower/lineage.json": b"{oops"}, ["--rounds", "1", "build x"], "fake", judged, None, 1,
              "work"),
-            ("corrupt manifest", {"runs/manifest.json": b"[{not json"}, ["--rounds", "1", "build x"], "fake", judged,
+            ("corrupt manifest", {".flower/manifest.json": b"[{not json"}, ["--rounds", "1", "build x"], "fake", judged,
              None, 1, "work"),
-            ("non-sqlite sessions.db", {"runs/sessions.db": junk_db}, ["build x"], "nosdk", {}, None, 3,
+            ("non-sqlite sessions.db", {".flower/sessions.db": junk_db}, ["build x"], "nosdk", {}, None, 3,
              "not a usable session store"),
-            ("run dir is a file", {"runs": b"a file"}, ["build x"], "nosdk", {}, None, 3, "not a directory"),
+            ("run dir is a file", {".flower": b"a file"}, ["build x"], "nosdk", {}, None, 3, "not a directory"),
             ("read-only run dir", {}, ["-r", "/sys/flower-test-runs", "build x"], "nosdk", {}, None, 3,
              "cannot create directory"),
             ("unknown flag", {}, ["--frobnicate"], "nosdk", {}, None, 2, "unrecognized arguments"),
@@ -124,7 +124,7 @@ class Cli(unittest.TestCase):
             ("bad store factory", {}, ["--store", "nosuchmodule:make", "build x"], "nosdk", {}, None, 3,
              "ModuleNotFoundError"),
             ("bad rounds", {}, ["--rounds", "many", "x"], "nosdk", {}, None, 2, "invalid int value"),
-            ("show unknown session", {"runs/sessions.db": None}, ["show", "abc"], "nosdk", {}, None, 2, "sessions start"),
+            ("show unknown session", {".flower/sessions.db": None}, ["show", "abc"], "nosdk", {}, None, 2, "sessions start"),
         ]
         for name, files, args, mode, extra, stdin, code, needle in rows:
             with self.subTest(name=name):
@@ -180,7 +180,7 @@ class Cli(unittest.TestCase):
         self.assertIn("work·judge#1", out)
         p = self.run_cli(["sessions"], mode="nosdk")
         self.assertEqual(len(p.stdout.decode().strip().splitlines()), 4)
-        sid = load_json(os.path.join(self.ws, "runs", "lineage.json"))["steps"]["work"]
+        sid = load_json(os.path.join(self.ws, ".flower", "lineage.json"))["steps"]["work"]
         p = self.run_cli(["show", sid[:8]], mode="nosdk")
         self.assertEqual(p.returncode, 0, p.stderr)
         self.assertIn(b"[assistant] worked", p.stdout)
@@ -202,7 +202,7 @@ class Cli(unittest.TestCase):
         p = self.run_cli([], mode="fake", env=env, stdin=b"")
         self.assertEqual(p.returncode, 0, p.stderr)
         self.assertEqual(p.stderr.decode().count("belongs to"), 1, p.stderr.decode())
-        with open(os.path.join(moved, "runs", "lineage.json"), "w") as fh:
+        with open(os.path.join(moved, ".flower", "lineage.json"), "w") as fh:
             fh.write("{oops")
         p = self.run_cli([], mode="fake", env=env, stdin=b"")
         self.assertEqual(p.returncode, 0, p.stderr)
@@ -224,7 +224,7 @@ class Cli(unittest.TestCase):
         while time.time() < deadline and not (os.path.exists(log) and '"clarify"' in read_text(log)):
             time.sleep(0.05)
         first = self.fake_log(log)[0]
-        db = os.path.join(self.ws, "runs", "sessions.db")
+        db = os.path.join(self.ws, ".flower", "sessions.db")
         while time.time() < deadline and not self.stored(db, first["session_id"]):
             time.sleep(0.05)
         proc.kill()
@@ -237,7 +237,7 @@ class Cli(unittest.TestCase):
         # the English wake banner, with the work session's context figure
         p = self.run_cli([], mode="fake", env=env, stdin=b"")
         self.assertEqual(p.returncode, 0, p.stderr)
-        work = load_json(os.path.join(self.ws, "runs", "lineage.json"))["steps"]["work"]
+        work = load_json(os.path.join(self.ws, ".flower", "lineage.json"))["steps"]["work"]
         context = flower.SqliteSessionStore(db).last_context(flower.project_key(self.ws), work)
         self.assertTrue(context)
         banner = f"<- resuming in ~/ws  brief confirmed · goal 1 checks · work context {flower._human_tokens(context)}" \
@@ -286,7 +286,7 @@ class Cli(unittest.TestCase):
         self.assertEqual((resumed["resume"], resumed["session_id"]), (sid, None))   # the same session goes on
         self.assertEqual(forked["resume"], sid)
         self.assertNotIn(forked["session_id"], (sid, None))                      # a branch under its own id
-        rows = load_json(os.path.join(self.ws, "runs", "manifest.json"))
+        rows = load_json(os.path.join(self.ws, ".flower", "manifest.json"))
         self.assertEqual(rows[1]["session_id"], sid)
         self.assertEqual(rows[2]["session_id"], forked["session_id"])
         p = self.run_cli(["once", "--resume", "ffffffff", "x"], mode="fake", env=env)
@@ -309,10 +309,10 @@ class Cli(unittest.TestCase):
                 out, err = proc.communicate(timeout=30)
                 self.assertEqual(proc.returncode, 128 + signum, err)
                 self.assertNotIn(b"Traceback", err)
-                rows = load_json(os.path.join(ws, "runs", "manifest.json"))
+                rows = load_json(os.path.join(ws, ".flower", "manifest.json"))
                 self.assertEqual(rows[-1]["step"], "work")
                 self.assertEqual(rows[-1]["error"], "killed-by-signal")
-                self.assertEqual(load_json(os.path.join(ws, "runs", "lineage.json"))["steps"]["work"],
+                self.assertEqual(load_json(os.path.join(ws, ".flower", "lineage.json"))["steps"]["work"],
                                  rows[-1]["session_id"])
 
     def test_custom_store_factory(self):
@@ -320,7 +320,7 @@ class Cli(unittest.TestCase):
         env = dict(self.env, ANTHROPIC_API_KEY="sk-test", FLOWER_TEST_STORE=custom)
         p = self.run_cli(["--store", "tests.store_factory:make", "write md2html"], mode="fake", env=env)
         self.assertEqual(p.returncode, 0, p.stderr)
-        self.assertFalse(os.path.exists(os.path.join(self.ws, "runs", "sessions.db")))
+        self.assertFalse(os.path.exists(os.path.join(self.ws, ".flower", "sessions.db")))
         import flower
         store = flower.SqliteSessionStore(custom)
         self.assertEqual(len(store.sessions()), 4)
@@ -337,7 +337,7 @@ class Cli(unittest.TestCase):
         self.assertTrue(os.path.exists(os.path.join(notes, "需求.md")))
         self.assertTrue(os.path.exists(os.path.join(notes, "目标.md")))
         self.assertIn("完成 · 共", p.stderr.decode())
-        steps = [r["step"] for r in load_json(os.path.join(self.ws, "runs", "manifest.json"))]
+        steps = [r["step"] for r in load_json(os.path.join(self.ws, ".flower", "manifest.json"))]
         self.assertEqual(steps[-1], "work·判定#1")
         p = self.run_cli(["--lang", "zh"], mode="fake", env=env, stdin=b"")
         self.assertIn("需求已确认", p.stderr.decode())
@@ -353,7 +353,7 @@ class Cli(unittest.TestCase):
         self.assertIn(b"session ", p.stderr)
         self.assertEqual(p.stdout.decode().strip(), "worked")   # the answer once, on stdout
         self.assertNotIn(b"worked", p.stderr)
-        rows = load_json(os.path.join(self.ws, "runs", "manifest.json"))
+        rows = load_json(os.path.join(self.ws, ".flower", "manifest.json"))
         self.assertEqual(rows[-1]["step"], "once")
 
 
@@ -512,7 +512,7 @@ class Pty(unittest.TestCase):
         code = self.finish()
         self.assertEqual(code, 130, self.buf.decode("utf-8", "replace")[-2000:])
         self.assertNotIn(b"Traceback", self.buf)
-        rows = load_json(os.path.join(self.ws, "runs", "manifest.json"))
+        rows = load_json(os.path.join(self.ws, ".flower", "manifest.json"))
         self.assertEqual(rows[-1]["step"], "work")
         self.assertEqual(rows[-1]["error"], "interrupted")
 

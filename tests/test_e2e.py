@@ -133,13 +133,13 @@ class EndToEnd(unittest.TestCase):
             return fh.read()
 
     def lineage(self):
-        return json.loads(self.read("runs", "lineage.json"))
+        return json.loads(self.read(".flower", "lineage.json"))
 
     def manifest(self):
-        return json.loads(self.read("runs", "manifest.json"))
+        return json.loads(self.read(".flower", "manifest.json"))
 
     def stored(self, sid):
-        db = sqlite3.connect(os.path.join(self.ws, "runs", "sessions.db"))
+        db = sqlite3.connect(os.path.join(self.ws, ".flower", "sessions.db"))
         try:
             rows = db.execute("SELECT payload FROM entries WHERE skey LIKE ? ORDER BY seq", (f"%/{sid}",)).fetchall()
             return [json.loads(r[0]) for r in rows]
@@ -177,7 +177,7 @@ class EndToEnd(unittest.TestCase):
         # the session is stored under the SDK's project key for the workspace
         import claude_agent_sdk
         key = claude_agent_sdk.project_key_for_directory(self.ws)
-        store = flower.SqliteSessionStore(os.path.join(self.ws, "runs", "sessions.db"))
+        store = flower.SqliteSessionStore(os.path.join(self.ws, ".flower", "sessions.db"))
         self.assertTrue(store.has_session(key, lineage["steps"]["work"]))
         store.close()
         judge_sid = [r for r in self.manifest() if r["step"] == "work·judge#1"][0]["session_id"]
@@ -209,7 +209,7 @@ class EndToEnd(unittest.TestCase):
         proc.wait(timeout=30)
         # state on disk is sound
         self.manifest()
-        db = sqlite3.connect(os.path.join(self.ws, "runs", "sessions.db"))
+        db = sqlite3.connect(os.path.join(self.ws, ".flower", "sessions.db"))
         self.assertEqual(db.execute("PRAGMA integrity_check").fetchone()[0], "ok")
         db.close()
         before = len(self.roles.bodies("work"))
@@ -444,7 +444,7 @@ class EndToEnd(unittest.TestCase):
         self.assertTrue(row["ok"], row)
         self.assertEqual(row["generations"], 1)
         self.assertIn("[degraded: context overflow]", self.read(".flower", "notes", "handoff-work.md"))
-        learned = json.loads(self.read("runs", "window.json"))
+        learned = json.loads(self.read(".flower", "window.json"))
         entry = [v for k, v in learned.items() if k.endswith("|claude-sonnet-4-5")][0]
         self.assertEqual(entry["source"], "overflow")
         self.assertEqual(entry["window"], 121_000)

@@ -60,7 +60,7 @@ class OneDriver(unittest.TestCase):
             return 0
 
     def delete_session(self, sid: str) -> int:
-        db = sqlite3.connect(os.path.join(self.ws, "runs", "sessions.db"))
+        db = sqlite3.connect(os.path.join(self.ws, ".flower", "sessions.db"))
         try:
             with db:
                 n = db.execute("DELETE FROM entries WHERE skey LIKE ?", (f"%/{sid}",)).rowcount
