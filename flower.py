@@ -4278,75 +4278,154 @@ class Reporter:
 
 class _ArgParser(argparse.ArgumentParser):
     def error(self, message: str) -> Any:  # one line, exit 2, no usage dump
-        raise FlowerError(f"{message} (see: python flower.py --help)", EXIT_USAGE)
+        raise FlowerError(f"{message} (see: python3 flower.py --help)", EXIT_USAGE)
+
+
+KNOWN_TOOLS = frozenset({
+    "Agent", "AskUserQuestion", "Bash", "BashOutput", "CronCreate", "CronDelete", "CronList", "Edit",
+    "EnterPlanMode", "EnterWorktree", "ExitPlanMode", "ExitWorktree", "Glob", "Grep", "KillShell", "LS",
+    "ListAgents", "Monitor", "MultiEdit", "NotebookEdit", "NotebookRead", "Read", "ReportFindings",
+    "ScheduleWakeup", "SendMessage", "Skill", "Task", "TaskCreate", "TaskList", "TaskOutput", "TaskStop",
+    "TaskUpdate", "TodoWrite", "ToolSearch", "WebFetch", "WebSearch", "Workflow", "Write"})
+MIN_WINDOW = 10_000
+
+
+def _int_at_least(low: int) -> Callable[[str], int]:
+    def parse(raw: str) -> int:
+        try:
+            value = int(raw)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be a whole number, got {raw!r}") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be at least {low}, got {value}")
+        return value
+    return parse
+
+
+def _positive_usd(raw: str) -> float:
+    try:
+        value = float(raw)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"the budget must be a number of USD, got {raw!r}") from None
+    if not (value > 0 and value != float("inf")):
+        raise argparse.ArgumentTypeError(f"the budget must be more than 0 USD, got {raw}")
+    return value
+
+
+def parse_tools(raw: str) -> list[str]:
+    """``Read,Glob,Grep`` -> a list, every name known to the CLI (``mcp__...`` names and permission
+    rules such as ``Bash(git:*)`` are accepted by their base name). Raises ArgumentTypeError."""
+    import difflib
+    tools = [t.strip() for t in raw.split(",") if t.strip()]
+    for name in tools:
+        base = name.split("(", 1)[0]
+        if base not in KNOWN_TOOLS and not base.startswith("mcp__"):
+            close = difflib.get_close_matches(base, sorted(KNOWN_TOOLS), n=1)
+            hint = f"; did you mean {close[0]}?" if close else f"; known: {', '.join(sorted(KNOWN_TOOLS))}"
+            raise argparse.ArgumentTypeError(f"unknown tool {name!r}{hint}")
+    return tools
 
 
 def _global_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("-w", "--workspace", default=".", help="the agents' working directory (default .)")
-    parser.add_argument("-r", "--run-dir", default=None, help="where the run files go (sessions.db, lineage, "
-                                                              "manifest); default <workspace>/.flower")
-    parser.add_argument("-v", "--verbose", action="store_true", help="show every text and tool call")
-    parser.add_argument("-q", "--quiet", action="store_true", help="only errors and the closing line")
-    parser.add_argument("--json", action="store_true", help="events as JSON lines on stdout (human text on stderr)")
-    parser.add_argument("--lang", choices=("en", "zh"), default=None, help="language of prompts, notes and "
-                                                                           "messages (default FLOWER_LANG or en)")
-    parser.add_argument("--store", default=None, metavar="MODULE:FACTORY",
-                        help="use your own SessionStore (e.g. Postgres/S3 adapter) instead of sessions.db")
+    group = parser.add_argument_group("global options (every command)")
+    group.add_argument("-w", "--workspace", default=".", help="the agents' working directory; it must exist "
+                                                              "(default .)")
+    group.add_argument("-r", "--run-dir", default=None, help="where the run files go (sessions.db, lineage, "
+                                                             "manifest); default <workspace>/.flower")
+    group.add_argument("-v", "--verbose", action="store_true", help="show every text and tool call (and SDK logs)")
+    group.add_argument("-q", "--quiet", action="store_true", help="only errors and the closing line")
+    group.add_argument("--json", action="store_true", help="JSON lines on stdout for CI (human text on stderr)")
+    group.add_argument("--lang", choices=("en", "zh"), default=None, help="language of prompts, notes and "
+                                                                          "messages (default FLOWER_LANG or en)")
+    group.add_argument("--store", default=None, metavar="MODULE:FACTORY",
+                       help="use your own SessionStore (a factory called with no arguments) instead of sessions.db")
+
+
+EXIT_CODES_HELP = ("exit codes: 0 done · 1 a step failed · 2 usage error · 3 setup problem or credentials "
+                   "rejected · 4 network down past the wait · 5 another flower drives this workspace · "
+                   "130 interrupted · 128+N stopped by signal N")
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser (``go`` is the default subcommand)."""
     parser = _ArgParser(prog="flower.py", usage=(
-        'python flower.py [go options] ["what should be done"]\n'
-        "       python flower.py {go,once,status,doctor,sessions,show} [options] ...  (COMMAND --help for more)"),
+        'python3 flower.py ["what should be done"]        (= go)\n'
+        "       python3 flower.py COMMAND [options] ...      (COMMAND --help for its options)"),
         description="Keep a long agent job going with Claude. Run it again in the same directory and it carries on.",
-        epilog="commands: go (default) · once · status · doctor · sessions · show.  "
-               "Exit codes: 0 done · 1 a step failed · 2 usage · 3 setup · 4 network down · 5 another flower "
-               "drives this workspace · 130 interrupted.")
+        epilog="commands: go (default) · once · status · doctor · sessions · show\n" + EXIT_CODES_HELP.replace(" · 3", "\n  · 3"),
+        formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"flower.py {__version__}")
-    sub = parser.add_subparsers(dest="command", parser_class=_ArgParser)
+    _global_options(parser)
+    sub = parser.add_subparsers(dest="command", parser_class=_ArgParser, prog="python3 flower.py",
+                                title="commands", metavar="COMMAND")
 
-    go = sub.add_parser("go", help="run the job (default): clarify -> goal -> work, judged")
+    def command(name: str, summary: str) -> argparse.ArgumentParser:
+        return sub.add_parser(name, help=summary, description=summary, epilog=EXIT_CODES_HELP)
+
+    go = command("go", "run the job (the default command): clarify -> goal -> work, judged")
     go.add_argument("ask", nargs="?", help="what should be done; in a used directory: something to add "
                                            "('-' reads it from stdin)")
     go.add_argument("--new", action="store_true", help="archive lineage, brief and goal; start a new task")
-    go.add_argument("--rounds", type=int, default=3, help="judge rounds for the work step (default 3)")
+    go.add_argument("--rounds", type=_int_at_least(1), default=3,
+                    help="judge rounds for the work step, at least 1 (default 3)")
     go.add_argument("--no-trim", action="store_true", help="do not archive old big tool results on resume")
     go.add_argument("--no-handoff", action="store_true", help="never hand over to a fresh session")
-    go.add_argument("--window", type=int, default=None, help="context window in tokens")
+    go.add_argument("--window", type=_int_at_least(MIN_WINDOW), default=None,
+                    help=f"context window in tokens (at least {MIN_WINDOW})")
     go.add_argument("--no-goal", action="store_true", help="no goal step and no judge")
-    go.add_argument("--permission-mode", default="acceptEdits", help="permission mode of the worker")
+    go.add_argument("--permission-mode", default="acceptEdits", choices=PERMISSION_MODES,
+                    help="permission mode of the worker (default acceptEdits)")
     go.add_argument("--model", default=None, help="model for every agent")
     _global_options(go)
 
-    once = sub.add_parser("once", help="one ad-hoc session (no lineage)")
+    once = command("once", "one ad-hoc session (no lineage)")
     once.add_argument("prompt", help="the prompt ('-' reads it from stdin)")
-    once.add_argument("-t", "--tools", default="Read,Glob,Grep", help="comma-separated tools (default Read,Glob,Grep)")
-    once.add_argument("-p", "--permission-mode", default="default", help="permission mode (default default)")
-    once.add_argument("-b", "--budget", type=float, default=None, help="budget cap in USD")
-    once.add_argument("--resume", default=None, metavar="SID", help="continue this session")
+    once.add_argument("-t", "--tools", type=parse_tools, default=["Read", "Glob", "Grep"],
+                      help="comma-separated tools, available and auto-approved (default Read,Glob,Grep)")
+    once.add_argument("-p", "--permission-mode", default="default", choices=PERMISSION_MODES,
+                      help="permission mode (default default)")
+    once.add_argument("-b", "--budget", type=_positive_usd, default=None, help="budget cap in USD (> 0)")
+    once.add_argument("--resume", default=None, metavar="SID", help="continue this session (a unique id prefix)")
     once.add_argument("--fork", action="store_true", help="with --resume: branch into a new session")
-    once.add_argument("--model", default=None)
+    once.add_argument("--model", default=None, help="model of the session")
     _global_options(once)
 
-    status = sub.add_parser("status", help="wake state, last steps, sessions (no SDK needed)")
-    _global_options(status)
-    doctor = sub.add_parser("doctor", help="check Python, SDK, CLI, credentials, network, state")
-    _global_options(doctor)
-    sessions = sub.add_parser("sessions", help="list stored sessions")
+    _global_options(command("status", "wake state, last steps, sessions (no SDK needed)"))
+    _global_options(command("doctor", "check Python, SDK, CLI, credentials, settings, network, state"))
+    sessions = command("sessions", "list stored sessions")
     sessions.add_argument("--all", action="store_true", help="every workspace, not just this one")
     _global_options(sessions)
-    show = sub.add_parser("show", help="a session as the model would be sent it (--raw: as stored)")
+    show = command("show", "a session as the model would be sent it on resume (pruned)")
     show.add_argument("sid", help="session id (a unique prefix is enough)")
-    show.add_argument("--raw", action="store_true")
+    show.add_argument("--raw", action="store_true", help="every entry exactly as stored (one JSON object a line)")
     _global_options(show)
     return parser
 
 
+_TAKES_VALUE = {"-w", "--workspace", "-r", "--run-dir", "--lang", "--store", "--rounds", "--window",
+                "--permission-mode", "--model", "-t", "--tools", "-p", "-b", "--budget", "--resume"}
+
+
+def _positionals(argv: list[str]) -> int:
+    """How many positional words ``argv`` holds (option values are not counted)."""
+    count, i = 0, 0
+    while i < len(argv):
+        token = argv[i]
+        if token == "--":
+            return count + len(argv) - i - 1
+        if token.startswith("-") and token != "-":
+            i += 2 if token in _TAKES_VALUE else 1
+            continue
+        count += 1
+        i += 1
+    return count
+
+
 def _split_command(argv: list[str]) -> list[str]:
-    """Insert ``go`` when the first positional word is not a subcommand."""
-    takes_value = {"-w", "--workspace", "-r", "--run-dir", "--lang", "--store", "--rounds", "--window",
-                   "--permission-mode", "--model"}
+    """Insert ``go`` when the first positional word is not a subcommand. A lone word that is close to a
+    command (``stauts``, ``sesions``) or is ``help`` is a usage error with a suggestion, never a paid
+    job; ``go WORD`` stays the way to give a one-word task."""
+    import difflib
     i = 0
     while i < len(argv):
         token = argv[i]
@@ -4355,11 +4434,18 @@ def _split_command(argv: list[str]) -> list[str]:
         if token == "--":
             break
         if token.startswith("-") and token != "-":
-            i += 2 if token in takes_value else 1
+            i += 2 if token in _TAKES_VALUE else 1
             continue
         break
     if i < len(argv) and argv[i] in SUBCOMMANDS:
         return [argv[i]] + argv[:i] + argv[i + 1:]
+    if i < len(argv) and _positionals(argv) == 1 and re.fullmatch(r"[A-Za-z][A-Za-z-]{1,20}", argv[i]):
+        word = argv[i]
+        close = difflib.get_close_matches(word.lower(), [*SUBCOMMANDS, "help"], n=1, cutoff=0.75)
+        if close:
+            hint = "--help" if close[0] == "help" else close[0]
+            raise FlowerError(f"{word!r} is not a command; did you mean: python3 flower.py {hint}? "
+                              f"(for a one-word task: python3 flower.py go {word})", EXIT_USAGE)
     return ["go"] + argv
 
 
@@ -4677,7 +4763,7 @@ def cmd_once(args: argparse.Namespace, reporter: Reporter) -> int:
     prompt = _check_text(args.prompt, "the prompt") or ""
     if args.fork and not args.resume:
         raise FlowerError("--fork needs --resume SID", EXIT_USAGE)
-    tools = [t.strip() for t in args.tools.split(",") if t.strip()]
+    tools = list(args.tools)
     spec = AgentSpec("once", tools=tools, allowed_tools=tools, permission_mode=args.permission_mode,
                      max_budget_usd=args.budget, model=args.model)
     check_spec(spec)  # before anything is written or paid

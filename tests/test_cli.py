@@ -123,7 +123,7 @@ class Cli(unittest.TestCase):
             ("no task in a new directory", {}, [], "nosdk", {}, b"", 2, "nothing to do here yet"),
             ("bad store factory", {}, ["--store", "nosuchmodule:make", "build x"], "nosdk", {}, None, 3,
              "ModuleNotFoundError"),
-            ("bad rounds", {}, ["--rounds", "many", "x"], "nosdk", {}, None, 2, "invalid int value"),
+            ("bad rounds", {}, ["--rounds", "many", "x"], "nosdk", {}, None, 2, "must be a whole number"),
             ("show unknown session", {".flower/sessions.db": None}, ["show", "abc"], "nosdk", {}, None, 2, "sessions start"),
         ]
         for name, files, args, mode, extra, stdin, code, needle in rows:
