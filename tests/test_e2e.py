@@ -339,7 +339,7 @@ class EndToEnd(unittest.TestCase):
         for k, v in self.env.items():
             if k.startswith(("ANTHROPIC_", "CLAUDE_", "DISABLE_", "FLOWER_")) or k in ("HOME", "IS_SANDBOX"):
                 os.environ[k] = v
-        return flower.Runtime(workspace=self.ws, run_dir=os.path.join(self.ws, "runs"), **kw)
+        return flower.Runtime(workspace=self.ws, **kw)
 
     def test_05_five_denials_then_resume_sees_one(self):
         target = os.path.join(self.ws, "x.txt")
