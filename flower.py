@@ -898,20 +898,50 @@ def _host_port(url: str, default_scheme: str = "https") -> tuple[str, int]:
     return host, port
 
 
+def probe_target(env: dict[str, str] | None = None) -> tuple[str, int, str | None]:
+    """``(host, port, proxy variable or None)``: the first network hop and, when it is a proxy, the
+    variable that named it."""
+    env = os.environ if env is None else env
+    base = (env.get("ANTHROPIC_BASE_URL") or "").strip() or DEFAULT_BASE_URL
+    host, port = _host_port(base)
+    proxy_var = next((k for k in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")
+                      if (env.get(k) or "").strip()), None)
+    no_proxy = env.get("NO_PROXY") or env.get("no_proxy") or ""
+    if proxy_var and not _no_proxy_matches(host, no_proxy):
+        return (*_host_port(env[proxy_var].strip(), default_scheme="http"), proxy_var)
+    return host, port, None
+
+
 def endpoint(env: dict[str, str] | None = None) -> tuple[str, int]:
     """The first network hop to probe: host and port of ``ANTHROPIC_BASE_URL`` (default
     api.anthropic.com:443), or of the HTTPS proxy when one is configured and the host is not in
     ``NO_PROXY`` (behind a proxy, the proxy is what must be reachable).
     """
-    env = os.environ if env is None else env
-    base = (env.get("ANTHROPIC_BASE_URL") or "").strip() or DEFAULT_BASE_URL
-    host, port = _host_port(base)
-    proxy = next((env[k] for k in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")
-                  if (env.get(k) or "").strip()), "")
-    no_proxy = env.get("NO_PROXY") or env.get("no_proxy") or ""
-    if proxy and not _no_proxy_matches(host, no_proxy):
-        return _host_port(proxy.strip(), default_scheme="http")
+    host, port, _ = probe_target(env)
     return host, port
+
+
+def diagnose(host: str, port: int, timeout: float = 5.0) -> str:
+    """What a DNS+TCP probe of ``host:port`` meets, in words: ``reachable``, ``DNS failure``,
+    ``connection refused``, ``timed out`` or ``unreachable (<reason>)``. Blocking; for ``doctor``."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except (socket.gaierror, UnicodeError):
+        return "DNS failure"
+    verdict = "unreachable"
+    for family, socktype, proto, _, addr in infos:
+        try:
+            with socket.socket(family, socktype, proto) as sock:
+                sock.settimeout(timeout)
+                sock.connect(addr)
+                return "reachable"
+        except ConnectionRefusedError:
+            verdict = "connection refused"
+        except (socket.timeout, TimeoutError):
+            verdict = "timed out"
+        except OSError as exc:
+            verdict = f"unreachable ({exc.strerror or exc})"
+    return verdict
 
 
 async def reachable(host: str, port: int, timeout: float = 5.0) -> bool:
@@ -946,6 +976,7 @@ async def reachable(host: str, port: int, timeout: float = 5.0) -> bool:
 
 
 FATAL, TRANSIENT, OVERFLOW, UNKNOWN = "fatal", "transient", "overflow", "unknown"
+AUTH, OFFLINE = "auth", "offline"  # how a step ended, beyond classify(): credentials rejected, network gone
 
 _OVERFLOW_TEXT = re.compile(r"(?i)prompt is too long|context (?:window|length) exceeded|too many tokens")
 _FATAL_TEXT = re.compile(
@@ -992,6 +1023,16 @@ def classify(message: str | None, *, status: int | None = None, terminal_reason:
     return UNKNOWN
 
 
+_AUTH_TEXT = re.compile(r"(?i)invalid api key|authentication|failed to authenticate|\b401\b|\b403\b|"
+                        r"permission_error|not logged in|please run /login|invalid x-api-key|"
+                        r"organization has been disabled")
+
+
+def is_auth_failure(message: str | None, *, status: int | None = None) -> bool:
+    """Whether a failure means the credentials were rejected (HTTP 401/403 or the CLI's words for it)."""
+    return status in (401, 403) or bool(_AUTH_TEXT.search(message or ""))
+
+
 def cli_env_defaults(env: dict[str, str] | None = None) -> dict[str, str]:
     """Environment defaults flower gives the CLI unless the user already set them: few CLI-side
     retries (flower's probe loop waits out outages better than ~3 minutes of blind retries) and an
@@ -1002,6 +1043,60 @@ def cli_env_defaults(env: dict[str, str] | None = None) -> dict[str, str]:
         if name not in env:
             out[name] = value
     return out
+
+
+_NUMBER_SETTINGS = {  # name -> (lowest allowed value, whole number?)
+    "FLOWER_MAX_ATTEMPTS": (1, True), "FLOWER_BASE_DELAY": (0, False), "FLOWER_MAX_DELAY": (0, False),
+    "FLOWER_PROBE_INTERVAL": (0.1, False), "FLOWER_PROBE_TIMEOUT": (0.1, False),
+    "FLOWER_MAX_OFFLINE_WAIT": (0, False), "FLOWER_WINDOW": (10_000, True), "FLOWER_HANDOFF_TIMEOUT": (1, False),
+}
+
+
+def _url_problem(name: str, url: str, schemes: tuple[str, ...]) -> str | None:
+    if "://" not in url:
+        url = f"{schemes[0]}://{url}"
+    try:
+        parts = urllib.parse.urlsplit(url)
+        port = parts.port
+    except ValueError as exc:
+        return f"{name}={redact(url)!r} is not a usable URL ({exc})"
+    if parts.scheme not in schemes or not re.fullmatch(r"[A-Za-z0-9._\-]+|[0-9a-fA-F:.]+", parts.hostname or ""):
+        return f"{name}={redact(url)!r} is not a usable URL (want {'/'.join(schemes)}://host[:port])"
+    if port is not None and not 0 < port < 65536:
+        return f"{name}={redact(url)!r}: port {port} is out of range"
+    return None
+
+
+def settings_problems(env: dict[str, str] | None = None) -> list[str]:
+    """Every FLOWER_* setting, ANTHROPIC_BASE_URL and proxy that is set but unusable, one line each
+    naming the setting and what is allowed (pure: reads only ``env``)."""
+    env = os.environ if env is None else env
+    problems = []
+    for name, (low, whole) in _NUMBER_SETTINGS.items():
+        raw = (env.get(name) or "").strip()
+        if not raw:
+            continue
+        try:
+            value = int(raw) if whole else float(raw)
+            ok = value >= low and value == value and value != float("inf")
+        except ValueError:
+            ok = False
+        if not ok:
+            kind = "a whole number" if whole else "a number"
+            problems.append(f"{name}={raw!r} must be {kind} >= {low}")
+    flags = {"FLOWER_NO_PROBE": ("", "0", "1", "true", "false", "yes", "no")}
+    for name, allowed in flags.items():
+        if (env.get(name) or "").strip().lower() not in allowed:
+            problems.append(f"{name}={env[name]!r} must be one of 0, 1, true, false, yes, no")
+    lang = (env.get("FLOWER_LANG") or "").strip()
+    if lang and lang not in TEXTS:
+        problems.append(f"FLOWER_LANG={lang!r} must be one of {', '.join(TEXTS)}")
+    if (env.get("ANTHROPIC_BASE_URL") or "").strip():
+        problems.append(_url_problem("ANTHROPIC_BASE_URL", env["ANTHROPIC_BASE_URL"].strip(), ("https", "http")))
+    for name in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy"):
+        if (env.get(name) or "").strip():
+            problems.append(_url_problem(name, env[name].strip(), ("http", "https", "socks5", "socks5h")))
+    return [p for p in problems if p]
 
 
 @dataclass
@@ -1026,8 +1121,8 @@ class Resilience:
             max_attempts=max(1, int(env_number("FLOWER_MAX_ATTEMPTS", d.max_attempts, warn))),
             base_delay=env_number("FLOWER_BASE_DELAY", d.base_delay, warn),
             max_delay=env_number("FLOWER_MAX_DELAY", d.max_delay, warn),
-            probe_timeout=env_number("FLOWER_PROBE_TIMEOUT", d.probe_timeout, warn),
-            probe_interval=env_number("FLOWER_PROBE_INTERVAL", d.probe_interval, warn),
+            probe_timeout=max(0.1, env_number("FLOWER_PROBE_TIMEOUT", d.probe_timeout, warn)),
+            probe_interval=max(0.1, env_number("FLOWER_PROBE_INTERVAL", d.probe_interval, warn)),
             max_offline_wait=env_number("FLOWER_MAX_OFFLINE_WAIT", d.max_offline_wait, warn),
             probe=os.environ.get("FLOWER_NO_PROBE", "") not in ("1", "true", "yes"),
         )
@@ -2616,6 +2711,7 @@ _ROW_TYPES: dict[str, tuple] = {
     "num_turns": (int,), "text": (str,), "error": (str, type(None)), "started_at": (str,), "ended_at": (str,),
     "attempts": (int,), "errors": (list,), "retired": (list,), "resumed": (bool,),
     "context": (int, type(None)), "generations": (int,), "duration_s": (int, float), "run": (str,),
+    "error_kind": (str, type(None)),
 }
 
 
@@ -3117,6 +3213,7 @@ class StepResult:
     resumed: bool = False
     context: int | None = None
     generations: int = 0
+    error_kind: str | None = None
 
     @property
     def duration_s(self) -> float:
@@ -3137,6 +3234,8 @@ class StepResult:
         row["run"] = run
         return row
 
+
+JSON_VERSION = 1  # the "v" of every --json line; bumped only when a field changes meaning or goes away
 
 EVENT_KINDS = ("text", "thinking", "tool_call", "tool_result", "result", "error", "retry", "resume",
                "step", "handoff", "ask", "system", "info", "summary")
@@ -3501,6 +3600,7 @@ class Runtime:
                     continue
                 if not self.resilience.should_retry(kind) or result.attempts >= self.resilience.max_attempts:
                     result.error = redact(error)[:1000]
+                    result.error_kind = AUTH if is_auth_failure(error, status=turn.status) else kind
                     break
                 delay = self.resilience.delay(result.attempts)
                 emit(Event("retry", session_id=st.sid, data={"attempt": result.attempts + 1, "kind": kind,
@@ -3510,6 +3610,7 @@ class Runtime:
                 if not online:
                     host, port = endpoint()
                     result.error = f"network down past {int(self.resilience.max_offline_wait)}s ({host}:{port})"
+                    result.error_kind = OFFLINE
                     break
                 await self._sleep(delay)
                 result.attempts += 1
@@ -4449,6 +4550,22 @@ def _split_command(argv: list[str]) -> list[str]:
     return ["go"] + argv
 
 
+def _check_settings() -> None:
+    """Before anything is paid: an unusable setting is a setup problem (exit 3), named in one line."""
+    problems = settings_problems()
+    if problems:
+        more = f" (and {len(problems) - 1} more: python3 flower.py doctor)" if len(problems) > 1 else ""
+        raise FlowerError(problems[0] + more, EXIT_SETUP)
+
+
+def _check_task(value: str | None, what: str) -> str | None:
+    """A task or wake sentence given on the command line: UTF-8, not huge, and not blank."""
+    value = _check_text(value, what)
+    if value is not None and not value.strip():
+        raise FlowerError(f"{what} is empty: say what should be done, or give no argument to carry on", EXIT_USAGE)
+    return value.strip() if value is not None else None
+
+
 def _check_text(value: str | None, what: str) -> str | None:
     if value is None:
         return None
@@ -4669,7 +4786,8 @@ def cmd_go(args: argparse.Namespace, reporter: Reporter) -> int:
     """The main job: clarify -> goal -> work, judged; carries on in a used directory. One ``go`` per
     workspace: a second one exits at once with code 5, naming the holder."""
     lang = _lang(args)
-    ask = _check_text(args.ask, "the task")
+    ask = _check_task(args.ask, "the task")
+    _check_settings()
     check_spec(AgentSpec("work", permission_mode=args.permission_mode))
     paths = _paths(args, reporter)
     paths.prepare()
@@ -4709,7 +4827,7 @@ def _go_locked(args: argparse.Namespace, reporter: Reporter, paths: Paths, ask: 
             reporter.say(text("ui_archived", lang, n=len(moved), path=_tilde(os.path.dirname(moved[0])) if moved else "-"))
             used = False
             answer = _ask_line(text("wake_new_question", lang))
-        ask = _check_text(answer or None, "the task")
+        ask = _check_text(answer.strip() or None, "the task")
     if not used and not ask:
         raise FlowerError(text("ui_nothing_to_do", lang), EXIT_USAGE)
     _require_sdk()
@@ -4732,11 +4850,22 @@ def _go_locked(args: argparse.Namespace, reporter: Reporter, paths: Paths, ask: 
         except StepAbort as exc:
             message = str(exc)
             reporter.say(f"flower: {message}", always=True)
-            code = EXIT_OFFLINE if "network down" in message else EXIT_STEP_FAILED
+            code = _exit_code(rt, message)
             return _finish(rt, reporter, code, message)
         return _finish(rt, reporter, EXIT_OK, "done")
     finally:
         rt.close()
+
+
+def _exit_code(rt: Runtime, message: str) -> int:
+    """A failed run's exit code: 3 when the credentials were rejected, 4 when the network stayed
+    down past the wait, else 1."""
+    kinds = {r.get("error_kind") for r in rt.manifest.rows if not r.get("ok")}
+    if AUTH in kinds:
+        return EXIT_SETUP
+    if OFFLINE in kinds or "network down" in message:
+        return EXIT_OFFLINE
+    return EXIT_STEP_FAILED
 
 
 def _finish(rt: Runtime, reporter: Reporter, code: int, reason: str) -> int:
@@ -4760,7 +4889,8 @@ def _finish(rt: Runtime, reporter: Reporter, code: int, reason: str) -> int:
 def cmd_once(args: argparse.Namespace, reporter: Reporter) -> int:
     """One ad-hoc session; no lineage; its manifest row is step ``once``."""
     import asyncio
-    prompt = _check_text(args.prompt, "the prompt") or ""
+    prompt = _check_task(args.prompt, "the prompt") or ""
+    _check_settings()
     if args.fork and not args.resume:
         raise FlowerError("--fork needs --resume SID", EXIT_USAGE)
     tools = list(args.tools)
@@ -4791,7 +4921,7 @@ def cmd_once(args: argparse.Namespace, reporter: Reporter) -> int:
                      always=True)
         if not result.ok:
             reporter.say(f"flower: once failed: {result.error}", always=True)
-            return EXIT_OFFLINE if (result.error or "").startswith("network down") else EXIT_STEP_FAILED
+            return _exit_code(rt, result.error or "")
         return EXIT_OK
     finally:
         rt.close()
@@ -4854,46 +4984,77 @@ def _check_cli(sdk: Any) -> tuple[bool, str, str]:
     return answer.returncode == 0, f"Claude Code CLI {version} ({_tilde(cli)})", fix
 
 
-def cmd_doctor(args: argparse.Namespace, reporter: Reporter) -> int:
-    """Check everything a run needs, one line each; exit 0 only when all pass."""
-    import asyncio
-    checks: list[tuple[bool, str, str]] = []
-    checks.append((sys.version_info >= (3, 10), f"Python {sys.version.split()[0]}", "use Python 3.10 or newer"))
+@dataclass
+class Check:
+    """One line of ``doctor``: what was checked, whether it passed, and how to fix it."""
+
+    ok: bool
+    what: str
+    fix: str = ""
+    kind: str = "setup"   # "setup" (exit 3) or "network" (exit 4)
+
+
+def _doctor_setup(args: argparse.Namespace, reporter: Reporter) -> list[Check]:
+    checks = [Check(sys.version_info >= (3, 10), f"Python {sys.version.split()[0]}", "use Python 3.10 or newer")]
     try:
         sdk = importlib.import_module(_SDK_MODULE)
-        version = getattr(sdk, "__version__", "?")
-        checks.append((True, f"claude-agent-sdk {version}", ""))
-        checks.append(_check_cli(sdk))
+        checks.append(Check(True, f"claude-agent-sdk {getattr(sdk, '__version__', '?')}"))
+        checks.append(Check(*_check_cli(sdk)))
     except ImportError:
-        checks.append((False, "claude-agent-sdk not installed", "pip install claude-agent-sdk"))
+        checks.append(Check(False, "claude-agent-sdk not installed",
+                            f"{sys.executable} -m pip install claude-agent-sdk"))
     creds = _credentials()
-    checks.append((creds is not None, f"credentials {creds[0]} {creds[1]}" if creds else "no credentials",
-                   "set ANTHROPIC_API_KEY or log in with the claude CLI"))
-    host, port = endpoint()
-    online = asyncio.run(reachable(host, port, env_number("FLOWER_PROBE_TIMEOUT", 5.0)))
-    checks.append((online, f"endpoint {host}:{port} {'reachable' if online else 'unreachable'}",
-                   "check the network, ANTHROPIC_BASE_URL and HTTPS_PROXY"))
+    checks.append(Check(creds is not None, f"credentials {creds[0]} {creds[1]}" if creds else "no credentials",
+                        "set ANTHROPIC_API_KEY or log in with the claude CLI"))
+    problems = settings_problems()
+    checks += [Check(False, problem, "fix or unset it") for problem in problems] or [Check(True, "settings ok")]
+    return checks
+
+
+def _doctor_network() -> Check:
+    host, port, proxy = probe_target()
+    timeout = max(0.1, env_number("FLOWER_PROBE_TIMEOUT", 5.0))
+    verdict = diagnose(host, port, timeout)
+    where = f"proxy {host}:{port} (from {proxy})" if proxy else f"endpoint {host}:{port}"
+    fix = f"check {proxy} and the proxy itself" if proxy else "check the network and ANTHROPIC_BASE_URL"
+    return Check(verdict == "reachable", f"{where} {verdict}", fix, kind="network")
+
+
+def _doctor_state(args: argparse.Namespace, reporter: Reporter) -> list[Check]:
     paths = _paths(args, reporter)
     try:
         paths.prepare()
         probe = paths.run(f".doctor-{os.getpid()}")
         atomic_write(probe, "ok")
         os.unlink(probe)
-        checks.append((True, f"run dir {_tilde(paths.run_dir)} writable", ""))
-        db = paths.run("sessions.db")
-        if os.path.exists(db):
-            try:
-                store = SqliteSessionStore(db)
-                verdict = store.integrity()
-                store.close()
-                checks.append((verdict == "ok", f"sessions.db integrity {verdict}", "move the file aside"))
-            except FlowerError as exc:
-                checks.append((False, str(exc), "move the file aside"))
     except (FlowerError, OSError) as exc:
-        checks.append((False, f"run dir: {exc}", "choose a writable --run-dir"))
-    for ok, what, fix in checks:
-        print(f"{'OK  ' if ok else 'FAIL'} {what}" + ("" if ok or not fix else f"  -> {fix}"))
-    return EXIT_OK if all(ok for ok, _, _ in checks) else EXIT_SETUP
+        return [Check(False, f"run dir: {exc}", "choose a writable --run-dir")]
+    checks = [Check(True, f"run dir {_tilde(paths.run_dir)} writable")]
+    db = paths.run("sessions.db")
+    if os.path.exists(db):
+        try:
+            store = SqliteSessionStore(db)
+            verdict = store.integrity()
+            store.close()
+            checks.append(Check(verdict == "ok", f"sessions.db integrity {verdict}", "move the file aside"))
+        except FlowerError as exc:
+            checks.append(Check(False, str(exc), "move the file aside"))
+    return checks
+
+
+def cmd_doctor(args: argparse.Namespace, reporter: Reporter) -> int:
+    """Check everything a run needs, one line each. Exit 0 when all pass, 4 when only the network
+    fails, 3 when anything else does."""
+    checks = _doctor_setup(args, reporter) + [_doctor_network()] + _doctor_state(args, reporter)
+    failed = [c for c in checks if not c.ok]
+    code = EXIT_OK if not failed else EXIT_OFFLINE if all(c.kind == "network" for c in failed) else EXIT_SETUP
+    if args.json:
+        print(json.dumps({"v": JSON_VERSION, "kind": "doctor", "exit_code": code,
+                          "checks": [dataclasses.asdict(c) for c in checks]}, ensure_ascii=False))
+        return code
+    for c in checks:
+        print(f"{'OK  ' if c.ok else 'FAIL'} {c.what}" + ("" if c.ok or not c.fix else f"  -> {c.fix}"))
+    return code
 
 
 def render_entries(entries: list[dict]) -> str:
