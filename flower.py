@@ -141,7 +141,33 @@ TEXTS: dict[str, dict[str, str]] = {
         "ui_handoff_done": "handoff #{generation} -> fresh session {sid}{degraded}; {path}",
         "ui_words": "continuing with your words",
         "ui_error": "error ({kind}): {message}",
-        "ui_result": "{step}: {status} · ${cost:.4f} · {turns} turns · attempts {attempts}",
+        "ui_result": "{step}: {status} · ${cost:.4f} · {turns} · attempts {attempts}",
+        "n_turns": "{n} turns",
+        "n_turn": "{n} turn",
+        "st_workspace": "workspace",
+        "st_workspace_id": "workspace id",
+        "st_run_dir": "run dir",
+        "st_brief": "brief",
+        "st_goal": "goal",
+        "st_woke": "woke",
+        "st_step": "step",
+        "st_handoff": "handoff",
+        "st_sessions": "sessions",
+        "st_last_steps": "last steps:",
+        "st_confirmed": "confirmed",
+        "st_none": "none",
+        "st_checks": "{n} checks",
+        "st_times": "{n} time(s)",
+        "st_context": "context {context}",
+        "st_generation": "generation {n}, {path}",
+        "st_stored": "{n} stored for this workspace",
+        "st_achieved": "achieved (the judge said so; a wake with nothing new pays nothing)",
+        "st_no_sessions": "no sessions stored yet",
+        "st_entries": "{n} entries",
+        "st_ambiguous": "{n} sessions start with {sid!r}; give more of the id",
+        "st_no_match": "no stored session starts with {sid!r} (python3 flower.py sessions --all lists them)",
+        "st_pruned": "-- pruned for resume: {parts}",
+        "ui_nothing_new": "the goal was achieved and nothing new was said: nothing to do (say something new, or --new)",
         "ui_ok": "ok",
         "ui_failed": "failed: {error}",
         "ui_done": "done · total ${cost:.4f} · manifest {path}",
@@ -152,7 +178,7 @@ TEXTS: dict[str, dict[str, str]] = {
         "ui_work_context": "work context {context}",
         "ui_wake": "wake #{n}",
         "ui_archived": "archived {n} file(s) into {path}",
-        "ui_nothing_to_do": 'nothing to do here yet: python flower.py "what should be done"',
+        "ui_nothing_to_do": 'nothing to do here yet: python3 flower.py "what should be done"',
         "info_set_aside": "{path} was unreadable; set aside as {moved}",
         "info_offline": "{host}:{port} is unreachable; waiting for it (up to {seconds}s)",
         "info_online": "{host}:{port} is reachable again after {seconds}s",
@@ -230,7 +256,33 @@ TEXTS: dict[str, dict[str, str]] = {
         "ui_handoff_done": "第 {generation} 次交接 -> 新会话 {sid}{degraded};{path}",
         "ui_words": "带着你的话继续",
         "ui_error": "错误({kind}):{message}",
-        "ui_result": "{step}:{status} · ${cost:.4f} · {turns} 轮 · 第 {attempts} 次尝试",
+        "ui_result": "{step}:{status} · ${cost:.4f} · {turns} · 第 {attempts} 次尝试",
+        "n_turns": "{n} 轮",
+        "n_turn": "{n} 轮",
+        "st_workspace": "工作区",
+        "st_workspace_id": "工作区标识",
+        "st_run_dir": "状态目录",
+        "st_brief": "需求",
+        "st_goal": "目标",
+        "st_woke": "唤醒",
+        "st_step": "步骤",
+        "st_handoff": "交接",
+        "st_sessions": "会话",
+        "st_last_steps": "最近的步骤:",
+        "st_confirmed": "已确认",
+        "st_none": "无",
+        "st_checks": "{n} 条检查",
+        "st_times": "{n} 次",
+        "st_context": "上下文 {context}",
+        "st_generation": "第 {n} 代,{path}",
+        "st_stored": "本工作区存有 {n} 个",
+        "st_achieved": "已达成(判定如此;没有新内容的唤醒不再花钱)",
+        "st_no_sessions": "还没有存储的会话",
+        "st_entries": "{n} 条",
+        "st_ambiguous": "有 {n} 个会话以 {sid!r} 开头;请多给几位",
+        "st_no_match": "没有以 {sid!r} 开头的会话(python3 flower.py sessions --all 可列出全部)",
+        "st_pruned": "-- 续接时的精简:{parts}",
+        "ui_nothing_new": "目标已达成,也没有新的内容:无事可做(说点新的,或用 --new)",
         "ui_ok": "完成",
         "ui_failed": "失败:{error}",
         "ui_done": "完成 · 共 ${cost:.4f} · 清单 {path}",
@@ -241,7 +293,7 @@ TEXTS: dict[str, dict[str, str]] = {
         "ui_work_context": "干活上下文 {context}",
         "ui_wake": "第 {n} 次唤醒",
         "ui_archived": "已归档 {n} 个文件到 {path}",
-        "ui_nothing_to_do": '这里还没有任务:python flower.py "要做什么"',
+        "ui_nothing_to_do": '这里还没有任务:python3 flower.py "要做什么"',
         "info_set_aside": "{path} 无法读取;已移到 {moved}",
         "info_offline": "{host}:{port} 连不上;等待恢复(最多 {seconds} 秒)",
         "info_online": "{host}:{port} 在 {seconds} 秒后恢复",
@@ -2584,6 +2636,8 @@ def _valid_lineage(data: Any) -> bool:
         return False
     if not isinstance(data.get("woke", 0), int) or isinstance(data.get("woke", 0), bool):
         return False
+    if not isinstance(data.get("achieved", ""), (str, type(None))):
+        return False
     steps, starts = data.get("steps", {}), data.get("starts", {})
     if not isinstance(steps, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in steps.items()):
         return False
@@ -2610,6 +2664,7 @@ class Lineage:
         self.woke = woke
         self.starts = starts or {}
         self.gone = gone or {}
+        self.achieved: str | None = None  # the work session a judge last said achieved of
         self._lock = FileLock(os.path.join(os.path.dirname(path), ".lock"))
 
     @classmethod
@@ -2636,7 +2691,18 @@ class Lineage:
                 notify(text("info_redo", lang, steps=", ".join(redo)))
             if lost and notify:
                 notify(text("info_sessions_gone", lang, steps=", ".join(lost)))
-        return cls(path, workspace, steps, data.get("woke", 0), dict(data.get("starts") or {}), gone)
+        lineage = cls(path, workspace, steps, data.get("woke", 0), dict(data.get("starts") or {}), gone)
+        lineage.achieved = data.get("achieved")
+        return lineage
+
+    def mark_achieved(self, session_id: str | None) -> None:
+        """Remember that the judge said achieved of this work session (None: forget it)."""
+        self._update(lambda d: d.__setitem__("achieved", session_id))
+
+    @property
+    def done(self) -> bool:
+        """Whether the current work session is the one a judge said achieved of."""
+        return bool(self.achieved) and self.achieved == self.steps.get("work")
 
     def _update(self, change: Callable[[dict], None]) -> None:
         with self._lock:
@@ -2650,7 +2716,9 @@ class Lineage:
             data.setdefault("starts", {})
             change(data)
             write_json(self.path, {"workspace": self.workspace, "woke": data.get("woke", 0),
-                                   "steps": data["steps"], "starts": data["starts"]})
+                                   "steps": data["steps"], "starts": data["starts"],
+                                   "achieved": data.get("achieved")})
+            self.achieved = data.get("achieved")
             self.steps = dict(data["steps"])
             self.starts = dict(data["starts"])
             self.woke = data.get("woke", 0)
@@ -2834,6 +2902,7 @@ def wake_state(workspace: str = ".", run_dir: str | None = None) -> dict:
         "checks": len(goal.checks),
         "woke": data.get("woke", 0) if isinstance(data.get("woke"), int) else 0,
         "steps": steps,
+        "achieved": bool(data.get("achieved")) and data.get("achieved") == steps.get("work"),
     }
 
 
@@ -3254,8 +3323,13 @@ class Event:
     ts: float = field(default_factory=time.time)
 
     def as_json(self) -> str:
-        """One JSON line: every string redacted first, then encoded (so the line always parses)."""
-        return json.dumps(redact_obj(dataclasses.asdict(self)), ensure_ascii=False, default=str)
+        """One JSON line (schema version ``v``): every string redacted first, then encoded, so the line
+        always parses; money fields in USD rounded to 1e-6."""
+        data = redact_obj(dataclasses.asdict(self))
+        for key in ("cost_usd",):
+            if isinstance(data["data"].get(key), float):
+                data["data"][key] = round(data["data"][key], 6)
+        return json.dumps({"v": JSON_VERSION, **data}, ensure_ascii=False, default=str)
 
 
 class StepAbort(Exception):
@@ -4180,6 +4254,7 @@ def starter_flow(ask: str | None, *, rt: Runtime, rounds: int = 3, use_goal: boo
         ctx["_verdict"] = verdict
         rt.emit(Event("info", step=label, data={"verdict": verdict.status, "failed": verdict.failed_checks}))
         if verdict.achieved:
+            rt.soft(rt.lineage.path, lambda: rt.lineage.mark_achieved(result.session_id))
             return True
         if verdict.status == "unreachable" and verdict.clean:
             if human is None:
@@ -4232,6 +4307,21 @@ def _human_tokens(n: int | None) -> str:
     if not n:
         return "0"
     return f"{n / 1_000_000:.2f}M" if n >= 1_000_000 else f"{n / 1000:.1f}K" if n >= 1000 else str(n)
+
+
+def n_turns(n: int, lang: str = "en") -> str:
+    """``1 turn``, ``2 turns`` (``2 轮``)."""
+    return text("n_turn" if n == 1 else "n_turns", lang, n=n)
+
+
+def display_width(value: str) -> int:
+    """Columns ``value`` takes on a terminal: East Asian wide and full-width characters take two."""
+    return sum(2 if unicodedata.east_asian_width(ch) in "WF" else 1 for ch in value)
+
+
+def pad(value: str, width: int) -> str:
+    """``value`` left-aligned in ``width`` terminal columns (CJK-aware)."""
+    return value + " " * max(0, width - display_width(value))
 
 
 def _tilde(path: str) -> str:
@@ -4367,7 +4457,7 @@ class Reporter:
             self.turns = 0
             status = t("ui_ok") if data.get("ok") else t("ui_failed", error=data.get("error"))
             self.say("  " + t("ui_result", step=event.step, status=status, cost=float(data.get("cost_usd") or 0),
-                              turns=data.get("turns"), attempts=data.get("attempts")))
+                              turns=n_turns(int(data.get("turns") or 0), self.lang), attempts=data.get("attempts")))
         elif kind == "system" and data.get("subtype") == "turn_result":
             self.cost = float(data.get("cost_usd") or 0)
         self._status(event)
@@ -4800,39 +4890,10 @@ def cmd_go(args: argparse.Namespace, reporter: Reporter) -> int:
 
 def _go_locked(args: argparse.Namespace, reporter: Reporter, paths: Paths, ask: str | None,
                driver: DriverLock) -> int:
-    import asyncio
-    lang = paths.lang
-
-    def say(message: str) -> None:
-        reporter.say(message, always=True)
-    for note in (paths.brief, paths.goal, *(paths.handoff(step) for step in ("clarify", "goal", "work"))):
-        check_text_file(note, say, lang)  # a note that is not UTF-8 is set aside, never overwritten
-    store = _open_store(args, paths)
     interactive = sys.stdin.isatty() and not args.json
-
-    def archive() -> list[str]:
-        # opened here only to archive it: the runtime opens the lineage itself and says what it found
-        # (an unreadable file, another workspace) once; opening it here too said it twice
-        return _archive_task(paths, Lineage.open(paths.run_dir, paths.workspace, notify=say, lang=lang))
-    state = wake_state(paths.workspace, paths.run_dir)
-    used = state["waking"]
-    if args.new and (used or os.path.exists(paths.run("lineage.json"))):
-        moved = archive()
-        reporter.say(text("ui_archived", lang, n=len(moved), path=_tilde(os.path.dirname(moved[0])) if moved else "-"))
-        used = False
-    if ask is None and interactive:
-        answer = _ask_line(text("wake_continue_question" if used else "wake_new_question", lang))
-        if answer == "/new":
-            moved = archive()
-            reporter.say(text("ui_archived", lang, n=len(moved), path=_tilde(os.path.dirname(moved[0])) if moved else "-"))
-            used = False
-            answer = _ask_line(text("wake_new_question", lang))
-        ask = _check_text(answer.strip() or None, "the task")
-    if not used and not ask:
-        raise FlowerError(text("ui_nothing_to_do", lang), EXIT_USAGE)
-    _require_sdk()
-    _require_credentials()
-    rt = Runtime(workspace=paths.workspace, run_dir=paths.run_dir, store=store, lang=lang, model=args.model,
+    store = _open_store(args, paths)
+    used, ask = _go_task(args, reporter, paths, ask, interactive)
+    rt = Runtime(workspace=paths.workspace, run_dir=paths.run_dir, store=store, lang=paths.lang, model=args.model,
                  trim=not args.no_trim, handoff=HandoffPolicy(enabled=not args.no_handoff, window=args.window),
                  on_event=reporter.event, notify=lambda m: reporter.say(m, always=True))
     rt.driver = driver
@@ -4840,21 +4901,70 @@ def _go_locked(args: argparse.Namespace, reporter: Reporter, paths: Paths, ask: 
         if used:
             work_sid = rt.lineage.steps.get("work")
             reporter.say(wake_banner(paths, wake_state(paths.workspace, paths.run_dir),
-                                     rt.last_context(work_sid) if work_sid else None, lang))
-        human = _TerminalHuman(reporter) if interactive else None
-        flow = starter_flow(None if used else ask, rt=rt, rounds=args.rounds, use_goal=not args.no_goal,
-                            human=human, wake_sentence=ask if used else None, model=args.model,
-                            permission_mode=args.permission_mode)
-        try:
-            asyncio.run(_run_with_signals(rt, reporter, lambda: flow.run(rt), interactive))
-        except StepAbort as exc:
-            message = str(exc)
-            reporter.say(f"flower: {message}", always=True)
-            code = _exit_code(rt, message)
-            return _finish(rt, reporter, code, message)
-        return _finish(rt, reporter, EXIT_OK, "done")
+                                     rt.last_context(work_sid) if work_sid else None, paths.lang))
+        if used and ask is None and rt.lineage.done:   # achieved, and nothing new: nothing to pay for
+            reporter.say(text("ui_nothing_new", paths.lang), always=True)
+            return _finish(rt, reporter, EXIT_OK, "nothing new")
+        _require_sdk()
+        _require_credentials()
+        return _go_run(args, reporter, rt, used, ask, interactive)
     finally:
         rt.close()
+
+
+def _go_task(args: argparse.Namespace, reporter: Reporter, paths: Paths, ask: str | None,
+             interactive: bool) -> tuple[bool, str | None]:
+    """Phase one of ``go``: notes readable, ``--new`` / ``/new`` archived, the wake question asked.
+    Returns (a used directory?, the task or wake sentence)."""
+    lang = paths.lang
+
+    def say(message: str) -> None:
+        reporter.say(message, always=True)
+    for note in (paths.brief, paths.goal, *(paths.handoff(step) for step in ("clarify", "goal", "work"))):
+        check_text_file(note, say, lang)  # a note that is not UTF-8 is set aside, never overwritten
+
+    def archive() -> None:
+        # opened here only to archive it: the runtime opens the lineage itself and says what it found
+        # (an unreadable file, another workspace) once; opening it here too said it twice
+        moved = _archive_task(paths, Lineage.open(paths.run_dir, paths.workspace, notify=say, lang=lang))
+        reporter.say(text("ui_archived", lang, n=len(moved), path=_tilde(os.path.dirname(moved[0])) if moved else "-"))
+    used = wake_state(paths.workspace, paths.run_dir)["waking"]
+    if args.new and (used or os.path.exists(paths.run("lineage.json"))):
+        archive()
+        used = False
+    if ask is None and interactive:
+        answer = _ask_line(text("wake_continue_question" if used else "wake_new_question", lang))
+        if answer == "/new":
+            archive()
+            used = False
+            answer = _ask_line(text("wake_new_question", lang))
+        ask = _check_text(answer.strip() or None, "the task")
+    if not used and not ask:
+        raise FlowerError(text("ui_nothing_to_do", lang), EXIT_USAGE)
+    return used, ask
+
+
+def _go_run(args: argparse.Namespace, reporter: Reporter, rt: Runtime, used: bool, ask: str | None,
+            interactive: bool) -> int:
+    """Phase two of ``go``: the banner, the starter flow under flower's signal policy, the closing line
+    (and the work step's final answer on stdout)."""
+    import asyncio
+    if rt.lineage.achieved:
+        rt.soft(rt.lineage.path, lambda: rt.lineage.mark_achieved(None))   # new work: judged again
+    human = _TerminalHuman(reporter) if interactive else None
+    flow = starter_flow(None if used else ask, rt=rt, rounds=args.rounds, use_goal=not args.no_goal,
+                        human=human, wake_sentence=ask if used else None, model=args.model,
+                        permission_mode=args.permission_mode)
+    try:
+        ctx = asyncio.run(_run_with_signals(rt, reporter, lambda: flow.run(rt), interactive))
+    except StepAbort as exc:
+        message = str(exc)
+        reporter.say(f"flower: {message}", always=True)
+        return _finish(rt, reporter, _exit_code(rt, message), message)
+    work = ctx.get("_results", {}).get("work")
+    if work is not None and work.text and not args.json:
+        print(redact(work.text), flush=True)   # the answer on stdout, progress on stderr
+    return _finish(rt, reporter, EXIT_OK, "done")
 
 
 def _exit_code(rt: Runtime, message: str) -> int:
@@ -4927,45 +5037,71 @@ def cmd_once(args: argparse.Namespace, reporter: Reporter) -> int:
         rt.close()
 
 
+def status_data(paths: Paths, store: Any) -> dict:
+    """What ``status`` shows, as data (no side effects): wake state, steps with context and handoff
+    generation, the last manifest rows, the stored sessions of this workspace."""
+    state = wake_state(paths.workspace, paths.run_dir)
+    rows = Manifest.read(paths.run_dir)
+    key = project_key(paths.workspace)
+    sessions = store.sessions(key) if store is not None and hasattr(store, "sessions") else []
+    steps = []
+    for step, sid in state["steps"].items():
+        context = store.last_context(key, sid) if store is not None and hasattr(store, "last_context") else None
+        doc = paths.handoff(step)
+        steps.append({"step": step, "session_id": sid, "context": context,
+                      "generation": ledger_generation(_read_text(doc)), "handoff": doc})
+    return {"workspace": paths.workspace, "run_dir": paths.run_dir, "wake": state, "steps": steps,
+            "manifest": rows[-10:], "sessions": sessions, "achieved": bool(state.get("achieved"))}
+
+
+def _status_lines(data: dict, lang: str) -> list[str]:
+    t = functools.partial(text, lang=lang)
+    state = data["wake"]
+    pairs = [("st_workspace", _tilde(data["workspace"])), ("st_run_dir", _tilde(data["run_dir"])),
+             ("st_brief", t("st_confirmed") if state["brief"] else t("st_none")),
+             ("st_goal", t("st_checks", n=state["checks"]) if state["goal"] else t("st_none")),
+             ("st_woke", t("st_times", n=state["woke"]))]
+    for step in data["steps"]:
+        context = "  " + t("st_context", context=_human_tokens(step["context"])) if step["context"] else ""
+        pairs.append(("st_step", f"{step['step']}: {step['session_id']}{context}"))
+        if step["generation"]:
+            pairs.append(("st_handoff", f"{step['step']}: " + t("st_generation", n=step["generation"],
+                                                                 path=_tilde(step["handoff"]))))
+    if data["achieved"]:
+        pairs.append(("st_goal", t("st_achieved")))
+    if data["sessions"]:
+        pairs.append(("st_sessions", t("st_stored", n=len(data["sessions"]))))
+    width = max(display_width(t(k)) for k, _ in pairs) + 2
+    lines = [pad(t(k), width) + v for k, v in pairs]
+    if not state["waking"] and not data["manifest"]:
+        lines.insert(2, text("ui_nothing_to_do", lang))
+    if data["manifest"]:
+        lines.append(t("st_last_steps"))
+        names = [str(r.get("step", "?")) for r in data["manifest"][-8:]]
+        name_width = max(display_width(n) for n in names) + 2
+        for row, name in zip(data["manifest"][-8:], names):
+            mark = "ok " if row.get("ok") else "ERR"
+            error = f"  {str(row.get('error'))[:60]}" if row.get("error") else ""
+            lines.append(f"  {mark} {pad(name, name_width)}${float(row.get('cost_usd') or 0):.4f} "
+                         f"{n_turns(int(row.get('num_turns') or 0), lang)}  {row.get('started_at', '')}{error}")
+    return lines
+
+
 def cmd_status(args: argparse.Namespace, reporter: Reporter) -> int:
     """Wake state, the last manifest rows and the stored sessions; never needs the SDK."""
     paths = _paths(args, reporter)
     if os.path.exists(paths.run_dir) and not os.path.isdir(paths.run_dir):
         raise FlowerError(f"run dir {paths.run_dir} is not a directory", EXIT_SETUP)
-    state = wake_state(paths.workspace, paths.run_dir)
-    rows = Manifest.read(paths.run_dir)
     store = _open_store(args, paths, create=False) if os.path.isdir(paths.run_dir) else None
-    sessions = store.sessions(project_key(paths.workspace)) if store is not None and hasattr(store, "sessions") else []
+    try:
+        data = status_data(paths, store)
+    finally:
+        if store is not None:
+            store.close()
     if args.json:
-        print(json.dumps({"wake": state, "manifest": rows[-10:], "sessions": sessions}, ensure_ascii=False))
-        return EXIT_OK
-    out = sys.stdout
-    print(f"workspace  {_tilde(paths.workspace)}", file=out)
-    print(f"run dir    {_tilde(paths.run_dir)}", file=out)
-    if not state["waking"] and not rows:
-        print("nothing here yet: python flower.py \"what should be done\"", file=out)
-    print(f"brief      {'confirmed' if state['brief'] else 'none'}", file=out)
-    print(f"goal       {str(state['checks']) + ' checks' if state['goal'] else 'none'}", file=out)
-    print(f"woke       {state['woke']} time(s)", file=out)
-    for step, sid in state["steps"].items():
-        context = store.last_context(project_key(paths.workspace), sid) if store is not None and hasattr(store, "last_context") else None
-        print(f"step       {step}: {sid}" + (f"  context {_human_tokens(context)}" if context else ""), file=out)
-    for step in state["steps"]:
-        doc = paths.handoff(step)
-        generation = ledger_generation(_read_text(doc))
-        if generation:
-            print(f"handoff    {step}: generation {generation}, {_tilde(doc)}", file=out)
-    if rows:
-        print("last steps:", file=out)
-        for row in rows[-8:]:
-            mark = "ok " if row.get("ok") else "ERR"
-            print(f"  {mark} {row.get('step', '?'):<22} ${float(row.get('cost_usd') or 0):.4f} "
-                  f"{row.get('num_turns', 0)} turns  {row.get('started_at', '')}"
-                  + (f"  {str(row.get('error'))[:60]}" if row.get("error") else ""), file=out)
-    if sessions:
-        print(f"sessions   {len(sessions)} stored for this workspace", file=out)
-    if store is not None:
-        store.close()
+        print(json.dumps({"v": JSON_VERSION, "kind": "status", **data}, ensure_ascii=False))
+    else:
+        print("\n".join(_status_lines(data, paths.lang)))
     return EXIT_OK
 
 
@@ -5079,33 +5215,41 @@ def render_entries(entries: list[dict]) -> str:
 
 
 def cmd_sessions(args: argparse.Namespace, reporter: Reporter) -> int:
-    """List stored sessions with their size and last context."""
+    """List stored sessions with their size, last context and owning step."""
     paths = _paths(args, reporter)
     store = _open_store(args, paths, create=False)
-    if store is None or not hasattr(store, "sessions"):
-        print("no sessions stored yet")
-        return EXIT_OK
-    rows = store.sessions(None if args.all else project_key(paths.workspace))
+    rows = []
+    if store is not None and hasattr(store, "sessions"):
+        rows = store.sessions(None if args.all else project_key(paths.workspace))
+        store.close()
     owners = {sid: step for step, sid in wake_state(paths.workspace, paths.run_dir)["steps"].items()}
     for row in rows:
+        row["step"] = owners.get(row["session_id"])
+    if args.json:
+        print(json.dumps({"v": JSON_VERSION, "kind": "sessions", "sessions": rows}, ensure_ascii=False))
+        return EXIT_OK
+    if not rows:
+        print(text("st_no_sessions", paths.lang))
+    for row in rows:
         when = time.strftime("%Y-%m-%d %H:%M", time.localtime(row["mtime"] / 1000))
-        print(f"{row['session_id']}  {when}  {row['entries']:>6} entries  ctx {_human_tokens(row['context']):>7}"
-              + (f"  {owners[row['session_id']]}" if row["session_id"] in owners else "")
-              + (f"  {row['project_key']}" if args.all else ""))
-    store.close()
+        entries = text("st_entries", paths.lang, n=row["entries"])
+        print(f"{row['session_id']}  {when}  {entries:>12}  ctx {_human_tokens(row['context']):>7}"
+              + (f"  {row['step']}" if row["step"] else "") + (f"  {row['project_key']}" if args.all else ""))
     return EXIT_OK
 
 
 def cmd_show(args: argparse.Namespace, reporter: Reporter) -> int:
     """Print a session as the model would be sent it (pruned), or as stored with --raw."""
     paths = _paths(args, reporter)
+    lang = paths.lang
     store = _open_store(args, paths, create=False)
     if store is None or not hasattr(store, "find_session"):
-        raise FlowerError("no sessions stored here", EXIT_USAGE)
+        raise FlowerError(text("st_no_sessions", lang), EXIT_USAGE)
     matches = store.find_session(args.sid)
     if len(matches) != 1:
         store.close()
-        raise FlowerError(f"{len(matches)} sessions start with {args.sid!r}; give more of the id", EXIT_USAGE)
+        key = "st_no_match" if not matches else "st_ambiguous"
+        raise FlowerError(text(key, lang, n=len(matches), sid=args.sid), EXIT_USAGE)
     key = {"project_key": matches[0]["project_key"], "session_id": matches[0]["session_id"]}
     entries = store.load_sync(key) or []
     store.close()
@@ -5113,9 +5257,15 @@ def cmd_show(args: argparse.Namespace, reporter: Reporter) -> int:
         for entry in entries:
             print(json.dumps(redact_obj(entry), ensure_ascii=False))
         return EXIT_OK
-    pruned, report = prune(entries, PrunePolicy(lang=_lang(args)))
+    pruned, report = prune(entries, PrunePolicy(lang=lang))
+    counts = {k: v for k, v in report.as_dict().items() if isinstance(v, int) and v}
+    if args.json:
+        print(json.dumps({"v": JSON_VERSION, "kind": "show", "session_id": key["session_id"], "pruned": counts,
+                          "entries": redact_obj(pruned)}, ensure_ascii=False))
+        return EXIT_OK
     print(render_entries(pruned))
-    print(f"-- pruned: {report.as_dict()}", file=sys.stderr)
+    parts = ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in counts.items()) or "-"
+    print(text("st_pruned", lang, parts=parts), file=sys.stderr)
     return EXIT_OK
 
 

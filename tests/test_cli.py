@@ -80,7 +80,7 @@ class Cli(unittest.TestCase):
     def test_status_without_sdk_and_without_side_effects(self):
         p = self.run_cli(["status"], mode="nosdk")
         self.assertEqual(p.returncode, 0, p.stderr)
-        self.assertIn(b"nothing here yet", p.stdout)
+        self.assertIn(b"nothing to do here yet", p.stdout)
         self.assertFalse(os.path.exists(os.path.join(self.ws, "runs")))
 
     def test_doctor_without_sdk(self):
@@ -124,7 +124,7 @@ class Cli(unittest.TestCase):
             ("bad store factory", {}, ["--store", "nosuchmodule:make", "build x"], "nosdk", {}, None, 3,
              "ModuleNotFoundError"),
             ("bad rounds", {}, ["--rounds", "many", "x"], "nosdk", {}, None, 2, "must be a whole number"),
-            ("show unknown session", {".flower/sessions.db": None}, ["show", "abc"], "nosdk", {}, None, 2, "sessions start"),
+            ("show unknown session", {".flower/sessions.db": None}, ["show", "abc"], "nosdk", {}, None, 2, "no stored session starts with"),
         ]
         for name, files, args, mode, extra, stdin, code, needle in rows:
             with self.subTest(name=name):

@@ -182,13 +182,18 @@ class EndToEnd(unittest.TestCase):
         store.close()
         judge_sid = [r for r in self.manifest() if r["step"] == "work·judge#1"][0]["session_id"]
         self.assertNotIn(judge_sid, lineage["steps"].values())
-        # a second process resumes the same work session and the earlier turns are sent back
+        # an empty wake after an achieved verdict pays nothing
+        requests = len(self.api.requests)
+        p = self.flower()
+        self.assertIn("nothing new", p.stderr)
+        self.assertEqual(len(self.api.requests), requests)
+        # a second process with something new resumes the same work session; the earlier turns are sent back
         before = len(self.roles.bodies("work"))
-        self.flower()
+        self.flower("also say bye")
         self.assertEqual(self.lineage()["steps"]["work"], lineage["steps"]["work"])
         resumed = self.roles.bodies("work")[before]
         self.assertIn("WORK-DONE-MARK", FakeAnthropic.messages_text(resumed))
-        self.assertEqual(last_user_text(resumed).strip().splitlines()[-1], flower.text("work_resume"))
+        self.assertEqual(last_user_text(resumed).strip().splitlines()[-1], "also say bye")
         self.assertEqual(self.lineage()["woke"], 2)
 
     def test_02_kill_9_mid_tool_then_resume(self):
