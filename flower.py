@@ -171,6 +171,7 @@ TEXTS: dict[str, dict[str, str]] = {
         "ui_ok": "ok",
         "ui_failed": "failed: {error}",
         "ui_done": "done · total ${cost:.4f} · manifest {path}",
+        "ui_once": "session {sid} · ${cost:.4f} · manifest {path}",
         "ui_total": "total ${cost:.4f} · manifest {path}",
         "ui_banner": "<- resuming in {path}  {parts}",
         "ui_brief_confirmed": "brief confirmed",
@@ -286,6 +287,7 @@ TEXTS: dict[str, dict[str, str]] = {
         "ui_ok": "完成",
         "ui_failed": "失败:{error}",
         "ui_done": "完成 · 共 ${cost:.4f} · 清单 {path}",
+        "ui_once": "会话 {sid} · ${cost:.4f} · 清单 {path}",
         "ui_total": "共 ${cost:.4f} · 清单 {path}",
         "ui_banner": "<- 在 {path} 接上上次  {parts}",
         "ui_brief_confirmed": "需求已确认",
@@ -3307,7 +3309,7 @@ class StepResult:
 JSON_VERSION = 1  # the "v" of every --json line; bumped only when a field changes meaning or goes away
 
 EVENT_KINDS = ("text", "thinking", "tool_call", "tool_result", "result", "error", "retry", "resume",
-               "step", "handoff", "ask", "system", "info", "summary")
+               "step", "handoff", "ask", "system", "info", "summary", "lock", "offline", "online")
 
 
 @dataclass
@@ -4978,15 +4980,16 @@ def _exit_code(rt: Runtime, message: str) -> int:
     return EXIT_STEP_FAILED
 
 
-def _finish(rt: Runtime, reporter: Reporter, code: int, reason: str) -> int:
+def _finish(rt: Runtime, reporter: Reporter, code: int, reason: str, *, line: bool = True) -> int:
     """The closing line (and the ``summary`` event): outcome, total cost, manifest, and whether
     continuity was degraded on the way. Returns ``code``."""
     lang = rt.lang
     key = "ui_done" if code == EXIT_OK else "ui_total"
-    line = text(key, lang, cost=reporter.total_cost, path=rt.manifest.path)
+    closing = text(key, lang, cost=reporter.total_cost, path=rt.manifest.path) if line else ""
     if rt.degraded:
-        line += " · " + text("ui_degraded", lang, n=len(rt.degraded))
-    reporter.say(line, always=True)
+        closing += (" · " if closing else "") + text("ui_degraded", lang, n=len(rt.degraded))
+    if closing:
+        reporter.say(closing, always=True)
     rows = rt.manifest.rows
     reporter.event(Event("summary", data={
         "exit_code": code, "reason": redact(reason)[:500], "cost_usd": round(reporter.total_cost, 6),
@@ -5025,14 +5028,15 @@ def cmd_once(args: argparse.Namespace, reporter: Reporter) -> int:
         result = asyncio.run(_run_with_signals(rt, reporter, lambda: rt.run(
             spec, prompt, step_name="once", resume=resume, fork=args.fork), sys.stdin.isatty()))
         rt.record(result)
+        reporter.close()   # the answer goes on a line of its own, never glued to the status line
         if result.ok and not args.json:
-            print(result.text, flush=True)
-        reporter.say(f"session {result.session_id} · ${result.cost_usd:.4f} · manifest {rt.manifest.path}",
+            print(redact(result.text), flush=True)
+        reporter.say(text("ui_once", rt.lang, sid=result.session_id, cost=result.cost_usd, path=rt.manifest.path),
                      always=True)
         if not result.ok:
             reporter.say(f"flower: once failed: {result.error}", always=True)
-            return _exit_code(rt, result.error or "")
-        return EXIT_OK
+            return _finish(rt, reporter, _exit_code(rt, result.error or ""), result.error or "failed", line=False)
+        return _finish(rt, reporter, EXIT_OK, "done", line=False)
     finally:
         rt.close()
 
@@ -5290,6 +5294,12 @@ def main(argv: list[str] | None = None) -> int:
     except FlowerError as exc:
         reporter.close()
         print(f"flower: {redact(str(exc))}", file=sys.stderr)
+        if reporter.json_mode:   # CI reads why from stdout too: one last JSON line
+            data = {"exit_code": exc.exit_code, "message": str(exc)}
+            if isinstance(exc, Busy):
+                data["holder"] = exc.holder
+            print(Event("lock" if isinstance(exc, Busy) else "error", data=data).as_json(), file=reporter.out,
+                  flush=True)
         return exc.exit_code
     except KeyboardInterrupt:
         reporter.close()
