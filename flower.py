@@ -183,6 +183,7 @@ TEXTS: dict[str, dict[str, str]] = {
         "info_set_aside": "{path} was unreadable; set aside as {moved}",
         "info_offline": "{host}:{port} is unreachable; waiting for it (up to {seconds}s)",
         "info_online": "{host}:{port} is reachable again after {seconds}s",
+        "info_still_offline": "still offline ({host}:{port}): {waited} of {of}, next probe in {next}s",
         "info_other_workspace": "lineage in {path} belongs to {workspace}; starting fresh here",
         "info_sessions_gone": "sessions of {steps} are no longer stored; those steps start fresh",
         "info_redo": "the sessions of {steps} never reached the store; starting them again with the same input",
@@ -299,6 +300,7 @@ TEXTS: dict[str, dict[str, str]] = {
         "info_set_aside": "{path} 无法读取;已移到 {moved}",
         "info_offline": "{host}:{port} 连不上;等待恢复(最多 {seconds} 秒)",
         "info_online": "{host}:{port} 在 {seconds} 秒后恢复",
+        "info_still_offline": "仍然离线({host}:{port}):已等 {waited},最多 {of},{next} 秒后再探测",
         "info_other_workspace": "{path} 里的接续记录属于 {workspace};这里从头开始",
         "info_sessions_gone": "{steps} 的会话已不在存储中;这些步骤从头开始",
         "info_redo": "{steps} 的会话没有进入存储;用同样的输入重新开始",
@@ -1194,10 +1196,14 @@ class Resilience:
                           target: tuple[str, int] | None = None,
                           probe: Callable[[str, int, float], Awaitable[bool]] | None = None,
                           sleep: Callable[[float], Awaitable[None]] | None = None,
-                          clock: Callable[[], float] | None = None, lang: str = "en") -> bool:
+                          clock: Callable[[], float] | None = None, lang: str = "en",
+                          on_state: Callable[[dict], None] | None = None) -> bool:
         """Wait until the endpoint answers a DNS+TCP probe. Returns True when online, False after
-        ``max_offline_wait`` seconds. ``notify`` is told once when the endpoint is down and once when
-        it is back. ``probe``, ``sleep`` and ``clock`` are injectable for tests."""
+        ``max_offline_wait`` seconds. While it waits nobody is left in silence: ``notify`` gets one
+        line when the endpoint goes down, one a minute while it stays down ("still offline: 3m of
+        60m, next probe in 15s") and one when it is back; ``on_state`` gets the same moments as data
+        (``state`` offline/online, host, port, waited_s, max_s, next_probe_s). ``probe``, ``sleep`` and
+        ``clock`` are injectable for tests."""
         import asyncio
         if not self.probe:
             return True
@@ -1208,15 +1214,31 @@ class Resilience:
         start = clock()
         if await probe(host, port, self.probe_timeout):
             return True
-        if notify:
-            notify(text("info_offline", lang, host=host, port=port, seconds=int(self.max_offline_wait)))
+
+        def tell(state: str, key: str) -> None:
+            waited = int(clock() - start)
+            facts = {"state": state, "host": host, "port": port, "waited_s": waited,
+                     "max_s": int(self.max_offline_wait), "next_probe_s": round(self.probe_interval, 1)}
+            if on_state:
+                on_state(facts)
+            if notify:
+                notify(text(key, lang, host=host, port=port, seconds=waited if state == "online" else facts["max_s"],
+                            waited=_minutes(waited), of=_minutes(facts["max_s"]), next=int(self.probe_interval)))
+        tell("offline", "info_offline")
+        said = start
         while clock() - start < self.max_offline_wait:
             await sleep(min(self.probe_interval, max(0.0, self.max_offline_wait - (clock() - start))))
             if await probe(host, port, self.probe_timeout):
-                if notify:
-                    notify(text("info_online", lang, host=host, port=port, seconds=int(clock() - start)))
+                tell("online", "info_online")
                 return True
+            if clock() - said >= 60 and clock() - start < self.max_offline_wait:
+                said = clock()
+                tell("offline", "info_still_offline")
         return False
+
+
+def _minutes(seconds: int) -> str:
+    return f"{seconds // 60}m" if seconds >= 60 else f"{seconds}s"
 
 
 # --- Transcript logic (pure): entries, water level, read-only commands, the prune pipeline ---
@@ -3334,6 +3356,10 @@ class Event:
         return json.dumps({"v": JSON_VERSION, **data}, ensure_ascii=False, default=str)
 
 
+class _Stop(Exception):
+    """Ends ``Runtime.run``'s loop early (the result already says why)."""
+
+
 class StepAbort(Exception):
     """Raised by a gate or a step to stop the workflow with a message (exit code 1)."""
 
@@ -3406,6 +3432,7 @@ class Runtime:
         self._stderr: list[str] = []
         self.degraded: list[str] = []  # what continuity lost in this run, one line each
         self.driver: DriverLock | None = None  # the workspace lock, when the caller holds one
+        self._preflight = False
         self._warned: set[str] = set()
         reap_orphans(self.paths.run_dir)
 
@@ -3611,6 +3638,13 @@ class Runtime:
             fork = False
         current_prompt = prompt
         try:
+            if not self._preflight:   # before the first request of a run: wait, with a line a minute
+                self._preflight = True
+                if not await self._wait_online(emit):
+                    host, port = endpoint()
+                    result.error = f"network down past {int(self.resilience.max_offline_wait)}s ({host}:{port})"
+                    result.error_kind = OFFLINE
+                    raise _Stop
             while True:
                 if resuming is None:
                     st.start_prompt = current_prompt  # what this fresh session is started with
@@ -3681,8 +3715,7 @@ class Runtime:
                 delay = self.resilience.delay(result.attempts)
                 emit(Event("retry", session_id=st.sid, data={"attempt": result.attempts + 1, "kind": kind,
                                                               "delay": round(delay, 2)}))
-                online = await self.resilience.wait_online(
-                    notify=lambda m: emit(Event("info", data={"message": m})), lang=self.lang)
+                online = await self._wait_online(emit)
                 if not online:
                     host, port = endpoint()
                     result.error = f"network down past {int(self.resilience.max_offline_wait)}s ({host}:{port})"
@@ -3695,6 +3728,8 @@ class Runtime:
                     current_prompt, resuming = text("resume_prompt", self.lang), st.sid
                 else:  # nothing of this session was stored: start it again, same input, new id
                     st.sid, resuming, current_prompt = str(uuid.uuid4()), None, st.start_prompt or prompt
+        except _Stop:
+            pass
         finally:
             result.ended_at = iso_now()
             result.generations = st.generation
@@ -3706,6 +3741,12 @@ class Runtime:
                    data={"ok": result.ok, "cost_usd": result.cost_usd, "turns": result.num_turns,
                          "attempts": result.attempts, "error": result.error}))
         return result
+
+    async def _wait_online(self, emit: Callable[[Event], None]) -> bool:
+        """Wait for the network with an ``offline`` event when it goes, one a minute while it stays
+        away, and an ``online`` event when it is back (the reporter turns them into lines)."""
+        return await self.resilience.wait_online(
+            lang=self.lang, on_state=lambda facts: emit(Event(facts["state"], data=facts)))
 
     def _step_lock(self, lineage_key: str | None, name: str) -> DriverLock | None:
         """One driver per step: a second ``run`` of the same lineage step (in this process or any
@@ -4445,6 +4486,13 @@ class Reporter:
                 self.say(f"  resume: pruned {data['pruned']}")
             elif data.get("reason") == "human":
                 self.say("  " + t("ui_words"))
+        elif kind in ("offline", "online"):
+            key = "info_online" if kind == "online" else "info_offline" if not data.get("waited_s") \
+                else "info_still_offline"
+            waited, most = int(data.get("waited_s") or 0), int(data.get("max_s") or 0)
+            self.say("  " + t(key, host=data.get("host"), port=data.get("port"),
+                              seconds=waited if kind == "online" else most, waited=_minutes(waited),
+                              of=_minutes(most), next=int(data.get("next_probe_s") or 0)))
         elif kind == "error":
             self.say(self._paint("  " + t("ui_error", kind=data.get("kind"), message=data.get("message")), "31"))
         elif kind == "info":

@@ -18,6 +18,9 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+# the fake model talks to no network, so flower's pre-flight probe has nothing to find
+os.environ.setdefault("FLOWER_NO_PROBE", "1")
+
 from tests import fakesdk  # noqa: E402
 from tests.fakesdk import FAKE  # noqa: E402
 

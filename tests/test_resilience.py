@@ -224,7 +224,8 @@ class Probe(unittest.TestCase):
         self.assertFalse(ok)
         self.assertEqual(clock[0], 3600.0)
         self.assertEqual(len(probes), 1 + 240)
-        self.assertEqual(len(notes), 1)
+        self.assertEqual(len(notes), 1 + 59)   # down, then one line a minute (never an hour of silence)
+        self.assertTrue(all("still offline" in n for n in notes[1:]), notes[:3])
 
     def test_wait_online_immediately_true_when_up_and_when_probe_off(self):
         async def up(h, p, t):
