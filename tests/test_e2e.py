@@ -304,7 +304,9 @@ class EndToEnd(unittest.TestCase):
         p = self.flower("doctor")
         lines = p.stdout.strip().splitlines()
         self.assertTrue(all(line.startswith("OK") for line in lines), p.stdout)
-        self.assertEqual(len(lines), 6)
+        self.assertEqual(len(lines), 7)
+        self.assertIn("settings ok", p.stdout)
+        self.assertRegex(p.stdout, r"endpoint 127\.0\.0\.1:\d+ reachable")
         self.assertNotIn("sk-test", p.stdout)
 
     def test_04_outage_mid_turn_waits_and_resumes_without_error_noise(self):
@@ -457,11 +459,12 @@ class EndToEnd(unittest.TestCase):
     def test_09_fatal_401_stops_at_once(self):
         self.roles.work = [error(401, "invalid x-api-key", "authentication_error")] * 10
         p = self.flower("write hello", check=False)
-        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertEqual(p.returncode, flower.EXIT_SETUP, p.stderr)   # credentials rejected: a setup problem
         self.assertNotIn("Traceback", p.stderr)
         self.assertEqual(len([l for l in p.stderr.splitlines() if l.startswith("flower:")]), 1)
         row = self.work_row()
         self.assertEqual(row["attempts"], 1)
+        self.assertEqual(row["error_kind"], "auth")
         self.assertLessEqual(len(self.roles.bodies("work")), 3)   # the CLI's own 2 retries at most
 
     def test_10_wake_sentence_empty_wake_and_new(self):
