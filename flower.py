@@ -4352,6 +4352,15 @@ def _human_tokens(n: int | None) -> str:
     return f"{n / 1_000_000:.2f}M" if n >= 1_000_000 else f"{n / 1000:.1f}K" if n >= 1000 else str(n)
 
 
+_CONTROL = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[@-Z\\-_])|[\x00-\x08\x0b-\x1f\x7f\x9b]")
+
+
+def sanitize(value: str) -> str:
+    """Model text made safe for a terminal: escape sequences (cursor moves, colours, window titles)
+    and control characters other than newline and tab are removed."""
+    return _CONTROL.sub("", value) if value else value
+
+
 def n_turns(n: int, lang: str = "en") -> str:
     """``1 turn``, ``2 turns`` (``2 轮``)."""
     return text("n_turn" if n == 1 else "n_turns", lang, n=n)
@@ -4384,7 +4393,7 @@ class Reporter:
         self.err = err or sys.stderr
         self.out = out or sys.stdout
         self.tty = self.err.isatty() if tty is None else tty
-        self.color = self.tty and not os.environ.get("NO_COLOR")
+        self.color = self.tty and not os.environ.get("NO_COLOR") and os.environ.get("TERM") != "dumb"
         self.started = time.monotonic()
         self.turns = 0
         self.cost = 0.0
@@ -4460,13 +4469,13 @@ class Reporter:
             self.say(self._paint(f"== {data.get('name')} " + "=" * max(3, 40 - len(str(data.get('name')))), "1") + note)
         elif kind == "text":
             self.turns += 1
-            body = data.get("text", "").strip()
+            body = sanitize(data.get("text", "")).strip()
             if self.show_text and body and not self.quiet:
                 self.say(body if self.verbose else (body[:400] + ("…" if len(body) > 400 else "")))
         elif kind == "tool_call":
             self.turns += 1
             if self.verbose:
-                self.say(f"  -> {data.get('name')} {json.dumps(data.get('input'), ensure_ascii=False)[:200]}")
+                self.say(f"  -> {data.get('name')} {sanitize(json.dumps(data.get('input'), ensure_ascii=False))[:200]}")
         elif kind == "retry":
             self.say(self._paint("  " + t("ui_retry", attempt=data.get("attempt"), delay=data.get("delay"),
                                           kind=data.get("kind")), "33"))
@@ -4494,7 +4503,8 @@ class Reporter:
                               seconds=waited if kind == "online" else most, waited=_minutes(waited),
                               of=_minutes(most), next=int(data.get("next_probe_s") or 0)))
         elif kind == "error":
-            self.say(self._paint("  " + t("ui_error", kind=data.get("kind"), message=data.get("message")), "31"))
+            self.say(self._paint("  " + t("ui_error", kind=data.get("kind"), message=sanitize(str(data.get("message")))),
+                                 "31"))
         elif kind == "info":
             if data.get("message"):
                 self.say(f"  {data['message']}")
@@ -4742,6 +4752,18 @@ def _credentials() -> tuple[str, str] | None:
     return None
 
 
+def _quiet_sdk_logs(verbose: bool) -> None:
+    """The SDK logs its own errors ("Fatal error in message reader...") to stderr through logging's
+    last-resort handler; flower reports what matters itself, so they stay off the user's stderr
+    unless -v."""
+    import logging
+    logger = logging.getLogger(_SDK_MODULE)
+    if verbose:
+        return
+    logger.addHandler(logging.NullHandler())
+    logger.propagate = False
+
+
 def _require_sdk() -> Any:
     try:
         return importlib.import_module(_SDK_MODULE)
@@ -4863,7 +4885,8 @@ async def _run_with_signals(rt: Runtime, reporter: Reporter, body: Callable[[], 
 
     def on_sigint() -> None:
         state["interrupts"] += 1
-        if state["interrupts"] == 1 and rt._current is not None:
+        # with nobody at a terminal to answer the question, the first Ctrl-C (or SIGINT) stops at once
+        if state["interrupts"] == 1 and rt._current is not None and interactive:
             reporter.say("\n" + text("interrupt_question", rt.lang), always=True)
             rt.interrupt(None)
         else:
@@ -4957,6 +4980,7 @@ def _go_locked(args: argparse.Namespace, reporter: Reporter, paths: Paths, ask: 
             return _finish(rt, reporter, EXIT_OK, "nothing new")
         _require_sdk()
         _require_credentials()
+        _quiet_sdk_logs(args.verbose)
         return _go_run(args, reporter, rt, used, ask, interactive)
     finally:
         rt.close()
@@ -5063,6 +5087,7 @@ def cmd_once(args: argparse.Namespace, reporter: Reporter) -> int:
     store = _open_store(args, paths)
     _require_sdk()
     _require_credentials()
+    _quiet_sdk_logs(args.verbose)
     rt = Runtime(workspace=paths.workspace, run_dir=paths.run_dir, store=store, lang=_lang(args),
                  on_event=reporter.event, notify=lambda m: reporter.say(m, always=True))
     try:
