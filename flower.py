@@ -131,6 +131,69 @@ TEXTS: dict[str, dict[str, str]] = {
             "Continue the work toward the goal from where it stopped. Look at what is already on disk; "
             "do not start over."
         ),
+        "clarify_instructions": (
+            "You clarify a task before any work starts. Ask the human only questions whose answer changes the "
+            "approach, one at a time, with the ask tool. When no human is available, assume and record each "
+            "assumption. Do not write files. Finish with the brief in exactly four sections:\n"
+            "## Goal\n## Acceptance\n## Bounds\n## Unknowns and assumptions"),
+        "goal_instructions": (
+            "You turn a brief into a goal that a judge can check on the spot. Reply with exactly:\n"
+            "# Goal\n<one statement>\n\n# Checks\n- <check verifiable here, e.g. a command and its expected "
+            "output, or a file and what it must contain>\n...\nMark a check that cannot be verified here as "
+            "`[cannot verify here: why]`. Do not write files."),
+        "work_instructions": (
+            "You do the work described by the brief and the goal, in the working directory. Keep going until "
+            "every check of the goal passes. Write code and files to disk; the judge reads only the disk."),
+        "judge_instructions": (
+            "You judge finished work against a goal. You did not do the work and owe it nothing. Inspect the "
+            "files; change nothing. End your reply with exactly one line `VERDICT: achieved`, `VERDICT: not_yet` "
+            "or `VERDICT: unreachable`. When not achieved, list the failed checks under `## Failed checks` and "
+            "why under `## Reasons`."),
+        "clarify_prompt": "Task: {task}\n\n{who}\n\nWrite the brief.",
+        "clarify_human": "A human is available through the ask tool.",
+        "clarify_no_human": "No human is available: assume, and record each assumption.",
+        "brief_lacks": "the brief lacks: {missing}",
+        "brief_fix": "{reason}. Reply again with the whole brief under the four headings.",
+        "goal_prompt": "The brief:\n\n{brief}\n\nWrite the goal.",
+        "goal_lacks": "the goal needs a '# Goal' statement and a '# Checks' list",
+        "goal_fix": "{reason}. Reply again in exactly that form.",
+        "work_prompt_brief": "The brief ({path}):\n\n{brief}\n\n",
+        "work_prompt_goal": "The goal ({path}):\n\n{goal}\n\n",
+        "work_prompt_end": "Do the work.",
+        "judge_prompt": "The goal:\n\n{goal}\nJudge the work in this directory.",
+        "judge_label": "judge",
+        "judge_failed": "the judge could not finish: {error}",
+        "work_again": ("A judge checked the work against the goal: not achieved yet.\n\nFailed checks:\n{failed}\n\n"
+                       "Reasons:\n{reason}\n\nFix these, then stop."),
+        "not_listed": "- (not listed)",
+        "verdict_achieved": "achieved",
+        "verdict_not_yet": "not achieved yet",
+        "verdict_unreachable": "unreachable",
+        "ui_verdict_failed": " · failed: {n}",
+        "dr_python_fix": "use Python 3.10 or newer",
+        "dr_sdk_missing": "claude-agent-sdk not installed (in this interpreter)",
+        "dr_cli_missing": "Claude Code CLI not found",
+        "dr_cli_broken": "Claude Code CLI {path} does not run ({error})",
+        "dr_cli_fix": "reinstall claude-agent-sdk (it bundles the CLI)",
+        "dr_credentials": "credentials {name} {masked}",
+        "dr_no_credentials": "no credentials",
+        "dr_credentials_fix": "set ANTHROPIC_API_KEY or log in with the claude CLI",
+        "dr_settings_ok": "settings ok",
+        "dr_settings_fix": "fix or unset it",
+        "dr_endpoint": "endpoint {host}:{port}",
+        "dr_proxy": "proxy {host}:{port} (from {var})",
+        "dr_proxy_fix": "check {var} and the proxy itself",
+        "dr_network_fix": "check the network and ANTHROPIC_BASE_URL",
+        "dr_reachable": "reachable",
+        "dr_dns_failure": "DNS failure",
+        "dr_connection_refused": "connection refused",
+        "dr_timed_out": "timed out",
+        "dr_unreachable": "unreachable",
+        "dr_run_dir": "run dir {path} writable",
+        "dr_run_dir_broken": "run dir: {error}",
+        "dr_run_dir_fix": "choose a writable --run-dir",
+        "dr_integrity": "sessions.db integrity {verdict}",
+        "dr_aside_fix": "move the file aside",
         "added_on_wake": "Added on wake",
         "wake_addendum": "The human adds: {words}",
         "ui_continues": "<- continues earlier session · wake #{woke}",
@@ -248,6 +311,66 @@ TEXTS: dict[str, dict[str, str]] = {
         "interrupt_question": "已中断。要告诉 agent 什么?(回车 = 直接继续;再按 Ctrl-C 退出)",
         "clarify_resume": "继续刚才没有完成的需求澄清,不要从头开始。",
         "work_resume": "从中断处继续朝目标推进。先看看磁盘上已经有什么,不要从头开始。",
+        "clarify_instructions": (
+            "你在任何工作开始之前澄清任务。只问那些答案会改变做法的问题,一次一个,用 ask 工具问人类。"
+            "没有人类可问时,自行假设并记下每个假设。不要写文件。最后给出需求,恰好分四节:\n"
+            "## 目标\n## 验收标准\n## 边界\n## 未知与假设"),
+        "goal_instructions": (
+            "你把需求变成一个判定者能当场检查的目标。回复恰好是:\n"
+            "# 目标\n<一句话>\n\n# 检查\n- <在这里可验证的检查,例如一条命令及其预期输出,或一个文件及其必须包含的内容>\n"
+            "...\n在这里无法验证的检查标记为 `[cannot verify here: 原因]`。不要写文件。"),
+        "work_instructions": (
+            "你在工作目录里完成需求和目标所描述的工作。一直做到目标的每条检查都通过。把代码和文件写到磁盘上;"
+            "判定者只看磁盘。"),
+        "judge_instructions": (
+            "你对照目标评判已完成的工作。工作不是你做的,你不欠它什么。检查文件,不要改动任何东西。"
+            "回复的最后恰好一行 `VERDICT: achieved`、`VERDICT: not_yet` 或 `VERDICT: unreachable`(这一行保持英文)。"
+            "未达成时,在 `## Failed checks` 下列出未通过的检查,在 `## Reasons` 下写明原因。"),
+        "clarify_prompt": "任务:{task}\n\n{who}\n\n写出需求。",
+        "clarify_human": "可以通过 ask 工具问人类。",
+        "clarify_no_human": "没有人类可问:自行假设,并记下每个假设。",
+        "brief_lacks": "需求缺少:{missing}",
+        "brief_fix": "{reason}。请按四个标题重新回复完整的需求。",
+        "goal_prompt": "需求:\n\n{brief}\n\n写出目标。",
+        "goal_lacks": "目标需要一个「# 目标」陈述和一个「# 检查」列表",
+        "goal_fix": "{reason}。请严格按那个格式重新回复。",
+        "work_prompt_brief": "需求({path}):\n\n{brief}\n\n",
+        "work_prompt_goal": "目标({path}):\n\n{goal}\n\n",
+        "work_prompt_end": "开始干活。",
+        "judge_prompt": "目标:\n\n{goal}\n评判这个目录里的工作。",
+        "judge_label": "判定",
+        "judge_failed": "判定者没能完成:{error}",
+        "work_again": ("判定者对照目标检查了工作:尚未达成。\n\n未通过的检查:\n{failed}\n\n"
+                       "原因:\n{reason}\n\n修好这些,然后停下。"),
+        "not_listed": "- (未列出)",
+        "verdict_achieved": "已达成",
+        "verdict_not_yet": "尚未达成",
+        "verdict_unreachable": "无法达成",
+        "ui_verdict_failed": " · 未通过:{n}",
+        "dr_python_fix": "请用 Python 3.10 或更新的版本",
+        "dr_sdk_missing": "没有安装 claude-agent-sdk(在当前解释器里)",
+        "dr_cli_missing": "找不到 Claude Code CLI",
+        "dr_cli_broken": "Claude Code CLI {path} 无法运行({error})",
+        "dr_cli_fix": "重装 claude-agent-sdk(它自带 CLI)",
+        "dr_credentials": "凭据 {name} {masked}",
+        "dr_no_credentials": "没有凭据",
+        "dr_credentials_fix": "设置 ANTHROPIC_API_KEY,或用 claude CLI 登录",
+        "dr_settings_ok": "设置无误",
+        "dr_settings_fix": "改正或取消这个设置",
+        "dr_endpoint": "接口 {host}:{port}",
+        "dr_proxy": "代理 {host}:{port}(来自 {var})",
+        "dr_proxy_fix": "检查 {var} 和代理本身",
+        "dr_network_fix": "检查网络和 ANTHROPIC_BASE_URL",
+        "dr_reachable": "可以连通",
+        "dr_dns_failure": "域名解析失败",
+        "dr_connection_refused": "连接被拒绝",
+        "dr_timed_out": "连接超时",
+        "dr_unreachable": "连不上",
+        "dr_run_dir": "状态目录 {path} 可写",
+        "dr_run_dir_broken": "状态目录:{error}",
+        "dr_run_dir_fix": "换一个可写的 --run-dir",
+        "dr_integrity": "sessions.db 完整性 {verdict}",
+        "dr_aside_fix": "把这个文件挪到一边",
         "added_on_wake": "唤醒时补充",
         "wake_addendum": "人类补充:{words}",
         "ui_continues": "<- 接上次 · 第 {woke} 次唤醒",
@@ -4171,26 +4294,6 @@ class Human:
         raise NotImplementedError
 
 
-CLARIFY_INSTRUCTIONS = (
-    "You clarify a task before any work starts. Ask the human only questions whose answer changes the "
-    "approach, one at a time, with the ask tool. When no human is available, assume and record each "
-    "assumption. Do not write files. Finish with the brief in exactly four sections:\n"
-    "## Goal\n## Acceptance\n## Bounds\n## Unknowns and assumptions")
-GOAL_INSTRUCTIONS = (
-    "You turn a brief into a goal that a judge can check on the spot. Reply with exactly:\n"
-    "# Goal\n<one statement>\n\n# Checks\n- <check verifiable here, e.g. a command and its expected "
-    "output, or a file and what it must contain>\n...\nMark a check that cannot be verified here as "
-    "`[cannot verify here: why]`. Do not write files.")
-WORK_INSTRUCTIONS = (
-    "You do the work described by the brief and the goal, in the working directory. Keep going until "
-    "every check of the goal passes. Write code and files to disk; the judge reads only the disk.")
-JUDGE_INSTRUCTIONS = (
-    "You judge finished work against a goal. You did not do the work and owe it nothing. Inspect the "
-    "files; change nothing. End your reply with exactly one line `VERDICT: achieved`, `VERDICT: not_yet` "
-    "or `VERDICT: unreachable`. When not achieved, list the failed checks under `## Failed checks` and "
-    "why under `## Reasons`.")
-
-
 # what the human may answer to an unreachable verdict, each saying its consequence
 UNREACHABLE_CHOICES = ("choice_accept", "choice_amend", "choice_keep_working", "choice_stop")
 
@@ -4226,28 +4329,27 @@ def starter_flow(ask: str | None, *, rt: Runtime, rounds: int = 3, use_goal: boo
         atomic_write(paths.brief, existing + addition)
     asker = human.ask if human is not None else None
 
-    clarifier = AgentSpec("clarify", instructions=CLARIFY_INSTRUCTIONS, tools=[], model=model,
+    t = functools.partial(text, lang=lang)
+    clarifier = AgentSpec("clarify", instructions=t("clarify_instructions"), tools=[], model=model,
                           permission_mode="default", ask=asker)
-    goal_setter = AgentSpec("goal", instructions=GOAL_INSTRUCTIONS, tools=["Read", "Glob", "Grep"],
+    goal_setter = AgentSpec("goal", instructions=t("goal_instructions"), tools=["Read", "Glob", "Grep"],
                             allowed_tools=["Read", "Glob", "Grep"], model=model, permission_mode="default")
-    worker = AgentSpec("work", instructions=WORK_INSTRUCTIONS, preset=True,
+    worker = AgentSpec("work", instructions=t("work_instructions"), preset=True,
                        tools=["Read", "Write", "Edit", "Bash", "Glob", "Grep", "TodoWrite"],
                        allowed_tools=["Read", "Write", "Edit", "Bash", "Glob", "Grep", "TodoWrite"],
                        model=model, permission_mode=permission_mode)
-    judge = AgentSpec("judge", instructions=JUDGE_INSTRUCTIONS, tools=["Read", "Glob", "Grep"],
+    judge = AgentSpec("judge", instructions=t("judge_instructions"), tools=["Read", "Glob", "Grep"],
                       allowed_tools=["Read", "Glob", "Grep"], disallowed_tools=["Write", "Edit", "Bash"],
                       model=model, permission_mode="default", handoff=False)
 
     def clarify_prompt(ctx: dict) -> str:
-        who = ("A human is available through the ask tool." if human else
-               "No human is available: assume, and record each assumption.")
-        return f"Task: {ask or ''}\n\n{who}\n\nWrite the brief."
+        return t("clarify_prompt", task=ask or "", who=t("clarify_human") if human else t("clarify_no_human"))
 
     def brief_gate(ctx: dict, result: StepResult) -> Any:
         brief = Brief.parse(result.text)
         if not brief.complete:
-            missing = [BRIEF_HEADINGS["en"][k] for k in BRIEF_KEYS if _is_empty(brief.sections.get(k))]
-            return "the brief lacks: " + ", ".join(missing)
+            heads = BRIEF_HEADINGS.get(lang, BRIEF_HEADINGS["en"])
+            return t("brief_lacks", missing=", ".join(heads[k] for k in BRIEF_KEYS if _is_empty(brief.sections.get(k))))
         added = _wake_additions(_brief_text(paths), lang)  # sentences given while the brief was unfinished
         atomic_write(paths.brief, brief.render(lang) + (f"\n{added}" if added else ""))
         return True
@@ -4256,15 +4358,15 @@ def starter_flow(ask: str | None, *, rt: Runtime, rounds: int = 3, use_goal: boo
         ctx["_brief_fixes"] = ctx.get("_brief_fixes", 0) + 1
         if ctx["_brief_fixes"] > 2:
             return None
-        return f"{reason}. Reply again with the whole brief under the four headings."
+        return t("brief_fix", reason=reason)
 
     def goal_prompt(ctx: dict) -> str:
-        return f"The brief:\n\n{_brief_text(paths)}\n\nWrite the goal."
+        return t("goal_prompt", brief=_brief_text(paths))
 
     def goal_gate(ctx: dict, result: StepResult) -> Any:
         goal = Goal.parse(result.text)
         if not goal.complete:
-            return "the goal needs a '# Goal' statement and a '# Checks' list"
+            return t("goal_lacks")
         atomic_write(paths.goal, goal.render(lang))
         if goal.unverifiable:
             rt.emit(Event("info", step="goal", data={"message": text("info_unverifiable", lang, n=len(goal.unverifiable)),
@@ -4273,13 +4375,12 @@ def starter_flow(ask: str | None, *, rt: Runtime, rounds: int = 3, use_goal: boo
 
     def goal_fix(ctx: dict, result: StepResult, reason: Any) -> str | None:
         ctx["_goal_fixes"] = ctx.get("_goal_fixes", 0) + 1
-        return None if ctx["_goal_fixes"] > 2 else f"{reason}. Reply again in exactly that form."
+        return None if ctx["_goal_fixes"] > 2 else t("goal_fix", reason=reason)
 
     def work_prompt(ctx: dict) -> str:
         goal_text = _read_text(paths.goal) or ""
-        return (f"The brief ({paths.brief}):\n\n{_brief_text(paths)}\n\n"
-                + (f"The goal ({paths.goal}):\n\n{goal_text}\n\n" if goal_text else "")
-                + "Do the work.")
+        return (t("work_prompt_brief", path=paths.brief, brief=_brief_text(paths))
+                + (t("work_prompt_goal", path=paths.goal, goal=goal_text) if goal_text else "") + t("work_prompt_end"))
 
     async def judge_gate(ctx: dict, result: StepResult) -> Any:
         goal = Goal.parse(_read_text(paths.goal) or "")
@@ -4287,13 +4388,12 @@ def starter_flow(ask: str | None, *, rt: Runtime, rounds: int = 3, use_goal: boo
             return True
         ctx["_judge_round"] = ctx.get("_judge_round", 0) + 1
         n = ctx["_judge_round"]
-        label = f"work·{'判定' if lang == 'zh' else 'judge'}#{n}"
-        verdict_result = await rt.run(judge, f"The goal:\n\n{goal.render(lang)}\nJudge the work in this directory.",
-                                      step_name=label, lineage_key=None)
+        label = f"work·{t('judge_label')}#{n}"
+        verdict_result = await rt.run(judge, t("judge_prompt", goal=goal.render(lang)), step_name=label, lineage_key=None)
         rt.record(verdict_result)
         ctx.setdefault("_judges", []).append(verdict_result.session_id)
         verdict = Verdict.parse(verdict_result.text) if verdict_result.ok else \
-            Verdict("not_yet", f"the judge could not finish: {verdict_result.error}")
+            Verdict("not_yet", t("judge_failed", error=verdict_result.error))
         ctx["_verdict"] = verdict
         rt.emit(Event("info", step=label, data={"verdict": verdict.status, "failed": verdict.failed_checks}))
         if verdict.achieved:
@@ -4321,10 +4421,8 @@ def starter_flow(ask: str | None, *, rt: Runtime, rounds: int = 3, use_goal: boo
         ctx["_rounds_used"] = ctx.get("_rounds_used", 1) + 1
         if ctx["_rounds_used"] > max(1, rounds):
             return None
-        failed = "\n".join(f"- {c}" for c in getattr(verdict, "failed_checks", [])) or "- (not listed)"
-        reason = getattr(verdict, "reason", str(verdict))
-        return (f"A judge checked the work against the goal: not achieved yet.\n\nFailed checks:\n{failed}\n\n"
-                f"Reasons:\n{reason}\n\nFix these, then stop.")
+        failed = "\n".join(f"- {c}" for c in getattr(verdict, "failed_checks", [])) or t("not_listed")
+        return t("work_again", failed=failed, reason=getattr(verdict, "reason", str(verdict)))
 
     goal_frozen = Goal.parse(_read_text(paths.goal) or "").complete
     steps = [
@@ -4509,8 +4607,8 @@ class Reporter:
             if data.get("message"):
                 self.say(f"  {data['message']}")
             elif data.get("verdict"):
-                failed = f" · failed: {len(data.get('failed') or [])}" if data.get("failed") else ""
-                self.say(f"  {event.step}: {data['verdict']}{failed}")
+                failed = t("ui_verdict_failed", n=len(data["failed"])) if data.get("failed") else ""
+                self.say(f"  {event.step}: {t('verdict_' + data['verdict'])}{failed}")
         elif kind == "result":
             self.total_cost += float(data.get("cost_usd") or 0)
             self.cost = 0.0
@@ -5182,21 +5280,6 @@ def cmd_status(args: argparse.Namespace, reporter: Reporter) -> int:
     return EXIT_OK
 
 
-def _check_cli(sdk: Any) -> tuple[bool, str, str]:
-    """The bundled Claude Code CLI (or one on PATH) and the version it reports."""
-    import subprocess
-    fix = "reinstall claude-agent-sdk (it bundles the CLI)"
-    cli = find_cli(sdk)
-    if not cli:
-        return False, "Claude Code CLI not found", fix
-    try:
-        answer = subprocess.run([cli, "--version"], capture_output=True, text=True, timeout=20)
-        version = (answer.stdout.strip().splitlines() or ["?"])[0]
-    except (OSError, subprocess.SubprocessError) as exc:
-        return False, f"Claude Code CLI {_tilde(cli)} does not run ({type(exc).__name__})", fix
-    return answer.returncode == 0, f"Claude Code CLI {version} ({_tilde(cli)})", fix
-
-
 @dataclass
 class Check:
     """One line of ``doctor``: what was checked, whether it passed, and how to fix it."""
@@ -5207,33 +5290,50 @@ class Check:
     kind: str = "setup"   # "setup" (exit 3) or "network" (exit 4)
 
 
-def _doctor_setup(args: argparse.Namespace, reporter: Reporter) -> list[Check]:
-    checks = [Check(sys.version_info >= (3, 10), f"Python {sys.version.split()[0]}", "use Python 3.10 or newer")]
+def _check_cli(sdk: Any, lang: str) -> Check:
+    """The bundled Claude Code CLI (or one on PATH) and the version it reports."""
+    import subprocess
+    t = functools.partial(text, lang=lang)
+    cli = find_cli(sdk)
+    if not cli:
+        return Check(False, t("dr_cli_missing"), t("dr_cli_fix"))
+    try:
+        answer = subprocess.run([cli, "--version"], capture_output=True, text=True, timeout=20)
+        version = (answer.stdout.strip().splitlines() or ["?"])[0]
+    except (OSError, subprocess.SubprocessError) as exc:
+        return Check(False, t("dr_cli_broken", path=_tilde(cli), error=type(exc).__name__), t("dr_cli_fix"))
+    return Check(answer.returncode == 0, f"Claude Code CLI {version} ({_tilde(cli)})", t("dr_cli_fix"))
+
+
+def _doctor_setup(lang: str) -> list[Check]:
+    t = functools.partial(text, lang=lang)
+    checks = [Check(sys.version_info >= (3, 10), f"Python {sys.version.split()[0]}", t("dr_python_fix"))]
     try:
         sdk = importlib.import_module(_SDK_MODULE)
         checks.append(Check(True, f"claude-agent-sdk {getattr(sdk, '__version__', '?')}"))
-        checks.append(Check(*_check_cli(sdk)))
+        checks.append(_check_cli(sdk, lang))
     except ImportError:
-        checks.append(Check(False, "claude-agent-sdk not installed",
-                            f"{sys.executable} -m pip install claude-agent-sdk"))
+        checks.append(Check(False, t("dr_sdk_missing"), f"{sys.executable} -m pip install claude-agent-sdk"))
     creds = _credentials()
-    checks.append(Check(creds is not None, f"credentials {creds[0]} {creds[1]}" if creds else "no credentials",
-                        "set ANTHROPIC_API_KEY or log in with the claude CLI"))
+    checks.append(Check(creds is not None, t("dr_credentials", name=creds[0], masked=creds[1]) if creds
+                        else t("dr_no_credentials"), t("dr_credentials_fix")))
     problems = settings_problems()
-    checks += [Check(False, problem, "fix or unset it") for problem in problems] or [Check(True, "settings ok")]
+    checks += [Check(False, problem, t("dr_settings_fix")) for problem in problems] or [Check(True, t("dr_settings_ok"))]
     return checks
 
 
-def _doctor_network() -> Check:
+def _doctor_network(lang: str) -> Check:
+    t = functools.partial(text, lang=lang)
     host, port, proxy = probe_target()
-    timeout = max(0.1, env_number("FLOWER_PROBE_TIMEOUT", 5.0))
-    verdict = diagnose(host, port, timeout)
-    where = f"proxy {host}:{port} (from {proxy})" if proxy else f"endpoint {host}:{port}"
-    fix = f"check {proxy} and the proxy itself" if proxy else "check the network and ANTHROPIC_BASE_URL"
-    return Check(verdict == "reachable", f"{where} {verdict}", fix, kind="network")
+    verdict = diagnose(host, port, max(0.1, env_number("FLOWER_PROBE_TIMEOUT", 5.0)))
+    said = t("dr_" + verdict.split(" (")[0].replace(" ", "_").lower()) + verdict[len(verdict.split(" (")[0]):]
+    where = t("dr_proxy", host=host, port=port, var=proxy) if proxy else t("dr_endpoint", host=host, port=port)
+    fix = t("dr_proxy_fix", var=proxy) if proxy else t("dr_network_fix")
+    return Check(verdict == "reachable", f"{where} {said}", fix, kind="network")
 
 
-def _doctor_state(args: argparse.Namespace, reporter: Reporter) -> list[Check]:
+def _doctor_state(args: argparse.Namespace, reporter: Reporter, lang: str) -> list[Check]:
+    t = functools.partial(text, lang=lang)
     paths = _paths(args, reporter)
     try:
         paths.prepare()
@@ -5241,24 +5341,25 @@ def _doctor_state(args: argparse.Namespace, reporter: Reporter) -> list[Check]:
         atomic_write(probe, "ok")
         os.unlink(probe)
     except (FlowerError, OSError) as exc:
-        return [Check(False, f"run dir: {exc}", "choose a writable --run-dir")]
-    checks = [Check(True, f"run dir {_tilde(paths.run_dir)} writable")]
+        return [Check(False, t("dr_run_dir_broken", error=exc), t("dr_run_dir_fix"))]
+    checks = [Check(True, t("dr_run_dir", path=_tilde(paths.run_dir)))]
     db = paths.run("sessions.db")
     if os.path.exists(db):
         try:
             store = SqliteSessionStore(db)
             verdict = store.integrity()
             store.close()
-            checks.append(Check(verdict == "ok", f"sessions.db integrity {verdict}", "move the file aside"))
+            checks.append(Check(verdict == "ok", t("dr_integrity", verdict=verdict), t("dr_aside_fix")))
         except FlowerError as exc:
-            checks.append(Check(False, str(exc), "move the file aside"))
+            checks.append(Check(False, str(exc), t("dr_aside_fix")))
     return checks
 
 
 def cmd_doctor(args: argparse.Namespace, reporter: Reporter) -> int:
     """Check everything a run needs, one line each. Exit 0 when all pass, 4 when only the network
     fails, 3 when anything else does."""
-    checks = _doctor_setup(args, reporter) + [_doctor_network()] + _doctor_state(args, reporter)
+    lang = _lang(args)
+    checks = _doctor_setup(lang) + [_doctor_network(lang)] + _doctor_state(args, reporter, lang)
     failed = [c for c in checks if not c.ok]
     code = EXIT_OK if not failed else EXIT_OFFLINE if all(c.kind == "network" for c in failed) else EXIT_SETUP
     if args.json:

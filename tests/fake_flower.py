@@ -22,7 +22,7 @@ sys.path.insert(0, ROOT)
 os.environ.setdefault("FLOWER_NO_PROBE", "1")
 
 from tests import fakesdk  # noqa: E402
-from tests.fakesdk import FAKE  # noqa: E402
+from tests.fakesdk import FAKE, agent_role  # noqa: E402
 
 BRIEF = ("## Goal\nmd2html script\n## Acceptance\nprints html\n## Bounds\nstdlib only\n"
          "## Unknowns and assumptions\nassumed UTF-8 input")
@@ -33,14 +33,14 @@ state = {"blocked": False}
 def brain(prompt, options, loaded):
     system = options.system_prompt if isinstance(options.system_prompt, str) else \
         (options.system_prompt or {}).get("append", "")
-    if "You clarify" in system:
+    if agent_role(system) == "clarify":
         role, actions = "clarify", [("text", BRIEF, 1000)]
         if os.environ.get("FAKE_CLARIFY_BLOCK") and not state.get("clarify_blocked"):
             state["clarify_blocked"] = True
             actions = [("block", "never")]
-    elif "into a goal" in system:
+    elif agent_role(system) == "goal":
         role, actions = "goal", [("text", GOAL, 1000)]
-    elif "You judge" in system:
+    elif agent_role(system) == "judge":
         role, actions = "judge", [("text", os.environ.get("FAKE_JUDGE", "VERDICT: achieved"), 1000)]
     else:
         role, actions = "work", [("text", "worked", 1000)]

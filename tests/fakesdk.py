@@ -333,3 +333,12 @@ def uninstall() -> None:
         sys.modules.pop("claude_agent_sdk", None)
     else:
         sys.modules["claude_agent_sdk"] = previous
+
+
+def agent_role(system: str) -> str | None:
+    """Which starter-flow agent a system prompt belongs to (clarify, goal, judge, work), in any language."""
+    import flower
+    for role in ("clarify", "goal", "judge", "work"):
+        if any(flower.text(f"{role}_instructions", lang)[:24] in system for lang in flower.TEXTS):
+            return role
+    return None

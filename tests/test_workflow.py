@@ -8,7 +8,7 @@ import unittest
 import flower
 from flower import Runtime, Resilience, starter_flow, wake_state, Manifest, Human
 from tests import fakesdk
-from tests.fakesdk import FAKE
+from tests.fakesdk import FAKE, agent_role
 
 BRIEF = ("## Goal\nmd2html script\n## Acceptance\nprints html\n## Bounds\nstdlib only\n"
          "## Unknowns and assumptions\nassumed UTF-8 input")
@@ -31,11 +31,11 @@ class Brain:
     def __call__(self, prompt, options, loaded):
         system = options.system_prompt if isinstance(options.system_prompt, str) else \
             (options.system_prompt or {}).get("append", "")
-        if "You clarify" in system:
+        if agent_role(system) == "clarify":
             role, answer = "clarify", BRIEF
-        elif "into a goal" in system:
+        elif agent_role(system) == "goal":
             role, answer = "goal", self.goal
-        elif "You judge" in system:
+        elif agent_role(system) == "judge":
             role, answer = "judge", self.verdicts.pop(0) if self.verdicts else "VERDICT: achieved"
         else:
             role, answer = "work", "worked"
