@@ -1683,6 +1683,7 @@ class PrunePolicy:
     """What ``prune`` does to a transcript before a resumed model sees it."""
 
     keep_denials: int = 1
+    keep_unavailable: int = 1
     drop_api_errors: bool = True
     neutralize_interrupts: bool = True
     expire_glances: bool = True
@@ -1701,6 +1702,7 @@ class PruneReport:
 
     dropped_errors: int = 0
     denials_dropped: int = 0
+    unavailable_dropped: int = 0
     interrupts: int = 0
     expired: int = 0
     trimmed: int = 0
@@ -1710,7 +1712,7 @@ class PruneReport:
 
     def as_dict(self) -> dict:
         """The counts, for events and logs (without the spill texts)."""
-        return {k: v for k, v in dataclasses.asdict(self).items() if k != "spills"}
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "spills"}
 
 
 def relink(entries: list[dict], drop_uuids: set, parents: dict | None = None) -> list[dict]:
@@ -1836,154 +1838,215 @@ def prune(entries: list[dict], policy: PrunePolicy | None = None) -> tuple[list[
         return _prune(entries, policy or PrunePolicy())
 
 
-def _prune(entries: list[dict], policy: PrunePolicy) -> tuple[list[dict], PruneReport]:
-    report = PruneReport()
-    work: list[dict] = []
-    drop: set = set()
-    parents: dict[str, Any] = {}
+@dataclass
+class _Pruning:
+    """The working state of one prune: the entry list being rewritten and its index."""
 
-    # 1. API errors (an error entry without uuid is outside the chain: just left out)
+    policy: PrunePolicy
+    report: PruneReport
+    work: list[dict]
+    parents: dict[str, Any]
+    drop: set
+    results: list[tuple[int, int, dict]] = field(default_factory=list)
+    uses: dict[str, tuple[int, dict]] = field(default_factory=dict)
+
+    def block(self, i: int, j: int) -> dict:
+        """The current block ``j`` of entry ``i``."""
+        return self.work[i]["message"]["content"][j]
+
+
+def _prune(entries: list[dict], policy: PrunePolicy) -> tuple[list[dict], PruneReport]:
+    st = _drop_api_errors(entries, policy)
+    st.results, st.uses = _index(st.work)
+    _drop_old_results(st)
+    # from here on entries are only replaced, never removed: (i, j) positions stay valid
+    if policy.neutralize_interrupts:
+        _neutralize_interrupts(st)
+    if policy.expire_glances:
+        _expire_glances(st)
+    if policy.trim:
+        _trim(st)
+    return _relink_and_heal(st), st.report
+
+
+def _drop_api_errors(entries: list[dict], policy: PrunePolicy) -> _Pruning:
+    """Step 1: API-error entries leave (one without a uuid is outside the chain: just left out)."""
+    st = _Pruning(policy, PruneReport(), [], {}, set())
     for entry in entries:
         uid = entry.get("uuid")
         if uid.__class__ is str:
-            parents[uid] = entry.get("parentUuid")
+            st.parents[uid] = entry.get("parentUuid")
         if policy.drop_api_errors and is_api_error_entry(entry):
-            report.dropped_errors += 1
-            report.chars_saved += len(entry_text(entry)) or len(str(entry.get("error", "")))
-            if isinstance(entry.get("uuid"), str):
-                drop.add(entry["uuid"])
+            st.report.dropped_errors += 1
+            st.report.chars_saved += len(entry_text(entry)) or len(str(entry.get("error", "")))
+            if uid.__class__ is str:
+                st.drop.add(uid)
             continue
-        work.append(entry)
+        st.work.append(entry)
+    return st
 
-    # 2. Denials: keep the newest keep_denials
-    results, uses = _index(work)
-    denials = [(i, j, b) for i, j, b in results if b.get("is_error") and _is_denial(work[i])]
-    old = denials[:max(0, len(denials) - max(0, policy.keep_denials))]
-    if old:
-        drop_result = {(i, j) for i, j, _ in old}
-        drop_use_ids = {b.get("tool_use_id") for _, _, b in old}
-        for i in sorted({i for i, _, _ in old}):
-            entry = dict(work[i])
+
+_UNAVAILABLE = "No such tool available:"
+
+
+def _drop_old_results(st: _Pruning) -> None:
+    """Step 2: results that teach helplessness go, but the newest: permission denials (keep
+    ``keep_denials``) and unavailable-tool errors (keep ``keep_unavailable`` per tool). The tool_use
+    and its tool_result both leave; an entry left empty leaves the chain."""
+    work, uses = st.work, st.uses
+    denials, unavailable = [], {}
+    for i, j, b in st.results:
+        if not b.get("is_error"):
+            continue
+        if _is_denial(work[i]):
+            denials.append((i, j, b))
+        elif _UNAVAILABLE in block_text(b):
+            use = uses.get(b.get("tool_use_id"))
+            unavailable.setdefault(use[1].get("name") if use else "", []).append((i, j, b))
+    old = denials[:max(0, len(denials) - max(0, st.policy.keep_denials))]
+    keep = max(0, st.policy.keep_unavailable)
+    stale_unavailable = [r for rows in unavailable.values() for r in rows[:max(0, len(rows) - keep)]]
+    st.report.denials_dropped = len(old)
+    st.report.unavailable_dropped = len(stale_unavailable)
+    old += stale_unavailable
+    if not old:
+        return
+    drop_result = {(i, j) for i, j, _ in old}
+    drop_use_ids = {b.get("tool_use_id") for _, _, b in old}
+    changed = sorted({i for i, _, _ in old})
+    for i in changed:
+        entry = dict(work[i])
+        message = dict(entry["message"])
+        st.report.chars_saved += sum(len(block_text(b)) for j, b in enumerate(message["content"])
+                                     if (i, j) in drop_result)
+        message["content"] = [b for j, b in enumerate(message["content"]) if (i, j) not in drop_result]
+        entry["message"] = message
+        entry.pop("toolUseResult", None)
+        work[i] = entry
+    for tool_id, (k, block) in uses.items():
+        if tool_id in drop_use_ids:
+            entry = dict(work[k])
             message = dict(entry["message"])
-            report.chars_saved += sum(len(block_text(b)) for j, b in enumerate(message["content"])
-                                      if (i, j) in drop_result)
-            message["content"] = [b for j, b in enumerate(message["content"]) if (i, j) not in drop_result]
+            st.report.chars_saved += len(json.dumps(block.get("input", ""), ensure_ascii=False))
+            message["content"] = [b for b in message["content"] if not (isinstance(b, dict) and b.get("id") == tool_id)]
             entry["message"] = message
-            entry.pop("toolUseResult", None)
-            work[i] = entry
-        for tool_id, (k, block) in uses.items():
-            if tool_id in drop_use_ids:
-                entry = dict(work[k])
-                message = dict(entry["message"])
-                report.chars_saved += len(json.dumps(block.get("input", ""), ensure_ascii=False))
-                message["content"] = [b for b in message["content"] if not (isinstance(b, dict) and b.get("id") == tool_id)]
-                entry["message"] = message
-                work[k] = entry
-        report.denials_dropped = len(old)
-        for entry in work:
-            if entry.get("type") in ("user", "assistant") and isinstance(entry.get("uuid"), str) \
-                    and isinstance((entry.get("message") or {}).get("content"), list) \
-                    and not entry["message"]["content"]:
-                drop.add(entry["uuid"])
-        # re-index only the entries that changed; every other (i, j) position is still valid
-        changed = {i for i, _, _ in old}
-        kept = [r for r in results if r[0] not in changed]
-        fresh, _ = _index([work[i] for i in sorted(changed)])
-        order = sorted(changed)
-        results = sorted(kept + [(order[i], j, b) for i, j, b in fresh], key=lambda r: (r[0], r[1]))
-        uses = {tid: use for tid, use in uses.items() if tid not in drop_use_ids}
+            work[k] = entry
+    for entry in work:
+        if entry.get("type") in ("user", "assistant") and isinstance(entry.get("uuid"), str) \
+                and isinstance((entry.get("message") or {}).get("content"), list) and not entry["message"]["content"]:
+            st.drop.add(entry["uuid"])
+    # re-index only the entries that changed; every other (i, j) position is still valid
+    kept = [r for r in st.results if r[0] not in set(changed)]
+    fresh, _ = _index([work[i] for i in changed])
+    st.results = sorted(kept + [(changed[i], j, b) for i, j, b in fresh], key=lambda r: (r[0], r[1]))
+    st.uses = {tid: use for tid, use in uses.items() if tid not in drop_use_ids}
 
-    # From here on entries are only replaced, never removed: (i, j) positions stay valid.
 
-    def current(i: int, j: int) -> dict:
-        return work[i]["message"]["content"][j]
+def _neutralize_interrupts(st: _Pruning) -> None:
+    """Step 3: the result of an interrupted call gets a neutral text, not an error."""
+    neutral = text("interrupted_result", st.policy.lang)
+    for i, j, _ in st.results:
+        if _is_interrupt(st.work[i]) and block_text(st.block(i, j)) != neutral:
+            st.report.chars_saved += len(block_text(st.block(i, j))) - len(neutral)
+            st.work[i] = _replace_result(st.work[i], j, neutral, is_error=False)
+            if isinstance(st.work[i].get("toolUseResult"), str):
+                st.work[i]["toolUseResult"] = neutral
+            st.report.interrupts += 1
 
-    # 3. Interrupts
-    if policy.neutralize_interrupts:
-        neutral = text("interrupted_result", policy.lang)
-        for i, j, _ in results:
-            if _is_interrupt(work[i]) and block_text(current(i, j)) != neutral:
-                report.chars_saved += len(block_text(current(i, j))) - len(neutral)
-                work[i] = _replace_result(work[i], j, neutral, is_error=False)
-                if isinstance(work[i].get("toolUseResult"), str):
-                    work[i]["toolUseResult"] = neutral
-                report.interrupts += 1
 
-    # 4. Stale glances
-    if policy.expire_glances:
-        glances = []
-        for i, j, block in results:
-            use = uses.get(block.get("tool_use_id"))
-            if not use or use[1].get("name") != "Bash" or work[i].get("uuid") in drop or work[i].get("flowerHealed"):
-                continue
-            command = (use[1].get("input") or {}).get("command", "")
-            if is_read_only_command(command):
-                glances.append((i, j, command))
-        stale = glances[:max(0, len(glances) - policy.keep_glances)]
-        if stale:
-            after = _api_call_ids(work, drop)
-            for i, j, command in stale:
-                now = block_text(current(i, j))
-                if len(now) > policy.glance_max_chars or _is_trim_marker(now):
-                    continue
-                short = command if len(command) <= 80 else command[:77] + "..."
-                marker = text("expired_result", policy.lang, cmd=short, n=after[i])
-                if now != marker:
-                    report.expired += 1
-                    report.chars_saved += len(now) - len(marker)
-                    work[i] = _replace_result(work[i], j, marker)
+def _expire_glances(st: _Pruning) -> None:
+    """Step 4: results of read-only shell commands older than the newest ``keep_glances`` expire
+    (only short ones: a big one is the trim step's business)."""
+    glances = []
+    for i, j, block in st.results:
+        use = st.uses.get(block.get("tool_use_id"))
+        if not use or use[1].get("name") != "Bash" or st.work[i].get("uuid") in st.drop \
+                or st.work[i].get("flowerHealed"):
+            continue
+        command = (use[1].get("input") or {}).get("command", "")
+        if isinstance(command, str) and is_read_only_command(command):
+            glances.append((i, j, command))
+    stale = glances[:max(0, len(glances) - st.policy.keep_glances)]
+    if not stale:
+        return
+    after = _api_call_ids(st.work, st.drop)
+    for i, j, command in stale:
+        now = block_text(st.block(i, j))
+        if len(now) > st.policy.glance_max_chars or _is_trim_marker(now):
+            continue
+        short = command if len(command) <= 80 else command[:77] + "..."
+        marker = text("expired_result", st.policy.lang, cmd=short, n=after[i])
+        if now != marker:
+            st.report.expired += 1
+            st.report.chars_saved += len(now) - len(marker)
+            st.work[i] = _replace_result(st.work[i], j, marker)
 
-    # 5. Trim old huge results into spill files
-    if policy.trim:
-        big = [(i, j) for i, j, _ in results if work[i].get("uuid") not in drop and not work[i].get("flowerHealed")
-               and len(block_text(current(i, j))) >= policy.trim_min_chars]
-        for i, j in big[:max(0, len(big) - policy.trim_keep)]:
-            full = block_text(current(i, j))
-            digest = hashlib.sha256(full.encode("utf-8", "surrogatepass")).hexdigest()[:16]
-            path = os.path.join(policy.spill_dir or ".flower/spill", f"{digest}.txt")
-            report.spills[path] = full
-            marker = text("trimmed_result", policy.lang, n=len(full), path=path)
-            report.trimmed += 1
-            report.chars_saved += len(full) - len(marker)
-            work[i] = _replace_result(work[i], j, marker)
 
-    # 6. Re-link past dropped entries
-    answered = {block.get("tool_use_id") for _, _, block in results}
+def spill_name(entry: dict, index: int, full: str) -> str:
+    """The spill file of a trimmed result: named by its entry's uuid and block index (stable, and no
+    hashing of 100 KB on every load); a hash only for an entry without a uuid."""
+    uid = entry.get("uuid")
+    if isinstance(uid, str) and re.fullmatch(r"[A-Za-z0-9-]{1,80}", uid):
+        return f"{uid}-{index}.txt"
+    return hashlib.sha256(full.encode("utf-8", "surrogatepass")).hexdigest()[:16] + ".txt"
+
+
+def _trim(st: _Pruning) -> None:
+    """Step 5: old huge tool results move to spill files (returned in the report, written by the
+    caller); the entry keeps a pointer and loses the CLI's side copy (``toolUseResult``)."""
+    policy = st.policy
+    big = [(i, j) for i, j, _ in st.results if st.work[i].get("uuid") not in st.drop
+           and not st.work[i].get("flowerHealed") and len(block_text(st.block(i, j))) >= policy.trim_min_chars]
+    for i, j in big[:max(0, len(big) - policy.trim_keep)]:
+        full = block_text(st.block(i, j))
+        path = os.path.join(policy.spill_dir or ".flower/spill", spill_name(st.work[i], j, full))
+        st.report.spills[path] = full
+        marker = text("trimmed_result", policy.lang, n=len(full), path=path)
+        st.report.trimmed += 1
+        st.report.chars_saved += len(full) - len(marker)
+        st.work[i] = _replace_result(st.work[i], j, marker)
+        st.work[i].pop("toolUseResult", None)
+
+
+def _relink_and_heal(st: _Pruning) -> list[dict]:
+    """Steps 6 and 7: re-link ``parentUuid`` past dropped entries, then give every tool_use without
+    a result a neutral one, chained right after it."""
+    answered = {block.get("tool_use_id") for _, _, block in st.results}
     orphans: dict[str, list[dict]] = {}
-    for tool_id, (i, block) in uses.items():
-        if tool_id not in answered and isinstance(work[i].get("uuid"), str) and work[i]["uuid"] not in drop:
-            orphans.setdefault(work[i]["uuid"], []).append(block)
-    if drop:
-        work = relink(work, drop, parents)
+    for tool_id, (i, block) in st.uses.items():
+        if tool_id not in answered and isinstance(st.work[i].get("uuid"), str) and st.work[i]["uuid"] not in st.drop:
+            orphans.setdefault(st.work[i]["uuid"], []).append(block)
+    work = relink(st.work, st.drop, st.parents) if st.drop else st.work
+    return _heal(work, orphans, st) if orphans else work
 
-    # 7. Heal tool_uses without a result: a neutral result chained right after the tool_use
-    if orphans:
-        neutral = text("interrupted_result", policy.lang)
-        repoint: dict[str, str] = {}
-        healed_list: list[dict] = []
-        for entry in work:
-            healed_list.append(entry)
-            parent = entry.get("uuid")
-            for block in orphans.get(parent, []) if isinstance(parent, str) else []:
-                uid = str(uuid.uuid5(uuid.NAMESPACE_URL, "flower-heal:" + str(block["id"])))
-                healed_list.append({"type": "user", "uuid": uid, "parentUuid": parent,
-                                    "isSidechain": bool(entry.get("isSidechain")), "sessionId": entry.get("sessionId"),
-                                    "message": {"role": "user", "content": [
-                                        {"type": "tool_result", "tool_use_id": block["id"], "content": neutral,
-                                         "is_error": False}]},
-                                    "flowerHealed": True})
-                repoint[entry["uuid"]] = uid
-                parent = uid
-                report.healed += 1
-        heal_ids = set(repoint.values())
-        work = []
-        for entry in healed_list:
-            parent = entry.get("parentUuid")
-            if parent in repoint and entry.get("uuid") not in heal_ids:
-                entry = dict(entry)
-                entry["parentUuid"] = repoint[parent]
-            work.append(entry)
-    return work, report
+
+def _heal(work: list[dict], orphans: dict[str, list[dict]], st: _Pruning) -> list[dict]:
+    neutral = text("interrupted_result", st.policy.lang)
+    repoint: dict[str, str] = {}
+    healed_list: list[dict] = []
+    for entry in work:
+        healed_list.append(entry)
+        parent = entry.get("uuid")
+        for block in orphans.get(parent, []) if isinstance(parent, str) else []:
+            uid = str(uuid.uuid5(uuid.NAMESPACE_URL, "flower-heal:" + str(block["id"])))
+            healed_list.append({"type": "user", "uuid": uid, "parentUuid": parent,
+                                "isSidechain": bool(entry.get("isSidechain")), "sessionId": entry.get("sessionId"),
+                                "message": {"role": "user", "content": [
+                                    {"type": "tool_result", "tool_use_id": block["id"], "content": neutral,
+                                     "is_error": False}]},
+                                "flowerHealed": True})
+            repoint[entry["uuid"]] = uid
+            parent = uid
+            st.report.healed += 1
+    heal_ids = set(repoint.values())
+    out = []
+    for entry in healed_list:
+        parent = entry.get("parentUuid")
+        if parent in repoint and entry.get("uuid") not in heal_ids:
+            entry = dict(entry)
+            entry["parentUuid"] = repoint[parent]
+        out.append(entry)
+    return out
 
 
 # --- Notes (pure): markdown sections, brief, goal, verdict, handoff ledger ---
@@ -2603,10 +2666,8 @@ class PruningSessionStore:
         if entries is None:
             return None
         pruned, report = prune(entries, self.policy)
-        for path, full in report.spills.items():
-            if not os.path.exists(path):
-                ensure_private_dir(os.path.dirname(path) or ".")
-                atomic_write(path, redact(full))
+        write_spills(report.spills)
+        report.spills = {}   # written: the texts are not kept (a 2,000 x 100 KB session held 150 MB here)
         self.last_report = report
         return pruned
 
@@ -2655,6 +2716,24 @@ class PruningSessionStore:
         """Close the inner store if it can be closed."""
         if hasattr(self.inner, "close"):
             self.inner.close()
+
+
+def write_spills(spills: dict[str, str]) -> None:
+    """Write each trimmed result once (redacted), never again on later loads. No fsync: a spill file
+    can always be rebuilt from the store, so it is not worth a disk flush per file on the resume path."""
+    made: set = set()
+    for path, full in spills.items():
+        if os.path.exists(path):
+            continue
+        directory = os.path.dirname(path) or "."
+        if directory not in made:
+            ensure_private_dir(directory)
+            made.add(directory)
+        tmp = f"{path}.{os.getpid()}.tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8", errors="surrogatepass") as fh:
+            fh.write(redact(full))
+        os.replace(tmp, path)
 
 
 def _run_sync(awaitable: Any) -> Any:

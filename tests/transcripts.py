@@ -73,7 +73,9 @@ class Builder:
             entry["message"]["content"][0]["content"] = KILLED_TEXT
             entry.update(toolUseResult=KILLED_TEXT, toolDenialKind="interrupted")
         elif kind == "disallowed":
-            entry["message"]["content"][0]["content"] = "<tool_use_error>Error: No such tool available</tool_use_error>"
+            entry["message"]["content"][0]["content"] = (f"<tool_use_error>Error: No such tool available: {name}. {name} "
+                                                         "is disabled for this session, in subagents as well as "
+                                                         "here.</tool_use_error>")
         self.add(entry)
 
     def api_error(self, retries: int) -> None:
