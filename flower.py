@@ -2655,21 +2655,44 @@ class PruningSessionStore:
         self.inner = inner
         self.policy = policy or PrunePolicy()
         self.last_report: PruneReport | None = None
+        self._prepared: dict[str, list[dict]] = {}
 
     async def append(self, key: dict, entries: list[dict]) -> None:
         """Delegate to the inner store."""
         await self.inner.append(key, entries)
 
     async def load(self, key: dict) -> list[dict] | None:
-        """The inner store's entries, pruned; trimmed results are written to spill files first."""
+        """The inner store's entries, pruned (or what :meth:`prepare` made to fit, once); trimmed
+        results are written to spill files first."""
+        prepared = self._prepared.pop(_key_string(key), None)
+        if prepared is not None:
+            return prepared
         entries = await self.inner.load(key)
         if entries is None:
             return None
-        pruned, report = prune(entries, self.policy)
+        return self._pruned(entries, self.policy)
+
+    def _pruned(self, entries: list[dict], policy: PrunePolicy) -> list[dict]:
+        pruned, report = prune(entries, policy)
         write_spills(report.spills)
         report.spills = {}   # written: the texts are not kept (a 2,000 x 100 KB session held 150 MB here)
         self.last_report = report
         return pruned
+
+    async def prepare(self, key: dict, max_tokens: int) -> bool:
+        """Make the next ``load(key)`` fit under ``max_tokens`` (estimated): when the pruned session is
+        bigger, trim harder (every older big result, then every older glance). True when it fits;
+        False means a resume would send an overflowing request (the caller hands off instead)."""
+        entries = await self.inner.load(key)
+        if entries is None:
+            return True
+        pruned = self._pruned(entries, self.policy)
+        if estimate_tokens(pruned) > max_tokens:
+            harder = dataclasses.replace(self.policy, trim=True, trim_keep=1, trim_min_chars=1000, keep_glances=0,
+                                         spill_dir=self.policy.spill_dir or ".flower/spill")
+            pruned = self._pruned(entries, harder)
+        self._prepared[_key_string(key)] = pruned
+        return estimate_tokens(pruned) <= max_tokens
 
     async def load_raw(self, key: dict) -> list[dict] | None:
         """The entries exactly as stored."""
@@ -2716,6 +2739,25 @@ class PruningSessionStore:
         """Close the inner store if it can be closed."""
         if hasattr(self.inner, "close"):
             self.inner.close()
+
+
+def estimate_tokens(entries: list[dict]) -> int:
+    """A conservative token estimate of what a transcript sends (text, tool inputs and results at
+    about 3.5 characters a token): errs on the side of a handoff, never an overflow."""
+    chars = 0
+    for entry in entries:
+        if entry.get("type") not in ("user", "assistant"):
+            continue
+        content = (entry.get("message") or {}).get("content")
+        if isinstance(content, str):
+            chars += len(content)
+            continue
+        for block in content if isinstance(content, list) else ():
+            if isinstance(block, dict):
+                kind = block.get("type")
+                chars += len(json.dumps(block.get("input"), ensure_ascii=False)) if kind == "tool_use" \
+                    else len(block_text(block)) if kind in ("text", "tool_result") else len(str(block.get("thinking", "")))
+    return int(chars / 3.5)
 
 
 def write_spills(spills: dict[str, str]) -> None:
@@ -3619,7 +3661,7 @@ class Runtime:
         policy = prune_policy or PrunePolicy(lang=lang)
         if trim:
             policy.trim = True
-        if policy.trim and not policy.spill_dir:
+        if not policy.spill_dir:   # also when trim is off: a session that does not fit is trimmed anyway
             policy.spill_dir = self.paths.spill_dir
         self.store = PruningSessionStore(self.raw_store, policy=policy)
         self.run_id = run_id()
@@ -3848,6 +3890,11 @@ class Runtime:
                     result.error_kind = OFFLINE
                     raise _Stop
             while True:
+                if resuming and not fork and manage and not await self._fits(resuming, st):
+                    carry = await self._hand_over(st, result, prompt, None, "the stored session does not fit the window")
+                    if carry is None:
+                        break
+                    current_prompt, resuming = carry, None
                 if resuming is None:
                     st.start_prompt = current_prompt  # what this fresh session is started with
                 self._write_ahead(lineage_key, st.sid, None if resuming else current_prompt)
@@ -3949,6 +3996,15 @@ class Runtime:
         away, and an ``online`` event when it is back (the reporter turns them into lines)."""
         return await self.resilience.wait_online(
             lang=self.lang, on_state=lambda facts: emit(Event(facts["state"], data=facts)))
+
+    async def _fits(self, sid: str, st: "_RunState") -> bool:
+        """Whether the resumed session, pruned (and trimmed harder if need be), stays under the
+        handoff threshold, with room for the system prompt and tools."""
+        try:
+            return await self.store.prepare({"project_key": self.project_key, "session_id": sid},
+                                            max_tokens=int(st.at * 0.9))
+        except Exception:
+            return True   # the store cannot tell: the SDK's own load decides, as before
 
     def _step_lock(self, lineage_key: str | None, name: str) -> DriverLock | None:
         """One driver per step: a second ``run`` of the same lineage step (in this process or any

@@ -11,6 +11,8 @@ import tempfile
 import unittest
 
 import flower
+from tests import fakesdk
+from tests.fakesdk import FAKE
 from tests.transcripts import Builder
 
 
@@ -100,3 +102,55 @@ class Trim(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class Fits(unittest.TestCase):
+    """What a resume sends stays under the handoff threshold, or the step hands off instead."""
+
+    def store_with(self, entries, trim=False):
+        inner = flower.SqliteSessionStore(":memory:")
+        key = {"project_key": "p", "session_id": "s"}
+        inner.append_sync(key, entries)
+        self.tmp = tempfile.TemporaryDirectory()
+        self.addCleanup(self.tmp.cleanup)
+        return flower.PruningSessionStore(inner, policy=flower.PrunePolicy(trim=trim, spill_dir=self.tmp.name)), key
+
+    def test_prepare_trims_harder_until_it_fits_and_the_next_load_is_that(self):
+        entries = big_session(60, 20_000)                   # ~1.2 MB of tool output, ~340K tokens
+        store, key = self.store_with(entries)                # trim off, as with --no-trim
+        self.assertGreater(flower.estimate_tokens(asyncio.run(store.load(key))), 300_000)
+        self.assertTrue(asyncio.run(store.prepare(key, max_tokens=135_000)))
+        loaded = asyncio.run(store.load(key))
+        self.assertLessEqual(flower.estimate_tokens(loaded), 135_000)
+        self.assertEqual(sum("archived" in json.dumps(e) for e in loaded), 59)   # all but the newest
+        self.assertEqual(len(os.listdir(self.tmp.name)), 59)
+        again = asyncio.run(store.load(key))                 # prepared once: later loads prune as usual
+        self.assertGreater(flower.estimate_tokens(again), 300_000)
+
+    def test_prepare_says_when_nothing_can_make_it_fit(self):
+        b = Builder(random.Random(1))
+        b.prompt("x" * 600_000)                              # a prompt no trimming can shorten
+        b.say("ok", 1000)
+        store, key = self.store_with(b.entries)
+        self.assertFalse(asyncio.run(store.prepare(key, max_tokens=135_000)))
+
+
+class FitsRuntime(fakesdk.FakeWorkspace, unittest.TestCase):
+    def test_an_oversized_stored_session_hands_off_instead_of_overflowing(self):
+        b = Builder(random.Random(2), sid="old")
+        b.prompt("p" * 700_000)                              # ~200K tokens of prompt: cannot be trimmed
+        b.say("working on it OLD-MARK", 150_000)
+        rt = flower.Runtime(workspace=self.ws, run_dir=self.run_dir, resilience=flower.Resilience(probe=False),
+                            handoff=flower.HandoffPolicy(window=200_000))
+        self.addCleanup(rt.close)
+        rt.raw_store.append_sync({"project_key": rt.project_key, "session_id": "old-sid"}, b.entries)
+        FAKE.turns = [[("text", "continued in a fresh session", 10_000)]]
+        result = asyncio.run(rt.run(flower.AgentSpec("work"), "do it", resume="old-sid", lineage_key="work"))
+        self.assertTrue(result.ok, result.error)
+        self.assertEqual(result.retired, ["old-sid"])
+        self.assertEqual(len(FAKE.calls), 1)                 # no resume of the old session was ever sent
+        self.assertIsNone(FAKE.calls[0]["options"].resume)
+        self.assertIn(flower.text("carry_head")[:40], FAKE.calls[0]["prompt"])
+        with open(rt.paths.handoff("work"), encoding="utf-8") as fh:
+            self.assertIn("does not fit the window", fh.read())
+
