@@ -3565,7 +3565,7 @@ class PostgresState(StateBackend):
         self._conn: Any = None
         self._lock_conn: Any = None
         self._mutex = threading.RLock()
-        self._held: set[str] = set()
+        self._held: dict[str, dict] = {}   # lock name -> the holder description this process wrote
         self._schema_ok = False
         self._retry_at = 0.0
 
@@ -3645,13 +3645,34 @@ class PostgresState(StateBackend):
         self._schema_ok = True
 
     def ready(self) -> bool:
-        """Whether the database answers now; when it does, what waited in the spool is written."""
-        self._retry_at = 0.0
-        try:
-            self._run(lambda cur: cur.execute("SELECT 1"))
-        except Offline:
-            return False
-        return self.drain()
+        """Whether the database answers now; when it does, the locks a lost connection dropped are
+        taken again and what waited in the spool is written."""
+        for _ in range(2):   # a connection the server dropped is only noticed when used: then reconnect once
+            self._retry_at = 0.0
+            try:
+                self._run(lambda cur: cur.execute("SELECT 1"))
+                self._relock()
+                return self.drain()
+            except Offline:
+                continue
+        return False
+
+    def _relock(self) -> None:
+        """An outage closes the lock connection and the server drops its locks: take them again, or
+        raise :class:`Busy` when another flower took one meanwhile (two must never drive at once)."""
+        with self._mutex:
+            if not self._held:
+                return
+            try:
+                self._lock_conn.execute("SELECT 1")
+                return
+            except Exception:
+                self._lock_conn = None
+            held, self._held = dict(self._held), {}
+            for name, info in held.items():
+                if not self.try_lock(name, info):
+                    holder = self.lock_holder(name)
+                    raise Busy(DriverLock(name, info.get("what", name)).busy_line(holder), holder)
 
     def close(self) -> None:
         """Close both connections (the server drops the advisory locks with them)."""
@@ -3897,17 +3918,26 @@ class PostgresState(StateBackend):
         with self._mutex:
             if name in self._held:
                 return False
+            got = self._try_lock(name)
+            if got:
+                self._held[name] = info
+                self.lock_note(name, info)
+            return bool(got)
+
+    def _try_lock(self, name: str) -> bool:
+        for attempt in range(2):   # a lock connection the server dropped is noticed here: reconnect once
             if self._lock_conn is None or self._lock_conn.closed or self._lock_conn.broken:
                 self._lock_conn = self._connect()
             try:
-                got = self._lock_conn.execute(PG_TRY_LOCK, (PG_LOCK_CLASS, f"{self.workspace_id}/{name}")).fetchone()[0]
+                return bool(self._lock_conn.execute(PG_TRY_LOCK, (PG_LOCK_CLASS, f"{self.workspace_id}/{name}"))
+                            .fetchone()[0])
             except self.pg.Error as exc:
+                with contextlib.suppress(Exception):
+                    self._lock_conn.close()
                 self._lock_conn = None
-                raise Offline(self._offline_line(exc)) from None
-            if got:
-                self._held.add(name)
-                self.lock_note(name, info)
-            return bool(got)
+                if attempt:
+                    raise Offline(self._offline_line(exc)) from None
+        return False
 
     def lock_note(self, name: str, info: dict) -> None:
         """Record what the holder of ``name`` is doing (best effort)."""
@@ -3928,7 +3958,7 @@ class PostgresState(StateBackend):
         with self._mutex:
             if name not in self._held:
                 return
-            self._held.discard(name)
+            self._held.pop(name, None)
             with contextlib.suppress(Exception):
                 self._lock_conn.execute(PG_UNLOCK, (PG_LOCK_CLASS, f"{self.workspace_id}/{name}"))
 
