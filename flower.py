@@ -3362,7 +3362,7 @@ WITH batch AS (
     VALUES (%(ws)s, %(pk)s, %(sid)s, %(sub)s, %(mtime)s, %(context)s, %(summary)s))
 INSERT INTO flower.entries (ws, pk, sid, sub, uuid, payload)
 SELECT %(ws)s, %(pk)s, %(sid)s, %(sub)s, u, p
-FROM unnest(%(uuids)s::text[], %(payloads)s::text[]) WITH ORDINALITY AS t(u, p, n) ORDER BY n
+FROM unnest(%(uuids)b::text[], %(payloads)b::text[]) WITH ORDINALITY AS t(u, p, n) ORDER BY n
 ON CONFLICT DO NOTHING
 """
 PG_LOAD = "SELECT payload FROM flower.entries WHERE ws=%s AND pk=%s AND sid=%s AND sub=%s ORDER BY id"
@@ -3759,7 +3759,7 @@ class PostgresState(StateBackend):
         args = {"ws": ws, "pk": pk, "sid": sid, "sub": sub, "mtime": mtime, "context": op.get("context"),
                 "summary": summary}
         uuids, payloads = _entry_rows(entries)
-        try:
+        try:   # arrays go in binary (%b): the text format would escape every element
             cur.execute(PG_APPEND, dict(args, uuids=uuids, payloads=payloads))
         except UnicodeEncodeError:   # a lone surrogate: store that batch \u-escaped (same JSON value)
             uuids, payloads = _entry_rows(entries, ascii_only=True)
