@@ -1952,7 +1952,8 @@ def _drop_old_results(st: _Pruning) -> None:
                 and isinstance((entry.get("message") or {}).get("content"), list) and not entry["message"]["content"]:
             st.drop.add(entry["uuid"])
     # re-index only the entries that changed; every other (i, j) position is still valid
-    kept = [r for r in st.results if r[0] not in set(changed)]
+    changed_set = set(changed)
+    kept = [r for r in st.results if r[0] not in changed_set]
     fresh, _ = _index([work[i] for i in changed])
     st.results = sorted(kept + [(changed[i], j, b) for i, j, b in fresh], key=lambda r: (r[0], r[1]))
     st.uses = {tid: use for tid, use in uses.items() if tid not in drop_use_ids}

@@ -164,3 +164,54 @@ def replayed_fixtures(n: int) -> list[dict]:
         out.extend(entries)
         round_no += 1
     return out[:n]
+
+
+_ANCHOR_READS = [
+    "grep -n {w} src/{m}.py", "sed -n '{a},{b}p' src/{m}.py", "cat src/{m}.py | head -{a}", "ls -la build/{m}",
+    "git log --oneline -{a} -- src/{m}.py", "git diff HEAD~{a} -- src/{m}.py", "rg -n '{w}' src/ | wc -l",
+    "find . -name '{m}*.py' -newer build/{m}", "wc -l src/{m}.py tests/test_{m}.py", "head -{a} logs/run-{a}.log",
+    "git show HEAD~{a}:src/{m}.py|grep {w}", "tail -n {a} logs/{m}.log", "diff src/{m}.py src/{m}_old.py",
+    'grep -rn "{w} = " src/ --include=*.py', "stat -c %s build/{m}.o", "jq '.{w}' data/{m}.json",
+]
+_ANCHOR_WRITES = [
+    "python3 -m pytest tests/test_{m}.py -k {w} -x -q", "cd build && make -j2 {m}", "sed -i 's/{w}/{w}2/' src/{m}.py",
+    "git add src/{m}.py && git commit -m 'fix {w}'", "echo {a} > build/{m}.stamp", "npm run build -- --only {m}",
+    "FOO={a} ./run.sh {m}", "mkdir -p out/{m} && cp src/{m}.py out/{m}/", "rm -f build/{m}.o # stale",
+    "python3 tools/gen.py --seed {a} > data/{m}.json", "cargo test {w} 2>&1 | tail -{a}",
+]
+
+
+def anchor_transcript(n: int, seed: int = 11) -> list[dict]:
+    """Exactly ``n`` entries shaped like a long real agent run on a big repo: thousands of distinct Bash
+    commands (reads and writes, quotes, pipes, redirections, comments, ``VAR=``), short and long outputs,
+    API errors with retries and ``user-rejected`` denials (for benchmarks: a cold command cache)."""
+    rng = random.Random(seed)
+    b = Builder(rng, sid="s-anchor")
+    b.prompt("make the test suite pass")
+    level = 1000
+    words = ["parse", "load", "store", "retry", "cache", "index", "token", "flush", "merge", "route"]
+    while len(b.entries) < n:
+        level += rng.randint(10, 300)
+        i = len(b.entries)
+        fill = {"w": f"{rng.choice(words)}_{i % 977}", "m": f"mod{i % 1499}", "a": i % 311 + 1, "b": i % 311 + 40}
+        r = rng.random()
+        if r < 0.45:
+            cmd = rng.choice(_ANCHOR_READS).format(**fill)
+            b.tool("Bash", {"command": cmd}, "line of output\n" * rng.choice([1, 8, 40, 400]), level=level)
+        elif r < 0.65:
+            cmd = rng.choice(_ANCHOR_WRITES).format(**fill)
+            b.tool("Bash", {"command": cmd}, "ok\n" * rng.choice([1, 30, 900]), level=level)
+        elif r < 0.72:
+            b.tool("Bash", {"command": rng.choice(_ANCHOR_WRITES).format(**fill)}, "", kind="denial", level=level)
+        elif r < 0.77:
+            b.api_error(rng.randint(0, 4))
+        elif r < 0.87:
+            b.tool("Read", {"file_path": f"/w/src/{fill['m']}.py"}, "code\n" * rng.choice([20, 300, 1500]), level=level)
+        elif r < 0.90:
+            b.tool("Edit", {"file_path": f"/w/src/{fill['m']}.py", "old_string": "a", "new_string": "b"}, "ok",
+                   level=level)
+        elif r < 0.96:
+            b.say("looking at " + fill["m"] + " " * rng.randint(0, 40), level)
+        else:
+            b.prompt("continue")
+    return b.entries[:n]
