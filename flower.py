@@ -1664,21 +1664,49 @@ def _segment_read_only(argv: list[str]) -> bool:
     return True
 
 
-@functools.lru_cache(maxsize=4096)
+# Exactly what shlex (posix, punctuation_chars, whitespace_split) makes of a command without quotes,
+# backslashes or comments: runs of its punctuation characters, and runs of everything else but whitespace.
+_SHELL_TOKEN = re.compile(r"[();<>|&]+|[^ \t\r\n();<>|&]+")
+# A first word shlex would return unchanged: no quote, escape, comment, punctuation or "=" in it or right
+# after it.
+_FIRST_WORD = re.compile(r"[ \t\r]*([^ \t\r\n'\"\\#();<>|&=]+)(?=[ \t\r\n();<>|&]|\Z)")
+_SHLEX_SPECIAL = re.compile(r"['\"\\#]")
+_VAR_ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
+
+
 def is_read_only_command(cmd: str) -> bool:
     """True when the shell command only looks at things: every part of a pipeline or ``&&``/``;``
     chain is a known read-only program (git only in its reading forms). Substitution, redirection,
     ``env``-style wrappers, writing git forms, ``sed -i`` and ``sort -o`` are not read-only."""
-    if not isinstance(cmd, str) or not cmd.strip():
+    return isinstance(cmd, str) and _read_only(cmd)
+
+
+@functools.lru_cache(maxsize=16384)
+def _read_only(cmd: str) -> bool:
+    """:func:`is_read_only_command`, fast where it can be: a first word that names no read-only
+    program settles it without parsing, and a command without quotes, escapes or comments is split by
+    :data:`_SHELL_TOKEN` instead of shlex (both exact: tests compare them with the full parse)."""
+    first = _FIRST_WORD.match(cmd)
+    if first is not None:
+        program = os.path.basename(first.group(1))
+        if program != "git" and program not in _READ_ONLY_PROGRAMS:
+            return False
+    return _read_only_parsed(cmd, None if _SHLEX_SPECIAL.search(cmd) else _SHELL_TOKEN.findall(cmd))
+
+
+def _read_only_parsed(cmd: str, tokens: list[str] | None = None) -> bool:
+    """The full check; ``tokens`` are the shell words when already known (else shlex splits ``cmd``)."""
+    if not cmd.strip():
         return False
     if any(token in cmd for token in ("$(", "`", "<(", ">(", "\n")):
         return False
-    try:
-        lexer = shlex.shlex(cmd, posix=True, punctuation_chars=True)
-        lexer.whitespace_split = True
-        tokens = list(lexer)
-    except ValueError:
-        return False
+    if tokens is None:
+        try:
+            lexer = shlex.shlex(cmd, posix=True, punctuation_chars=True)
+            lexer.whitespace_split = True
+            tokens = list(lexer)
+        except ValueError:
+            return False
     segment: list[str] = []
     for token in tokens + [";"]:
         if token in ("|", "||", "&&", ";"):
@@ -1687,11 +1715,15 @@ def is_read_only_command(cmd: str) -> bool:
             segment = []
         elif any(ch in token for ch in "<>&") and set(token) <= set("<>&|;()"):
             return False  # redirections and background jobs
-        elif "=" in token and not segment and re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", token):
+        elif "=" in token and not segment and _VAR_ASSIGNMENT.match(token):
             return False  # VAR=value cmd
         else:
             segment.append(token)
     return True
+
+
+is_read_only_command.cache_clear = _read_only.cache_clear   # type: ignore[attr-defined]
+is_read_only_command.cache_info = _read_only.cache_info     # type: ignore[attr-defined]
 
 
 @dataclass

@@ -309,6 +309,51 @@ class ReadOnlyCommands(unittest.TestCase):
                 self.assertEqual(is_read_only_command(cmd), expected)
 
 
+    def test_fast_path_agrees_with_the_full_parse(self):
+        """The first-word pre-check and the regex tokeniser give exactly what shlex gives (issue 16)."""
+        import random
+        import shlex
+        table = [
+            "ls|grep x", "ls||true", "ls&&pwd", "ls;pwd", "ls |grep x", "cat a|head -3|wc -l", "ls>out", "ls >>out",
+            "ls 2>&1", "ls 2>/dev/null", "ls&", "ls & pwd", "(ls)", "(cd x && ls)", "{ ls; }", "ls # rm -rf /",
+            "ls#x", "ls #x", "# comment only", "rm#x", "cat 'a b'|wc", 'cat "a|b"', "cat a\ b", "cat a\|b",
+            "X=1 ls", "X=1", "ls X=1", "A=/bin/ls", "a=b=c ls", "=x", "ls =x", "git status", "git -C d log",
+            "/bin/ls -la", "./ls", "/usr/bin/git status", "python3 -m pytest -k 'a or b'", "make -j2 && ls",
+            "echo $HOME", "echo ${HOME}", "$HOME/bin/ls", "ls ~", "ls ~/x", "ls *.py", "ls ?.py", "ls [ab].py",
+            "cat <in", "cat<in", "cat <<EOF", "sed -n '1,5p' f|sort -u", "sort -o out in", "sort -oout in",
+            "find . -name x -exec rm {} \\;", "find . -name '*.py' | xargs grep -l x", "ls\tx", "ls\t|\tpwd",
+            "ls\r", "  ls  ", "\tls", "ls\x0bx", "ls\u00a0x", "l\u00e9s", "\u00e9cho x", "grep -e ';' f",
+            "grep ';' f", "echo 'unterminated", 'echo "unterminated', "echo \\", "ls\\", "ls '' x", 'ls "" x',
+            "ls a'b'c", 'ls a"b"c', "ls;", ";ls", "|ls", "&&", ";", "", " ", "ls ;; pwd", "ls |& cat", "ls &> f",
+            "git log --format='%H %s' -3", "git diff HEAD~1..HEAD -- a.py | head -5", "wc -l a b c", "ls -- -x",
+            "ls)", "ls(", "tail -f log &", "cat f|&head", "true&&false||ls", "sed -i'' s/a/b/ f", "ls 1>&2",
+            "echo hi >&2", "ls 'a#b'", "ls a#b", "ls '#'", "env", "sudo ls", "nice ls", "time ls", "!ls", "ls!",
+            "ls\n", "ls $(pwd)", "ls `pwd`", "cat <(ls)", "tee >(cat)", "cd x; ls", "cd x && git status",
+        ]
+        rng = random.Random(16)
+        pieces = ["ls", "git", "status", "log", "grep", "-n", "x", "'a b'", '"c"', "|", "||", "&&", ";", ">", ">>",
+                  "<", "2>&1", "&", "#", "#c", "X=1", "=", "a=b", "\\", "\\ ", "(", ")", "sed", "-i", "sort", "-o",
+                  "find", "-delete", "cat", "rm", "/bin/ls", "./x", "$V", "~", "*", "\t", "  ", "é", "head", "-3"]
+        for _ in range(4000):
+            parts = [rng.choice(pieces) for _ in range(rng.randint(1, 7))]
+            table.append("".join(p + rng.choice(["", " ", " ", "  "]) for p in parts))
+        for cmd in table:
+            try:
+                lexer = shlex.shlex(cmd, posix=True, punctuation_chars=True)
+                lexer.whitespace_split = True
+                tokens = list(lexer)
+            except ValueError:
+                tokens = None
+            if tokens is not None and not flower._SHLEX_SPECIAL.search(cmd):
+                self.assertEqual(flower._SHELL_TOKEN.findall(cmd), tokens, cmd)   # the regex tokeniser is exact
+            first = flower._FIRST_WORD.match(cmd)
+            if first is not None and tokens:
+                self.assertEqual(first.group(1), tokens[0], cmd)                  # so is the first word
+            with self.subTest(cmd=cmd):
+                self.assertEqual(is_read_only_command(cmd), flower._read_only_parsed(cmd), cmd)
+        self.assertGreater(sum(map(is_read_only_command, table)), 100)             # both answers well represented
+
+
 class WaterLevel(unittest.TestCase):
     def test_last_real_main_thread_assistant_counts(self):
         entries = [
