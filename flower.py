@@ -1763,13 +1763,8 @@ class PruneReport:
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "spills"}
 
 
-def relink(entries: list[dict], drop_uuids: set, parents: dict | None = None) -> list[dict]:
-    """Remove the entries whose ``uuid`` is in ``drop_uuids`` and point every survivor whose
-    ``parentUuid`` names a removed entry at its nearest surviving ancestor (loop-safe).
-    Entries without a uuid are kept untouched. ``parents`` (uuid -> parentUuid) may describe
-    entries already left out of ``entries``. Returns a new list; changed entries are copies."""
-    parent_of = parents if parents is not None else \
-        {e["uuid"]: e.get("parentUuid") for e in entries if isinstance(e.get("uuid"), str)}
+def _survivors(drop_uuids: set, parent_of: dict) -> Callable[[str | None], str | None]:
+    """uid -> its nearest ancestor not in ``drop_uuids`` (None when there is none; loop-safe, memoised)."""
     resolved: dict[str, str | None] = {}
 
     def survivor(uid: str | None) -> str | None:
@@ -1787,7 +1782,17 @@ def relink(entries: list[dict], drop_uuids: set, parents: dict | None = None) ->
         for dropped in chain:
             resolved[dropped] = uid
         return uid
+    return survivor
 
+
+def relink(entries: list[dict], drop_uuids: set, parents: dict | None = None) -> list[dict]:
+    """Remove the entries whose ``uuid`` is in ``drop_uuids`` and point every survivor whose
+    ``parentUuid`` names a removed entry at its nearest surviving ancestor (loop-safe).
+    Entries without a uuid are kept untouched. ``parents`` (uuid -> parentUuid) may describe
+    entries already left out of ``entries``. Returns a new list; changed entries are copies."""
+    parent_of = parents if parents is not None else \
+        {e["uuid"]: e.get("parentUuid") for e in entries if isinstance(e.get("uuid"), str)}
+    survivor = _survivors(drop_uuids, parent_of)
     out = []
     for entry in entries:
         uid = entry.get("uuid")
@@ -1848,22 +1853,11 @@ def _is_trim_marker(value: str) -> bool:
     return value.startswith(_TRIM_PREFIXES)
 
 
-def _api_call_ids(entries: list[dict], skip: set) -> list[int]:
-    """For each index, how many distinct assistant API calls (message ids) come after it."""
-    after = [0] * (len(entries) + 1)
-    seen: set = set()
-    for i in range(len(entries) - 1, -1, -1):
-        entry = entries[i]
-        after[i] = len(seen)
-        if is_main_assistant(entry) and entry.get("uuid") not in skip:
-            seen.add(entry["message"].get("id") or entry.get("uuid"))
-    return after
-
-
 @contextlib.contextmanager
 def _gc_paused() -> Any:
     """Pause the cyclic GC while building large acyclic structures (prune, load): otherwise it walks
-    the growing heap again and again for nothing, and the cost per entry grows with the transcript."""
+    the growing heap again and again for nothing, and the cost per entry grows with the transcript.
+    Nested pauses are one pause (only the outermost re-enables)."""
     was_enabled = gc.isenabled()
     gc.disable()
     try:
@@ -1886,17 +1880,22 @@ def prune(entries: list[dict], policy: PrunePolicy | None = None) -> tuple[list[
         return _prune(entries, policy or PrunePolicy())
 
 
-@dataclass
 class _Pruning:
-    """The working state of one prune: the entry list being rewritten and its index."""
+    """The working state of one prune: the entry list being rewritten and what one scan of it found."""
 
-    policy: PrunePolicy
-    report: PruneReport
-    work: list[dict]
-    parents: dict[str, Any]
-    drop: set
-    results: list[tuple[int, int, dict]] = field(default_factory=list)
-    uses: dict[str, tuple[int, dict]] = field(default_factory=dict)
+    __slots__ = ("policy", "report", "work", "parents", "drop", "results", "uses", "errors", "calls", "empty")
+
+    def __init__(self, policy: PrunePolicy):
+        self.policy = policy
+        self.report = PruneReport()
+        self.work: list[dict] = []                          # the surviving entries, rewritten in place
+        self.parents: dict[str, Any] = {}                   # uuid -> parentUuid of every input entry
+        self.drop: set = set()                              # uuids leaving the chain
+        self.results: list[tuple[int, int, dict]] = []      # (entry, block, block) of every tool_result
+        self.uses: dict[str, tuple[int, dict]] = {}         # tool_use id -> (entry, block)
+        self.errors: list[tuple[int, int, dict]] = []       # the tool_results with is_error
+        self.calls: list[tuple[int, Any, Any]] = []         # main-thread assistant entries: (entry, call id, uuid)
+        self.empty: list[dict] = []                         # user/assistant entries with an empty content list
 
     def block(self, i: int, j: int) -> dict:
         """The current block ``j`` of entry ``i``."""
@@ -1905,7 +1904,6 @@ class _Pruning:
 
 def _prune(entries: list[dict], policy: PrunePolicy) -> tuple[list[dict], PruneReport]:
     st = _drop_api_errors(entries, policy)
-    st.results, st.uses = _index(st.work)
     _drop_old_results(st)
     # from here on entries are only replaced, never removed: (i, j) positions stay valid
     if policy.neutralize_interrupts:
@@ -1918,19 +1916,59 @@ def _prune(entries: list[dict], policy: PrunePolicy) -> tuple[list[dict], PruneR
 
 
 def _drop_api_errors(entries: list[dict], policy: PrunePolicy) -> _Pruning:
-    """Step 1: API-error entries leave (one without a uuid is outside the chain: just left out)."""
-    st = _Pruning(policy, PruneReport(), [], {}, set())
+    """Step 1: API-error entries leave (one without a uuid is outside the chain: just left out). The
+    same pass indexes what the later steps need (tool results and uses, errors, API calls), so that
+    they look only at those, never at every entry again."""
+    st = _Pruning(policy)
+    work, parents, drop, results, uses, errors, calls, empty = \
+        st.work, st.parents, st.drop, st.results, st.uses, st.errors, st.calls, st.empty
+    drop_errors = policy.drop_api_errors
+    report = st.report
     for entry in entries:
-        uid = entry.get("uuid")
+        get = entry.get
+        uid = get("uuid")
         if uid.__class__ is str:
-            st.parents[uid] = entry.get("parentUuid")
-        if policy.drop_api_errors and is_api_error_entry(entry):
-            st.report.dropped_errors += 1
-            st.report.chars_saved += len(entry_text(entry)) or len(str(entry.get("error", "")))
+            parents[uid] = get("parentUuid")
+        kind = get("type")
+        if kind == "user":
+            message = get("message")
+            content = message.get("content") if isinstance(message, dict) else None
+            if isinstance(content, list):
+                i = len(work)
+                if not content:
+                    empty.append(entry)
+                for j, block in enumerate(content):
+                    if isinstance(block, dict) and block.get("type") == "tool_result":
+                        results.append((i, j, block))
+                        if block.get("is_error"):
+                            errors.append((i, j, block))
+        elif kind == "assistant":
+            message = get("message")
+            if drop_errors and (get("isApiErrorMessage") is True or isinstance(message, dict) and
+                                message.get("model") == SYNTHETIC_MODEL) and is_api_error_entry(entry):
+                report.dropped_errors += 1
+                report.chars_saved += len(entry_text(entry)) or len(str(get("error", "")))
+                if uid.__class__ is str:
+                    drop.add(uid)
+                continue
+            if isinstance(message, dict):
+                i = len(work)
+                content = message.get("content")
+                if isinstance(content, list):
+                    if not content:
+                        empty.append(entry)
+                    for block in content:
+                        if isinstance(block, dict) and block.get("type") == "tool_use" and block.get("id"):
+                            uses[block["id"]] = (i, block)
+                if not get("isSidechain") and message.get("model") != SYNTHETIC_MODEL:
+                    calls.append((i, message.get("id") or uid, uid))
+        elif kind == "system" and drop_errors and get("subtype") == "api_error":
+            report.dropped_errors += 1
+            report.chars_saved += len(entry_text(entry)) or len(str(get("error", "")))
             if uid.__class__ is str:
-                st.drop.add(uid)
+                drop.add(uid)
             continue
-        st.work.append(entry)
+        work.append(entry)
     return st
 
 
@@ -1943,9 +1981,7 @@ def _drop_old_results(st: _Pruning) -> None:
     and its tool_result both leave; an entry left empty leaves the chain."""
     work, uses = st.work, st.uses
     denials, unavailable = [], {}
-    for i, j, b in st.results:
-        if not b.get("is_error"):
-            continue
+    for i, j, b in st.errors:
         if _is_denial(work[i]):
             denials.append((i, j, b))
         elif _UNAVAILABLE in block_text(b):
@@ -1962,6 +1998,7 @@ def _drop_old_results(st: _Pruning) -> None:
     drop_result = {(i, j) for i, j, _ in old}
     drop_use_ids = {b.get("tool_use_id") for _, _, b in old}
     changed = sorted({i for i, _, _ in old})
+    touched = set(changed)
     for i in changed:
         entry = dict(work[i])
         message = dict(entry["message"])
@@ -1979,9 +2016,10 @@ def _drop_old_results(st: _Pruning) -> None:
             message["content"] = [b for b in message["content"] if not (isinstance(b, dict) and b.get("id") == tool_id)]
             entry["message"] = message
             work[k] = entry
-    for entry in work:
-        if entry.get("type") in ("user", "assistant") and isinstance(entry.get("uuid"), str) \
-                and isinstance((entry.get("message") or {}).get("content"), list) and not entry["message"]["content"]:
+            touched.add(k)
+    # an entry left with no content leaves the chain (as does one that came with none)
+    for entry in st.empty + [work[k] for k in touched]:
+        if isinstance(entry.get("uuid"), str) and not entry["message"]["content"]:
             st.drop.add(entry["uuid"])
     # re-index only the entries that changed; every other (i, j) position is still valid
     changed_set = set(changed)
@@ -1994,107 +2032,140 @@ def _drop_old_results(st: _Pruning) -> None:
 def _neutralize_interrupts(st: _Pruning) -> None:
     """Step 3: the result of an interrupted call gets a neutral text, not an error."""
     neutral = text("interrupted_result", st.policy.lang)
+    work = st.work
+    last, interrupted = -1, False
     for i, j, _ in st.results:
-        if _is_interrupt(st.work[i]) and block_text(st.block(i, j)) != neutral:
+        if i != last:
+            entry = work[i]
+            interrupted = (entry.get("toolDenialKind") == "interrupted" or
+                           entry.get("toolUseResult") == "User rejected tool use") and _is_interrupt(entry)
+            last = i
+        if interrupted and block_text(st.block(i, j)) != neutral:
             st.report.chars_saved += len(block_text(st.block(i, j))) - len(neutral)
-            st.work[i] = _replace_result(st.work[i], j, neutral, is_error=False)
-            if isinstance(st.work[i].get("toolUseResult"), str):
-                st.work[i]["toolUseResult"] = neutral
+            work[i] = _replace_result(work[i], j, neutral, is_error=False)
+            if isinstance(work[i].get("toolUseResult"), str):
+                work[i]["toolUseResult"] = neutral
             st.report.interrupts += 1
 
 
 def _expire_glances(st: _Pruning) -> None:
     """Step 4: results of read-only shell commands older than the newest ``keep_glances`` expire
-    (only short ones: a big one is the trim step's business)."""
-    glances = []
-    for i, j, block in st.results:
-        use = st.uses.get(block.get("tool_use_id"))
-        if not use or use[1].get("name") != "Bash" or st.work[i].get("uuid") in st.drop \
-                or st.work[i].get("flowerHealed"):
+    (only short ones: a big one is the trim step's business). Walks newest to oldest: past the newest
+    ``keep_glances`` glances, a result that could not expire anyway (too long, already trimmed) is not
+    classified at all."""
+    policy, work, uses, drop = st.policy, st.work, st.uses, st.drop
+    keep, limit = policy.keep_glances, policy.glance_max_chars
+    kept = 0
+    stale = []   # newest first
+    for i, j, block in reversed(st.results):
+        use = uses.get(block.get("tool_use_id"))
+        if not use or use[1].get("name") != "Bash":
             continue
+        entry = work[i]
+        if entry.get("uuid") in drop or entry.get("flowerHealed"):
+            continue
+        now = None
+        if kept >= keep:
+            now = block_text(entry["message"]["content"][j])
+            if len(now) > limit or _is_trim_marker(now):
+                continue
         command = (use[1].get("input") or {}).get("command", "")
         if isinstance(command, str) and is_read_only_command(command):
-            glances.append((i, j, command))
-    stale = glances[:max(0, len(glances) - st.policy.keep_glances)]
+            if now is None:
+                kept += 1
+            else:
+                stale.append((i, j, command, now))
     if not stale:
         return
-    after = _api_call_ids(st.work, st.drop)
-    for i, j, command in stale:
-        now = block_text(st.block(i, j))
-        if len(now) > st.policy.glance_max_chars or _is_trim_marker(now):
-            continue
+    calls, k, seen = st.calls, len(st.calls) - 1, set()
+    for i, j, command, now in stale:
+        while k >= 0 and calls[k][0] > i:   # distinct API calls after entry i: how many turns ago
+            if calls[k][2] not in drop:
+                seen.add(calls[k][1])
+            k -= 1
         short = command if len(command) <= 80 else command[:77] + "..."
-        marker = text("expired_result", st.policy.lang, cmd=short, n=after[i])
+        marker = text("expired_result", policy.lang, cmd=short, n=len(seen))
         if now != marker:
             st.report.expired += 1
             st.report.chars_saved += len(now) - len(marker)
-            st.work[i] = _replace_result(st.work[i], j, marker)
+            work[i] = _replace_result(work[i], j, marker)
 
 
 def spill_name(entry: dict, index: int, full: str) -> str:
     """The spill file of a trimmed result: named by its entry's uuid and block index (stable, and no
     hashing of 100 KB on every load); a hash only for an entry without a uuid."""
     uid = entry.get("uuid")
-    if isinstance(uid, str) and re.fullmatch(r"[A-Za-z0-9-]{1,80}", uid):
+    if isinstance(uid, str) and _SPILL_UUID.fullmatch(uid):
         return f"{uid}-{index}.txt"
+    import hashlib
     return hashlib.sha256(full.encode("utf-8", "surrogatepass")).hexdigest()[:16] + ".txt"
+
+
+_SPILL_UUID = re.compile(r"[A-Za-z0-9-]{1,80}")
 
 
 def _trim(st: _Pruning) -> None:
     """Step 5: old huge tool results move to spill files (returned in the report, written by the
     caller); the entry keeps a pointer and loses the CLI's side copy (``toolUseResult``)."""
-    policy = st.policy
-    big = [(i, j) for i, j, _ in st.results if st.work[i].get("uuid") not in st.drop
-           and not st.work[i].get("flowerHealed") and len(block_text(st.block(i, j))) >= policy.trim_min_chars]
+    policy, work, drop = st.policy, st.work, st.drop
+    big = [(i, j) for i, j, _ in st.results if work[i].get("uuid") not in drop
+           and not work[i].get("flowerHealed") and len(block_text(st.block(i, j))) >= policy.trim_min_chars]
     for i, j in big[:max(0, len(big) - policy.trim_keep)]:
         full = block_text(st.block(i, j))
-        path = os.path.join(policy.spill_dir or ".flower/spill", spill_name(st.work[i], j, full))
+        path = os.path.join(policy.spill_dir or ".flower/spill", spill_name(work[i], j, full))
         st.report.spills[path] = full
         marker = text("trimmed_result", policy.lang, n=len(full), path=path)
         st.report.trimmed += 1
         st.report.chars_saved += len(full) - len(marker)
-        st.work[i] = _replace_result(st.work[i], j, marker)
-        st.work[i].pop("toolUseResult", None)
+        work[i] = _replace_result(work[i], j, marker)
+        work[i].pop("toolUseResult", None)
+
+
+def _heal_id(tool_use_id: Any) -> str:
+    import uuid
+    return str(uuid.uuid5(uuid.NAMESPACE_URL, "flower-heal:" + str(tool_use_id)))
 
 
 def _relink_and_heal(st: _Pruning) -> list[dict]:
-    """Steps 6 and 7: re-link ``parentUuid`` past dropped entries, then give every tool_use without
-    a result a neutral one, chained right after it."""
+    """Steps 6 and 7, in one pass: re-link ``parentUuid`` past dropped entries, and give every
+    tool_use without a result a neutral one, chained right after it (what pointed at its entry now
+    points at the last healing entry)."""
     answered = {block.get("tool_use_id") for _, _, block in st.results}
     orphans: dict[str, list[dict]] = {}
+    work, drop = st.work, st.drop
     for tool_id, (i, block) in st.uses.items():
-        if tool_id not in answered and isinstance(st.work[i].get("uuid"), str) and st.work[i]["uuid"] not in st.drop:
-            orphans.setdefault(st.work[i]["uuid"], []).append(block)
-    work = relink(st.work, st.drop, st.parents) if st.drop else st.work
-    return _heal(work, orphans, st) if orphans else work
-
-
-def _heal(work: list[dict], orphans: dict[str, list[dict]], st: _Pruning) -> list[dict]:
-    neutral = text("interrupted_result", st.policy.lang)
-    repoint: dict[str, str] = {}
-    healed_list: list[dict] = []
-    for entry in work:
-        healed_list.append(entry)
-        parent = entry.get("uuid")
-        for block in orphans.get(parent, []) if isinstance(parent, str) else []:
-            uid = str(uuid.uuid5(uuid.NAMESPACE_URL, "flower-heal:" + str(block["id"])))
-            healed_list.append({"type": "user", "uuid": uid, "parentUuid": parent,
-                                "isSidechain": bool(entry.get("isSidechain")), "sessionId": entry.get("sessionId"),
-                                "message": {"role": "user", "content": [
-                                    {"type": "tool_result", "tool_use_id": block["id"], "content": neutral,
-                                     "is_error": False}]},
-                                "flowerHealed": True})
-            repoint[entry["uuid"]] = uid
-            parent = uid
-            st.report.healed += 1
+        if tool_id not in answered and isinstance(work[i].get("uuid"), str) and work[i]["uuid"] not in drop:
+            orphans.setdefault(work[i]["uuid"], []).append(block)
+    if not drop and not orphans:
+        return work
+    survivor = _survivors(drop, st.parents)
+    repoint = {uid: _heal_id(blocks[-1]["id"]) for uid, blocks in orphans.items()}
     heal_ids = set(repoint.values())
-    out = []
-    for entry in healed_list:
+    neutral = text("interrupted_result", st.policy.lang)
+    out: list[dict] = []
+    for entry in work:
+        uid = entry.get("uuid")
+        if drop and isinstance(uid, str) and uid in drop:
+            continue
         parent = entry.get("parentUuid")
-        if parent in repoint and entry.get("uuid") not in heal_ids:
+        target = survivor(parent) if drop and isinstance(parent, str) and parent in drop else parent
+        if repoint and target in repoint and uid not in heal_ids:
+            target = repoint[target]
+        if target is not parent:
             entry = dict(entry)
-            entry["parentUuid"] = repoint[parent]
+            entry["parentUuid"] = target
         out.append(entry)
+        if orphans and isinstance(uid, str) and uid in orphans:
+            for block in orphans[uid]:
+                heal = _heal_id(block["id"])
+                out.append({"type": "user", "uuid": heal, "parentUuid": uid,
+                            "isSidechain": bool(entry.get("isSidechain")), "sessionId": entry.get("sessionId"),
+                            "message": {"role": "user", "content": [
+                                {"type": "tool_result", "tool_use_id": block["id"], "content": neutral,
+                                 "is_error": False}]},
+                            "flowerHealed": True})
+                uid = heal
+                st.report.healed += 1
     return out
 
 
@@ -2716,10 +2787,27 @@ class PruningSessionStore:
         prepared = self._prepared.pop(_key_string(key), None)
         if prepared is not None:
             return prepared
+        return await self._loaded(key, lambda entries: self._pruned(entries, self.policy))
+
+    async def _loaded(self, key: dict, then: Callable[[list[dict]], Any]) -> Any:
+        """``then(entries)`` on the inner store's entries of ``key`` (None when it has none), loading and
+        pruning under one GC pause: in the store's worker thread when the store loads in one (the
+        SQLite and PostgreSQL stores), so that the cyclic GC neither walks the growing heap nor runs
+        a deferred collection between the load and the prune."""
+        load_sync = getattr(self.inner, "load_sync", None) if type(self.inner).load in _THREADED_LOADS else None
+        if load_sync is not None:
+            import asyncio
+
+            def work() -> Any:
+                with _gc_paused():
+                    entries = load_sync(key)
+                    return None if entries is None else then(entries)
+            return await asyncio.to_thread(work)
         entries = await self.inner.load(key)
         if entries is None:
             return None
-        return self._pruned(entries, self.policy)
+        with _gc_paused():
+            return then(entries)
 
     def _pruned(self, entries: list[dict], policy: PrunePolicy) -> list[dict]:
         pruned, report = prune(entries, policy)
@@ -2732,16 +2820,20 @@ class PruningSessionStore:
         """Make the next ``load(key)`` fit under ``max_tokens`` (estimated): when the pruned session is
         bigger, trim harder (every older big result, then every older glance). True when it fits;
         False means a resume would send an overflowing request (the caller hands off instead)."""
-        entries = await self.inner.load(key)
-        if entries is None:
+        def fit(entries: list[dict]) -> tuple[list[dict], int]:
+            pruned = self._pruned(entries, self.policy)
+            tokens = estimate_tokens(pruned)
+            if tokens > max_tokens:
+                harder = dataclasses.replace(self.policy, trim=True, trim_keep=1, trim_min_chars=1000, keep_glances=0,
+                                             spill_dir=self.policy.spill_dir or ".flower/spill")
+                pruned = self._pruned(entries, harder)
+                tokens = estimate_tokens(pruned)
+            return pruned, tokens
+        done = await self._loaded(key, fit)
+        if done is None:
             return True
-        pruned = self._pruned(entries, self.policy)
-        if estimate_tokens(pruned) > max_tokens:
-            harder = dataclasses.replace(self.policy, trim=True, trim_keep=1, trim_min_chars=1000, keep_glances=0,
-                                         spill_dir=self.policy.spill_dir or ".flower/spill")
-            pruned = self._pruned(entries, harder)
-        self._prepared[_key_string(key)] = pruned
-        return estimate_tokens(pruned) <= max_tokens
+        self._prepared[_key_string(key)] = done[0]
+        return done[1] <= max_tokens
 
     async def load_raw(self, key: dict) -> list[dict] | None:
         """The entries exactly as stored."""
@@ -2788,6 +2880,9 @@ class PruningSessionStore:
         """Close the inner store if it can be closed."""
         if hasattr(self.inner, "close"):
             self.inner.close()
+
+
+_THREADED_LOADS: set = set()   # SessionStore.load methods that only run load_sync in a worker thread
 
 
 def estimate_tokens(entries: list[dict]) -> int:
@@ -4571,6 +4666,9 @@ class PostgresSessionStore:
 
     def close(self) -> None:
         """Nothing to do: the connection belongs to the state backend."""
+
+
+_THREADED_LOADS.update((SqliteSessionStore.load, PostgresSessionStore.load))
 
 
 class PgLineage(Lineage):
