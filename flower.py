@@ -1664,14 +1664,30 @@ def _segment_read_only(argv: list[str]) -> bool:
     return True
 
 
-# Exactly what shlex (posix, punctuation_chars, whitespace_split) makes of a command without quotes,
-# backslashes or comments: runs of its punctuation characters, and runs of everything else but whitespace.
-_SHELL_TOKEN = re.compile(r"[();<>|&]+|[^ \t\r\n();<>|&]+")
+# Exactly what shlex (posix, punctuation_chars, whitespace_split) makes of a command without backslashes
+# or comments: runs of its punctuation characters, and words (unquoted runs and '...' / "..." parts).
+_SHELL_TOKEN = re.compile(r"""[();<>|&]+|(?:[^ \t\r\n'"();<>|&]+|'[^']*'|"[^"]*")+""")
+_SHELL_LINE = re.compile(r"""[ \t\r\n]*(?:(?:[();<>|&]+|(?:[^ \t\r\n'"();<>|&]+|'[^']*'|"[^"]*")+)[ \t\r\n]*)*""")
+_QUOTED = re.compile(r"'([^']*)'|\"([^\"]*)\"")
 # A first word shlex would return unchanged: no quote, escape, comment, punctuation or "=" in it or right
 # after it.
-_FIRST_WORD = re.compile(r"[ \t\r]*([^ \t\r\n'\"\\#();<>|&=]+)(?=[ \t\r\n();<>|&]|\Z)")
-_SHLEX_SPECIAL = re.compile(r"['\"\\#]")
+_FIRST_WORD = re.compile(r"""[ \t\r]*([^ \t\r\n'"\\#();<>|&=]+)(?=[ \t\r\n();<>|&]|\Z)""")
 _VAR_ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
+_REDIRECTION = re.compile(r"[|;()]*[<>&][<>&|;()]*")
+_PUNCTUATION = frozenset("<>&|;()")
+
+
+def shell_words(cmd: str) -> list[str] | None:
+    """The words shlex (posix, punctuation_chars, whitespace_split) makes of ``cmd``, by regex; None
+    when ``cmd`` has a backslash or a ``#`` (escapes and comments: ask shlex) or an unclosed quote."""
+    if "\\" in cmd or "#" in cmd:
+        return None
+    if "'" not in cmd and '"' not in cmd:
+        return _SHELL_TOKEN.findall(cmd)
+    if not _SHELL_LINE.fullmatch(cmd):
+        return None
+    return [_QUOTED.sub(lambda m: m.group(1) if m.group(1) is not None else m.group(2), token)
+            if "'" in token or '"' in token else token for token in _SHELL_TOKEN.findall(cmd)]
 
 
 def is_read_only_command(cmd: str) -> bool:
@@ -1684,21 +1700,21 @@ def is_read_only_command(cmd: str) -> bool:
 @functools.lru_cache(maxsize=16384)
 def _read_only(cmd: str) -> bool:
     """:func:`is_read_only_command`, fast where it can be: a first word that names no read-only
-    program settles it without parsing, and a command without quotes, escapes or comments is split by
-    :data:`_SHELL_TOKEN` instead of shlex (both exact: tests compare them with the full parse)."""
+    program settles it without parsing, and :func:`shell_words` splits most commands instead of
+    shlex (both exact: tests compare them with the full parse)."""
     first = _FIRST_WORD.match(cmd)
     if first is not None:
         program = os.path.basename(first.group(1))
         if program != "git" and program not in _READ_ONLY_PROGRAMS:
             return False
-    return _read_only_parsed(cmd, None if _SHLEX_SPECIAL.search(cmd) else _SHELL_TOKEN.findall(cmd))
+    return _read_only_parsed(cmd, shell_words(cmd))
 
 
 def _read_only_parsed(cmd: str, tokens: list[str] | None = None) -> bool:
     """The full check; ``tokens`` are the shell words when already known (else shlex splits ``cmd``)."""
     if not cmd.strip():
         return False
-    if any(token in cmd for token in ("$(", "`", "<(", ">(", "\n")):
+    if "$(" in cmd or "`" in cmd or "<(" in cmd or ">(" in cmd or "\n" in cmd:
         return False
     if tokens is None:
         try:
@@ -1708,18 +1724,18 @@ def _read_only_parsed(cmd: str, tokens: list[str] | None = None) -> bool:
         except ValueError:
             return False
     segment: list[str] = []
-    for token in tokens + [";"]:
-        if token in ("|", "||", "&&", ";"):
+    for token in tokens:
+        if token == "|" or token == "||" or token == "&&" or token == ";":
             if not _segment_read_only(segment):
                 return False
             segment = []
-        elif any(ch in token for ch in "<>&") and set(token) <= set("<>&|;()"):
+        elif token[:1] in _PUNCTUATION and _REDIRECTION.fullmatch(token):
             return False  # redirections and background jobs
-        elif "=" in token and not segment and _VAR_ASSIGNMENT.match(token):
+        elif not segment and "=" in token and _VAR_ASSIGNMENT.match(token):
             return False  # VAR=value cmd
         else:
             segment.append(token)
-    return True
+    return _segment_read_only(segment)
 
 
 is_read_only_command.cache_clear = _read_only.cache_clear   # type: ignore[attr-defined]
