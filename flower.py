@@ -1899,7 +1899,8 @@ def prune(entries: list[dict], policy: PrunePolicy | None = None) -> tuple[list[
 class _Pruning:
     """The working state of one prune: the entry list being rewritten and what one scan of it found."""
 
-    __slots__ = ("policy", "report", "work", "parents", "drop", "results", "uses", "errors", "calls", "empty")
+    __slots__ = ("policy", "report", "work", "parents", "drop", "results", "uses", "errors", "calls", "empty", "bash",
+                 "reshaped")
 
     def __init__(self, policy: PrunePolicy):
         self.policy = policy
@@ -1910,7 +1911,9 @@ class _Pruning:
         self.results: list[tuple[int, int, dict]] = []      # (entry, block, block) of every tool_result
         self.uses: dict[str, tuple[int, dict]] = {}         # tool_use id -> (entry, block)
         self.errors: list[tuple[int, int, dict]] = []       # the tool_results with is_error
-        self.calls: list[tuple[int, Any, Any]] = []         # main-thread assistant entries: (entry, call id, uuid)
+        self.calls: list[tuple] = []                        # main-thread assistant entries: (entry, call id, uuid)
+        self.bash: dict[str, dict] = {}                     # tool_use id -> its block, for Bash calls
+        self.reshaped = False                               # an entry of ``work`` itself leaves (or shares a uuid)
         self.empty: list[dict] = []                         # user/assistant entries with an empty content list
 
     def block(self, i: int, j: int) -> dict:
@@ -1936,14 +1939,16 @@ def _drop_api_errors(entries: list[dict], policy: PrunePolicy) -> _Pruning:
     same pass indexes what the later steps need (tool results and uses, errors, API calls), so that
     they look only at those, never at every entry again."""
     st = _Pruning(policy)
-    work, parents, drop, results, uses, errors, calls, empty = \
-        st.work, st.parents, st.drop, st.results, st.uses, st.errors, st.calls, st.empty
+    work, parents, drop, results, uses, errors, calls, empty, bash = \
+        st.work, st.parents, st.drop, st.results, st.uses, st.errors, st.calls, st.empty, st.bash
     drop_errors = policy.drop_api_errors
     report = st.report
     for entry in entries:
         get = entry.get
         uid = get("uuid")
         if uid.__class__ is str:
+            if uid in parents:
+                st.reshaped = True
             parents[uid] = get("parentUuid")
         kind = get("type")
         if kind == "user":
@@ -1976,6 +1981,10 @@ def _drop_api_errors(entries: list[dict], policy: PrunePolicy) -> _Pruning:
                     for block in content:
                         if isinstance(block, dict) and block.get("type") == "tool_use" and block.get("id"):
                             uses[block["id"]] = (i, block)
+                            if block.get("name") == "Bash":
+                                bash[block["id"]] = block
+                            elif bash:
+                                bash.pop(block["id"], None)   # the last use of an id decides, as in ``uses``
                 if not get("isSidechain") and message.get("model") != SYNTHETIC_MODEL:
                     calls.append((i, message.get("id") or uid, uid))
         elif kind == "system" and drop_errors and get("subtype") == "api_error":
@@ -1989,6 +1998,14 @@ def _drop_api_errors(entries: list[dict], policy: PrunePolicy) -> _Pruning:
 
 
 _UNAVAILABLE = "No such tool available:"
+_JSON_ENCODERS: list = []
+
+
+def _json_text(value: Any) -> str:
+    """``json.dumps(value, ensure_ascii=False)`` without building an encoder on every call."""
+    if not _JSON_ENCODERS:
+        _JSON_ENCODERS.append(json.JSONEncoder(ensure_ascii=False).encode)
+    return _JSON_ENCODERS[0](value)
 
 
 def _drop_old_results(st: _Pruning) -> None:
@@ -2024,11 +2041,13 @@ def _drop_old_results(st: _Pruning) -> None:
         entry["message"] = message
         entry.pop("toolUseResult", None)
         work[i] = entry
-    for tool_id, (k, block) in uses.items():
-        if tool_id in drop_use_ids:
+    for tool_id in drop_use_ids:
+        if tool_id in uses:
+            k, block = uses.pop(tool_id)
+            st.bash.pop(tool_id, None)
             entry = dict(work[k])
             message = dict(entry["message"])
-            st.report.chars_saved += len(json.dumps(block.get("input", ""), ensure_ascii=False))
+            st.report.chars_saved += len(_json_text(block.get("input", "")))
             message["content"] = [b for b in message["content"] if not (isinstance(b, dict) and b.get("id") == tool_id)]
             entry["message"] = message
             work[k] = entry
@@ -2037,12 +2056,18 @@ def _drop_old_results(st: _Pruning) -> None:
     for entry in st.empty + [work[k] for k in touched]:
         if isinstance(entry.get("uuid"), str) and not entry["message"]["content"]:
             st.drop.add(entry["uuid"])
+            st.reshaped = True
     # re-index only the entries that changed; every other (i, j) position is still valid
-    changed_set = set(changed)
-    kept = [r for r in st.results if r[0] not in changed_set]
-    fresh, _ = _index([work[i] for i in changed])
-    st.results = sorted(kept + [(changed[i], j, b) for i, j, b in fresh], key=lambda r: (r[0], r[1]))
-    st.uses = {tid: use for tid, use in uses.items() if tid not in drop_use_ids}
+    fresh = {i: [(i, j, b) for j, b in enumerate(work[i]["message"]["content"])
+                 if isinstance(b, dict) and b.get("type") == "tool_result"] for i in changed}
+    results: list[tuple[int, int, dict]] = []
+    for r in st.results:   # in (i, j) order, as before; each changed entry's results in place of its old ones
+        rows = fresh.pop(r[0], None) if r[0] in fresh else False
+        if rows is False:
+            results.append(r)
+        elif rows is not None:
+            results += rows
+    st.results = results
 
 
 def _neutralize_interrupts(st: _Pruning) -> None:
@@ -2069,23 +2094,25 @@ def _expire_glances(st: _Pruning) -> None:
     (only short ones: a big one is the trim step's business). Walks newest to oldest: past the newest
     ``keep_glances`` glances, a result that could not expire anyway (too long, already trimmed) is not
     classified at all."""
-    policy, work, uses, drop = st.policy, st.work, st.uses, st.drop
+    policy, work, bash, drop = st.policy, st.work, st.bash, st.drop
     keep, limit = policy.keep_glances, policy.glance_max_chars
     kept = 0
     stale = []   # newest first
     for i, j, block in reversed(st.results):
-        use = uses.get(block.get("tool_use_id"))
-        if not use or use[1].get("name") != "Bash":
+        use = bash.get(block.get("tool_use_id"))
+        if use is None:
             continue
         entry = work[i]
         if entry.get("uuid") in drop or entry.get("flowerHealed"):
             continue
         now = None
         if kept >= keep:
-            now = block_text(entry["message"]["content"][j])
-            if len(now) > limit or _is_trim_marker(now):
+            now = entry["message"]["content"][j].get("content")
+            if now.__class__ is not str:
+                now = block_text(entry["message"]["content"][j])
+            if len(now) > limit or now.startswith(_TRIM_PREFIXES):
                 continue
-        command = (use[1].get("input") or {}).get("command", "")
+        command = (use.get("input") or {}).get("command", "")
         if isinstance(command, str) and is_read_only_command(command):
             if now is None:
                 kept += 1
@@ -2155,10 +2182,43 @@ def _relink_and_heal(st: _Pruning) -> list[dict]:
     if not drop and not orphans:
         return work
     survivor = _survivors(drop, st.parents)
+    if not orphans and not st.reshaped:   # only parents change: rewrite them in place
+        try:
+            for k, entry in enumerate(work):
+                parent = entry.get("parentUuid")
+                if parent in drop and isinstance(parent, str):
+                    entry = dict(entry)
+                    entry["parentUuid"] = survivor(parent)
+                    work[k] = entry
+            return work
+        except TypeError:
+            pass   # an unhashable parentUuid: the careful way below
     repoint = {uid: _heal_id(blocks[-1]["id"]) for uid, blocks in orphans.items()}
     heal_ids = set(repoint.values())
     neutral = text("interrupted_result", st.policy.lang)
-    out: list[dict] = []
+    hits = drop | repoint.keys() if repoint else drop
+    healed = st.report.healed
+    try:   # the quick way: a set lookup per entry; anything to do only for the few that hit
+        out: list[dict] = []
+        for entry in work:
+            uid = entry.get("uuid")
+            if st.reshaped and uid in drop and isinstance(uid, str):
+                continue
+            parent = entry.get("parentUuid")
+            if parent in hits:
+                target = survivor(parent) if parent in drop and isinstance(parent, str) else parent
+                if target in repoint and uid not in heal_ids:
+                    target = repoint[target]
+                if target is not parent:
+                    entry = dict(entry)
+                    entry["parentUuid"] = target
+            out.append(entry)
+            if uid in orphans:
+                _heal_after(out, entry, uid, orphans[uid], neutral, st.report)
+        return out
+    except TypeError:   # an unhashable uuid or parentUuid somewhere: the careful way
+        st.report.healed = healed
+    out = []
     for entry in work:
         uid = entry.get("uuid")
         if drop and isinstance(uid, str) and uid in drop:
@@ -2172,17 +2232,22 @@ def _relink_and_heal(st: _Pruning) -> list[dict]:
             entry["parentUuid"] = target
         out.append(entry)
         if orphans and isinstance(uid, str) and uid in orphans:
-            for block in orphans[uid]:
-                heal = _heal_id(block["id"])
-                out.append({"type": "user", "uuid": heal, "parentUuid": uid,
-                            "isSidechain": bool(entry.get("isSidechain")), "sessionId": entry.get("sessionId"),
-                            "message": {"role": "user", "content": [
-                                {"type": "tool_result", "tool_use_id": block["id"], "content": neutral,
-                                 "is_error": False}]},
-                            "flowerHealed": True})
-                uid = heal
-                st.report.healed += 1
+            _heal_after(out, entry, uid, orphans[uid], neutral, st.report)
     return out
+
+
+def _heal_after(out: list[dict], entry: dict, uid: str, blocks: list[dict], neutral: str, report: PruneReport) -> None:
+    """Append a neutral tool_result entry for each tool_use block of ``entry``, chained after it."""
+    for block in blocks:
+        heal = _heal_id(block["id"])
+        out.append({"type": "user", "uuid": heal, "parentUuid": uid,
+                    "isSidechain": bool(entry.get("isSidechain")), "sessionId": entry.get("sessionId"),
+                    "message": {"role": "user", "content": [
+                        {"type": "tool_result", "tool_use_id": block["id"], "content": neutral,
+                         "is_error": False}]},
+                    "flowerHealed": True})
+        uid = heal
+        report.healed += 1
 
 
 # --- Notes (pure): markdown sections, brief, goal, verdict, handoff ledger ---
@@ -2915,7 +2980,7 @@ def estimate_tokens(entries: list[dict]) -> int:
         for block in content if isinstance(content, list) else ():
             if isinstance(block, dict):
                 kind = block.get("type")
-                chars += len(json.dumps(block.get("input"), ensure_ascii=False)) if kind == "tool_use" \
+                chars += len(_json_text(block.get("input"))) if kind == "tool_use" \
                     else len(block_text(block)) if kind in ("text", "tool_result") else len(str(block.get("thinking", "")))
     return int(chars / 3.5)
 

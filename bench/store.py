@@ -171,11 +171,12 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         if not only or "append" in only:
             append_bench(tmp, sized_transcript(20_000))
-        for label, make in MIXES.items():
+        mixes = {k: v for k, v in MIXES.items() if not os.environ.get("BENCH_MIX") or k.startswith(os.environ["BENCH_MIX"])}
+        for label, make in mixes.items():
             if not only or "load" in only:
                 load_bench(tmp, label, make)
         if not only or "trim" in only:
-            for label, make in MIXES.items():
+            for label, make in mixes.items():
                 trim_bench(tmp, label, make, 50_000)
 
 
