@@ -3292,69 +3292,34 @@ def _valid_row(row: Any) -> bool:
 
 
 class Manifest:
-    """``runs/manifest.json``: a JSON array with one row per step, shared by every process.
+    """``manifest.jsonl`` in run_dir: one JSON object per line, one line per version of a step's row,
+    shared by every process. A put appends a line (under the lock, one write), so it costs the same
+    at 100,000 rows as at one; a later line for the same (run, step, started_at) supersedes an earlier
+    one (the row keeps its first place), as in the PostgreSQL backend. A line that cannot be read or
+    has the wrong shape is skipped. An older flower's ``manifest.json`` (a JSON array) is still read,
+    and moved into ``manifest.jsonl`` once, by the first put (a corrupt one is set aside)."""
 
-    The file holds one row per line, each starting with its ``run`` field, so a write can keep other
-    runs' rows as raw lines (no parse) and replace only this run's rows, under the lock, atomically.
-    """
+    FILE = "manifest.jsonl"
+    LEGACY = "manifest.json"
 
     def __init__(self, run_dir: str, run: str, notify: Callable[[str], None] | None = None, lang: str = "en"):
-        self.path = os.path.join(run_dir, "manifest.json")
+        self.run_dir = run_dir
+        self.path = os.path.join(run_dir, self.FILE)
         self.run = run
         self.notify = notify
         self.lang = lang
-        self.rows: list[dict] = []
+        self.rows: list[dict] = []       # this run's rows, newest version of each
+        self._unwritten: list[dict] = []
         self._lock = FileLock(os.path.join(run_dir, ".lock"))
-        self._known: tuple[tuple, list[str]] | None = None  # (file signature after our write, other lines)
-
-    @staticmethod
-    def _signature(path: str) -> tuple | None:
-        try:
-            st = os.stat(path)
-        except OSError:
-            return None
-        return (st.st_ino, st.st_size, st.st_mtime_ns)
 
     def _row_line(self, row: dict) -> str:
         ordered = {"run": self.run, **{k: v for k, v in row.items() if k != "run"}}
-        return json.dumps(ordered, ensure_ascii=False, separators=(",", ":"), default=str)
-
-    def _other_lines(self) -> list[str]:
-        try:
-            with open(self.path, "r", encoding="utf-8") as fh:
-                raw = fh.read()
-        except FileNotFoundError:
-            return []
-        except (OSError, UnicodeDecodeError):
-            raw = None
-        mine = f'{{"run":{json.dumps(self.run)},'
-        lines = raw.split("\n") if raw is not None else []
-        if raw is not None and raw.strip() in ("[]", ""):
-            return []
-        try:
-            rows = json.loads(raw) if raw is not None else None
-            if not isinstance(rows, list):
-                raise ValueError
-        except ValueError:
-            rows = None
-        good = [r for r in rows if _valid_row(r)] if rows is not None else []
-        if rows is None or len(good) < len(rows):
-            # keep the file's bytes as they are (set aside) and go on with the rows that can be read
-            moved = set_aside(self.path)
-            if self.notify:
-                self.notify(text("info_set_aside", self.lang, path=self.path, moved=moved))
-            rows = good
-        elif len(lines) >= 3 and lines[0] == "[" and lines[-1] == "" and lines[-2] == "]":
-            body = [ln[:-1] if ln.endswith(",") else ln for ln in lines[1:-2]]
-            if len(body) == len(rows) and all(ln.startswith('{"run":') for ln in body):
-                return [ln for ln in body if not ln.startswith(mine)]
-        return [json.dumps({"run": r.get("run", ""), **{k: v for k, v in r.items() if k != "run"}},
-                           ensure_ascii=False, separators=(",", ":"), default=str)
-                for r in rows if r.get("run") != self.run]
+        return json.dumps(ordered, ensure_ascii=False, separators=(",", ":"), default=str) + "\n"
 
     def put(self, row: dict) -> None:
-        """Add or replace (by ``step``+``started_at``) one of this run's rows and write the file."""
+        """Add or replace (by ``step``+``started_at``) one of this run's rows: append its new version."""
         self._remember(row)
+        self._unwritten.append(row)
         self.flush()
 
     def _remember(self, row: dict) -> None:
@@ -3367,24 +3332,105 @@ class Manifest:
             self.rows.append(row)
 
     def flush(self) -> None:
-        """Write this run's rows, keeping every other run's rows as they are. When nobody touched
-        the file since our last write, the other rows are taken from memory instead of re-read."""
+        """Append the row versions not written yet (one write under the lock; an older
+        ``manifest.json`` is moved in first)."""
+        if not self._unwritten:
+            return
+        data = "".join(self._row_line(r) for r in self._unwritten).encode("utf-8", "surrogatepass")
         with self._lock:
-            if self._known is not None and self._known[0] == self._signature(self.path):
-                others = self._known[1]
-            else:
-                others = self._other_lines()
-            lines = others + [self._row_line(r) for r in self.rows]
-            atomic_write(self.path, "[\n" + ",\n".join(lines) + ("\n" if lines else "") + "]\n")
-            signature = self._signature(self.path)
-            self._known = (signature, others) if signature else None
+            legacy = os.path.join(self.run_dir, self.LEGACY)
+            if os.path.exists(legacy):
+                self._migrate(legacy)
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o600)
+            try:
+                size = os.fstat(fd).st_size
+                if size and os.pread(fd, 1, size - 1) != b"\n":
+                    data = b"\n" + data   # a torn last line (a crash mid-write) stays a line of its own
+                os.write(fd, data)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        self._unwritten = []
+
+    def _migrate(self, legacy: str) -> None:
+        """Move an older flower's ``manifest.json`` rows in front of ``manifest.jsonl`` (once; a file
+        that cannot be read, or holds wrong-shaped rows, is set aside with one line, the good rows kept)."""
+        try:
+            with open(legacy, "r", encoding="utf-8") as fh:
+                raw = fh.read()
+            rows = json.loads(raw) if raw.strip() else []
+            if not isinstance(rows, list):
+                raise ValueError
+        except (OSError, UnicodeDecodeError, ValueError):
+            rows = None
+        good = [r for r in rows if _valid_row(r)] if rows is not None else []
+        if rows is None or len(good) < len(rows):
+            moved = set_aside(legacy)
+            if self.notify:
+                self.notify(text("info_set_aside", self.lang, path=legacy, moved=moved))
+        lines = "".join(json.dumps({"run": r.get("run", ""), **{k: v for k, v in r.items() if k != "run"}},
+                                   ensure_ascii=False, separators=(",", ":"), default=str) + "\n" for r in good)
+        try:
+            with open(self.path, "r", encoding="utf-8", errors="surrogateescape") as fh:
+                newer = fh.read()
+        except FileNotFoundError:
+            newer = ""
+        if newer and not newer.endswith("\n"):
+            newer += "\n"
+        atomic_write(self.path, (lines + newer).encode("utf-8", "surrogateescape"))
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(legacy)
+
+    @staticmethod
+    def _parse(lines: Iterable[str]) -> list[dict]:
+        """The well-formed rows among ``lines`` (others are skipped)."""
+        rows = []
+        for line in lines:
+            if line.strip():
+                with contextlib.suppress(ValueError):
+                    row = json.loads(line)
+                    if _valid_row(row):
+                        rows.append(row)
+        return rows
 
     @staticmethod
     def read(run_dir: str) -> list[dict]:
-        """All well-formed rows (no side effects; an unreadable file reads as [], a wrong-shaped row
-        is left out)."""
-        rows = _peek_json(os.path.join(run_dir, "manifest.json"))
-        return [r for r in rows if _valid_row(r)] if isinstance(rows, list) else []
+        """All well-formed rows, the newest version of each, oldest first (no side effects: an
+        unreadable file reads as [], a wrong-shaped row or line is left out)."""
+        legacy = _peek_json(os.path.join(run_dir, Manifest.LEGACY))
+        versions = [r for r in legacy if _valid_row(r)] if isinstance(legacy, list) else []
+        try:
+            with open(os.path.join(run_dir, Manifest.FILE), "r", encoding="utf-8", errors="replace") as fh:
+                versions += Manifest._parse(fh)
+        except OSError:
+            pass
+        return latest_rows(versions)
+
+    @staticmethod
+    def tail(run_dir: str, n: int) -> list[dict]:
+        """The last ``n`` rows, reading only the end of the file (what ``status`` shows): the newest
+        version of each row, in the order the rows first appear in the part read. Falls back to
+        :meth:`read` while an older ``manifest.json`` has not been moved in yet."""
+        if os.path.exists(os.path.join(run_dir, Manifest.LEGACY)):
+            return Manifest.read(run_dir)[-n:]
+        try:
+            fh = open(os.path.join(run_dir, Manifest.FILE), "rb")
+        except OSError:
+            return []
+        with fh:
+            end = fh.seek(0, os.SEEK_END)
+            start, chunk, rows = end, 1 << 14, []
+            while start > 0:
+                start = max(0, start - chunk)
+                fh.seek(start)
+                lines = fh.read(end - start).split(b"\n")
+                if start > 0:
+                    lines = lines[1:]   # maybe the end of a line that begins before the part read
+                rows = latest_rows(Manifest._parse(ln.decode("utf-8", "replace") for ln in lines))
+                if len(rows) > n:
+                    break
+                chunk *= 4
+        return rows[-n:]
 
 
 def wake_state(workspace: str = ".", run_dir: str | None = None, state: Any = None) -> dict:
@@ -3863,6 +3909,10 @@ class StateBackend:
         """Every well-formed manifest row, oldest first."""
         raise NotImplementedError
 
+    def manifest_tail(self, n: int) -> list[dict]:
+        """The last ``n`` manifest rows (a backend may read less than everything)."""
+        return self.manifest_rows()[-n:]
+
     def windows(self, *, notify: Callable[[str], None] | None = None) -> WindowBook:
         """The book of learned context windows."""
         raise NotImplementedError
@@ -3936,12 +3986,16 @@ class LocalState(StateBackend):
         return data if _valid_lineage(data) and data.get("workspace") == self.paths.workspace else {}
 
     def manifest(self, run: str, *, notify: Callable[[str], None] | None = None, lang: str = "en") -> Manifest:
-        """``manifest.json`` in run_dir."""
+        """``manifest.jsonl`` in run_dir."""
         return Manifest(self.paths.run_dir, run, notify=notify, lang=lang)
 
     def manifest_rows(self) -> list[dict]:
-        """The rows of ``manifest.json``."""
+        """The rows of ``manifest.jsonl`` (and of an older ``manifest.json``)."""
         return Manifest.read(self.paths.run_dir)
+
+    def manifest_tail(self, n: int) -> list[dict]:
+        """The last rows, reading only the end of ``manifest.jsonl``."""
+        return Manifest.tail(self.paths.run_dir, n)
 
     def windows(self, *, notify: Callable[[str], None] | None = None) -> WindowBook:
         """``window.json`` in run_dir."""
@@ -6835,7 +6889,7 @@ def status_data(paths: Paths, backend: StateBackend) -> dict:
     """What ``status`` shows, as data (no side effects): wake state, steps with context and handoff
     generation, the last manifest rows, the stored sessions of this workspace, where the state is."""
     state = wake_state(paths.workspace, paths.run_dir, backend)
-    rows = backend.manifest_rows()
+    rows = backend.manifest_tail(10)
     key = project_key(paths.workspace)
     local = backend.kind == "local"
     store = backend.session_store(create=False) if not local or os.path.isdir(paths.run_dir) else None
@@ -6848,7 +6902,7 @@ def status_data(paths: Paths, backend: StateBackend) -> dict:
                       "generation": ledger_generation(_read_text(doc)), "handoff": doc})
     return {"workspace": paths.workspace, "run_dir": paths.run_dir, "state": backend.kind,
             "where": None if local else backend.where(), "workspace_id": backend.workspace_id,
-            "wake": state, "steps": steps, "manifest": rows[-10:], "sessions": sessions,
+            "wake": state, "steps": steps, "manifest": rows, "sessions": sessions,
             "achieved": bool(state.get("achieved"))}
 
 

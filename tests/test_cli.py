@@ -30,6 +30,12 @@ def load_json(path):
         return json.load(fh)
 
 
+def manifest_rows(run_dir):
+    """The manifest's rows as flower reads them (manifest.jsonl, one line per row version)."""
+    import flower
+    return flower.Manifest.read(run_dir)
+
+
 def closed_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -286,7 +292,7 @@ class Cli(unittest.TestCase):
         self.assertEqual((resumed["resume"], resumed["session_id"]), (sid, None))   # the same session goes on
         self.assertEqual(forked["resume"], sid)
         self.assertNotIn(forked["session_id"], (sid, None))                      # a branch under its own id
-        rows = load_json(os.path.join(self.ws, ".flower", "manifest.json"))
+        rows = manifest_rows(os.path.join(self.ws, ".flower"))
         self.assertEqual(rows[1]["session_id"], sid)
         self.assertEqual(rows[2]["session_id"], forked["session_id"])
         p = self.run_cli(["once", "--resume", "ffffffff", "x"], mode="fake", env=env)
@@ -309,7 +315,7 @@ class Cli(unittest.TestCase):
                 out, err = proc.communicate(timeout=30)
                 self.assertEqual(proc.returncode, 128 + signum, err)
                 self.assertNotIn(b"Traceback", err)
-                rows = load_json(os.path.join(ws, ".flower", "manifest.json"))
+                rows = manifest_rows(os.path.join(ws, ".flower"))
                 self.assertEqual(rows[-1]["step"], "work")
                 self.assertEqual(rows[-1]["error"], "killed-by-signal")
                 self.assertEqual(load_json(os.path.join(ws, ".flower", "lineage.json"))["steps"]["work"],
@@ -337,7 +343,7 @@ class Cli(unittest.TestCase):
         self.assertTrue(os.path.exists(os.path.join(notes, "需求.md")))
         self.assertTrue(os.path.exists(os.path.join(notes, "目标.md")))
         self.assertIn("完成 · 共", p.stderr.decode())
-        steps = [r["step"] for r in load_json(os.path.join(self.ws, ".flower", "manifest.json"))]
+        steps = [r["step"] for r in manifest_rows(os.path.join(self.ws, ".flower"))]
         self.assertEqual(steps[-1], "work·判定#1")
         p = self.run_cli(["--lang", "zh"], mode="fake", env=env, stdin=b"")
         self.assertIn("需求已确认", p.stderr.decode())
@@ -353,7 +359,7 @@ class Cli(unittest.TestCase):
         self.assertIn(b"session ", p.stderr)
         self.assertEqual(p.stdout.decode().strip(), "worked")   # the answer once, on stdout
         self.assertNotIn(b"worked", p.stderr)
-        rows = load_json(os.path.join(self.ws, ".flower", "manifest.json"))
+        rows = manifest_rows(os.path.join(self.ws, ".flower"))
         self.assertEqual(rows[-1]["step"], "once")
 
 
@@ -513,7 +519,7 @@ class Pty(unittest.TestCase):
         code = self.finish()
         self.assertEqual(code, 130, self.buf.decode("utf-8", "replace")[-2000:])
         self.assertNotIn(b"Traceback", self.buf)
-        rows = load_json(os.path.join(self.ws, ".flower", "manifest.json"))
+        rows = manifest_rows(os.path.join(self.ws, ".flower"))
         self.assertEqual(rows[-1]["step"], "work")
         self.assertEqual(rows[-1]["error"], "interrupted")
 

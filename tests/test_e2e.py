@@ -136,7 +136,7 @@ class EndToEnd(unittest.TestCase):
         return json.loads(self.read(".flower", "lineage.json"))
 
     def manifest(self):
-        return json.loads(self.read(".flower", "manifest.json"))
+        return flower.Manifest.read(os.path.join(self.ws, ".flower"))
 
     def stored(self, sid):
         db = sqlite3.connect(os.path.join(self.ws, ".flower", "sessions.db"))

@@ -393,6 +393,80 @@ class ManifestRows(Base):
         Manifest(self.run_dir, "new").put({"step": "s", "started_at": "t"})
         self.assertEqual([r["step"] for r in Manifest.read(self.run_dir)], ["legacy", "s"])
 
+    def test_put_appends_one_line_and_a_later_version_supersedes(self):
+        path = os.path.join(self.run_dir, "manifest.jsonl")
+        m = Manifest(self.run_dir, "r1")
+        m.put({"step": "a", "started_at": "1", "ok": False})
+        m.put({"step": "b", "started_at": "2", "ok": True})
+        with open(path, "rb") as fh:
+            before = fh.read()
+        m.put({"step": "a", "started_at": "1", "ok": True})          # a's new version
+        with open(path, "rb") as fh:
+            after = fh.read()
+        self.assertTrue(after.startswith(before))                      # appended, nothing rewritten
+        self.assertEqual(after.count(b"\n"), 3)
+        rows = Manifest.read(self.run_dir)
+        self.assertEqual([(r["step"], r["ok"]) for r in rows], [("a", True), ("b", True)])   # first place kept
+        self.assertEqual([r["step"] for r in m.rows], ["a", "b"])
+        self.assertEqual(Manifest.tail(self.run_dir, 1), rows[-1:])
+
+    def test_legacy_manifest_json_is_read_then_moved_in_once(self):
+        legacy = os.path.join(self.run_dir, "manifest.json")
+        with open(legacy, "w") as fh:
+            json.dump([{"run": "old", "step": "one", "started_at": "0"}, {"run": "old", "step": "two"}], fh)
+        self.assertEqual([r["step"] for r in Manifest.read(self.run_dir)], ["one", "two"])
+        self.assertEqual([r["step"] for r in Manifest.tail(self.run_dir, 5)], ["one", "two"])
+        Manifest(self.run_dir, "new").put({"step": "three", "started_at": "t"})
+        self.assertFalse(os.path.exists(legacy))
+        self.assertEqual([r["step"] for r in Manifest.read(self.run_dir)], ["one", "two", "three"])
+        Manifest(self.run_dir, "newer").put({"step": "four", "started_at": "t"})
+        self.assertEqual([r["step"] for r in Manifest.read(self.run_dir)], ["one", "two", "three", "four"])
+
+    def test_wrong_shaped_and_torn_lines_are_skipped(self):
+        path = os.path.join(self.run_dir, "manifest.jsonl")
+        Manifest(self.run_dir, "r1").put({"step": "a", "started_at": "1"})
+        with open(path, "a") as fh:
+            fh.write('[1, 2]\n{"run": "r1", "step": 7}\n"text"\n{"run": "r1", "step": "b", "ok": "yes"}\n{"run": "r1", "st')
+        self.assertEqual([r["step"] for r in Manifest.read(self.run_dir)], ["a"])
+        self.assertEqual([r["step"] for r in Manifest.tail(self.run_dir, 10)], ["a"])
+        Manifest(self.run_dir, "r2").put({"step": "c", "started_at": "2"})   # not glued to the torn line
+        self.assertEqual([r["step"] for r in Manifest.read(self.run_dir)], ["a", "c"])
+        state = flower.LocalState(flower.Paths(self.ws, self.run_dir))
+        self.assertEqual([r["step"] for r in flower.status_data(state.paths, state)["manifest"]], ["a", "c"])
+
+    def test_tail_reads_only_the_end(self):
+        path = os.path.join(self.run_dir, "manifest.jsonl")
+        with open(path, "w") as fh:
+            for i in range(20_000):
+                fh.write(json.dumps({"run": "r", "step": f"s{i}", "started_at": str(i), "text": "x" * 100}) + "\n")
+        read = []
+        real_open = open
+
+        class Counting:
+            def __init__(self, fh):
+                self.fh = fh
+
+            def __enter__(self):
+                return self
+
+            def __exit__(self, *exc):
+                self.fh.close()
+
+            def seek(self, *a):
+                return self.fh.seek(*a)
+
+            def read(self, n=-1):
+                data = self.fh.read(n)
+                read.append(len(data))
+                return data
+        flower.open = lambda *a, **k: Counting(real_open(*a, **k))
+        try:
+            rows = Manifest.tail(self.run_dir, 10)
+        finally:
+            del flower.open
+        self.assertEqual([r["step"] for r in rows], [f"s{i}" for i in range(19_990, 20_000)])
+        self.assertLess(sum(read), os.path.getsize(path) // 10)
+
     def test_rows_are_redacted(self):
         result = flower.StepResult(step="s", text="the key is sk-ant-api03-abcdefghijklmnop", errors=["password=xyz123"])
         row = result.row("r")
