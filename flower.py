@@ -18,31 +18,66 @@ Sections, low layers first:
 from __future__ import annotations
 
 # asyncio is imported inside the functions that need it: it costs more than everything else here
-# together, and --help, status and the pure logic never touch it.
+# together, and --help, status and the pure logic never touch it. So are the modules below that only
+# some paths need (each is a stand-in that imports the module on first use and then replaces itself),
+# and typing: annotations are never evaluated here (postponed), so its names need not exist.
 import argparse
 import contextlib
 import dataclasses
-import datetime as _dt
 import functools
 import gc
-import hashlib
 import importlib
 import json
 import os
-import random
 import re
-import shlex
 import signal
-import socket
-import sqlite3
 import sys
-import threading
 import time
-import unicodedata
-import urllib.parse
-import uuid
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, Iterable
+
+
+class _OnFirstUse:
+    """A module imported when one of its attributes is first looked up (``--help`` and ``status`` do
+    not pay for ``socket``, ``uuid``, ``hashlib``, ``sqlite3``... they never touch)."""
+
+    def __init__(self, alias: str, name: str):
+        self._alias, self._name = alias, name
+
+    def __getattr__(self, attr: str):
+        importlib.import_module(self._name)
+        module = sys.modules[self._name.split(".")[0] if self._alias != self._name else self._name]
+        globals()[self._alias] = module
+        return getattr(module, attr)
+
+
+class _LazyPattern:
+    """A regular expression compiled on first use (about 0.2 ms each: ``--help`` needs none of them).
+    After that, its methods are plain attributes of this object: no cost per call."""
+
+    def __init__(self, pattern: str, flags: int = 0):
+        self._args = (pattern, flags)
+
+    def __getattr__(self, attr: str):
+        compiled = re.compile(*self._args)
+        for name in ("match", "fullmatch", "search", "sub", "subn", "findall", "finditer", "split", "pattern",
+                     "flags", "groups", "groupindex"):
+            setattr(self, name, getattr(compiled, name))
+        return getattr(compiled, attr)
+
+
+_lazy_re = _LazyPattern
+
+
+_dt = _OnFirstUse("_dt", "datetime")
+hashlib = _OnFirstUse("hashlib", "hashlib")
+random = _OnFirstUse("random", "random")
+shlex = _OnFirstUse("shlex", "shlex")
+socket = _OnFirstUse("socket", "socket")
+sqlite3 = _OnFirstUse("sqlite3", "sqlite3")
+threading = _OnFirstUse("threading", "threading")
+unicodedata = _OnFirstUse("unicodedata", "unicodedata")
+urllib = _OnFirstUse("urllib", "urllib.parse")
+uuid = _OnFirstUse("uuid", "uuid")
 
 try:  # advisory locks; absent on Windows, where the lock degrades to a no-op
     import fcntl
@@ -626,7 +661,7 @@ class DriverLock:
         self.release()
 
 
-_SAFE_CHAR = re.compile(r"[A-Za-z0-9\-_.\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
+_SAFE_CHAR = _lazy_re(r"[A-Za-z0-9\-_.\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
 
 
 def safe_name(name: str) -> str:
@@ -671,13 +706,13 @@ _SECRET_PATTERNS = [
     (("eyJ",), re.compile(_NOT_ALNUM_BEFORE + r"eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}")),
 ]
 # ``Authorization: Bearer x`` (any scheme) and a bare ``Bearer <long token>``: the scheme word stays
-_AUTH_HEADER = re.compile(r"(?i)\b((?:proxy-)?authorization[\"']?\s*[:=]\s*[\"']?(?:(?:bearer|basic|token|bot|digest)\s+)?)"
+_AUTH_HEADER = _lazy_re(r"(?i)\b((?:proxy-)?authorization[\"']?\s*[:=]\s*[\"']?(?:(?:bearer|basic|token|bot|digest)\s+)?)"
                           r"[^\s\"',;]+")
-_BEARER = re.compile(r"\b((?i:bearer)\s+)[A-Za-z0-9._~+/=\-]{16,}")
+_BEARER = _lazy_re(r"\b((?i:bearer)\s+)[A-Za-z0-9._~+/=\-]{16,}")
 # ``scheme://user:password@host``: the password goes, the user and host stay
-_URL_PASSWORD = re.compile(r"\b([a-zA-Z][a-zA-Z0-9+.\-]*://[^/\s:@\"']*:)[^/\s@\"']+@")
+_URL_PASSWORD = _lazy_re(r"\b([a-zA-Z][a-zA-Z0-9+.\-]*://[^/\s:@\"']*:)[^/\s@\"']+@")
 # ``KEY = value`` / ``KEY: value`` / ``"KEY": "value"``: candidates; _secret_name decides on the key
-_ASSIGNMENT = re.compile(
+_ASSIGNMENT = _lazy_re(
     r"([\"']?)([A-Za-z][A-Za-z0-9_.\-]{0,80})\1([ \t]*[:=][ \t]*)"
     r"(\"(?:[^\"\\\n]|\\.)*\"|'[^'\n]*'|[^\s\"',;&}\]]+)")
 _ASSIGNMENT_MARKERS = ("pass", "pwd", "token", "secret", "key", "cred")
@@ -688,8 +723,8 @@ _SECRET_PAIRS = frozenset({("api", "key"), ("access", "key"), ("private", "key")
 _NOT_SECRET_LAST = frozenset({"count", "counts", "len", "length", "size", "limit", "max", "min", "type", "kind",
                               "name", "names", "id", "ids", "path", "file", "dir", "url", "env", "var", "header",
                               "ttl", "expiry", "expires", "timeout", "policy", "hint", "prompt", "field", "label"})
-_NAME_PARTS = re.compile(r"[_.\-]+|(?<=[a-z0-9])(?=[A-Z])")
-_PLAIN_VALUE = re.compile(r"(?i)[-+]?\d+(?:[.,]\d+)*|true|false|null|none|nil|yes|no|\**|x+|\.{3}|"
+_NAME_PARTS = _lazy_re(r"[_.\-]+|(?<=[a-z0-9])(?=[A-Z])")
+_PLAIN_VALUE = _lazy_re(r"(?i)[-+]?\d+(?:[.,]\d+)*|true|false|null|none|nil|yes|no|\**|x+|\.{3}|"
                           r"\$\{?[A-Za-z_][A-Za-z0-9_]*\}?|<[^>]*>|\{\{.*\}\}|\[REDACTED\]?")
 
 
@@ -1173,8 +1208,8 @@ async def reachable(host: str, port: int, timeout: float = 5.0) -> bool:
 FATAL, TRANSIENT, OVERFLOW, UNKNOWN = "fatal", "transient", "overflow", "unknown"
 AUTH, OFFLINE = "auth", "offline"  # how a step ended, beyond classify(): credentials rejected, network gone
 
-_OVERFLOW_TEXT = re.compile(r"(?i)prompt is too long|context (?:window|length) exceeded|too many tokens")
-_FATAL_TEXT = re.compile(
+_OVERFLOW_TEXT = _lazy_re(r"(?i)prompt is too long|context (?:window|length) exceeded|too many tokens")
+_FATAL_TEXT = _lazy_re(
     r"(?i)invalid api key|authentication|failed to authenticate|\b401\b|\b403\b|permission_error|"
     r"does not have permission|credit balance|billing|there's an issue with the selected model|"
     r"model.*(?:may not exist|not found)|not_found_error|maximum number of turns|maximum budget|"
@@ -1182,7 +1217,7 @@ _FATAL_TEXT = re.compile(
     r"cannot be used with root|not logged in|please run /login|organization has been disabled|"
     r"error: (?:unknown )?option|argument '[^'\n]*' is invalid|invalid permission mode"
 )
-_TRANSIENT_TEXT = re.compile(
+_TRANSIENT_TEXT = _lazy_re(
     r"(?i)connection|ECONNREFUSED|ECONNRESET|ETIMEDOUT|ENOTFOUND|EAI_AGAIN|EHOSTUNREACH|ENETUNREACH|"
     r"socket hang up|timed? ?out|overloaded|\b529\b|\b5\d\d\b|rate limit|\b429\b|\b408\b|\b409\b|"
     r"server-side issue|temporar|try again|network|fetch failed|service unavailable|bad gateway|"
@@ -1218,7 +1253,7 @@ def classify(message: str | None, *, status: int | None = None, terminal_reason:
     return UNKNOWN
 
 
-_AUTH_TEXT = re.compile(r"(?i)invalid api key|authentication|failed to authenticate|\b401\b|\b403\b|"
+_AUTH_TEXT = _lazy_re(r"(?i)invalid api key|authentication|failed to authenticate|\b401\b|\b403\b|"
                         r"permission_error|not logged in|please run /login|invalid x-api-key|"
                         r"organization has been disabled")
 
@@ -1387,7 +1422,7 @@ def _minutes(seconds: int) -> str:
 # ``uuid``. Every function here is pure: same input, same output, input never mutated.
 
 SYNTHETIC_MODEL = "<synthetic>"
-_API_ERROR_TEXT = re.compile(
+_API_ERROR_TEXT = _lazy_re(
     r"^(?:API Error|Request timed out|Prompt is too long|Invalid API key|Credit balance is too low|"
     r"Failed to authenticate|There's an issue with the selected model|Request too large)"
 )
@@ -1666,14 +1701,14 @@ def _segment_read_only(argv: list[str]) -> bool:
 
 # Exactly what shlex (posix, punctuation_chars, whitespace_split) makes of a command without backslashes
 # or comments: runs of its punctuation characters, and words (unquoted runs and '...' / "..." parts).
-_SHELL_TOKEN = re.compile(r"""[();<>|&]+|(?:[^ \t\r\n'"();<>|&]+|'[^']*'|"[^"]*")+""")
-_SHELL_LINE = re.compile(r"""[ \t\r\n]*(?:(?:[();<>|&]+|(?:[^ \t\r\n'"();<>|&]+|'[^']*'|"[^"]*")+)[ \t\r\n]*)*""")
-_QUOTED = re.compile(r"'([^']*)'|\"([^\"]*)\"")
+_SHELL_TOKEN = _lazy_re(r"""[();<>|&]+|(?:[^ \t\r\n'"();<>|&]+|'[^']*'|"[^"]*")+""")
+_SHELL_LINE = _lazy_re(r"""[ \t\r\n]*(?:(?:[();<>|&]+|(?:[^ \t\r\n'"();<>|&]+|'[^']*'|"[^"]*")+)[ \t\r\n]*)*""")
+_QUOTED = _lazy_re(r"'([^']*)'|\"([^\"]*)\"")
 # A first word shlex would return unchanged: no quote, escape, comment, punctuation or "=" in it or right
 # after it.
-_FIRST_WORD = re.compile(r"""[ \t\r]*([^ \t\r\n'"\\#();<>|&=]+)(?=[ \t\r\n();<>|&]|\Z)""")
-_VAR_ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
-_REDIRECTION = re.compile(r"[|;()]*[<>&][<>&|;()]*")
+_FIRST_WORD = _lazy_re(r"""[ \t\r]*([^ \t\r\n'"\\#();<>|&=]+)(?=[ \t\r\n();<>|&]|\Z)""")
+_VAR_ASSIGNMENT = _lazy_re(r"[A-Za-z_][A-Za-z0-9_]*=")
+_REDIRECTION = _lazy_re(r"[|;()]*[<>&][<>&|;()]*")
 _PUNCTUATION = frozenset("<>&|;()")
 
 
@@ -2140,11 +2175,10 @@ def spill_name(entry: dict, index: int, full: str) -> str:
     uid = entry.get("uuid")
     if isinstance(uid, str) and _SPILL_UUID.fullmatch(uid):
         return f"{uid}-{index}.txt"
-    import hashlib
     return hashlib.sha256(full.encode("utf-8", "surrogatepass")).hexdigest()[:16] + ".txt"
 
 
-_SPILL_UUID = re.compile(r"[A-Za-z0-9-]{1,80}")
+_SPILL_UUID = _lazy_re(r"[A-Za-z0-9-]{1,80}")
 
 
 def _trim(st: _Pruning) -> None:
@@ -2165,7 +2199,6 @@ def _trim(st: _Pruning) -> None:
 
 
 def _heal_id(tool_use_id: Any) -> str:
-    import uuid
     return str(uuid.uuid5(uuid.NAMESPACE_URL, "flower-heal:" + str(tool_use_id)))
 
 
@@ -2252,9 +2285,9 @@ def _heal_after(out: list[dict], entry: dict, uid: str, blocks: list[dict], neut
 
 # --- Notes (pure): markdown sections, brief, goal, verdict, handoff ledger ---
 
-_HEADING = re.compile(r"^(#{1,6})[ \t]+(.+?)[ \t]*#*[ \t]*$")
-_FENCE = re.compile(r"^[ \t]*(```|~~~)")
-_PLACEHOLDERS = re.compile(r"(?i)^\s*(?:todo|tbd|n/?a|same as above|同上|待定|无内容|\.\.\.|…)\s*\.?\s*$")
+_HEADING = _lazy_re(r"^(#{1,6})[ \t]+(.+?)[ \t]*#*[ \t]*$")
+_FENCE = _lazy_re(r"^[ \t]*(```|~~~)")
+_PLACEHOLDERS = _lazy_re(r"(?i)^\s*(?:todo|tbd|n/?a|same as above|同上|待定|无内容|\.\.\.|…)\s*\.?\s*$")
 
 
 def _norm_heading(title: str) -> str:
@@ -2316,15 +2349,15 @@ _LEDGER_ALIASES = _alias_table({
 })
 LEDGER_MAX_CHARS = 8000
 # something a successor can execute: code in backticks, a path, a file name, or a command line
-_EXECUTABLE = re.compile(
+_EXECUTABLE = _lazy_re(
     r"`[^`\n]+`|(?:^|\s)\$ \S|[\w.~-]*/[\w.-]+|\b[\w-]{2,}\.[A-Za-z][A-Za-z0-9]{0,5}\b|"
     r"(?<![\w-])(?:make|python3?|pytest|pip|uv|npm|npx|yarn|pnpm|node|git|cargo|go|bash|sh|ruff|mypy|tox|"
     r"docker|curl|ls|cat|grep|rg|sed|cd)\s+\S", re.IGNORECASE | re.MULTILINE)
 # seed 2's mixed sections: what worked filed under failures, finished items filed under next
-_WORKED = re.compile(r"(?i)\b(?:works|worked|succeeded|solved|fixed it|now passes)\b|成功|解决了|已修复|可行")
-_FAILED = re.compile(r"(?i)n't\b|\b(?:fail\w*|not|error\w*|broke\w*|abandon\w*|dropped|wrong)\b|"
+_WORKED = _lazy_re(r"(?i)\b(?:works|worked|succeeded|solved|fixed it|now passes)\b|成功|解决了|已修复|可行")
+_FAILED = _lazy_re(r"(?i)n't\b|\b(?:fail\w*|not|error\w*|broke\w*|abandon\w*|dropped|wrong)\b|"
                      r"失败|不行|没用|报错|放弃|不通")
-_DONE = re.compile(r"(?i)\[x\]|✅|✓|✔|\((?:done|completed|finished)\)|^\s*(?:[-*]\s*)?(?:done|completed)\b|"
+_DONE = _lazy_re(r"(?i)\[x\]|✅|✓|✔|\((?:done|completed|finished)\)|^\s*(?:[-*]\s*)?(?:done|completed)\b|"
                    r"已完成|已经完成|（完成）")
 
 
@@ -2390,7 +2423,7 @@ class Ledger:
         return redact("\n".join(lines).rstrip() + "\n")
 
 
-_GENERATION = re.compile(r"(?:generation|第) (\d+)")
+_GENERATION = _lazy_re(r"(?:generation|第) (\d+)")
 
 
 def ledger_generation(document: str | None) -> int:
@@ -2439,8 +2472,8 @@ class Brief:
 
 
 _GOAL_ALIASES = _alias_table({"statement": ["goal", "目标"], "checks": ["checks", "check list", "检查", "检查项"]})
-_LIST_ITEM = re.compile(r"^\s*(?:[-*+]|\d+[.)])\s+(?:\[[ xX]\]\s+)?(.+)$")
-UNVERIFIABLE = re.compile(r"\[cannot verify here[^\]]*\]|\[此处无法验证[^\]]*\]", re.IGNORECASE)
+_LIST_ITEM = _lazy_re(r"^\s*(?:[-*+]|\d+[.)])\s+(?:\[[ xX]\]\s+)?(.+)$")
+UNVERIFIABLE = _lazy_re(r"\[cannot verify here[^\]]*\]|\[此处无法验证[^\]]*\]", re.IGNORECASE)
 
 
 @dataclass
@@ -2476,7 +2509,7 @@ class Goal:
         return redact(f"# {goal}\n{self.statement}\n\n# {checks}\n{items}\n")
 
 
-_VERDICT_LINE = re.compile(r"^\s*\**VERDICT\**\s*:\s*\**\s*(achieved|not_yet|unreachable)\s*\**\s*$")
+_VERDICT_LINE = _lazy_re(r"^\s*\**VERDICT\**\s*:\s*\**\s*(achieved|not_yet|unreachable)\s*\**\s*$")
 _VERDICT_ALIASES = _alias_table({"failed": ["failed checks", "failed", "未通过的检查", "未通过"],
                                  "reasons": ["reasons", "reason", "why", "理由", "原因"]})
 
@@ -3788,9 +3821,9 @@ def assemble_carry(ledger: Ledger, *, nav: dict[str, str], thread: list[tuple[st
 # talk to the interface only.
 
 STATE_ENV, WORKSPACE_ID_ENV = "FLOWER_STATE", "FLOWER_WORKSPACE_ID"
-_GIT_URL_SCP = re.compile(r"^(?:[^@/]+@)?([^:/]+):(?!//)(.+)$")   # git@host:owner/repo(.git)
-_GIT_SECTION = re.compile(r'^\s*\[\s*remote\s+"([^"]+)"\s*\]\s*$')
-_GIT_URL = re.compile(r"^\s*url\s*=\s*(.+?)\s*$")
+_GIT_URL_SCP = _lazy_re(r"^(?:[^@/]+@)?([^:/]+):(?!//)(.+)$")   # git@host:owner/repo(.git)
+_GIT_SECTION = _lazy_re(r'^\s*\[\s*remote\s+"([^"]+)"\s*\]\s*$')
+_GIT_URL = _lazy_re(r"^\s*url\s*=\s*(.+?)\s*$")
 
 
 def normalize_remote(url: str) -> str:
@@ -6079,7 +6112,7 @@ def _human_tokens(n: int | None) -> str:
     return f"{n / 1_000_000:.2f}M" if n >= 1_000_000 else f"{n / 1000:.1f}K" if n >= 1000 else str(n)
 
 
-_CONTROL = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[@-Z\\-_])|[\x00-\x08\x0b-\x1f\x7f\x9b]")
+_CONTROL = _lazy_re(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[@-Z\\-_])|[\x00-\x08\x0b-\x1f\x7f\x9b]")
 
 
 def sanitize(value: str) -> str:
@@ -6330,8 +6363,10 @@ EXIT_CODES_HELP = ("exit codes: 0 done · 1 a step failed · 2 usage error · 3 
                    "130 interrupted · 128+N stopped by signal N")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser (``go`` is the default subcommand)."""
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The argument parser (``go`` is the default subcommand). With ``only``, the other commands get
+    their name and summary but not their options (what ``--help`` and one command need: less to build
+    on every start)."""
     parser = _ArgParser(prog="flower.py", usage=(
         'python3 flower.py ["what should be done"]        (= go)\n'
         "       python3 flower.py COMMAND [options] ...      (COMMAND --help for its options)"),
@@ -6344,7 +6379,8 @@ def build_parser() -> argparse.ArgumentParser:
                                 title="commands", metavar="COMMAND")
 
     def command(name: str, summary: str) -> argparse.ArgumentParser:
-        return sub.add_parser(name, help=summary, description=summary, epilog=EXIT_CODES_HELP)
+        built = sub.add_parser(name, help=summary, description=summary, epilog=EXIT_CODES_HELP)
+        return built if only is None or only == name else _Unbuilt()
 
     go = command("go", "run the job (the default command): clarify -> goal -> work, judged")
     go.add_argument("ask", nargs="?", help="what should be done; in a used directory: something to add "
@@ -6386,6 +6422,15 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class _Unbuilt:
+    """Stands in for the parser of a command that will not be parsed: its options are not built."""
+
+    def add_argument(self, *args: Any, **kwargs: Any) -> None:
+        """Nothing to build."""
+
+    add_argument_group = add_mutually_exclusive_group = lambda self, *a, **k: self
+
+
 _TAKES_VALUE = {"-w", "--workspace", "-r", "--run-dir", "--lang", "--store", "--rounds", "--window",
                 "--permission-mode", "--model", "-t", "--tools", "-p", "-b", "--budget", "--resume", "--state",
                 "--workspace-id"}
@@ -6410,7 +6455,6 @@ def _split_command(argv: list[str]) -> list[str]:
     """Insert ``go`` when the first positional word is not a subcommand. A lone word that is close to a
     command (``stauts``, ``sesions``) or is ``help`` is a usage error with a suggestion, never a paid
     job; ``go WORD`` stays the way to give a one-word task."""
-    import difflib
     i = 0
     while i < len(argv):
         token = argv[i]
@@ -6426,6 +6470,7 @@ def _split_command(argv: list[str]) -> list[str]:
         return [argv[i]] + argv[:i] + argv[i + 1:]
     if i < len(argv) and _positionals(argv) == 1 and re.fullmatch(r"[A-Za-z][A-Za-z-]{1,20}", argv[i]):
         word = argv[i]
+        import difflib
         close = difflib.get_close_matches(word.lower(), [*SUBCOMMANDS, "help"], n=1, cutoff=0.75)
         if close:
             hint = "--help" if close[0] == "help" else close[0]
@@ -7141,8 +7186,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for value in argv:
             _check_text(value if value != "-" else "", "an argument")
-        parser = build_parser()
-        args = parser.parse_args(_split_command(argv))
+        argv = _split_command(argv)
+        parser = build_parser(argv[0] if argv and argv[0] in SUBCOMMANDS else "")
+        args = parser.parse_args(argv)
         reporter = Reporter(json_mode=args.json, verbose=args.verbose, quiet=args.quiet, lang=_lang(args),
                             show_text=args.command != "once")
         for env_name, env_value in cli_env_defaults().items():
