@@ -1503,14 +1503,14 @@ def usage_level(usage: dict | None) -> int:
 
 
 def entry_context(entries: Iterable[dict]) -> int | None:
-    """The context level of a transcript: usage of its last non-synthetic main-thread assistant entry."""
-    level = None
-    for entry in entries:
+    """The context level of a transcript: usage of its last non-synthetic main-thread assistant entry
+    (with a usage). Looks from the end (a batch's last call is usually its last entry or close)."""
+    for entry in reversed(entries if isinstance(entries, (list, tuple)) else list(entries)):
         if is_main_assistant(entry):
             value = usage_level(entry["message"].get("usage"))
             if value:
-                level = value
-    return level
+                return value
+    return None
 
 
 def _is_denial(entry: dict) -> bool:
@@ -2034,6 +2034,14 @@ def _drop_api_errors(entries: list[dict], policy: PrunePolicy) -> _Pruning:
 
 _UNAVAILABLE = "No such tool available:"
 _JSON_ENCODERS: list = []
+
+
+def _compact_json() -> Callable[[Any], str]:
+    """``json.dumps(value, ensure_ascii=False, separators=(",", ":"))`` as one reusable encoder."""
+    if len(_JSON_ENCODERS) < 2:
+        _json_text("")
+        _JSON_ENCODERS.append(json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode)
+    return _JSON_ENCODERS[1]
 
 
 def _json_text(value: Any) -> str:
@@ -2712,8 +2720,8 @@ class SqliteSessionStore:
         if not entries:
             return
         skey = _key_string(key)
-        rows = [(skey, e.get("uuid") if isinstance(e.get("uuid"), str) else None,
-                 json.dumps(e, ensure_ascii=False, separators=(",", ":"))) for e in entries]
+        dumps = _compact_json()
+        rows = [(skey, uid if isinstance(uid := e.get("uuid"), str) else None, dumps(e)) for e in entries]
         context = entry_context(entries) if not key.get("subpath") else None
         with self._lock:
             self._db.execute("BEGIN IMMEDIATE")
