@@ -1956,8 +1956,10 @@ class _Pruning:
         return self.work[i]["message"]["content"][j]
 
 
-def _prune(entries: list[dict], policy: PrunePolicy) -> tuple[list[dict], PruneReport]:
+def _prune(entries: list[dict], policy: PrunePolicy, consume: bool = False) -> tuple[list[dict], PruneReport]:
     st = _drop_api_errors(entries, policy)
+    if consume:   # the caller's list is ours: what leaves (API errors, replaced originals) is freed early
+        entries.clear()
     _drop_old_results(st)
     # from here on entries are only replaced, never removed: (i, j) positions stay valid
     if policy.neutralize_interrupts:
@@ -2909,10 +2911,11 @@ class PruningSessionStore:
         prepared = self._prepared.pop(_key_string(key), None)
         if prepared is not None:
             return prepared
-        return await self._loaded(key, lambda entries: self._pruned(entries, self.policy))
+        return await self._loaded(key, lambda entries, owned: self._pruned(entries, self.policy, consume=owned))
 
-    async def _loaded(self, key: dict, then: Callable[[list[dict]], Any]) -> Any:
-        """``then(entries)`` on the inner store's entries of ``key`` (None when it has none), loading and
+    async def _loaded(self, key: dict, then: Callable[[list[dict], bool], Any]) -> Any:
+        """``then(entries, owned)`` on the inner store's entries of ``key`` (None when it has none; ``owned``:
+        the list is a fresh one nobody else holds, so it may be consumed), loading and
         pruning under one GC pause: in the store's worker thread when the store loads in one (the
         SQLite and PostgreSQL stores), so that the cyclic GC neither walks the growing heap nor runs
         a deferred collection between the load and the prune."""
@@ -2923,16 +2926,18 @@ class PruningSessionStore:
             def work() -> Any:
                 with _gc_paused():
                     entries = load_sync(key)
-                    return None if entries is None else then(entries)
+                    return None if entries is None else then(entries, True)
             return await asyncio.to_thread(work)
         entries = await self.inner.load(key)
         if entries is None:
             return None
         with _gc_paused():
-            return then(entries)
+            return then(entries, False)   # another store's list: it may keep it (never emptied here)
 
-    def _pruned(self, entries: list[dict], policy: PrunePolicy) -> list[dict]:
-        pruned, report = prune(entries, policy)
+    def _pruned(self, entries: list[dict], policy: PrunePolicy, consume: bool = False) -> list[dict]:
+        """Prune (``consume``: ``entries`` is a list nobody else uses, emptied on the way: a lower peak)."""
+        with _gc_paused():
+            pruned, report = _prune(entries, policy, consume)
         write_spills(report.spills)
         report.spills = {}   # written: the texts are not kept (a 2,000 x 100 KB session held 150 MB here)
         self.last_report = report
@@ -2942,7 +2947,7 @@ class PruningSessionStore:
         """Make the next ``load(key)`` fit under ``max_tokens`` (estimated): when the pruned session is
         bigger, trim harder (every older big result, then every older glance). True when it fits;
         False means a resume would send an overflowing request (the caller hands off instead)."""
-        def fit(entries: list[dict]) -> tuple[list[dict], int]:
+        def fit(entries: list[dict], owned: bool) -> tuple[list[dict], int]:
             pruned = self._pruned(entries, self.policy)
             tokens = estimate_tokens(pruned)
             if tokens > max_tokens:

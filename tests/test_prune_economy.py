@@ -154,3 +154,37 @@ class FitsRuntime(fakesdk.FakeWorkspace, unittest.TestCase):
         with open(rt.paths.handoff("work"), encoding="utf-8") as fh:
             self.assertIn("does not fit the window", fh.read())
 
+
+
+class OneLoad(unittest.TestCase):
+    """Load and prune under one GC pause; the loaded list is consumed only when it is the store's own copy."""
+
+    def test_sqlite_load_is_prune_of_the_stored_rows_and_leaves_gc_on(self):
+        from tests.transcripts import anchor_transcript
+        entries = anchor_transcript(3000)
+        store = flower.SqliteSessionStore(":memory:")
+        key = {"project_key": "p", "session_id": "s"}
+        store.append_sync(key, entries)
+        wrapped = flower.PruningSessionStore(store, policy=flower.PrunePolicy(keep_glances=3))
+        loaded = asyncio.run(wrapped.load(key))
+        self.assertEqual(loaded, flower.prune(entries, flower.PrunePolicy(keep_glances=3))[0])
+        self.assertTrue(__import__("gc").isenabled())
+        self.assertGreater(wrapped.last_report.expired, 100)
+        self.assertGreater(wrapped.last_report.dropped_errors, 100)
+
+    def test_another_stores_list_is_never_emptied(self):
+        entries = big_session(5, 10)
+        entries.append({"type": "system", "subtype": "api_error", "uuid": "e1", "parentUuid": entries[-1]["uuid"]})
+        kept = list(entries)
+
+        class Keeper:   # a user's store that hands out the list it keeps
+            async def load(self, key):
+                return entries
+
+            async def append(self, key, batch):
+                entries.extend(batch)
+        wrapped = flower.PruningSessionStore(Keeper())
+        pruned = asyncio.run(wrapped.load({"project_key": "p", "session_id": "s"}))
+        self.assertEqual(entries, kept)
+        self.assertEqual(len(pruned), len(kept) - 1)
+        self.assertTrue(__import__("gc").isenabled())
