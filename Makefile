@@ -20,6 +20,7 @@ bench:
 	$(PYTHON) bench/prune.py
 	$(PYTHON) bench/carry.py
 	$(PYTHON) bench/manifest.py
+	$(PYTHON) bench/wake.py
 	$(PYTHON) bench/postgres.py
 
 fixtures:

@@ -1,0 +1,101 @@
+"""Waking a big session (issue 16): 2,000 Bash calls with 100 KB outputs each (the CLI keeps every output
+twice: the tool_result and its toolUseResult copy), stored in SQLite, resumed the way Runtime does it
+(``prepare()`` under 90% of a 150K-token handoff threshold, then ``load()``), trim on with a spill dir.
+
+Printed: what the resumed model is sent (the messages' bytes), what flower holds after the load (the
+pruned list, JSON bytes; goal < 2x the bytes sent), the first wake (writes the spill files) and a later one
+(finds them) against the floor SELECT + json.loads (GC paused, deferred collection counted), and the
+peak memory of a later wake vs the floor's."""
+
+import asyncio
+import gc
+import json
+import os
+import sqlite3
+import tempfile
+import time
+import tracemalloc
+
+from common import QUICK, compare, report
+
+import flower
+from tests.transcripts import Builder
+
+
+def big_session(n, size):
+    import random
+    b = Builder(random.Random(5))
+    b.prompt("read every log")
+    for i in range(n):
+        b.tool("Bash", {"command": f"python3 gen.py --part {i}"}, f"{i:06d}" + "y" * (size - 6), level=1000 + i)
+    b.say("read them all", 5000)
+    return b.entries
+
+
+def sent_bytes(entries):
+    """The bytes of the messages a resume sends: role and content of the user/assistant entries."""
+    return sum(len(json.dumps({"role": e["message"].get("role"), "content": e["message"].get("content")},
+                              ensure_ascii=False).encode()) for e in entries
+               if e.get("type") in ("user", "assistant") and isinstance(e.get("message"), dict))
+
+
+def main():
+    n = 500 if QUICK else 2_000
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "s.db")
+        store = flower.SqliteSessionStore(path)
+        key = {"project_key": "p", "session_id": "s"}
+        store.append_sync(key, big_session(n, 100_000))
+        stored = os.path.getsize(path)
+        spill = os.path.join(tmp, "spill")
+        wrapped = flower.PruningSessionStore(store, policy=flower.PrunePolicy(trim=True, spill_dir=spill))
+        loop = asyncio.new_event_loop()
+        limit = int(150_000 * 0.9)
+
+        def wake():
+            fits = loop.run_until_complete(wrapped.prepare(key, limit))
+            return fits, loop.run_until_complete(wrapped.load(key))
+        db = sqlite3.connect(path)
+
+        def floor():
+            gc.disable()
+            try:
+                return [json.loads(r[0]) for r in db.execute("SELECT payload FROM entries WHERE skey=? ORDER BY seq",
+                                                             ("p/s",))]
+            finally:
+                gc.enable()
+        start = time.perf_counter()
+        fits, pruned = wake()
+        gc.collect()
+        first = time.perf_counter() - start
+        held = len(json.dumps(pruned, ensure_ascii=False).encode())
+        sent = sent_bytes(pruned)
+        print(f"{n:,} x 100 KB session: {stored / 2**20:.0f} MB stored; fits={fits}; sends {sent / 2**20:.2f} MB "
+              f"({flower.estimate_tokens(pruned):,} est. tokens, limit {limit:,}); holds {held / 2**20:.2f} MB after "
+              f"load = {held / sent:.2f}x the bytes sent{'  ok' if held <= 2 * sent else '  ABOVE GOAL 2x'}; "
+              f"{len(os.listdir(spill))} spill files")
+        del pruned
+        _, t_floor = compare(lambda: None, floor, 3, collect=True)
+        report("first wake (prepare + load, writes the spills)", first, t_floor)
+        report("later wake (spills exist)", *compare(wake, floor, 3 if QUICK else 5, collect=True))
+        gc.collect()
+        tracemalloc.start()
+        result = wake()
+        _, p_ours = tracemalloc.get_traced_memory()
+        tracemalloc.stop()
+        del result
+        gc.collect()
+        tracemalloc.start()
+        result = floor()
+        _, p_floor = tracemalloc.get_traced_memory()
+        tracemalloc.stop()
+        del result
+        print(f"{'    peak memory of a later wake':<60} {p_ours / 2**20:9.1f} MB  floor    {p_floor / 2**20:9.1f} MB"
+              f"  ratio {p_ours / p_floor:5.2f}x")
+        db.close()
+        store.close()
+        loop.close()
+
+
+if __name__ == "__main__":
+    main()
