@@ -7,7 +7,7 @@ The guard tests use a shell script as the "CLI" and a small Python process as th
 death the guard must notice. Waiting is always "poll the state until a deadline", never a timed
 assertion on speed.
 
-Tests marked ``# BUG(issue 12)`` fail on main as of 8a712db; each says what is wrong, and the report
+Tests marked ``# BUG(issue 12)`` fail on main as of 9e23174; each says what is wrong, and the report
 to the lead says how to fix it (issue12-suggested-fixes.diff in the tests12 clone).
 """
 
