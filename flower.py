@@ -909,7 +909,10 @@ def env_number(name: str, default: float, warn: Callable[[str], None] | None = N
 CLI_GUARD_SCRIPT = r"""
 import ctypes, json, os, signal, sys, time
 real, record_dir = os.environ.pop("FLOWER_REAL_CLI"), os.environ.pop("FLOWER_LIVE_DIR", "")
-parent, me = os.getppid(), os.getpid()
+expected = os.environ.pop("FLOWER_PARENT_PID", "")
+parent, me = (int(expected) if expected.isdigit() else os.getppid()), os.getpid()
+if os.getppid() != parent:  # flower died before this guard even started
+    os._exit(137)
 record = os.path.join(record_dir, "%d.json" % me) if record_dir else ""
 
 def forget():
@@ -953,8 +956,9 @@ os.dup2(null, 0)
 os.dup2(null, 1)
 if record:
     try:
-        with open(record, "w") as fh:
+        with open(record + ".tmp", "w") as fh:  # atomically: a reaper must never see half a record
             json.dump({"pid": me, "parent": parent, "cli": child, "argv": sys.argv[1:]}, fh)
+        os.replace(record + ".tmp", record)
     except OSError:
         record = ""
 status = 0
@@ -990,7 +994,7 @@ def cli_guard(run_dir: str, real_cli: str | None) -> tuple[str, dict[str, str]] 
         live = ensure_private_dir(os.path.join(run_dir, "live"))
     except (OSError, FlowerError):
         return None
-    return path, {"FLOWER_REAL_CLI": real_cli, "FLOWER_LIVE_DIR": live}
+    return path, {"FLOWER_REAL_CLI": real_cli, "FLOWER_LIVE_DIR": live, "FLOWER_PARENT_PID": str(os.getpid())}
 
 
 def _pid_alive(pid: int) -> bool:
@@ -1016,6 +1020,24 @@ def _cmdline(pid: int) -> str:
                               timeout=5).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return ""
+
+
+def live_driver(run_dir: str, session_id: str) -> dict | None:
+    """The record of a guard that another live flower runs for ``session_id`` (None when there is none)."""
+    live = os.path.join(run_dir, "live")
+    try:
+        names = [n for n in os.listdir(live) if n.endswith(".json")]
+    except OSError:
+        return None
+    for name in names:
+        record = _peek_json(os.path.join(live, name))
+        if not isinstance(record, dict) or not isinstance(record.get("pid"), int):
+            continue
+        parent = record.get("parent")
+        if (isinstance(parent, int) and parent not in (1, os.getpid()) and _pid_alive(parent)
+                and _pid_alive(record["pid"]) and any(session_id in str(a) for a in record.get("argv") or [])):
+            return record
+    return None
 
 
 def reap_orphans(run_dir: str, session_ids: Iterable[str] = ()) -> list[int]:
@@ -1045,10 +1067,12 @@ def reap_orphans(run_dir: str, session_ids: Iterable[str] = ()) -> list[int]:
             with contextlib.suppress(OSError):
                 os.unlink(path)
             continue
+        if not orphaned and parent != os.getpid():
+            continue  # another live flower's CLI is never ours to stop (live_driver() reports it)
         if not (ours or orphaned):
             continue
         command = _cmdline(pid)
-        if "cli-guard.py" not in command or not all(a in command for a in argv[-2:]):
+        if os.path.join(run_dir, "cli-guard.py") not in command or " ".join(argv) not in command:
             continue
         with contextlib.suppress(OSError):
             os.killpg(pid, signal.SIGKILL)
@@ -3269,7 +3293,8 @@ class WindowBook:
         """The learned window for ``model``, if any."""
         data = _peek_json(self.path)
         value = data.get(self._key(model)) if isinstance(data, dict) else None
-        return value.get("window") if isinstance(value, dict) and isinstance(value.get("window"), int) else None
+        window = value.get("window") if isinstance(value, dict) else None
+        return window if type(window) is int and window > 0 else None
 
     @staticmethod
     def rule(current: dict, window: int, source: str, lower_only: bool) -> dict | None:
@@ -3740,8 +3765,8 @@ class LocalState(StateBackend):
 
     def lock(self, name: str, what: str) -> DriverLock:
         """``flower.lock`` for the workspace, ``locks/<name>.lock`` for a step."""
-        if name == "workspace":
-            return DriverLock(self.paths.run("flower.lock"), what)
+        if name == "workspace":  # the workspace's own .flower/, whatever -r says: one go per workspace
+            return DriverLock(os.path.join(self.paths.flower_dir, "flower.lock"), what)
         locks = ensure_private_dir(self.paths.run("locks"))
         return DriverLock(os.path.join(locks, f"{safe_name(name)}.lock"), what)
 
@@ -4902,7 +4927,11 @@ class Runtime:
     def lineage(self) -> Lineage:
         """The lineage of this workspace (opened once, store-checked)."""
         if self._lineage is None:
-            self._lineage = self.state.lineage(has_session=self.has_session, notify=self._info, lang=self.lang)
+            path = self.paths.run("lineage.json")
+            opened: list[Lineage] = []
+            self.soft(path, lambda: opened.append(self.state.lineage(
+                has_session=self.has_session, notify=self._info, lang=self.lang)))
+            self._lineage = opened[0] if opened else Lineage(path, os.path.realpath(self.paths.workspace), {}, 0)
         return self._lineage
 
     def _info(self, message: str) -> None:
@@ -5240,7 +5269,12 @@ class Runtime:
 
     def _write_ahead(self, lineage_key: str | None, sid: str, start_prompt: str | None) -> None:
         """Before the CLI starts: stop any predecessor's CLI still driving ``sid``, then write the
-        lineage (with the start record of a fresh session) fail-soft."""
+        lineage (with the start record of a fresh session) fail-soft. Another live flower driving
+        ``sid`` is Busy, never killed."""
+        other = live_driver(self.paths.run_dir, sid)
+        if other is not None:
+            raise Busy(f"another flower drives session {sid} (pid {other.get('parent')}, its CLI pid "
+                       f"{other.get('pid')}); wait for it or stop it first", {"pid": other.get("parent")})
         reap_orphans(self.paths.run_dir, [sid])
         if lineage_key:
             self.soft(self.lineage.path, lambda: self.lineage.remember(lineage_key, sid, start_prompt))
