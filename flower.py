@@ -2610,7 +2610,11 @@ class SqliteSessionStore:
         """The folded summaries of a project's sessions (SDK protocol)."""
         with self._lock:
             rows = self._db.execute("SELECT data FROM summaries WHERE project_key=?", (project_key,)).fetchall()
-        return [json.loads(r[0]) for r in rows]
+        out = []
+        for (data,) in rows:   # a damaged summary is left out, never a reason to fail the listing
+            with contextlib.suppress(ValueError, TypeError):
+                out.append(json.loads(data))
+        return out
 
     async def delete(self, key: dict) -> None:
         """Delete a session; a main key takes its subpaths with it (SDK protocol)."""
@@ -5504,14 +5508,15 @@ class Runtime:
             result.error = (f"two degraded handoffs in a row: window {st.window}, threshold {st.at}, level {level}; "
                             f"the threshold is probably below this step's floor (raise --window or FLOWER_WINDOW)")
             return None
-        nav = {"handoff document": doc}
-        for label, path in (("brief", self.paths.brief), ("goal", self.paths.goal)):
-            if os.path.exists(path):
-                nav[label] = path
+        # only files that exist: a document that could not be written is not a pointer to follow
+        nav = {label: path for label, path in (("handoff document", doc), ("brief", self.paths.brief),
+                                               ("goal", self.paths.goal)) if os.path.exists(path)}
         for i, sid in enumerate(result.retired, 1):
-            nav[f"transcript {i} (retired session)"] = self.paths.transcript(sid)
+            if os.path.exists(self.paths.transcript(sid)):
+                nav[f"transcript {i} (retired session)"] = self.paths.transcript(sid)
         carry = assemble_carry(ledger, nav=nav, thread=recent_thread(entries),
-                               budget_chars=self.handoff.budget_chars, lang=self.lang, full_text=doc)
+                               budget_chars=self.handoff.budget_chars, lang=self.lang,
+                               full_text=doc if "handoff document" in nav else "-")
         st.sid = str(uuid.uuid4())
         st.generation = generation
         st.level = 0
