@@ -1086,6 +1086,8 @@ class FailSoft(FakeRuntime, unittest.TestCase):
                 self.assertEqual(rt.degraded, warnings)
                 # only the carry is essential: the successor got it even without the document
                 self.assertIn(flower.text("carry_head")[:30], FAKE.calls[2]["prompt"])
+                if name in ("handoff document", "retired transcript"):   # and no pointer to a missing file
+                    self.assertNotIn(real, FAKE.calls[2]["prompt"])
 
     def test_mirror_errors_are_reported_once_and_count_as_degraded(self):
         rt = self.runtime()
