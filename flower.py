@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """flower.py -- keep a long agent job going with Claude, across kills, outages and full contexts.
 
-Run ``python flower.py "build X"`` in a directory. Kill it, reboot, lose the network; run it again
+Run ``python3 flower.py "build X"`` in a directory. Kill it, reboot, lose the network; run it again
 and it carries on where it stopped: the same sessions, no lost work, no error noise in the model's
 context.
 
@@ -11,8 +11,9 @@ prune pipeline, the probe and every pure function work without it.
 
 Sections, low layers first:
 
-    text tables (en/zh) -> utilities -> resilience -> transcript logic (pure) -> notes (pure
-    parsers) -> session stores -> lineage and manifest -> handoff -> agent runtime -> workflow -> CLI
+    text tables (en/zh) -> utilities -> redaction -> process guard -> resilience -> transcript logic
+    (pure) -> notes (pure parsers) -> session stores -> lineage and manifest -> handoff -> state
+    backends (local, PostgreSQL) -> agent runtime -> workflow -> CLI
 """
 
 from __future__ import annotations
@@ -643,7 +644,7 @@ def safe_name(name: str) -> str:
     return kept
 
 
-# --- redaction ---
+# --- Redaction: one rule for every place text leaves flower's memory ---
 #
 # One rule for every boundary where text leaves flower's memory: prompts flower writes, notes, handoff
 # documents, retired transcripts, spill files, manifest rows, events, terminal and error lines. Values
