@@ -6711,8 +6711,9 @@ def _status_lines(data: dict, lang: str) -> list[str]:
         for row, name in zip(data["manifest"][-8:], names):
             mark = "ok " if row.get("ok") else "ERR"
             error = f"  {str(row.get('error'))[:60]}" if row.get("error") else ""
+            turns = pad(n_turns(int(row.get("num_turns") or 0), lang), 9)
             lines.append(f"  {mark} {pad(name, name_width)}${float(row.get('cost_usd') or 0):.4f} "
-                         f"{n_turns(int(row.get('num_turns') or 0), lang)}  {row.get('started_at', '')}{error}")
+                         f"{turns}{row.get('started_at', '')}{error}")
     return lines
 
 
