@@ -258,7 +258,7 @@ TEXTS: dict[str, dict[str, str]] = {
         "info_not_stored": "session {sid} is not in the store; starting fresh",
         "info_not_resumable": "session {sid} could not be resumed; starting fresh",
         "info_mirror_error": "the session store could not save part of this session: {error}",
-        "info_legacy_runs": "using flower's state in {path} (the old default); to move it: mv runs/* .flower/",
+        "info_legacy_runs": "using flower's state in {path} (the old default); to move it: mv {path}/* {dest}/",
         "info_write_failed": "could not write {path} ({error}); the work goes on, continuity is degraded",
         "info_skipped_rows": "{n} unreadable stored entr(y/ies) of session {sid} skipped",
         "ui_degraded": "continuity degraded: {n} problem(s), see above",
@@ -443,7 +443,7 @@ TEXTS: dict[str, dict[str, str]] = {
         "info_not_stored": "会话 {sid} 不在存储中;从头开始",
         "info_not_resumable": "会话 {sid} 无法接上;从头开始",
         "info_mirror_error": "会话存储没能保存这次会话的一部分:{error}",
-        "info_legacy_runs": "沿用 {path} 里的 flower 状态(旧的默认位置);要迁移:mv runs/* .flower/",
+        "info_legacy_runs": "沿用 {path} 里的 flower 状态(旧的默认位置);要迁移:mv {path}/* {dest}/",
         "info_write_failed": "无法写入 {path}({error});工作继续,接续能力受损",
         "info_skipped_rows": "会话 {sid} 有 {n} 条无法读取的存储记录,已跳过",
         "ui_degraded": "接续能力受损:{n} 个问题,见上文",
@@ -740,7 +740,8 @@ def _env_secrets() -> list[str]:
     """Literal values of this process's credentials: the Anthropic variables and every variable whose
     name is a secret name (``GITHUB_TOKEN``, ``DB_PASSWORD``, ...), when long enough to be one."""
     always = ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "CLAUDE_CODE_OAUTH_TOKEN")
-    return [v for k, v in os.environ.items() if len(v) >= 8 and (k in always or _secret_name(k))]
+    return [v for k, v in os.environ.items()
+            if len(v) >= 8 and k not in ("PWD", "OLDPWD") and (k in always or _secret_name(k))]
 
 
 def redact(value: str) -> str:
@@ -1344,7 +1345,7 @@ class Resilience:
             probe_timeout=max(0.1, env_number("FLOWER_PROBE_TIMEOUT", d.probe_timeout, warn)),
             probe_interval=max(0.1, env_number("FLOWER_PROBE_INTERVAL", d.probe_interval, warn)),
             max_offline_wait=env_number("FLOWER_MAX_OFFLINE_WAIT", d.max_offline_wait, warn),
-            probe=os.environ.get("FLOWER_NO_PROBE", "") not in ("1", "true", "yes"),
+            probe=(os.environ.get("FLOWER_NO_PROBE") or "").strip().lower() not in ("1", "true", "yes"),
         )
 
     def delay(self, attempt: int, rng: random.Random | None = None) -> float:
@@ -5853,7 +5854,7 @@ def _human_tokens(n: int | None) -> str:
     return f"{n / 1_000_000:.2f}M" if n >= 1_000_000 else f"{n / 1000:.1f}K" if n >= 1000 else str(n)
 
 
-_CONTROL = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[@-Z\\-_])|[\x00-\x08\x0b-\x1f\x7f\x9b]")
+_CONTROL = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[@-Z\\-_])|[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
 
 def sanitize(value: str) -> str:
@@ -5893,7 +5894,7 @@ class Reporter:
         self.lang, self.show_text = lang, show_text
         self.err = err or sys.stderr
         self.out = out or sys.stdout
-        self.tty = self.err.isatty() if tty is None else tty
+        self.tty = (self.err.isatty() and os.environ.get("TERM") != "dumb") if tty is None else tty
         self.color = self.tty and not os.environ.get("NO_COLOR") and os.environ.get("TERM") != "dumb"
         self.started = time.monotonic()
         self.turns = 0
@@ -6220,7 +6221,8 @@ def _check_task(value: str | None, what: str) -> str | None:
     """A task or wake sentence given on the command line: UTF-8, not huge, and not blank."""
     value = _check_text(value, what)
     if value is not None and not value.strip():
-        raise FlowerError(f"{what} is empty: say what should be done, or give no argument to carry on", EXIT_USAGE)
+        hint = ": say what should be done, or give no argument to carry on" if what == "the task" else ""
+        raise FlowerError(f"{what} is empty{hint}", EXIT_USAGE)
     return value.strip() if value is not None else None
 
 
@@ -6286,6 +6288,21 @@ def _require_credentials() -> None:
                           "the claude CLI", EXIT_SETUP)
 
 
+def _is_flower_db(path: str) -> bool:
+    """Whether ``path`` is a sessions.db flower wrote (opened read-only: a user's own file is never touched)."""
+    if not os.path.isfile(path):
+        return False
+    try:
+        conn = sqlite3.connect(f"file:{urllib.parse.quote(path)}?mode=ro", uri=True)
+        try:
+            tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        finally:
+            conn.close()
+    except sqlite3.Error:
+        return False
+    return {"entries", "sessions", "summaries"} <= tables
+
+
 def _paths(args: argparse.Namespace, reporter: Reporter) -> Paths:
     """The workspace (it must exist: flower never creates the directory an agent works in) and the
     state dir. Without ``-r``, a flower ``./runs`` of the old default that belongs to this workspace is
@@ -6298,10 +6315,11 @@ def _paths(args: argparse.Namespace, reporter: Reporter) -> Paths:
         workspace = os.path.realpath(args.workspace)
         lineage = _peek_json(os.path.join(legacy, "lineage.json"))
         ours = isinstance(lineage, dict) and lineage.get("workspace") == workspace
-        if (ours or (lineage is None and os.path.isfile(os.path.join(legacy, "sessions.db")))) and \
+        if (ours or (lineage is None and _is_flower_db(os.path.join(legacy, "sessions.db")))) and \
                 not os.path.exists(os.path.join(workspace, ".flower", "sessions.db")):
             run_dir = legacy
-            reporter.say(text("info_legacy_runs", _lang(args), path=_tilde(legacy)), always=True)
+            reporter.say(text("info_legacy_runs", _lang(args), path=_tilde(legacy),
+                              dest=_tilde(os.path.join(workspace, ".flower"))), always=True)
     return Paths(args.workspace, run_dir, _lang(args))
 
 
@@ -6572,7 +6590,9 @@ def _go_run(args: argparse.Namespace, reporter: Reporter, rt: Runtime, used: boo
         return _finish(rt, reporter, _exit_code(rt, message), message)
     work = ctx.get("_results", {}).get("work")
     if work is not None and work.text and not args.json:
-        print(redact(work.text), flush=True)   # the answer on stdout, progress on stderr
+        reporter.close()   # never glued to the live status line
+        answer = redact(work.text)
+        print(sanitize(answer) if sys.stdout.isatty() else answer, flush=True)   # the answer on stdout, progress on stderr
     return _finish(rt, reporter, EXIT_OK, "done")
 
 
@@ -6647,7 +6667,8 @@ def cmd_once(args: argparse.Namespace, reporter: Reporter) -> int:
         rt.record(result)
         reporter.close()   # the answer goes on a line of its own, never glued to the status line
         if result.ok and not args.json:
-            print(redact(result.text), flush=True)
+            answer = redact(result.text)
+            print(sanitize(answer) if sys.stdout.isatty() else answer, flush=True)
         reporter.say(text("ui_once", rt.lang, sid=result.session_id, cost=result.cost_usd, path=rt.manifest.path),
                      always=True)
         if not result.ok:
@@ -6889,6 +6910,10 @@ def cmd_show(args: argparse.Namespace, reporter: Reporter) -> int:
         entries = store.load_sync(key) or []
     finally:
         backend.close()
+    if args.raw and args.json:
+        print(json.dumps({"v": JSON_VERSION, "kind": "show", "session_id": key["session_id"], "raw": True,
+                          "entries": redact_obj(entries)}, ensure_ascii=False))
+        return EXIT_OK
     if args.raw:
         for entry in entries:
             print(json.dumps(redact_obj(entry), ensure_ascii=False))
@@ -6899,7 +6924,8 @@ def cmd_show(args: argparse.Namespace, reporter: Reporter) -> int:
         print(json.dumps({"v": JSON_VERSION, "kind": "show", "session_id": key["session_id"], "pruned": counts,
                           "entries": redact_obj(pruned)}, ensure_ascii=False))
         return EXIT_OK
-    print(render_entries(pruned))
+    shown = render_entries(pruned)
+    print(sanitize(shown) if sys.stdout.isatty() else shown)
     parts = ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in counts.items()) or "-"
     print(text("st_pruned", lang, parts=parts), file=sys.stderr)
     return EXIT_OK
