@@ -259,6 +259,7 @@ TEXTS: dict[str, dict[str, str]] = {
         "info_not_resumable": "session {sid} could not be resumed; starting fresh",
         "info_mirror_error": "the session store could not save part of this session: {error}",
         "info_legacy_runs": "using flower's state in {path} (the old default); to move it: mv {path}/* {dest}/",
+        "info_recovered": "recovered {n} entr(y/ies) of session {sid} that the store had missed",
         "info_write_failed": "could not write {path} ({error}); the work goes on, continuity is degraded",
         "info_skipped_rows": "{n} unreadable stored entr(y/ies) of session {sid} skipped",
         "ui_degraded": "continuity degraded: {n} problem(s), see above",
@@ -444,6 +445,7 @@ TEXTS: dict[str, dict[str, str]] = {
         "info_not_resumable": "会话 {sid} 无法接上;从头开始",
         "info_mirror_error": "会话存储没能保存这次会话的一部分:{error}",
         "info_legacy_runs": "沿用 {path} 里的 flower 状态(旧的默认位置);要迁移:mv {path}/* {dest}/",
+        "info_recovered": "找回了会话 {sid} 里存储漏掉的 {n} 条记录",
         "info_write_failed": "无法写入 {path}({error});工作继续,接续能力受损",
         "info_skipped_rows": "会话 {sid} 有 {n} 条无法读取的存储记录,已跳过",
         "ui_degraded": "接续能力受损:{n} 个问题,见上文",
@@ -1040,6 +1042,29 @@ def live_driver(run_dir: str, session_id: str) -> dict | None:
                 and _pid_alive(record["pid"]) and any(session_id in str(a) for a in record.get("argv") or [])):
             return record
     return None
+
+
+def stop_own_clis(run_dir: str) -> list[int]:
+    """Kill (SIGKILL, whole process group) every guarded CLI this process started: on SIGTERM or a
+    quitting Ctrl-C the CLI must stop at once, not run tools and paid calls that nobody records while
+    the SDK waits for it to exit. Returns the pids stopped."""
+    live = os.path.join(run_dir, "live")
+    try:
+        names = [n for n in os.listdir(live) if n.endswith(".json")]
+    except OSError:
+        return []
+    stopped = []
+    for name in names:
+        record = _peek_json(os.path.join(live, name))
+        if not isinstance(record, dict) or record.get("parent") != os.getpid() or not isinstance(record.get("pid"), int):
+            continue
+        if os.path.join(run_dir, "cli-guard.py") in _cmdline(record["pid"]):
+            with contextlib.suppress(OSError):
+                os.killpg(record["pid"], signal.SIGKILL)
+                stopped.append(record["pid"])
+            with contextlib.suppress(OSError):
+                os.unlink(os.path.join(live, name))
+    return stopped
 
 
 def reap_orphans(run_dir: str, session_ids: Iterable[str] = ()) -> list[int]:
@@ -2649,6 +2674,12 @@ class SqliteSessionStore:
 
     # -- sync extras --
 
+    def known_uuids(self, key: dict) -> set:
+        """The uuids stored under ``key`` (no payload is parsed)."""
+        with self._lock:
+            return {r[0] for r in self._db.execute("SELECT uuid FROM entries WHERE skey=? AND uuid IS NOT NULL",
+                                                   (_key_string(key),))}
+
     def has_session(self, project_key: str, session_id: str) -> bool:
         """True when the main transcript of this session holds at least one entry."""
         with self._lock:
@@ -2845,6 +2876,47 @@ def _run_sync(awaitable: Any) -> Any:
     if "error" in result:
         raise result["error"]
     return result.get("value")
+
+
+def cli_transcripts(project_key_: str, session_id: str, env: dict[str, str] | None = None) -> list[str]:
+    """The CLI's own transcript files of a session, oldest first: the one in its config dir and those
+    in ``claude-resume-*`` temp dirs that a killed run left behind (the SDK materialises a resumed
+    session there and the CLI goes on writing into it)."""
+    import glob
+    import tempfile
+    env = os.environ if env is None else env
+    config = env.get("CLAUDE_CONFIG_DIR") or os.path.join(os.path.expanduser("~"), ".claude")
+    name = f"{session_id}.jsonl"
+    found = [os.path.join(config, "projects", project_key_, name)]
+    found += glob.glob(os.path.join(glob.escape(tempfile.gettempdir()), "claude-resume-*", "projects",
+                                    glob.escape(project_key_), glob.escape(name)))
+    existing = [p for p in found if os.path.isfile(p)]
+    return sorted(existing, key=lambda p: os.stat(p).st_mtime_ns)
+
+
+_UUID_KEY = re.compile(r'"uuid":\s*"([^"]+)"')
+
+
+def missing_entries(lines: Iterable[str], known: set) -> list[dict]:
+    """What a CLI transcript holds beyond the store: the entries after the last one the store knows
+    (found by a scan for its uuid, without parsing what comes before), except bookkeeping entries
+    without a uuid, entries the store already has and flower's own healed stand-ins (a resume's
+    materialised copy holds those). Lines that do not parse are skipped."""
+    tail: list[str] = []
+    for line in lines:
+        ids = _UUID_KEY.findall(line)
+        if ids and ids[-1] in known:
+            tail = []
+        else:
+            tail.append(line)
+    out = []
+    for line in tail:
+        with contextlib.suppress(ValueError):
+            entry = json.loads(line)
+            if isinstance(entry, dict) and isinstance(entry.get("uuid"), str) and entry["uuid"] not in known \
+                    and not entry.get("flowerHealed"):
+                out.append(entry)
+    return out
 
 
 def load_store_factory(spec: str) -> Any:
@@ -4978,8 +5050,9 @@ class Runtime:
         self.soft(self.manifest.path, lambda: self.manifest.put(row))
 
     def rescue(self, reason: str = "killed-by-signal") -> None:
-        """On SIGHUP/SIGTERM (or a second Ctrl-C): write the in-flight step with ``error=reason``;
-        lineage is already on disk."""
+        """On SIGHUP/SIGTERM (or a second Ctrl-C): stop this process's CLI at once, then write the
+        in-flight step with ``error=reason``; lineage is already on disk."""
+        stop_own_clis(self.paths.run_dir)
         current = self._current
         if current is None:
             with contextlib.suppress(Exception):
@@ -5150,6 +5223,8 @@ class Runtime:
                     result.error = f"network down past {int(self.resilience.max_offline_wait)}s (database {host}:{port})"
                     result.error_kind = OFFLINE
                     break
+                if resuming:
+                    await self.salvage(resuming)
                 if resuming and not fork and manage and not await self._fits(resuming, st):
                     carry = await self._hand_over(st, result, prompt, None, "the stored session does not fit the window")
                     if carry is None:
@@ -5256,6 +5331,39 @@ class Runtime:
         away, and an ``online`` event when it is back (the reporter turns them into lines)."""
         return await self.resilience.wait_online(
             lang=self.lang, on_state=lambda facts: emit(Event(facts["state"], data=facts)))
+
+    async def salvage(self, sid: str) -> int:
+        """Before resuming ``sid``: append to the store what the CLI wrote to its own transcript but
+        the mirror never delivered (flower was killed with appends in flight, or the store was locked),
+        then remove the temp copies a killed resume left behind (they hold a copy of the credentials
+        too). Returns how many entries were recovered (one info line says so)."""
+        import shutil
+        key = {"project_key": self.project_key, "session_id": sid}
+        files = cli_transcripts(self.project_key, sid)
+        if not files:
+            return 0
+        recovered = 0
+        try:
+            if hasattr(self.raw_store, "known_uuids"):
+                known = self.raw_store.known_uuids(key)
+            else:
+                known = {e.get("uuid") for e in await self.raw_store.load(key) or [] if isinstance(e.get("uuid"), str)}
+            for path in files:
+                with open(path, encoding="utf-8", errors="replace") as fh:
+                    extra = missing_entries(fh, known)
+                if extra:
+                    await self.raw_store.append(key, extra)
+                    known.update(e["uuid"] for e in extra if isinstance(e.get("uuid"), str))
+                    recovered += len(extra)
+        except Exception:   # salvage is a bonus: a store that cannot take it now is the resume's business
+            return recovered
+        for path in files:
+            leftover = path.split(os.sep + "projects" + os.sep)[0]
+            if os.path.basename(leftover).startswith("claude-resume-"):
+                shutil.rmtree(leftover, ignore_errors=True)
+        if recovered:
+            self._info(text("info_recovered", self.lang, n=recovered, sid=sid))
+        return recovered
 
     async def _fits(self, sid: str, st: "_RunState") -> bool:
         """Whether the resumed session, pruned (and trimmed harder if need be), stays under the
@@ -6262,6 +6370,19 @@ def _credentials() -> tuple[str, str] | None:
     return None
 
 
+def _quiet_closed_loop_noise() -> None:
+    """A subprocess transport the SDK leaves to the garbage collector after a signal stopped the run
+    complains on stderr that the event loop is closed ("Exception ignored in ...__del__"): noise, and
+    a traceback the user must never see. Only that one complaint is silenced."""
+    previous = sys.unraisablehook
+
+    def hook(unraisable: Any) -> None:
+        if isinstance(unraisable.exc_value, RuntimeError) and "Event loop is closed" in str(unraisable.exc_value):
+            return
+        previous(unraisable)
+    sys.unraisablehook = hook
+
+
 def _quiet_sdk_logs(verbose: bool) -> None:
     """The SDK logs its own errors ("Fatal error in message reader...") to stderr through logging's
     last-resort handler; flower reports what matters itself, so they stay off the user's stderr
@@ -6270,6 +6391,7 @@ def _quiet_sdk_logs(verbose: bool) -> None:
     logger = logging.getLogger(_SDK_MODULE)
     if verbose:
         return
+    _quiet_closed_loop_noise()
     logger.addHandler(logging.NullHandler())
     logger.propagate = False
 
