@@ -33,6 +33,7 @@ Needs claude-agent-sdk in the interpreter that runs it (its bundled CLI is the a
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import os
 import random
@@ -186,7 +187,9 @@ class Model:
         self.log: list[dict] = []
         self.inject: list[tuple[str, Reply]] = []   # (fault kind, reply) for the next requests
         self.overflow_armed = False
-        self.near_hook = None                        # called once with the record of a near-threshold work request
+        self.near_hook = None                        # called once at the near_at-th session that nears the threshold
+        self.near_at = 1
+        self._near_seen: list[str] = []
         self.successor_hook = None                   # called with the record of a successor's first request
         self.answered = 0                            # complete 200 answers handed to the server
         self.lock = threading.Lock()
@@ -242,9 +245,11 @@ class Model:
         if role == "work":
             if rec["n"] == 1 and flower.text("carry_head")[:40] in last_user_text(body) and self.successor_hook:
                 self.successor_hook(rec)
-            if rec["level"] >= self.job.at - 6 * self.job.per_msg and self.near_hook:
-                hook, self.near_hook = self.near_hook, None
-                hook(rec)
+            if rec["level"] >= self.job.at - 6 * self.job.per_msg and rec["sid"] not in self._near_seen:
+                self._near_seen.append(rec["sid"])
+                if self.near_hook and len(self._near_seen) >= self.near_at:
+                    hook, self.near_hook = self.near_hook, None
+                    hook(rec)
             n = next((k for k in range(1, self.job.turns + 1) if k not in counts), None)
             if n is None:
                 return say(f"All {self.job.turns} lines are written.")
@@ -499,9 +504,8 @@ class Chaos:
             thread.start()
             self.threads.append(thread)
             ready.wait(70)
-        elif kind == "notes":
-            self.model.near_hook = self._break_notes
-            self.note("notes-armed")
+        elif kind == "notes":   # armed from the start (see run): it needs a handoff to hit
+            pass
         return ""
 
     def _later(self, seconds: float, fn) -> None:
@@ -531,24 +535,26 @@ class Chaos:
             conn.close()
 
     def _break_notes(self, rec: dict) -> None:
-        """Around a handoff: the handoff document's path is a directory and notes/archive a file, so
-        writing (or archiving) the document fails until the successor has started."""
+        """Around a handoff: ``notes/archive`` is a file (so the previous handoff document cannot be
+        archived) and, when there is no document yet, its path is a directory (so it cannot be
+        written): the handoff's notes write fails until the successor has started."""
         notes = os.path.join(self.ws, ".flower", "notes")
         doc, archive = os.path.join(notes, "handoff-work.md"), os.path.join(notes, "archive")
         aside = os.path.join(self.dir, "notes-aside")
-        os.makedirs(aside, exist_ok=True)
-        state = {"doc": doc, "archive": archive, "doc_saved": None, "archive_saved": None, "t": time.time()}
-        if os.path.isfile(doc):
-            state["doc_saved"] = os.path.join(aside, "handoff-work.md")
-            shutil.move(doc, state["doc_saved"])
-        os.makedirs(os.path.join(doc, "blocked"), exist_ok=True)
+        state = {"doc": doc, "archive": archive, "doc_dir": False, "archive_saved": None, "t": time.time()}
+        if not os.path.exists(doc):
+            os.makedirs(os.path.join(doc, "blocked"))
+            state["doc_dir"] = True
         if os.path.isdir(archive):
+            os.makedirs(aside, exist_ok=True)
             state["archive_saved"] = os.path.join(aside, "archive")
             shutil.move(archive, state["archive_saved"])
         with open(archive, "w") as fh:
             fh.write("not a directory\n")
         self.notes_state = state
-        self.note("notes-broken", at_request=rec["i"], level=rec.get("level"))
+        if getattr(self, "notes_item", None):
+            self.notes_item["fired"] = round(time.time() - self.t0, 2)
+        self.note("notes-broken", at_request=rec["i"], level=rec.get("level"), doc_dir=state["doc_dir"])
         self.model.successor_hook = lambda r: self._later(2.0, self._restore_notes)
         self._later(120.0, self._restore_notes)
 
@@ -558,16 +564,13 @@ class Chaos:
             return
         self.model.successor_hook = None
         doc, archive = state["doc"], state["archive"]
-        if os.path.isdir(doc):
+        if state["doc_dir"] and os.path.isdir(os.path.join(doc, "blocked")):
             shutil.rmtree(doc)
-            if state["doc_saved"]:
-                shutil.move(state["doc_saved"], doc)
         if os.path.isfile(archive):
             os.unlink(archive)
             if state["archive_saved"]:
                 shutil.move(state["archive_saved"], archive)
-        self.note("notes-restored", after=round(time.time() - state["t"], 1),
-                  doc_written_meanwhile=os.path.isfile(doc) and not state["doc_saved"])
+        self.note("notes-restored", after=round(time.time() - state["t"], 1))
 
     # -- the loop --
 
@@ -575,7 +578,12 @@ class Chaos:
         self.t0 = time.time()
         self.api.start()
         plan = list(plan or [])
-        pending = list(plan)
+        for item in plan:
+            if item["kind"] == "notes":
+                item["at"], item["generation"] = 0, self.rng.randint(1, max(1, self.job.handoffs))
+                self.model.near_hook, self.model.near_at = self._break_notes, item["generation"]
+                self.notes_item = item
+        pending = sorted(plan, key=lambda item: item["at"])
         self.restart_at = 0.0
         due: dict | None = None
         due_since = 0.0
@@ -603,7 +611,8 @@ class Chaos:
             if due is not None and time.time() >= due_since + due["delay"]:
                 why = self.fire(due)
                 if not why:
-                    due["fired"] = round(time.time() - self.t0, 2)
+                    if due["kind"] != "notes":   # that one fires when it meets its handoff
+                        due["fired"] = round(time.time() - self.t0, 2)
                     due = None
                 elif time.time() - due_since > 20:
                     due["skipped"] = why
@@ -622,8 +631,9 @@ class Chaos:
         self._restore_notes()
         end_t = time.time()
         self.api.stop()
-        for item in pending + ([due] if due else []):
-            item.setdefault("skipped", "job over")
+        for item in pending + ([due] if due else []) + [p for p in plan if p["kind"] == "notes"]:
+            if "fired" not in item:
+                item.setdefault("skipped", "job over")
         return self.analyse(finished, wall, plan, gave_up, end_t)
 
     def _achieved(self) -> bool:
@@ -707,6 +717,9 @@ class Chaos:
         with open(os.path.join(self.logs, "api.jsonl"), "w") as fh:
             for r in self.model.log:
                 fh.write(json.dumps(r) + "\n")
+        with gzip.open(os.path.join(self.logs, "requests.jsonl.gz"), "wt") as fh:
+            for body in self.api.requests:   # what the model was sent, request by request
+                fh.write(json.dumps({"messages": body.get("messages"), "metadata": body.get("metadata")}) + "\n")
         with open(os.path.join(self.logs, "harness.jsonl"), "w") as fh:
             for e in self.events:
                 fh.write(json.dumps(e) + "\n")
