@@ -354,7 +354,8 @@ class Chaos:
         self.ws = os.path.join(self.dir, "ws")
         self.home = os.path.join(self.dir, "home")
         self.logs = os.path.join(self.dir, "logs")
-        for d in (self.ws, self.home, self.logs):
+        self.tmp = os.path.join(self.dir, "tmp")   # flower's TMPDIR: where the SDK materialises resumes
+        for d in (self.ws, self.home, self.logs, self.tmp):
             os.makedirs(d)
         self.api = FakeAnthropic()
         self.model = Model(self.ws, self.job)
@@ -381,7 +382,7 @@ class Chaos:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "CLAUDE_", "FLOWER_"))}
         env.update(fakeapi.cli_env(self.api, self.home))
         env.update(FLOWER_PROBE_INTERVAL="0.5", FLOWER_BASE_DELAY="0.2", FLOWER_MAX_DELAY="1",
-                   FLOWER_MAX_OFFLINE_WAIT="120", NO_COLOR="1")
+                   FLOWER_MAX_OFFLINE_WAIT="120", NO_COLOR="1", TMPDIR=self.tmp)
         return env
 
     def spawn(self) -> None:
@@ -424,7 +425,7 @@ class Chaos:
         while len(kinds) < n:
             kinds.append(rng.choice(common))
         rng.shuffle(kinds)
-        points = sorted(rng.randint(2, max(3, int(answers * 0.92))) for _ in kinds)
+        points = sorted(rng.randint(2, max(3, int(answers * 0.8))) for _ in kinds)
         plan = []
         for kind, point in zip(kinds, points):
             item = {"kind": kind, "at": point, "delay": round(rng.uniform(0.0, 1.5), 3)}
@@ -531,7 +532,7 @@ class Chaos:
             self.note("dblock-failed", error=str(exc))
         finally:
             ready.set()
-            self.dblock_until = time.time()
+            self.dblock_until = time.time() + 3.0   # the next lock is a new one, not the same one longer
             conn.close()
 
     def _break_notes(self, rec: dict) -> None:
@@ -663,22 +664,23 @@ class Chaos:
         # lost entries: an answer delivered to a session that a later request of that session lacks
         kills = [e["t"] for e in self.events if e["kind"] in ("kill9", "sigterm", "kill_cli")]
         texts = [json.dumps(b.get("messages", []), ensure_ascii=False) for b in bodies]
+        local = self.cli_transcripts()
         by_sid: dict[str, list[dict]] = {}
         for r in log:
             by_sid.setdefault(r["sid"], []).append(r)
-        lost = {"gap": [], "kill": [], "handoff": []}
+        lost: dict[str, list] = {"gap": [], "kill": [], "kill-unwritten": [], "handoff": []}
         effects_lost = 0
         for sid, recs in by_sid.items():
             for k, r in enumerate(recs):
                 if not (r["status"] == 200 and r["delivered"] and r["sig"] and r["fault"] is None):
                     continue
-                later = recs[k + 1:]
-                if not later or any(r["sig"] in texts[x["i"]] for x in later):
+                missing = next((x for x in recs[k + 1:] if r["sig"] not in texts[x["i"]]), None)
+                if missing is None:
                     continue
-                nxt = later[0]
-                if any(r["t"] <= t <= nxt["t"] for t in kills):
-                    lost["kill"].append(r["i"])
-                elif nxt["role"] == "ritual":
+                if any(r["t"] <= t <= missing["t"] for t in kills):
+                    # the CLI wrote it to its own transcript (flower could have stored it) or never did
+                    lost["kill" if r["sig"] in local else "kill-unwritten"].append(r["i"])
+                elif missing["role"] == "ritual":
                     lost["handoff"].append(r["i"])
                 else:
                     lost["gap"].append(r["i"])
@@ -705,13 +707,28 @@ class Chaos:
             "requests": len(log), "answered": sum(1 for r in log if r["status"] == 200 and not r["fault"]),
             "lost": lost, "lost_with_effect": effects_lost, "orphans": orphans,
             "error_requests": error_requests, "errors": errors, "interrupt_marks": interrupts,
-            "survivors": self.survivors, "faults_planned": len(plan), "faults_fired": len(fired),
+            "survivors": self.survivors,
+            "temp_left": [n for n in os.listdir(self.tmp) if n.startswith("claude-resume-")],
+            "no_response_requested": sum(1 for t in texts if "No response requested." in t),
+            "faults_planned": len(plan), "faults_fired": len(fired),
             "fired_kinds": _count(p["kind"] for p in fired),
             "skipped": [(p["kind"], p.get("skipped")) for p in plan if "skipped" in p],
             "handoffs": sum(1 for r in log if r["role"] == "ritual" and r["status"] == 200),
             "successors": sum(1 for r in log if r["role"] == "work" and r["n"] == 1) - 1,
             "dir": self.dir,
         }
+
+    def cli_transcripts(self) -> str:
+        """Everything the CLI wrote to its own transcript files: fresh sessions under the HOME's
+        config dir, resumed ones in the SDK's temp config dirs (left behind when flower was killed)."""
+        chunks = []
+        for top in (self.home, self.tmp):
+            for dirpath, _, names in os.walk(top):
+                for name in names:
+                    if name.endswith(".jsonl"):
+                        with open(os.path.join(dirpath, name), encoding="utf-8", errors="replace") as fh:
+                            chunks.append(fh.read())
+        return "\n".join(chunks)
 
     def save(self, result: dict) -> None:
         with open(os.path.join(self.logs, "api.jsonl"), "w") as fh:
@@ -764,17 +781,45 @@ def run_seed(settings: Settings, seed: int, base: dict, base_dir: str) -> dict:
     return result
 
 
-HEAD = (f"{'seed':>4} {'fin':>3} {'ident':>5} {'dup':>3} {'lost g/k/h':>10} {'orph':>4} {'errfed':>6} "
+HEAD = (f"{'seed':>4} {'fin':>3} {'ident':>5} {'dup':>3} {'lost g/k/u/h':>12} {'orph':>4} {'errfed':>6} "
         f"{'extra%':>6} {'req+%':>6} {'faults':>6} {'runs':>4} {'stops':>5} {'hand':>4} {'wall s':>7}  ok")
 
 
 def row(r: dict) -> str:
-    lost = "/".join(str(len(r["lost"][k])) for k in ("gap", "kill", "handoff"))
+    lost = "/".join(str(len(r["lost"][k])) for k in ("gap", "kill", "kill-unwritten", "handoff"))
     return (f"{r['seed']:>4} {'yes' if r['finished'] else 'NO':>3} {'yes' if r['identical'] else 'NO':>5} "
-            f"{len(r['doubled']):>3} {lost:>10} {len(r['orphans']):>4} {len(r['error_requests']):>6} "
+            f"{len(r['doubled']):>3} {lost:>12} {len(r['orphans']):>4} {len(r['error_requests']):>6} "
             f"{r['extra_answered_pct']:>6} {r['extra_requests_pct']:>6} "
             f"{r['faults_fired']:>3}/{r['faults_planned']:<2} {r['runs']:>4} {len(r['gave_up']):>5} "
             f"{r['handoffs']:>4} {r['wall_s']:>7}  {'ok' if r['ok'] else 'FAIL'}")
+
+
+def timeline(seed_dir: str) -> None:
+    """Print a kept seed's story: every request (role, session, messages, line, fault, delivered) and
+    every harness event (faults, runs), in time order."""
+    logs = os.path.join(seed_dir, "logs")
+    items = []
+    with open(os.path.join(logs, "api.jsonl")) as fh:
+        for line in fh:
+            r = json.loads(line)
+            what = f"req {r['i']:>4} {r['role']:<7} {r['sid'][:8]} n={r['n']:<4} "
+            what += f"line={r['line']} " if r["line"] else ""
+            what += f"FAULT {r['fault']} {r['status']} " if r["fault"] else ""
+            what += "" if r["delivered"] else "(not delivered)"
+            items.append((r["t"], what))
+    with open(os.path.join(logs, "harness.jsonl")) as fh:
+        for line in fh:
+            e = json.loads(line)
+            if e["kind"] == "run":
+                items.append((e["start"], f"=== run {e['n']} starts (pid {e['pid']})"))
+                if e["end"]:
+                    items.append((e["end"], f"=== run {e['n']} ends: {e['ended_by']} exit {e['exit']}"))
+            else:
+                items.append((e["t"], "*** " + " ".join(f"{k}={v}" for k, v in e.items() if k not in ("t",))))
+    items.sort(key=lambda item: item[0])
+    t0 = items[0][0] if items else 0
+    for t, what in items:
+        print(f"{t - t0:8.2f} {what}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -792,7 +837,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--keep", action="store_true", help="keep workspaces and logs")
     ap.add_argument("--json", action="store_true", help="print every result as JSON too")
     ap.add_argument("-v", "--verbose", action="store_true", help="a line per fault and run on stderr")
+    ap.add_argument("--show", metavar="SEED_DIR", help="print the timeline of a kept seed and exit")
+    ap.add_argument("--report", metavar="DIR", help="print the table of the seeds kept under DIR (one or "
+                    "more runs with --dir) and exit")
     args = ap.parse_args(argv)
+    if args.show:
+        timeline(args.show)
+        return 0
+    if args.report:
+        return report(args.report)
     try:
         import claude_agent_sdk  # noqa: F401
     except ImportError:
@@ -827,6 +880,23 @@ def main(argv: list[str] | None = None) -> int:
     return 0 if all(r["ok"] for r in results) else 1
 
 
+def report(directory: str) -> int:
+    results = []
+    for top, _, names in sorted(os.walk(directory)):
+        if "result.json" in names and os.path.basename(os.path.dirname(top)).startswith("seed-"):
+            with open(os.path.join(top, "result.json")) as fh:
+                results.append(json.load(fh))
+    results.sort(key=lambda r: r["seed"])
+    print(HEAD)
+    for r in results:
+        print(row(r))
+    print(totals(results))
+    for r in results:
+        for line in explain(r):
+            print(f"  seed {r['seed']}: {line}")
+    return 0 if results and all(r["ok"] for r in results) else 1
+
+
 def totals(results: list[dict]) -> str:
     n = len(results)
     lost = sum(sum(map(len, r["lost"].values())) for r in results)
@@ -855,6 +925,8 @@ def explain(r: dict) -> list[str]:
     if r["error_requests"]:
         out.append(f"error text fed back in {len(r['error_requests'])} requests: {r['errors']} "
                    f"(first: {r['error_requests'][:5]})")
+    if r.get("temp_left"):
+        out.append(f"{len(r['temp_left'])} claude-resume-* temp dirs left in flower's TMPDIR (copies of sessions)")
     if r["gave_up"]:
         out.append(f"flower stopped by itself with exit codes {r['gave_up']}")
     if r["skipped"]:
