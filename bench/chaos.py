@@ -182,8 +182,8 @@ def lines_on_disk(ws: str) -> dict[int, int]:
 class Model:
     """The responder: answers from the disk, injects the queued fault replies, logs every request."""
 
-    def __init__(self, ws: str, job: Job):
-        self.ws, self.job = ws, job
+    def __init__(self, ws: str, job: Job, latency: float = 0.0):
+        self.ws, self.job, self.latency = ws, job, latency
         self.log: list[dict] = []
         self.inject: list[tuple[str, Reply]] = []   # (fault kind, reply) for the next requests
         self.overflow_armed = False
@@ -200,6 +200,8 @@ class Model:
                "n": len(messages), "status": 200, "fault": None, "sig": None, "line": None, "delivered": None}
         self.log.append(rec)
         reply = self._fault(rec) or self._answer(rec, body)
+        if self.latency and not reply.stall and reply.status == 200 and not reply.drop:
+            reply.stall = self.latency   # a model takes a while to answer: kills land mid-stream too
         if reply.status == 200 and not reply.drop and not reply.cut:
             self.answered += 1
         return reply
@@ -340,6 +342,7 @@ class Settings:
     keep: bool = False
     base_dir: str | None = None
     verbose: bool = False
+    latency: float = 0.25       # seconds the fake model takes per answer
 
 
 class Chaos:
@@ -358,7 +361,7 @@ class Chaos:
         for d in (self.ws, self.home, self.logs, self.tmp):
             os.makedirs(d)
         self.api = FakeAnthropic()
-        self.model = Model(self.ws, self.job)
+        self.model = Model(self.ws, self.job, settings.latency)
         self.api.responder = self.model
         self.api.on_done = self.model.done
         self.events: list[dict] = []        # the harness's own log: faults, kills, runs
@@ -832,6 +835,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--window", type=int, default=200_000)
     ap.add_argument("--outage", type=float, nargs=2, default=(5.0, 40.0), metavar=("MIN", "MAX"))
     ap.add_argument("--dblock", type=float, nargs=2, default=(5.0, 40.0), metavar=("MIN", "MAX"))
+    ap.add_argument("--latency", type=float, default=0.25, help="seconds the fake model takes per answer")
     ap.add_argument("--timeout", type=float, default=2400.0, help="give a seed up after this many seconds")
     ap.add_argument("--dir", help="where workspaces and logs go (default: a temporary directory)")
     ap.add_argument("--keep", action="store_true", help="keep workspaces and logs")
@@ -853,7 +857,7 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 3
     settings = Settings(job=Job(turns=args.turns, window=args.window, handoffs=args.handoffs), faults=args.faults,
-                        outage=tuple(args.outage), dblock=tuple(args.dblock), timeout=args.timeout,
+                        outage=tuple(args.outage), dblock=tuple(args.dblock), timeout=args.timeout, latency=args.latency,
                         keep=args.keep, verbose=args.verbose)
     base_dir = args.dir or tempfile.mkdtemp(prefix="flower-chaos-")
     os.makedirs(base_dir, exist_ok=True)
