@@ -458,10 +458,12 @@ class Chaos:
             self.ended("kill9")
             self.restart_at = time.time() + item["restart"]
         elif kind == "sigterm":
+            self.runs[-1]["signal_t"] = time.time()
             self.proc.send_signal(signal.SIGTERM)
             try:
                 self.proc.wait(timeout=30)
-                self.note("sigterm", pid=self.proc.pid, exit=self.proc.returncode)
+                self.note("sigterm", pid=self.proc.pid, exit=self.proc.returncode,
+                          took=round(time.time() - self.runs[-1]["signal_t"], 2))
             except subprocess.TimeoutExpired:
                 self.note("sigterm-ignored", pid=self.proc.pid)
                 self.proc.kill()
@@ -664,6 +666,10 @@ class Chaos:
         alive = [(r["start"], (r["end"] or end_t) + (0.5 if r["ended_by"] in ("kill9", "sigterm") else 0.2))
                  for r in self.runs]
         orphans = [r["i"] for r in log if not any(a <= r["t"] <= b for a, b in alive)]
+        # requests after flower was told to stop (SIGTERM) and before it was gone: its CLI still worked
+        stopping = [(r["signal_t"] + 0.5, r["end"]) for r in self.runs if r.get("signal_t") and r["end"]]
+        after_term = [r["i"] for r in log if any(a <= r["t"] <= b for a, b in stopping)]
+        term_exit = [round(r["end"] - r["signal_t"], 2) for r in self.runs if r.get("signal_t") and r["end"]]
         # lost entries: an answer delivered to a session that a later request of that session lacks
         kills = [e["t"] for e in self.events if e["kind"] in ("kill9", "sigterm", "kill_cli")]
         texts = [json.dumps(b.get("messages", []), ensure_ascii=False) for b in bodies]
@@ -708,7 +714,7 @@ class Chaos:
             "gave_up": gave_up, "files": files, "expected_ok": files == expected,
             "doubled": doubled, "missing": self._missing(),
             "requests": len(log), "answered": sum(1 for r in log if r["status"] == 200 and not r["fault"]),
-            "lost": lost, "lost_with_effect": effects_lost, "orphans": orphans,
+            "lost": lost, "lost_with_effect": effects_lost, "orphans": orphans, "after_term": after_term, "term_exit_s": term_exit,
             "error_requests": error_requests, "errors": errors, "interrupt_marks": interrupts,
             "survivors": self.survivors,
             "temp_left": [n for n in os.listdir(self.tmp) if n.startswith("claude-resume-")],
@@ -778,7 +784,7 @@ def run_seed(settings: Settings, seed: int, base: dict, base_dir: str) -> dict:
     result["extra_answered_pct"] = round(100.0 * (result["answered"] - base["answered"]) / base["answered"], 1)
     result["extra_requests_pct"] = round(100.0 * (result["requests"] - base["requests"]) / base["requests"], 1)
     result["ok"] = (result["finished"] and result["identical"] and not sum(map(len, result["lost"].values()))
-                    and not result["orphans"] and not result["error_requests"] and not result["survivors"]
+                    and not result["orphans"] and not result.get("after_term") and not result["error_requests"] and not result["survivors"]
                     and result["extra_answered_pct"] <= 15.0)
     chaos.save(result)
     return result
@@ -924,6 +930,9 @@ def explain(r: dict) -> list[str]:
             out.append(f"lost entries ({cls}): requests {items[:20]}")
     if r["orphans"]:
         out.append(f"orphan requests: {r['orphans'][:20]}")
+    if r.get("after_term"):
+        out.append(f"{len(r['after_term'])} requests after SIGTERM while flower was stopping "
+                   f"(it took {max(r['term_exit_s'])} s at most to exit): {r['after_term'][:10]}")
     if r["survivors"]:
         out.append(f"processes left in the workspace: {r['survivors'][:3]}")
     if r["error_requests"]:

@@ -50,6 +50,7 @@ class ChaosOneSeed(unittest.TestCase):
             self.assertEqual(r["doubled"], {}, story)
             self.assertEqual({k: v for k, v in r["lost"].items() if v}, {}, story)
             self.assertEqual(r["orphans"], [], story)
+            self.assertEqual(r["after_term"], [], story)
             self.assertEqual(r["survivors"], [], story)
             self.assertEqual(r["error_requests"], [], story)
             self.assertLessEqual(r["extra_answered_pct"], 15.0, story)
