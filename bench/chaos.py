@@ -686,7 +686,7 @@ class Chaos:
                 missing = next((x for x in recs[k + 1:] if r["sig"] not in texts[x["i"]]), None)
                 if missing is None:
                     continue
-                if any(r["t"] <= t <= missing["t"] for t in kills):
+                if any(r["t"] - 0.5 <= t <= missing["t"] for t in kills):   # or in flight at the kill
                     # the CLI wrote it to its own transcript (flower could have stored it) or never did
                     lost["kill" if r["sig"] in local else "kill-unwritten"].append(r["i"])
                 elif missing["role"] == "ritual":
@@ -790,14 +790,14 @@ def run_seed(settings: Settings, seed: int, base: dict, base_dir: str) -> dict:
     return result
 
 
-HEAD = (f"{'seed':>4} {'fin':>3} {'ident':>5} {'dup':>3} {'lost g/k/u/h':>12} {'orph':>4} {'errfed':>6} "
+HEAD = (f"{'seed':>4} {'fin':>3} {'ident':>5} {'dup':>3} {'lost g/k/u/h':>12} {'orph':>4} {'term':>4} {'errfed':>6} "
         f"{'extra%':>6} {'req+%':>6} {'faults':>6} {'runs':>4} {'stops':>5} {'hand':>4} {'wall s':>7}  ok")
 
 
 def row(r: dict) -> str:
     lost = "/".join(str(len(r["lost"][k])) for k in ("gap", "kill", "kill-unwritten", "handoff"))
     return (f"{r['seed']:>4} {'yes' if r['finished'] else 'NO':>3} {'yes' if r['identical'] else 'NO':>5} "
-            f"{len(r['doubled']):>3} {lost:>12} {len(r['orphans']):>4} {len(r['error_requests']):>6} "
+            f"{len(r['doubled']):>3} {lost:>12} {len(r['orphans']):>4} {len(r.get('after_term', [])):>4} {len(r['error_requests']):>6} "
             f"{r['extra_answered_pct']:>6} {r['extra_requests_pct']:>6} "
             f"{r['faults_fired']:>3}/{r['faults_planned']:<2} {r['runs']:>4} {len(r['gave_up']):>5} "
             f"{r['handoffs']:>4} {r['wall_s']:>7}  {'ok' if r['ok'] else 'FAIL'}")
@@ -913,6 +913,7 @@ def totals(results: list[dict]) -> str:
     return (f"total: {sum(r['finished'] for r in results)}/{n} finished, {sum(r['identical'] for r in results)}/{n} "
             f"identical, {sum(len(r['doubled']) for r in results)} duplicated lines, {lost} lost entries, "
             f"{sum(len(r['orphans']) for r in results)} orphan requests, "
+            f"{sum(len(r.get('after_term', [])) for r in results)} requests after SIGTERM, "
             f"{sum(len(r['error_requests']) for r in results)} requests with error text, "
             f"extra answered calls {max((r['extra_answered_pct'] for r in results), default=0)}% at most, "
             f"{sum(r['faults_fired'] for r in results)} faults fired; {sum(r['ok'] for r in results)}/{n} meet the goal")
