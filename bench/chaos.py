@@ -360,7 +360,9 @@ class Chaos:
         self.tmp = os.path.join(self.dir, "tmp")   # flower's TMPDIR: where the SDK materialises resumes
         for d in (self.ws, self.home, self.logs, self.tmp):
             os.makedirs(d)
-        self.api = FakeAnthropic()
+        # a port below the ephemeral range: while the server is down (an outage) a client's connect
+        # could otherwise get that very port as its source port, connect to itself and keep it
+        self.api = FakeAnthropic(port=_free_port())
         self.model = Model(self.ws, self.job, settings.latency)
         self.api.responder = self.model
         self.api.on_done = self.model.done
@@ -753,6 +755,20 @@ class Chaos:
                 fh.write(json.dumps(dict(r, kind="run")) + "\n")
         with open(os.path.join(self.logs, "result.json"), "w") as fh:
             json.dump({k: v for k, v in result.items() if k != "files"}, fh, indent=1, default=str)
+
+
+def _free_port() -> int:
+    import socket
+    picker = random.Random()
+    for _ in range(200):
+        port = picker.randint(20000, 30000)
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+                return port
+            except OSError:
+                continue
+    return 0
 
 
 def _count(items) -> dict:
