@@ -480,7 +480,7 @@ class Chaos:
             os.kill(pick[0], signal.SIGKILL)
             self.note("kill_cli", target=item["target"], pid=pick[0])
         elif kind == "outage":
-            if time.time() < self.outage_until:
+            if time.time() < self.outage_until + 1.0:
                 return "outage in progress"
             self.outage_until = time.time() + item["seconds"]
             self.api.stop()
@@ -522,7 +522,8 @@ class Chaos:
         timer.start()
 
     def _api_back(self) -> None:
-        self.api.restart()
+        if self.api.server is None:   # a second outage that began as the first ended is over with it
+            self.api.restart()
         self.note("outage-over")
 
     def _hold_db(self, db: str, seconds: float, ready: threading.Event) -> None:
