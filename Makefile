@@ -1,7 +1,7 @@
 # flower.py -- make test runs everything CI runs (the real-SDK tier skips itself without the SDK).
 PYTHON ?= python3
 
-.PHONY: test core e2e bench fixtures lint
+.PHONY: test core e2e bench chaos fixtures lint
 
 test:
 	$(PYTHON) -m tests.run
@@ -21,6 +21,9 @@ bench:
 	$(PYTHON) bench/carry.py
 	$(PYTHON) bench/manifest.py
 	$(PYTHON) bench/postgres.py
+
+chaos:
+	$(PYTHON) bench/chaos.py --seeds 10
 
 fixtures:
 	$(PYTHON) -m tests.capture_fixtures
