@@ -1,7 +1,7 @@
 # flower.py -- make test runs everything CI runs (the real-SDK tier skips itself without the SDK).
 PYTHON ?= python3
 
-.PHONY: test core e2e bench fixtures lint
+.PHONY: test core e2e bench chaos fixtures lint
 
 test:
 	$(PYTHON) -m tests.run
@@ -9,7 +9,7 @@ test:
 core:
 	$(PYTHON) -m tests.run tests.test_util tests.test_resilience tests.test_transcript tests.test_notes \
 		tests.test_store tests.test_handoff tests.test_runtime tests.test_workflow tests.test_cli \
-		tests.test_redaction tests.test_texts tests.test_prune_economy
+		tests.test_redaction tests.test_texts tests.test_prune_economy tests.test_driver tests.test_salvage tests.test_cli_contract
 
 e2e:
 	$(PYTHON) -m tests.run tests.test_e2e
@@ -22,6 +22,9 @@ bench:
 	$(PYTHON) bench/manifest.py
 	$(PYTHON) bench/wake.py
 	$(PYTHON) bench/postgres.py
+
+chaos:
+	$(PYTHON) bench/chaos.py --seeds 10
 
 fixtures:
 	$(PYTHON) -m tests.capture_fixtures

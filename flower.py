@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """flower.py -- keep a long agent job going with Claude, across kills, outages and full contexts.
 
-Run ``python flower.py "build X"`` in a directory. Kill it, reboot, lose the network; run it again
+Run ``python3 flower.py "build X"`` in a directory. Kill it, reboot, lose the network; run it again
 and it carries on where it stopped: the same sessions, no lost work, no error noise in the model's
 context.
 
@@ -11,8 +11,9 @@ prune pipeline, the probe and every pure function work without it.
 
 Sections, low layers first:
 
-    text tables (en/zh) -> utilities -> resilience -> transcript logic (pure) -> notes (pure
-    parsers) -> session stores -> lineage and manifest -> handoff -> agent runtime -> workflow -> CLI
+    text tables (en/zh) -> utilities -> redaction -> process guard -> resilience -> transcript logic
+    (pure) -> notes (pure parsers) -> session stores -> lineage and manifest -> handoff -> state
+    backends (local, PostgreSQL) -> agent runtime -> workflow -> CLI
 """
 
 from __future__ import annotations
@@ -292,7 +293,8 @@ TEXTS: dict[str, dict[str, str]] = {
         "info_not_stored": "session {sid} is not in the store; starting fresh",
         "info_not_resumable": "session {sid} could not be resumed; starting fresh",
         "info_mirror_error": "the session store could not save part of this session: {error}",
-        "info_legacy_runs": "using flower's state in {path} (the old default); to move it: mv runs/* .flower/",
+        "info_legacy_runs": "using flower's state in {path} (the old default); to move it: mv {path}/* {dest}/",
+        "info_recovered": "recovered {n} entr(y/ies) of session {sid} that the store had missed",
         "info_write_failed": "could not write {path} ({error}); the work goes on, continuity is degraded",
         "info_skipped_rows": "{n} unreadable stored entr(y/ies) of session {sid} skipped",
         "ui_degraded": "continuity degraded: {n} problem(s), see above",
@@ -477,7 +479,8 @@ TEXTS: dict[str, dict[str, str]] = {
         "info_not_stored": "会话 {sid} 不在存储中;从头开始",
         "info_not_resumable": "会话 {sid} 无法接上;从头开始",
         "info_mirror_error": "会话存储没能保存这次会话的一部分:{error}",
-        "info_legacy_runs": "沿用 {path} 里的 flower 状态(旧的默认位置);要迁移:mv runs/* .flower/",
+        "info_legacy_runs": "沿用 {path} 里的 flower 状态(旧的默认位置);要迁移:mv {path}/* {dest}/",
+        "info_recovered": "找回了会话 {sid} 里存储漏掉的 {n} 条记录",
         "info_write_failed": "无法写入 {path}({error});工作继续,接续能力受损",
         "info_skipped_rows": "会话 {sid} 有 {n} 条无法读取的存储记录,已跳过",
         "ui_degraded": "接续能力受损:{n} 个问题,见上文",
@@ -549,6 +552,20 @@ def atomic_write(path: str, data: str | bytes, mode: int = 0o600) -> None:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+def append_lines(path: str, data: bytes, mode: int = 0o600) -> None:
+    """Append whole lines to ``path`` in one write, then fsync. When the file's last line was torn (a
+    crash mid-write) the new lines start on a line of their own, so only the torn one is lost."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, mode)
+    try:
+        size = os.fstat(fd).st_size
+        if size and os.pread(fd, 1, size - 1) != b"\n":
+            data = b"\n" + data
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 class FileLock:
@@ -678,7 +695,7 @@ def safe_name(name: str) -> str:
     return kept
 
 
-# --- redaction ---
+# --- Redaction: one rule for every place text leaves flower's memory ---
 #
 # One rule for every boundary where text leaves flower's memory: prompts flower writes, notes, handoff
 # documents, retired transcripts, spill files, manifest rows, events, terminal and error lines. Values
@@ -774,7 +791,8 @@ def _env_secrets() -> list[str]:
     """Literal values of this process's credentials: the Anthropic variables and every variable whose
     name is a secret name (``GITHUB_TOKEN``, ``DB_PASSWORD``, ...), when long enough to be one."""
     always = ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "CLAUDE_CODE_OAUTH_TOKEN")
-    return [v for k, v in os.environ.items() if len(v) >= 8 and (k in always or _secret_name(k))]
+    return [v for k, v in os.environ.items()
+            if len(v) >= 8 and k not in ("PWD", "OLDPWD") and (k in always or _secret_name(k))]
 
 
 def redact(value: str) -> str:
@@ -944,7 +962,10 @@ def env_number(name: str, default: float, warn: Callable[[str], None] | None = N
 CLI_GUARD_SCRIPT = r"""
 import ctypes, json, os, signal, sys, time
 real, record_dir = os.environ.pop("FLOWER_REAL_CLI"), os.environ.pop("FLOWER_LIVE_DIR", "")
-parent, me = os.getppid(), os.getpid()
+expected = os.environ.pop("FLOWER_PARENT_PID", "")
+parent, me = (int(expected) if expected.isdigit() else os.getppid()), os.getpid()
+if os.getppid() != parent:  # flower died before this guard even started
+    os._exit(137)
 record = os.path.join(record_dir, "%d.json" % me) if record_dir else ""
 
 def forget():
@@ -988,8 +1009,9 @@ os.dup2(null, 0)
 os.dup2(null, 1)
 if record:
     try:
-        with open(record, "w") as fh:
+        with open(record + ".tmp", "w") as fh:  # atomically: a reaper must never see half a record
             json.dump({"pid": me, "parent": parent, "cli": child, "argv": sys.argv[1:]}, fh)
+        os.replace(record + ".tmp", record)
     except OSError:
         record = ""
 status = 0
@@ -1025,7 +1047,7 @@ def cli_guard(run_dir: str, real_cli: str | None) -> tuple[str, dict[str, str]] 
         live = ensure_private_dir(os.path.join(run_dir, "live"))
     except (OSError, FlowerError):
         return None
-    return path, {"FLOWER_REAL_CLI": real_cli, "FLOWER_LIVE_DIR": live}
+    return path, {"FLOWER_REAL_CLI": real_cli, "FLOWER_LIVE_DIR": live, "FLOWER_PARENT_PID": str(os.getpid())}
 
 
 def _pid_alive(pid: int) -> bool:
@@ -1051,6 +1073,47 @@ def _cmdline(pid: int) -> str:
                               timeout=5).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return ""
+
+
+def live_driver(run_dir: str, session_id: str) -> dict | None:
+    """The record of a guard that another live flower runs for ``session_id`` (None when there is none)."""
+    live = os.path.join(run_dir, "live")
+    try:
+        names = [n for n in os.listdir(live) if n.endswith(".json")]
+    except OSError:
+        return None
+    for name in names:
+        record = _peek_json(os.path.join(live, name))
+        if not isinstance(record, dict) or not isinstance(record.get("pid"), int):
+            continue
+        parent = record.get("parent")
+        if (isinstance(parent, int) and parent not in (1, os.getpid()) and _pid_alive(parent)
+                and _pid_alive(record["pid"]) and any(session_id in str(a) for a in record.get("argv") or [])):
+            return record
+    return None
+
+
+def stop_own_clis(run_dir: str) -> list[int]:
+    """Kill (SIGKILL, whole process group) every guarded CLI this process started: on SIGTERM or a
+    quitting Ctrl-C the CLI must stop at once, not run tools and paid calls that nobody records while
+    the SDK waits for it to exit. Returns the pids stopped."""
+    live = os.path.join(run_dir, "live")
+    try:
+        names = [n for n in os.listdir(live) if n.endswith(".json")]
+    except OSError:
+        return []
+    stopped = []
+    for name in names:
+        record = _peek_json(os.path.join(live, name))
+        if not isinstance(record, dict) or record.get("parent") != os.getpid() or not isinstance(record.get("pid"), int):
+            continue
+        if os.path.join(run_dir, "cli-guard.py") in _cmdline(record["pid"]):
+            with contextlib.suppress(OSError):
+                os.killpg(record["pid"], signal.SIGKILL)
+                stopped.append(record["pid"])
+            with contextlib.suppress(OSError):
+                os.unlink(os.path.join(live, name))
+    return stopped
 
 
 def reap_orphans(run_dir: str, session_ids: Iterable[str] = ()) -> list[int]:
@@ -1080,10 +1143,12 @@ def reap_orphans(run_dir: str, session_ids: Iterable[str] = ()) -> list[int]:
             with contextlib.suppress(OSError):
                 os.unlink(path)
             continue
+        if not orphaned and parent != os.getpid():
+            continue  # another live flower's CLI is never ours to stop (live_driver() reports it)
         if not (ours or orphaned):
             continue
         command = _cmdline(pid)
-        if "cli-guard.py" not in command or not all(a in command for a in argv[-2:]):
+        if os.path.join(run_dir, "cli-guard.py") not in command or " ".join(argv) not in command:
             continue
         with contextlib.suppress(OSError):
             os.killpg(pid, signal.SIGKILL)
@@ -1354,7 +1419,7 @@ class Resilience:
             probe_timeout=max(0.1, env_number("FLOWER_PROBE_TIMEOUT", d.probe_timeout, warn)),
             probe_interval=max(0.1, env_number("FLOWER_PROBE_INTERVAL", d.probe_interval, warn)),
             max_offline_wait=env_number("FLOWER_MAX_OFFLINE_WAIT", d.max_offline_wait, warn),
-            probe=os.environ.get("FLOWER_NO_PROBE", "") not in ("1", "true", "yes"),
+            probe=(os.environ.get("FLOWER_NO_PROBE") or "").strip().lower() not in ("1", "true", "yes"),
         )
 
     def delay(self, attempt: int, rng: random.Random | None = None) -> float:
@@ -2814,7 +2879,11 @@ class SqliteSessionStore:
         """The folded summaries of a project's sessions (SDK protocol)."""
         with self._lock:
             rows = self._db.execute("SELECT data FROM summaries WHERE project_key=?", (project_key,)).fetchall()
-        return [json.loads(r[0]) for r in rows]
+        out = []
+        for (data,) in rows:   # a damaged summary is left out, never a reason to fail the listing
+            with contextlib.suppress(ValueError, TypeError):
+                out.append(json.loads(data))
+        return out
 
     async def delete(self, key: dict) -> None:
         """Delete a session; a main key takes its subpaths with it (SDK protocol)."""
@@ -2846,6 +2915,12 @@ class SqliteSessionStore:
         return [r[0] for r in rows]
 
     # -- sync extras --
+
+    def known_uuids(self, key: dict) -> set:
+        """The uuids stored under ``key`` (no payload is parsed)."""
+        with self._lock:
+            return {r[0] for r in self._db.execute("SELECT uuid FROM entries WHERE skey=? AND uuid IS NOT NULL",
+                                                   (_key_string(key),))}
 
     def has_session(self, project_key: str, session_id: str) -> bool:
         """True when the main transcript of this session holds at least one entry."""
@@ -3070,6 +3145,47 @@ def _run_sync(awaitable: Any) -> Any:
     if "error" in result:
         raise result["error"]
     return result.get("value")
+
+
+def cli_transcripts(project_key_: str, session_id: str, env: dict[str, str] | None = None) -> list[str]:
+    """The CLI's own transcript files of a session, oldest first: the one in its config dir and those
+    in ``claude-resume-*`` temp dirs that a killed run left behind (the SDK materialises a resumed
+    session there and the CLI goes on writing into it)."""
+    import glob
+    import tempfile
+    env = os.environ if env is None else env
+    config = env.get("CLAUDE_CONFIG_DIR") or os.path.join(os.path.expanduser("~"), ".claude")
+    name = f"{session_id}.jsonl"
+    found = [os.path.join(config, "projects", project_key_, name)]
+    found += glob.glob(os.path.join(glob.escape(tempfile.gettempdir()), "claude-resume-*", "projects",
+                                    glob.escape(project_key_), glob.escape(name)))
+    existing = [p for p in found if os.path.isfile(p)]
+    return sorted(existing, key=lambda p: os.stat(p).st_mtime_ns)
+
+
+_UUID_KEY = re.compile(r'"uuid":\s*"([^"]+)"')
+
+
+def missing_entries(lines: Iterable[str], known: set) -> list[dict]:
+    """What a CLI transcript holds beyond the store: the entries after the last one the store knows
+    (found by a scan for its uuid, without parsing what comes before), except bookkeeping entries
+    without a uuid, entries the store already has and flower's own healed stand-ins (a resume's
+    materialised copy holds those). Lines that do not parse are skipped."""
+    tail: list[str] = []
+    for line in lines:
+        ids = _UUID_KEY.findall(line)
+        if ids and ids[-1] in known:
+            tail = []
+        else:
+            tail.append(line)
+    out = []
+    for line in tail:
+        with contextlib.suppress(ValueError):
+            entry = json.loads(line)
+            if isinstance(entry, dict) and isinstance(entry.get("uuid"), str) and entry["uuid"] not in known \
+                    and not entry.get("flowerHealed"):
+                out.append(entry)
+    return out
 
 
 def load_store_factory(spec: str) -> Any:
@@ -3387,15 +3503,7 @@ class Manifest:
             legacy = os.path.join(self.run_dir, self.LEGACY)
             if os.path.exists(legacy):
                 self._migrate(legacy)
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o600)
-            try:
-                size = os.fstat(fd).st_size
-                if size and os.pread(fd, 1, size - 1) != b"\n":
-                    data = b"\n" + data   # a torn last line (a crash mid-write) stays a line of its own
-                os.write(fd, data)
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            append_lines(self.path, data)
         self._unwritten = []
 
     def _migrate(self, legacy: str) -> None:
@@ -3570,7 +3678,8 @@ class WindowBook:
         """The learned window for ``model``, if any."""
         data = _peek_json(self.path)
         value = data.get(self._key(model)) if isinstance(data, dict) else None
-        return value.get("window") if isinstance(value, dict) and isinstance(value.get("window"), int) else None
+        window = value.get("window") if isinstance(value, dict) else None
+        return window if type(window) is int and window > 0 else None
 
     @staticmethod
     def rule(current: dict, window: int, source: str, lower_only: bool) -> dict | None:
@@ -4049,8 +4158,8 @@ class LocalState(StateBackend):
 
     def lock(self, name: str, what: str) -> DriverLock:
         """``flower.lock`` for the workspace, ``locks/<name>.lock`` for a step."""
-        if name == "workspace":
-            return DriverLock(self.paths.run("flower.lock"), what)
+        if name == "workspace":  # the workspace's own .flower/, whatever -r says: one go per workspace
+            return DriverLock(os.path.join(self.paths.flower_dir, "flower.lock"), what)
         locks = ensure_private_dir(self.paths.run("locks"))
         return DriverLock(os.path.join(locks, f"{safe_name(name)}.lock"), what)
 
@@ -5214,7 +5323,11 @@ class Runtime:
     def lineage(self) -> Lineage:
         """The lineage of this workspace (opened once, store-checked)."""
         if self._lineage is None:
-            self._lineage = self.state.lineage(has_session=self.has_session, notify=self._info, lang=self.lang)
+            path = self.paths.run("lineage.json")
+            opened: list[Lineage] = []
+            self.soft(path, lambda: opened.append(self.state.lineage(
+                has_session=self.has_session, notify=self._info, lang=self.lang)))
+            self._lineage = opened[0] if opened else Lineage(path, os.path.realpath(self.paths.workspace), {}, 0)
         return self._lineage
 
     def _info(self, message: str) -> None:
@@ -5255,8 +5368,9 @@ class Runtime:
         self.soft(self.manifest.path, lambda: self.manifest.put(row))
 
     def rescue(self, reason: str = "killed-by-signal") -> None:
-        """On SIGHUP/SIGTERM (or a second Ctrl-C): write the in-flight step with ``error=reason``;
-        lineage is already on disk."""
+        """On SIGHUP/SIGTERM (or a second Ctrl-C): stop this process's CLI at once, then write the
+        in-flight step with ``error=reason``; lineage is already on disk."""
+        stop_own_clis(self.paths.run_dir)
         current = self._current
         if current is None:
             with contextlib.suppress(Exception):
@@ -5427,6 +5541,8 @@ class Runtime:
                     result.error = f"network down past {int(self.resilience.max_offline_wait)}s (database {host}:{port})"
                     result.error_kind = OFFLINE
                     break
+                if resuming:
+                    await self.salvage(resuming)
                 if resuming and not fork and manage and not await self._fits(resuming, st):
                     carry = await self._hand_over(st, result, prompt, None, "the stored session does not fit the window")
                     if carry is None:
@@ -5534,6 +5650,39 @@ class Runtime:
         return await self.resilience.wait_online(
             lang=self.lang, on_state=lambda facts: emit(Event(facts["state"], data=facts)))
 
+    async def salvage(self, sid: str) -> int:
+        """Before resuming ``sid``: append to the store what the CLI wrote to its own transcript but
+        the mirror never delivered (flower was killed with appends in flight, or the store was locked),
+        then remove the temp copies a killed resume left behind (they hold a copy of the credentials
+        too). Returns how many entries were recovered (one info line says so)."""
+        import shutil
+        key = {"project_key": self.project_key, "session_id": sid}
+        files = cli_transcripts(self.project_key, sid)
+        if not files:
+            return 0
+        recovered = 0
+        try:
+            if hasattr(self.raw_store, "known_uuids"):
+                known = self.raw_store.known_uuids(key)
+            else:
+                known = {e.get("uuid") for e in await self.raw_store.load(key) or [] if isinstance(e.get("uuid"), str)}
+            for path in files:
+                with open(path, encoding="utf-8", errors="replace") as fh:
+                    extra = missing_entries(fh, known)
+                if extra:
+                    await self.raw_store.append(key, extra)
+                    known.update(e["uuid"] for e in extra if isinstance(e.get("uuid"), str))
+                    recovered += len(extra)
+        except Exception:   # salvage is a bonus: a store that cannot take it now is the resume's business
+            return recovered
+        for path in files:
+            leftover = path.split(os.sep + "projects" + os.sep)[0]
+            if os.path.basename(leftover).startswith("claude-resume-"):
+                shutil.rmtree(leftover, ignore_errors=True)
+        if recovered:
+            self._info(text("info_recovered", self.lang, n=recovered, sid=sid))
+        return recovered
+
     async def _fits(self, sid: str, st: "_RunState") -> bool:
         """Whether the resumed session, pruned (and trimmed harder if need be), stays under the
         handoff threshold, with room for the system prompt and tools."""
@@ -5552,7 +5701,12 @@ class Runtime:
 
     def _write_ahead(self, lineage_key: str | None, sid: str, start_prompt: str | None) -> None:
         """Before the CLI starts: stop any predecessor's CLI still driving ``sid``, then write the
-        lineage (with the start record of a fresh session) fail-soft."""
+        lineage (with the start record of a fresh session) fail-soft. Another live flower driving
+        ``sid`` is Busy, never killed."""
+        other = live_driver(self.paths.run_dir, sid)
+        if other is not None:
+            raise Busy(f"another flower drives session {sid} (pid {other.get('parent')}, its CLI pid "
+                       f"{other.get('pid')}); wait for it or stop it first", {"pid": other.get("parent")})
         reap_orphans(self.paths.run_dir, [sid])
         if lineage_key:
             self.soft(self.lineage.path, lambda: self.lineage.remember(lineage_key, sid, start_prompt))
@@ -5782,14 +5936,15 @@ class Runtime:
             result.error = (f"two degraded handoffs in a row: window {st.window}, threshold {st.at}, level {level}; "
                             f"the threshold is probably below this step's floor (raise --window or FLOWER_WINDOW)")
             return None
-        nav = {"handoff document": doc}
-        for label, path in (("brief", self.paths.brief), ("goal", self.paths.goal)):
-            if os.path.exists(path):
-                nav[label] = path
+        # only files that exist: a document that could not be written is not a pointer to follow
+        nav = {label: path for label, path in (("handoff document", doc), ("brief", self.paths.brief),
+                                               ("goal", self.paths.goal)) if os.path.exists(path)}
         for i, sid in enumerate(result.retired, 1):
-            nav[f"transcript {i} (retired session)"] = self.paths.transcript(sid)
+            if os.path.exists(self.paths.transcript(sid)):
+                nav[f"transcript {i} (retired session)"] = self.paths.transcript(sid)
         carry = assemble_carry(ledger, nav=nav, thread=recent_thread(entries),
-                               budget_chars=self.handoff.budget_chars, lang=self.lang, full_text=doc)
+                               budget_chars=self.handoff.budget_chars, lang=self.lang,
+                               full_text=doc if "handoff document" in nav else "-")
         st.sid = str(uuid.uuid4())
         st.generation = generation
         st.level = 0
@@ -6125,7 +6280,7 @@ def _human_tokens(n: int | None) -> str:
     return f"{n / 1_000_000:.2f}M" if n >= 1_000_000 else f"{n / 1000:.1f}K" if n >= 1000 else str(n)
 
 
-_CONTROL = _lazy_re(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[@-Z\\-_])|[\x00-\x08\x0b-\x1f\x7f\x9b]")
+_CONTROL = _lazy_re(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[@-Z\\-_])|[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
 
 def sanitize(value: str) -> str:
@@ -6165,7 +6320,7 @@ class Reporter:
         self.lang, self.show_text = lang, show_text
         self.err = err or sys.stderr
         self.out = out or sys.stdout
-        self.tty = self.err.isatty() if tty is None else tty
+        self.tty = (self.err.isatty() and os.environ.get("TERM") != "dumb") if tty is None else tty
         self.color = self.tty and not os.environ.get("NO_COLOR") and os.environ.get("TERM") != "dumb"
         self.started = time.monotonic()
         self.turns = 0
@@ -6504,7 +6659,8 @@ def _check_task(value: str | None, what: str) -> str | None:
     """A task or wake sentence given on the command line: UTF-8, not huge, and not blank."""
     value = _check_text(value, what)
     if value is not None and not value.strip():
-        raise FlowerError(f"{what} is empty: say what should be done, or give no argument to carry on", EXIT_USAGE)
+        hint = ": say what should be done, or give no argument to carry on" if what == "the task" else ""
+        raise FlowerError(f"{what} is empty{hint}", EXIT_USAGE)
     return value.strip() if value is not None else None
 
 
@@ -6544,6 +6700,19 @@ def _credentials() -> tuple[str, str] | None:
     return None
 
 
+def _quiet_closed_loop_noise() -> None:
+    """A subprocess transport the SDK leaves to the garbage collector after a signal stopped the run
+    complains on stderr that the event loop is closed ("Exception ignored in ...__del__"): noise, and
+    a traceback the user must never see. Only that one complaint is silenced."""
+    previous = sys.unraisablehook
+
+    def hook(unraisable: Any) -> None:
+        if isinstance(unraisable.exc_value, RuntimeError) and "Event loop is closed" in str(unraisable.exc_value):
+            return
+        previous(unraisable)
+    sys.unraisablehook = hook
+
+
 def _quiet_sdk_logs(verbose: bool) -> None:
     """The SDK logs its own errors ("Fatal error in message reader...") to stderr through logging's
     last-resort handler; flower reports what matters itself, so they stay off the user's stderr
@@ -6552,6 +6721,7 @@ def _quiet_sdk_logs(verbose: bool) -> None:
     logger = logging.getLogger(_SDK_MODULE)
     if verbose:
         return
+    _quiet_closed_loop_noise()
     logger.addHandler(logging.NullHandler())
     logger.propagate = False
 
@@ -6570,6 +6740,21 @@ def _require_credentials() -> None:
                           "the claude CLI", EXIT_SETUP)
 
 
+def _is_flower_db(path: str) -> bool:
+    """Whether ``path`` is a sessions.db flower wrote (opened read-only: a user's own file is never touched)."""
+    if not os.path.isfile(path):
+        return False
+    try:
+        conn = sqlite3.connect(f"file:{urllib.parse.quote(path)}?mode=ro", uri=True)
+        try:
+            tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        finally:
+            conn.close()
+    except sqlite3.Error:
+        return False
+    return {"entries", "sessions", "summaries"} <= tables
+
+
 def _paths(args: argparse.Namespace, reporter: Reporter) -> Paths:
     """The workspace (it must exist: flower never creates the directory an agent works in) and the
     state dir. Without ``-r``, a flower ``./runs`` of the old default that belongs to this workspace is
@@ -6582,10 +6767,11 @@ def _paths(args: argparse.Namespace, reporter: Reporter) -> Paths:
         workspace = os.path.realpath(args.workspace)
         lineage = _peek_json(os.path.join(legacy, "lineage.json"))
         ours = isinstance(lineage, dict) and lineage.get("workspace") == workspace
-        if (ours or (lineage is None and os.path.isfile(os.path.join(legacy, "sessions.db")))) and \
+        if (ours or (lineage is None and _is_flower_db(os.path.join(legacy, "sessions.db")))) and \
                 not os.path.exists(os.path.join(workspace, ".flower", "sessions.db")):
             run_dir = legacy
-            reporter.say(text("info_legacy_runs", _lang(args), path=_tilde(legacy)), always=True)
+            reporter.say(text("info_legacy_runs", _lang(args), path=_tilde(legacy),
+                              dest=_tilde(os.path.join(workspace, ".flower"))), always=True)
     return Paths(args.workspace, run_dir, _lang(args))
 
 
@@ -6856,7 +7042,9 @@ def _go_run(args: argparse.Namespace, reporter: Reporter, rt: Runtime, used: boo
         return _finish(rt, reporter, _exit_code(rt, message), message)
     work = ctx.get("_results", {}).get("work")
     if work is not None and work.text and not args.json:
-        print(redact(work.text), flush=True)   # the answer on stdout, progress on stderr
+        reporter.close()   # never glued to the live status line
+        answer = redact(work.text)
+        print(sanitize(answer) if sys.stdout.isatty() else answer, flush=True)   # the answer on stdout, progress on stderr
     return _finish(rt, reporter, EXIT_OK, "done")
 
 
@@ -6931,7 +7119,8 @@ def cmd_once(args: argparse.Namespace, reporter: Reporter) -> int:
         rt.record(result)
         reporter.close()   # the answer goes on a line of its own, never glued to the status line
         if result.ok and not args.json:
-            print(redact(result.text), flush=True)
+            answer = redact(result.text)
+            print(sanitize(answer) if sys.stdout.isatty() else answer, flush=True)
         reporter.say(text("ui_once", rt.lang, sid=result.session_id, cost=result.cost_usd, path=rt.manifest.path),
                      always=True)
         if not result.ok:
@@ -6995,8 +7184,9 @@ def _status_lines(data: dict, lang: str) -> list[str]:
         for row, name in zip(data["manifest"][-8:], names):
             mark = "ok " if row.get("ok") else "ERR"
             error = f"  {str(row.get('error'))[:60]}" if row.get("error") else ""
+            turns = pad(n_turns(int(row.get("num_turns") or 0), lang), 9)
             lines.append(f"  {mark} {pad(name, name_width)}${float(row.get('cost_usd') or 0):.4f} "
-                         f"{n_turns(int(row.get('num_turns') or 0), lang)}  {row.get('started_at', '')}{error}")
+                         f"{turns}{row.get('started_at', '')}{error}")
     return lines
 
 
@@ -7172,6 +7362,10 @@ def cmd_show(args: argparse.Namespace, reporter: Reporter) -> int:
         entries = store.load_sync(key) or []
     finally:
         backend.close()
+    if args.raw and args.json:
+        print(json.dumps({"v": JSON_VERSION, "kind": "show", "session_id": key["session_id"], "raw": True,
+                          "entries": redact_obj(entries)}, ensure_ascii=False))
+        return EXIT_OK
     if args.raw:
         for entry in entries:
             print(json.dumps(redact_obj(entry), ensure_ascii=False))
@@ -7182,7 +7376,8 @@ def cmd_show(args: argparse.Namespace, reporter: Reporter) -> int:
         print(json.dumps({"v": JSON_VERSION, "kind": "show", "session_id": key["session_id"], "pruned": counts,
                           "entries": redact_obj(pruned)}, ensure_ascii=False))
         return EXIT_OK
-    print(render_entries(pruned))
+    shown = render_entries(pruned)
+    print(sanitize(shown) if sys.stdout.isatty() else shown)
     parts = ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in counts.items()) or "-"
     print(text("st_pruned", lang, parts=parts), file=sys.stderr)
     return EXIT_OK

@@ -6,12 +6,17 @@ The fake model answers by role (from the system prompt). Environment knobs:
     FAKE_WORK_BLOCK=1   the first work turn blocks until interrupted (for Ctrl-C tests)
     FAKE_CLARIFY_BLOCK=1  the first clarify turn blocks (for kill tests)
     FAKE_JUDGE=...      the judge's reply (default "VERDICT: achieved")
-    FAKE_LOG=path       append one JSON line per model call: role, prompt, resume
+    FAKE_LOG=path       append one JSON line per model call: role, prompt, resume, tools, permission mode
+    FAKE_TEXT=...       the work agent's reply (default "worked"; may hold escape sequences)
+    FAKE_STATUS=401     every call ends in an API error with this HTTP status (e.g. rejected credentials)
+    FAKE_COST=0.0013    cost of each model call in USD (default 0.01)
+    FAKE_SDK_LOG=1      every call logs an error through the SDK's logger, as the real SDK does
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sys
 
@@ -43,20 +48,28 @@ def brain(prompt, options, loaded):
     elif agent_role(system) == "judge":
         role, actions = "judge", [("text", os.environ.get("FAKE_JUDGE", "VERDICT: achieved"), 1000)]
     else:
-        role, actions = "work", [("text", "worked", 1000)]
+        role, actions = "work", [("text", os.environ.get("FAKE_TEXT", "worked"), 1000)]
         if os.environ.get("FAKE_WORK_BLOCK") and not state["blocked"]:
             state["blocked"] = True
             actions = [("tool", "Bash", {"command": "make"}, "built", 1000), ("block", "never")]
+    if os.environ.get("FAKE_STATUS"):
+        status = int(os.environ["FAKE_STATUS"])
+        actions = [("error", f"Failed to authenticate. API Error: {status} invalid x-api-key", status, "api_error")]
+    if os.environ.get("FAKE_SDK_LOG"):
+        logging.getLogger("claude_agent_sdk._internal.query").error("Fatal error in message reader: fake")
     if os.environ.get("FAKE_LOG"):
         with open(os.environ["FAKE_LOG"], "a", encoding="utf-8") as fh:
             fh.write(json.dumps({"role": role, "prompt": prompt, "resume": options.resume,
-                                 "session_id": options.session_id}) + "\n")
+                                 "session_id": options.session_id, "tools": options.allowed_tools,
+                                 "permission_mode": options.permission_mode}) + "\n")
     return actions
 
 
 def main() -> int:
     fakesdk.install()
     FAKE.turns = [brain] * 200
+    if os.environ.get("FAKE_COST"):
+        FAKE.cost_per_call = float(os.environ["FAKE_COST"])
     import flower
     return flower.main(sys.argv[1:])
 

@@ -2,7 +2,9 @@
 
 Replies are scripted: ``api.script`` is a list consumed in order (one item per POST /v1/messages),
 or ``api.responder(body) -> Reply`` decides per request. Every request body is logged in
-``api.requests`` so tests can assert on what the model was sent. Loopback only.
+``api.requests`` (its arrival time in ``api.arrivals``) so tests can assert on what the model was sent;
+``api.on_done(index, body, reply, delivered)``, when set, hears whether each answer reached the client.
+Loopback only.
 """
 
 from __future__ import annotations
@@ -19,7 +21,8 @@ from typing import Any, Callable
 
 @dataclass
 class Reply:
-    """One scripted answer. ``blocks``: ("text", str) or ("tool_use", name, input_dict)."""
+    """One scripted answer. ``blocks``: ("text", str) or ("tool_use", name, input_dict[, tool_use_id]).
+    ``cut``: stream only the first N SSE events, then close the connection (a stream dropped mid-way)."""
 
     blocks: list = field(default_factory=lambda: [("text", "ok")])
     usage: dict = field(default_factory=lambda: {"input_tokens": 100, "cache_read_input_tokens": 0,
@@ -31,6 +34,8 @@ class Reply:
     drop: bool = False          # close the connection without answering
     stall: float = 0.0          # hold the response this many seconds before answering
     model: str = "claude-sonnet-4-5"
+    cut: int = 0                # > 0: send this many SSE events of the stream, then hang up
+    msg_id: str | None = None   # the message id to answer with (default: a random one)
 
 
 def text(value: str, **usage: int) -> Reply:
@@ -62,6 +67,8 @@ class FakeAnthropic:
         self.script: list = []
         self.responder: Callable[[dict], Reply] | None = None
         self.requests: list[dict] = []
+        self.arrivals: list[float] = []     # time.time() of each logged request
+        self.on_done: Callable[[int, dict, Reply, bool], None] | None = None
         self.refuse = False
         self._lock = threading.Lock()
         self._port = port
@@ -88,9 +95,17 @@ class FakeAnthropic:
                 if "count_tokens" in self.path:
                     return self._json(200, {"input_tokens": 100})
                 with api._lock:
+                    index = len(api.requests)
                     api.requests.append(body)
+                    api.arrivals.append(time.time())
                     reply = api._next(body)
-                api._answer(self, body, reply)
+                try:
+                    delivered = api._answer(self, body, reply)
+                except OSError:   # the client hung up mid-answer
+                    delivered = False
+                    self.close_connection = True
+                if api.on_done is not None:
+                    api.on_done(index, body, reply, bool(delivered))
 
             def do_GET(self) -> None:  # noqa: N802
                 self._json(404, {"type": "error", "error": {"type": "not_found_error", "message": "no"}})
@@ -164,7 +179,8 @@ class FakeAnthropic:
 
     # -- answering --
 
-    def _answer(self, handler: BaseHTTPRequestHandler, body: dict, reply: Reply) -> None:
+    def _answer(self, handler: BaseHTTPRequestHandler, body: dict, reply: Reply) -> bool:
+        """Write the answer; True when a complete 200 answer was written."""
         if reply.stall:
             time.sleep(reply.stall)
         if reply.drop:
@@ -173,7 +189,7 @@ class FakeAnthropic:
             except OSError:
                 pass
             handler.close_connection = True
-            return
+            return False
         if reply.status != 200:
             data = json.dumps({"type": "error", "error": {"type": reply.error_type,
                                                           "message": reply.error_message}}).encode()
@@ -184,14 +200,14 @@ class FakeAnthropic:
                 handler.send_header(k, v)
             handler.end_headers()
             handler.wfile.write(data)
-            return
-        msg_id = "msg_fake_" + uuid.uuid4().hex[:12]
+            return False
+        msg_id = reply.msg_id or "msg_fake_" + uuid.uuid4().hex[:12]
         content = []
         for block in reply.blocks:
             if block[0] == "text":
                 content.append({"type": "text", "text": block[1]})
             else:
-                content.append({"type": "tool_use", "id": "toolu_" + uuid.uuid4().hex[:16],
+                content.append({"type": "tool_use", "id": block[3] if len(block) > 3 else "toolu_" + uuid.uuid4().hex[:16],
                                 "name": block[1], "input": block[2]})
         stop = "tool_use" if any(b["type"] == "tool_use" for b in content) else "end_turn"
         usage = dict(reply.usage, output_tokens=5)
@@ -204,7 +220,7 @@ class FakeAnthropic:
             handler.send_header("content-length", str(len(data)))
             handler.end_headers()
             handler.wfile.write(data)
-            return
+            return True
         events = [("message_start", {"type": "message_start", "message": {
             "id": msg_id, "type": "message", "role": "assistant", "model": reply.model, "content": [],
             "stop_reason": None, "stop_sequence": None, "usage": dict(reply.usage, output_tokens=1)}})]
@@ -225,13 +241,23 @@ class FakeAnthropic:
                                                                             "stop_sequence": None},
                                          "usage": {"output_tokens": 5}}))
         events.append(("message_stop", {"type": "message_stop"}))
-        payload = "".join(f"event: {name}\ndata: {json.dumps(data)}\n\n" for name, data in events).encode()
+        chunks = [f"event: {name}\ndata: {json.dumps(data)}\n\n".encode() for name, data in events]
+        payload = b"".join(chunks)
         handler.send_response(200)
         handler.send_header("content-type", "text/event-stream")
         handler.send_header("cache-control", "no-cache")
-        handler.send_header("content-length", str(len(payload)))
+        handler.send_header("content-length", str(len(payload)))   # the full length, also when cut short
         handler.end_headers()
-        handler.wfile.write(payload)
+        handler.wfile.write(b"".join(chunks[:reply.cut]) if reply.cut else payload)
+        if reply.cut:
+            handler.wfile.flush()
+            try:
+                handler.connection.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            handler.close_connection = True
+            return False
+        return True
 
 
 def cli_env(api: FakeAnthropic, home: str) -> dict:

@@ -9,6 +9,7 @@ callable ``(prompt, options, loaded) -> actions``). Actions:
     ("error", "API Error: ...", status, terminal_reason)       an error result (synthetic entry too)
     ("raise", exception)                     the client raises mid-turn
     ("block", asyncio_event_name)            wait until the test sets FAKE.events[name] (or interrupt)
+    ("system", subtype, data)                a SystemMessage (e.g. the SDK's "mirror_error")
 
 Like the real client: messages are mirrored to ``options.session_store`` as transcript entries
 (eager), ``resume`` loads from the store (what ``load()`` returns is what the "model" sees, kept in
@@ -114,6 +115,7 @@ class ClaudeAgentOptions:
     setting_sources: Any = None
     session_store: Any = None
     session_store_flush: str = "batched"
+    cli_path: Any = None
 
 
 class ProcessError(Exception):
@@ -257,6 +259,8 @@ class ClaudeSDKClient:
                         await asyncio.sleep(0.005)
                 elif kind == "raise":
                     raise action[1]
+                elif kind == "system":
+                    await q.put(SystemMessage(action[1], dict(action[2])))
                 elif kind == "error":
                     _, message, status, reason = action
                     await self._mirror({"type": "system", "subtype": "api_error", "level": "error",

@@ -206,3 +206,69 @@ class OneDriver(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+@unittest.skipUnless(HAVE_SDK, SKIP)
+class Salvage(unittest.TestCase):
+    """What the CLI wrote but the store never got (a kill with mirror appends in flight, a locked
+    store) is recovered before the resume; SIGTERM stops the CLI before anything else (issue 17)."""
+
+    E = base.EndToEnd
+    setUp, tearDown, flower, read, wait_for = E.setUp, E.tearDown, E.flower, E.read, E.wait_for
+    lineage, manifest, stored, work_row = E.lineage, E.manifest, E.stored, E.work_row
+    del E
+    spawn = OneDriver.spawn
+
+    def test_a_kill_while_the_store_is_locked_loses_no_turn(self):
+        import sqlite3 as sql
+        n = {"calls": 0}
+
+        def work(body):
+            n["calls"] += 1
+            if n["calls"] > 12:
+                return text("finished")
+            return tool("Bash", {"command": f"echo TURN-MARK-{n['calls']}"}, say=f"SAY-MARK-{n['calls']}")
+        self.roles.work = [work] * 40
+        proc = self.spawn("write hello")
+        self.wait_for(lambda: n["calls"] >= 2, what="the work step")
+        db = sql.connect(os.path.join(self.ws, ".flower", "sessions.db"), timeout=30, isolation_level=None)
+        db.execute("BEGIN EXCLUSIVE")               # the store is locked: mirror appends wait
+        try:
+            self.wait_for(lambda: n["calls"] >= 7, what="turns made while the store is locked")
+            said = n["calls"]
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(timeout=30)
+        finally:
+            db.execute("ROLLBACK")
+            db.close()
+        before = len(self.roles.bodies("work"))
+        p = self.flower()
+        self.assertIn("store had missed", p.stderr)
+        resumed = FakeAnthropic.messages_text(self.roles.bodies("work")[before])
+        for i in range(1, said):                    # every answered turn before the kill is sent back
+            self.assertIn(f"SAY-MARK-{i}", resumed)
+        import glob
+        import tempfile
+        self.assertEqual([d for d in glob.glob(os.path.join(tempfile.gettempdir(), "claude-resume-*"))
+                          if os.path.exists(os.path.join(d, "projects")) and self.ws in str(os.listdir(os.path.join(d, "projects")))], [])
+
+    def test_sigterm_stops_the_cli_before_anything_else(self):
+        n = {"calls": 0}
+
+        def work(body):
+            n["calls"] += 1
+            return tool("Bash", {"command": f"echo {n['calls']} >> ticks.txt"})
+        self.roles.work = [work] * 400
+        proc = self.spawn("write hello")
+        self.wait_for(lambda: n["calls"] >= 3, what="the work step")
+        proc.send_signal(signal.SIGTERM)
+        time.sleep(0.5)                             # what was already on the wire may still land
+        requests = len(self.api.requests)
+        proc.wait(timeout=60)
+        time.sleep(1.0)
+        self.assertEqual(proc.returncode, 128 + signal.SIGTERM)
+        self.assertEqual(len(self.api.requests), requests, "the CLI went on working after SIGTERM")
+        self.assertEqual(processes_in(self.ws), [])
+        self.assertNotIn("Traceback", proc.stderr.read())
+        row = [r for r in self.manifest() if r["step"] == "work"][-1]
+        self.assertEqual(row["error"], "killed-by-signal")

@@ -168,7 +168,7 @@ class ManyMachines(unittest.TestCase):
         self.assertEqual({ws for (ws,) in self.sql("SELECT DISTINCT ws FROM flower.entries")},
                          {"github.com/acme/hello#main"})
         status = self.run_flower(b, "status")
-        self.assertIn("id         github.com/acme/hello#main", status.stdout)
+        self.assertRegex(status.stdout, r"workspace id +github\.com/acme/hello#main")
 
     def test_handoff_on_a_successor_continued_on_b(self):
         def usage(level):

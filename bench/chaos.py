@@ -1,0 +1,969 @@
+#!/usr/bin/env python3
+"""Chaos run (issue 17): a long job under random faults must finish with the same result as an
+undisturbed one.
+
+Real claude-agent-sdk + its bundled CLI, driven by ``python flower.py`` as a user would run it, against
+the tests' fake Anthropic API (tests/fakeapi.py, 127.0.0.1 only). Stdlib only; every random choice
+comes from one seeded RNG, so a seed names a fault plan (the timing of real processes still varies).
+
+The fake model looks at the DISK, like a real model looking at the workspace: each work request is
+answered with one Bash call that appends ``line-N`` to ``out/f{N % 5}.txt``, N being the smallest line
+number not yet on disk; when all ``--turns`` lines are there it answers a final text. So a kill and a
+resume continue without double work unless flower (or an orphaned CLI) really runs something twice. The
+judge says ``VERDICT: achieved`` iff every line is on disk exactly once; the handoff ritual answers a
+valid five-section ledger; usage grows with the number of messages in a request, so ``--window``
+200000 (threshold 150K) gives about ``--handoffs`` handoffs over the job.
+
+Faults (drawn at random points of the job from the seed): kill -9 of flower; kill -9 of its CLI child
+alone (the guard or the bundled CLI); SIGTERM of flower; an API outage (server down); a burst of HTTP
+429/500/529; a dropped stream (connection closed before or in the middle of the answer); one context
+overflow (400 "prompt is too long"); the session database locked by another process (BEGIN
+EXCLUSIVE held); one failed notes write (the handoff document replaced by a directory and
+``notes/archive`` by a file around a handoff: as root chmod stops nothing). After flower stops (killed,
+or giving up by itself) the harness runs ``python flower.py`` again in the same workspace with stdin
+not a TTY.
+
+    python bench/chaos.py                     # one seed, 300 turns, 30 faults
+    python bench/chaos.py --seeds 10          # seeds 1..10, the table plus totals
+    python bench/chaos.py --seed 7 --keep     # one seed; keep the workspace and logs (printed path)
+
+Needs claude-agent-sdk in the interpreter that runs it (its bundled CLI is the agent runtime).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import random
+import re
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+import flower  # noqa: E402  (stdlib only at import)
+from tests import fakeapi  # noqa: E402
+from tests.fakeapi import FakeAnthropic, Reply  # noqa: E402
+
+FLOWER = os.path.join(ROOT, "flower.py")
+MODEL = "claude-sonnet-4-5"
+TASK = "Append the numbered lines line-1 .. line-N to out/f0.txt .. out/f4.txt (line-N goes to f{N%5})"
+BRIEF = ("## Goal\nAppend the numbered lines to out/f0.txt .. out/f4.txt\n"
+         "## Acceptance\nevery line-N is in out/f{N%5}.txt exactly once, in order\n"
+         "## Bounds\nonly the out/ directory\n## Unknowns and assumptions\nnone")
+GOAL = "# Goal\nEvery numbered line is on disk exactly once\n\n# Checks\n- every line-N is in out/f{N%5}.txt exactly once"
+LEDGER = ("## Status\nappending numbered lines {tag}\n## Decisions\none Bash call per line\n## Dead ends\n(none)\n"
+          "## Next step\nRun `ls out` and append the smallest missing line\n## Pointers\n- out/f0.txt .. out/f4.txt")
+KINDS = ("kill9", "kill_cli", "sigterm", "outage", "burst", "drop", "overflow", "dblock", "notes")
+ERROR_PATTERNS = [
+    ("API Error", re.compile(r"API Error")),
+    ("Connection error", re.compile(r"Connection error|connection error")),
+    ("ECONN*", re.compile(r"ECONNREFUSED|ECONNRESET")),
+    ("fault text", re.compile(r"CHAOS-FAULT")),
+    ("overloaded", re.compile(r"[Oo]verloaded")),
+    ("rate limit", re.compile(r"rate[ _]limit", re.I)),
+    ("too long", re.compile(r"[Pp]rompt is too long")),
+    ("timeout", re.compile(r"Request timed out|timed out")),
+    ("socket", re.compile(r"socket hang up|fetch failed|terminated")),
+    ("status code", re.compile(r"(?<![\w-])(429|500|529)(?!\w)")),
+]
+INTERRUPT_MARK = re.compile(r"\[Request interrupted by user")
+
+
+def role_of(body: dict) -> str:
+    """clarify / goal / judge / ritual / work (as tests/test_e2e.py recognises them)."""
+    system = json.dumps(body.get("system", ""), ensure_ascii=False)
+    if "You clarify" in system:
+        return "clarify"
+    if "into a goal" in system:
+        return "goal"
+    if "You judge" in system:
+        return "judge"
+    if flower.text("handoff_prompt")[:40] in last_user_text(body):
+        return "ritual"
+    if "You do the work" in system:
+        return "work"
+    return "other"
+
+
+def last_user_text(body: dict) -> str:
+    for message in reversed(body.get("messages", [])):
+        if message.get("role") == "user":
+            content = message.get("content")
+            if isinstance(content, str):
+                return content
+            return "\n".join(b.get("text", "") for b in content if isinstance(b, dict) and b.get("type") == "text")
+    return ""
+
+
+def session_of(body: dict) -> str:
+    try:
+        return json.loads((body.get("metadata") or {}).get("user_id") or "{}").get("session_id") or "?"
+    except (ValueError, AttributeError):
+        return "?"
+
+
+@dataclass
+class Job:
+    turns: int = 300          # lines to write = work turns with a Bash call
+    window: int = 200_000
+    handoffs: int = 3         # about this many handoffs over the job
+    base: int = 12_000        # the level of a request with no messages
+
+    @property
+    def at(self) -> int:
+        return int(self.window * 0.75)
+
+    @property
+    def per_msg(self) -> int:
+        # one generation holds about turns / (handoffs + 0.5) tool rounds of two messages each
+        return max(1, int((self.at - self.base) * (self.handoffs + 0.5) / (2 * self.turns)) + 1)
+
+    def level(self, n_messages: int) -> int:
+        return self.base + self.per_msg * n_messages
+
+    def expected(self) -> dict[str, str]:
+        files: dict[str, str] = {}
+        for n in range(1, self.turns + 1):
+            name = f"out/f{n % 5}.txt"
+            files[name] = files.get(name, "") + f"line-{n}\n"
+        return files
+
+
+def workspace_files(ws: str) -> dict[str, str]:
+    """Every file of the workspace outside ``.flower/`` (flower's own state) -> its text."""
+    found = {}
+    for top, dirs, names in os.walk(ws):
+        rel = os.path.relpath(top, ws)
+        if rel == ".flower" or rel.startswith(".flower" + os.sep):
+            dirs[:] = []
+            continue
+        for name in names:
+            path = os.path.join(top, name)
+            key = os.path.normpath(os.path.relpath(path, ws))
+            if key.startswith(".flower"):
+                continue
+            with open(path, "rb") as fh:
+                found[key] = fh.read().decode("utf-8", "replace")
+    return found
+
+
+def lines_on_disk(ws: str) -> dict[int, int]:
+    counts: dict[int, int] = {}
+    out = os.path.join(ws, "out")
+    try:
+        names = os.listdir(out)
+    except OSError:
+        return counts
+    for name in names:
+        try:
+            with open(os.path.join(out, name), encoding="utf-8", errors="replace") as fh:
+                for line in fh:
+                    m = re.fullmatch(r"line-(\d+)", line.strip())
+                    if m:
+                        counts[int(m.group(1))] = counts.get(int(m.group(1)), 0) + 1
+        except OSError:
+            continue
+    return counts
+
+
+# -- the fake model ---------------------------------------------------------------------------------
+
+class Model:
+    """The responder: answers from the disk, injects the queued fault replies, logs every request."""
+
+    def __init__(self, ws: str, job: Job, latency: float = 0.0):
+        self.ws, self.job, self.latency = ws, job, latency
+        self.log: list[dict] = []
+        self.inject: list[tuple[str, Reply]] = []   # (fault kind, reply) for the next requests
+        self.overflow_armed = False
+        self.near_hook = None                        # called once at the near_at-th session that nears the threshold
+        self.near_at = 1
+        self._near_seen: list[str] = []
+        self.successor_hook = None                   # called with the record of a successor's first request
+        self.answered = 0                            # complete 200 answers handed to the server
+        self.lock = threading.Lock()
+
+    def __call__(self, body: dict) -> Reply:
+        messages = body.get("messages") or []
+        rec = {"i": len(self.log), "t": time.time(), "role": role_of(body), "sid": session_of(body),
+               "n": len(messages), "status": 200, "fault": None, "sig": None, "line": None, "delivered": None}
+        self.log.append(rec)
+        reply = self._fault(rec) or self._answer(rec, body)
+        if self.latency and not reply.stall and reply.status == 200 and not reply.drop:
+            reply.stall = self.latency   # a model takes a while to answer: kills land mid-stream too
+        if reply.status == 200 and not reply.drop and not reply.cut:
+            self.answered += 1
+        return reply
+
+    def _fault(self, rec: dict) -> Reply | None:
+        if self.overflow_armed and rec["role"] == "work" and rec["n"] > 3:
+            self.overflow_armed = False
+            rec.update(fault="overflow", status=400)
+            return fakeapi.error(400, "CHAOS-FAULT prompt is too long: 210000 tokens > 200000 maximum",
+                                 "invalid_request_error")
+        if self.inject:
+            kind, reply = self.inject.pop(0)
+            rec.update(fault=kind, status=reply.status if not (reply.drop or reply.cut) else 0)
+            return reply
+        return None
+
+    def _answer(self, rec: dict, body: dict) -> Reply:
+        role, i = rec["role"], rec["i"]
+        tag = f"[a{i}]"
+        usage = {"input_tokens": 1000, "cache_read_input_tokens": 0, "cache_creation_input_tokens": 0}
+        if role in ("work", "ritual"):
+            usage["cache_read_input_tokens"] = max(0, self.job.level(rec["n"]) - 1000)
+        rec["level"] = usage["input_tokens"] + usage["cache_read_input_tokens"]
+
+        def say(value: str) -> Reply:
+            rec["sig"] = tag
+            return Reply([("text", f"{value} {tag}")], usage=usage, msg_id=f"msg_chaos_{i:06d}")
+        if role == "clarify":
+            return Reply([("text", BRIEF)], usage=usage)
+        if role == "goal":
+            return Reply([("text", GOAL)], usage=usage)
+        if role == "ritual":
+            return say(LEDGER.format(tag=""))
+        counts = lines_on_disk(self.ws)
+        if role == "judge":
+            missing = [n for n in range(1, self.job.turns + 1) if n not in counts]
+            doubled = sorted(n for n, c in counts.items() if c > 1)
+            extra = sorted(n for n in counts if n > self.job.turns)
+            if not (missing or doubled or extra):
+                return Reply([("text", "All checks pass.\nVERDICT: achieved")], usage=usage)
+            return Reply([("text", f"VERDICT: not_yet\n## Failed\n- missing {missing[:20]} doubled {doubled[:20]} "
+                                   f"extra {extra[:20]}")], usage=usage)
+        if role == "work":
+            if rec["n"] == 1 and flower.text("carry_head")[:40] in last_user_text(body) and self.successor_hook:
+                self.successor_hook(rec)
+            if rec["level"] >= self.job.at - 6 * self.job.per_msg and rec["sid"] not in self._near_seen:
+                self._near_seen.append(rec["sid"])
+                if self.near_hook and len(self._near_seen) >= self.near_at:
+                    hook, self.near_hook = self.near_hook, None
+                    hook(rec)
+            n = next((k for k in range(1, self.job.turns + 1) if k not in counts), None)
+            if n is None:
+                return say(f"All {self.job.turns} lines are written.")
+            rec["sig"], rec["line"] = f"toolu_chaos{i:06d}", n
+            command = f"mkdir -p out && echo line-{n} >> out/f{n % 5}.txt"
+            return Reply([("tool_use", "Bash", {"command": command}, rec["sig"])], usage=usage,
+                         msg_id=f"msg_chaos_{i:06d}")
+        return say("ok")
+
+    def done(self, index: int, body: dict, reply: Reply, delivered: bool) -> None:
+        if index < len(self.log):
+            self.log[index]["delivered"] = delivered
+            self.log[index]["t_done"] = time.time()
+
+
+# -- processes -------------------------------------------------------------------------------------
+
+def _ppid(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+        return None if fields[0] == "Z" else int(fields[1])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def descendants(root: int) -> list[int]:
+    parents = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            pp = _ppid(int(name))
+            if pp is not None:
+                parents[int(name)] = pp
+    found, frontier = [], {root}
+    while frontier:
+        kids = [p for p, pp in parents.items() if pp in frontier and p not in found]
+        found.extend(kids)
+        frontier = set(kids)
+    return found
+
+
+def cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            return fh.read().replace(b"\0", b" ").decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
+def cli_children(pid: int) -> list[tuple[str, int]]:
+    """The guard and the bundled CLI under flower ``pid``: [("guard"|"cli", pid)]."""
+    found = []
+    for child in descendants(pid):
+        line = cmdline(child)
+        if "cli-guard.py" in line:
+            found.append(("guard", child))
+        elif "_bundled/claude" in line or line.split(" ")[0].endswith("/claude"):
+            found.append(("cli", child))
+    return found
+
+
+def processes_in(directory: str) -> list[int]:
+    """Live processes whose cwd is ``directory`` (a CLI or a tool left behind)."""
+    found = []
+    real = os.path.realpath(directory)
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            if os.path.realpath(os.readlink(f"/proc/{name}/cwd")) == real and _ppid(int(name)) is not None:
+                found.append(int(name))
+        except OSError:
+            continue
+    return found
+
+
+# -- one run ---------------------------------------------------------------------------------------
+
+@dataclass
+class Settings:
+    job: Job = field(default_factory=Job)
+    faults: int = 30
+    outage: tuple = (5.0, 40.0)
+    dblock: tuple = (5.0, 40.0)
+    timeout: float = 2400.0
+    max_runs: int = 150
+    python: str = sys.executable
+    keep: bool = False
+    base_dir: str | None = None
+    verbose: bool = False
+    latency: float = 0.25       # seconds the fake model takes per answer
+
+
+class Chaos:
+    """One job, start to finish: the fake API, flower re-run after every stop, the faults of a plan."""
+
+    def __init__(self, settings: Settings, seed: int | None, base_dir: str):
+        self.s, self.seed = settings, seed
+        self.job = settings.job
+        self.rng = random.Random(seed)
+        self.dir = os.path.join(base_dir, "undisturbed" if seed is None else f"seed-{seed}")
+        shutil.rmtree(self.dir, ignore_errors=True)
+        self.ws = os.path.join(self.dir, "ws")
+        self.home = os.path.join(self.dir, "home")
+        self.logs = os.path.join(self.dir, "logs")
+        self.tmp = os.path.join(self.dir, "tmp")   # flower's TMPDIR: where the SDK materialises resumes
+        for d in (self.ws, self.home, self.logs, self.tmp):
+            os.makedirs(d)
+        # a port below the ephemeral range: while the server is down (an outage) a client's connect
+        # could otherwise get that very port as its source port, connect to itself and keep it
+        self.api = FakeAnthropic(port=_free_port())
+        self.model = Model(self.ws, self.job, settings.latency)
+        self.api.responder = self.model
+        self.api.on_done = self.model.done
+        self.events: list[dict] = []        # the harness's own log: faults, kills, runs
+        self.runs: list[dict] = []          # one per flower process: start, end, exit, why it ended
+        self.proc: subprocess.Popen | None = None
+        self.outage_until = 0.0
+        self.dblock_until = 0.0
+        self.notes_state: dict | None = None
+        self.survivors: list[dict] = []
+        self.threads: list[threading.Thread] = []
+
+    # -- plumbing --
+
+    def note(self, kind: str, **data) -> None:
+        data.update(kind=kind, t=time.time())
+        self.events.append(data)
+        if self.s.verbose:
+            print(f"  [{self.seed}] {time.time() - self.t0:7.1f}s {kind} {data}", file=sys.stderr, flush=True)
+
+    def env(self) -> dict:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "CLAUDE_", "FLOWER_"))}
+        env.update(fakeapi.cli_env(self.api, self.home))
+        env.update(FLOWER_PROBE_INTERVAL="0.5", FLOWER_BASE_DELAY="0.2", FLOWER_MAX_DELAY="1",
+                   FLOWER_MAX_OFFLINE_WAIT="120", NO_COLOR="1", TMPDIR=self.tmp)
+        return env
+
+    def spawn(self) -> None:
+        args = [self.s.python, FLOWER, "--json", "--model", MODEL, "--window", str(self.job.window)]
+        if not os.path.exists(os.path.join(self.ws, ".flower", "lineage.json")):
+            args.append(TASK)   # as a user would: the task again when nothing was started yet
+        n = len(self.runs)
+        self.survivors_check("before run %d" % n)
+        out = open(os.path.join(self.logs, f"run-{n:03d}.out"), "w")
+        err = open(os.path.join(self.logs, f"run-{n:03d}.err"), "w")
+        self.proc = subprocess.Popen(args, cwd=self.ws, env=self.env(), stdin=subprocess.DEVNULL,
+                                     stdout=out, stderr=err, start_new_session=True)
+        out.close()
+        err.close()
+        self.runs.append({"n": n, "pid": self.proc.pid, "start": time.time(), "end": None, "exit": None,
+                          "ended_by": None, "task": TASK in args})
+
+    def ended(self, by: str) -> None:
+        assert self.proc is not None
+        run = self.runs[-1]
+        run.update(end=time.time(), exit=self.proc.returncode, ended_by=by)
+        self.proc = None
+
+    def survivors_check(self, when: str) -> None:
+        alive = processes_in(self.ws)
+        if alive:
+            self.survivors.append({"when": when, "pids": alive, "cmd": [cmdline(p)[:160] for p in alive]})
+            self.note("survivor", when=when, pids=alive)
+
+    # -- faults --
+
+    def plan(self, answers: int) -> list[dict]:
+        """The fault plan of this seed: kinds (each at least once when there are enough faults; one
+        overflow, one notes fault), trigger points (answered requests) and small extra delays."""
+        rng, n = self.rng, self.s.faults
+        kinds = ["overflow", "notes"] if n >= 9 else []
+        common = [k for k in KINDS if k not in ("overflow", "notes")]
+        if n - len(kinds) >= len(common):
+            kinds += common
+        while len(kinds) < n:
+            kinds.append(rng.choice(common))
+        rng.shuffle(kinds)
+        points = sorted(rng.randint(2, max(3, int(answers * 0.8))) for _ in kinds)
+        plan = []
+        for kind, point in zip(kinds, points):
+            item = {"kind": kind, "at": point, "delay": round(rng.uniform(0.0, 1.5), 3)}
+            if kind == "outage":
+                item["seconds"] = round(rng.uniform(*self.s.outage), 1)
+            elif kind == "dblock":
+                item["seconds"] = round(rng.uniform(*self.s.dblock), 1)
+            elif kind == "burst":
+                item["statuses"] = [rng.choice((429, 500, 529)) for _ in range(rng.randint(1, 5))]
+            elif kind == "drop":
+                item["cut"] = rng.choice((0, 0, 1, 2, 3, 4))
+            elif kind == "kill_cli":
+                item["target"] = rng.choice(("cli", "guard"))
+            item["restart"] = round(rng.uniform(1.0, 3.0), 2)
+            plan.append(item)
+        return plan
+
+    def fire(self, item: dict) -> str:
+        """Apply one fault; '' when done, else why it must wait."""
+        kind = item["kind"]
+        if kind in ("kill9", "sigterm", "kill_cli") and self.proc is None:
+            return "no flower running"
+        if kind == "kill9":
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait()
+            self.note("kill9", pid=self.proc.pid)
+            self.ended("kill9")
+            self.restart_at = time.time() + item["restart"]
+        elif kind == "sigterm":
+            self.runs[-1]["signal_t"] = time.time()
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=30)
+                self.note("sigterm", pid=self.proc.pid, exit=self.proc.returncode,
+                          took=round(time.time() - self.runs[-1]["signal_t"], 2))
+            except subprocess.TimeoutExpired:
+                self.note("sigterm-ignored", pid=self.proc.pid)
+                self.proc.kill()
+                self.proc.wait()
+            self.ended("sigterm")
+            self.restart_at = time.time() + item["restart"]
+        elif kind == "kill_cli":
+            found = cli_children(self.proc.pid)
+            pick = [p for what, p in found if what == item["target"]] or [p for _, p in found]
+            if not pick:
+                return "no CLI running"
+            os.kill(pick[0], signal.SIGKILL)
+            self.note("kill_cli", target=item["target"], pid=pick[0])
+        elif kind == "outage":
+            if time.time() < self.outage_until + 1.0:
+                return "outage in progress"
+            self.outage_until = time.time() + item["seconds"]
+            self.api.stop()
+            self.note("outage", seconds=item["seconds"])
+            self._later(item["seconds"], self._api_back)
+        elif kind == "burst":
+            errors = {429: ("rate_limit_error", "Rate limited"), 500: ("api_error", "Internal server error"),
+                      529: ("overloaded_error", "Overloaded")}
+            for status in item["statuses"]:
+                etype, message = errors[status]
+                self.model.inject.append(("burst", fakeapi.error(status, f"CHAOS-FAULT {message}", etype)))
+            self.note("burst", statuses=item["statuses"])
+        elif kind == "drop":
+            self.model.inject.append(("drop", Reply(drop=True) if not item["cut"] else
+                                      Reply([("text", "cut short")], cut=item["cut"])))
+            self.note("drop", cut=item["cut"])
+        elif kind == "overflow":
+            self.model.overflow_armed = True
+            self.note("overflow-armed")
+        elif kind == "dblock":
+            db = os.path.join(self.ws, ".flower", "sessions.db")
+            if not os.path.exists(db):
+                return "no sessions.db yet"
+            if time.time() < self.dblock_until:
+                return "db lock in progress"
+            self.dblock_until = time.time() + item["seconds"] + 60
+            ready = threading.Event()
+            thread = threading.Thread(target=self._hold_db, args=(db, item["seconds"], ready), daemon=True)
+            thread.start()
+            self.threads.append(thread)
+            ready.wait(70)
+        elif kind == "notes":   # armed from the start (see run): it needs a handoff to hit
+            pass
+        return ""
+
+    def _later(self, seconds: float, fn) -> None:
+        timer = threading.Timer(seconds, fn)
+        timer.daemon = True
+        timer.start()
+
+    def _api_back(self) -> None:
+        if self.api.server is None:   # a second outage that began as the first ended is over with it
+            self.api.restart()
+        self.note("outage-over")
+
+    def _hold_db(self, db: str, seconds: float, ready: threading.Event) -> None:
+        conn = sqlite3.connect(db, timeout=60, isolation_level=None)
+        try:
+            started = time.time()
+            conn.execute("BEGIN EXCLUSIVE")
+            self.note("dblock", seconds=seconds, waited=round(time.time() - started, 2))
+            ready.set()
+            time.sleep(seconds)
+            conn.execute("ROLLBACK")
+            self.note("dblock-over")
+        except sqlite3.Error as exc:
+            self.note("dblock-failed", error=str(exc))
+        finally:
+            ready.set()
+            self.dblock_until = time.time() + 3.0   # the next lock is a new one, not the same one longer
+            conn.close()
+
+    def _break_notes(self, rec: dict) -> None:
+        """Around a handoff: ``notes/archive`` is a file (so the previous handoff document cannot be
+        archived) and, when there is no document yet, its path is a directory (so it cannot be
+        written): the handoff's notes write fails until the successor has started."""
+        notes = os.path.join(self.ws, ".flower", "notes")
+        doc, archive = os.path.join(notes, "handoff-work.md"), os.path.join(notes, "archive")
+        aside = os.path.join(self.dir, "notes-aside")
+        state = {"doc": doc, "archive": archive, "doc_dir": False, "archive_saved": None, "t": time.time()}
+        if not os.path.exists(doc):
+            os.makedirs(os.path.join(doc, "blocked"))
+            state["doc_dir"] = True
+        if os.path.isdir(archive):
+            os.makedirs(aside, exist_ok=True)
+            state["archive_saved"] = os.path.join(aside, "archive")
+            shutil.move(archive, state["archive_saved"])
+        with open(archive, "w") as fh:
+            fh.write("not a directory\n")
+        self.notes_state = state
+        if getattr(self, "notes_item", None):
+            self.notes_item["fired"] = round(time.time() - self.t0, 2)
+        self.note("notes-broken", at_request=rec["i"], level=rec.get("level"), doc_dir=state["doc_dir"])
+        self.model.successor_hook = lambda r: self._later(2.0, self._restore_notes)
+        self._later(120.0, self._restore_notes)
+
+    def _restore_notes(self) -> None:
+        state, self.notes_state = self.notes_state, None
+        if state is None:
+            return
+        self.model.successor_hook = None
+        doc, archive = state["doc"], state["archive"]
+        if state["doc_dir"] and os.path.isdir(os.path.join(doc, "blocked")):
+            shutil.rmtree(doc)
+        if os.path.isfile(archive):
+            os.unlink(archive)
+            if state["archive_saved"]:
+                shutil.move(state["archive_saved"], archive)
+        self.note("notes-restored", after=round(time.time() - state["t"], 1))
+
+    # -- the loop --
+
+    def run(self, plan: list[dict] | None) -> dict:
+        self.t0 = time.time()
+        self.api.start()
+        plan = list(plan or [])
+        for item in plan:
+            if item["kind"] == "notes":
+                item["at"], item["generation"] = 0, self.rng.randint(1, max(1, self.job.handoffs))
+                self.model.near_hook, self.model.near_at = self._break_notes, item["generation"]
+                self.notes_item = item
+        pending = sorted(plan, key=lambda item: item["at"])
+        self.restart_at = 0.0
+        due: dict | None = None
+        due_since = 0.0
+        finished = False
+        gave_up = []
+        self.spawn()
+        deadline = self.t0 + self.s.timeout
+        while time.time() < deadline:
+            if self.proc is not None and self.proc.poll() is not None:
+                code = self.proc.returncode
+                self.ended("exit")
+                if code == 0 and self._achieved():
+                    finished = True
+                    break
+                gave_up.append(code)
+                self.note("flower-stopped", exit=code)
+                self.restart_at = time.time() + 2.0
+            if self.proc is None and time.time() >= self.restart_at:
+                if len(self.runs) >= self.s.max_runs:
+                    self.note("too-many-runs")
+                    break
+                self.spawn()
+            if due is None and pending and self.model.answered >= pending[0]["at"]:
+                due, due_since = pending.pop(0), time.time()
+            if due is not None and time.time() >= due_since + due["delay"]:
+                why = self.fire(due)
+                if not why:
+                    if due["kind"] != "notes":   # that one fires when it meets its handoff
+                        due["fired"] = round(time.time() - self.t0, 2)
+                    due = None
+                elif time.time() - due_since > 20:
+                    due["skipped"] = why
+                    self.note("fault-skipped", fault=due["kind"], why=why)
+                    due = None
+            time.sleep(0.05)
+        else:
+            self.note("timeout")
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait()
+            self.ended("harness-stop")
+        wall = time.time() - self.t0
+        time.sleep(1.5)   # anything still on the wire after flower's end is an orphan's
+        self.survivors_check("after the job")
+        self._restore_notes()
+        end_t = time.time()
+        self.api.stop()
+        for item in pending + ([due] if due else []) + [p for p in plan if p["kind"] == "notes"]:
+            if "fired" not in item:
+                item.setdefault("skipped", "job over")
+        return self.analyse(finished, wall, plan, gave_up, end_t)
+
+    def _achieved(self) -> bool:
+        """The lineage says a judge found the current work session achieved, and the disk agrees."""
+        try:
+            with open(os.path.join(self.ws, ".flower", "lineage.json")) as fh:
+                lineage = json.load(fh)
+        except (OSError, ValueError):
+            return False
+        work = (lineage.get("steps") or {}).get("work")
+        return bool(work) and lineage.get("achieved") == work and not self._missing()
+
+    def _missing(self) -> list[int]:
+        counts = lines_on_disk(self.ws)
+        return [n for n in range(1, self.job.turns + 1) if counts.get(n) != 1]
+
+    # -- what happened --
+
+    def analyse(self, finished: bool, wall: float, plan: list[dict], gave_up: list, end_t: float) -> dict:
+        log, bodies = self.model.log, self.api.requests
+        counts = lines_on_disk(self.ws)
+        doubled = {n: c for n, c in counts.items() if c > 1}
+        # orphans: requests while no flower ran (0.5 s grace after a kill for what was on the wire)
+        alive = [(r["start"], (r["end"] or end_t) + (0.5 if r["ended_by"] in ("kill9", "sigterm") else 0.2))
+                 for r in self.runs]
+        orphans = [r["i"] for r in log if not any(a <= r["t"] <= b for a, b in alive)]
+        # requests after flower was told to stop (SIGTERM) and before it was gone: its CLI still worked
+        stopping = [(r["signal_t"] + 0.5, r["end"]) for r in self.runs if r.get("signal_t") and r["end"]]
+        after_term = [r["i"] for r in log if any(a <= r["t"] <= b for a, b in stopping)]
+        term_exit = [round(r["end"] - r["signal_t"], 2) for r in self.runs if r.get("signal_t") and r["end"]]
+        # lost entries: an answer delivered to a session that a later request of that session lacks
+        kills = [e["t"] for e in self.events if e["kind"] in ("kill9", "sigterm", "kill_cli")]
+        texts = [json.dumps(b.get("messages", []), ensure_ascii=False) for b in bodies]
+        local = self.cli_transcripts()
+        by_sid: dict[str, list[dict]] = {}
+        for r in log:
+            by_sid.setdefault(r["sid"], []).append(r)
+        lost: dict[str, list] = {"gap": [], "kill": [], "kill-unwritten": [], "handoff": []}
+        effects_lost = 0
+        for sid, recs in by_sid.items():
+            for k, r in enumerate(recs):
+                if not (r["status"] == 200 and r["delivered"] and r["sig"] and r["fault"] is None):
+                    continue
+                missing = next((x for x in recs[k + 1:] if r["sig"] not in texts[x["i"]]), None)
+                if missing is None:
+                    continue
+                if any(r["t"] - 0.5 <= t <= missing["t"] for t in kills):   # or in flight at the kill
+                    # the CLI wrote it to its own transcript (flower could have stored it) or never did
+                    lost["kill" if r["sig"] in local else "kill-unwritten"].append(r["i"])
+                elif missing["role"] == "ritual":
+                    lost["handoff"].append(r["i"])
+                else:
+                    lost["gap"].append(r["i"])
+                if r["line"] is not None and counts.get(r["line"]):
+                    effects_lost += 1
+        errors: dict[str, int] = {}
+        error_requests = []
+        interrupts = 0
+        for r, txt in zip(log, texts):
+            hit = [name for name, rx in ERROR_PATTERNS if rx.search(txt)]
+            if hit:
+                error_requests.append((r["i"], r["role"], hit))
+                for name in hit:
+                    errors[name] = errors.get(name, 0) + 1
+            if INTERRUPT_MARK.search(txt) and r["role"] != "ritual":
+                interrupts += 1
+        fired = [p for p in plan if "fired" in p]
+        expected = self.job.expected()
+        files = workspace_files(self.ws)
+        return {
+            "seed": self.seed, "finished": finished, "wall_s": round(wall, 1), "runs": len(self.runs),
+            "gave_up": gave_up, "files": files, "expected_ok": files == expected,
+            "doubled": doubled, "missing": self._missing(),
+            "requests": len(log), "answered": sum(1 for r in log if r["status"] == 200 and not r["fault"]),
+            "lost": lost, "lost_with_effect": effects_lost, "orphans": orphans, "after_term": after_term, "term_exit_s": term_exit,
+            "error_requests": error_requests, "errors": errors, "interrupt_marks": interrupts,
+            "survivors": self.survivors,
+            "temp_left": [n for n in os.listdir(self.tmp) if n.startswith("claude-resume-")],
+            "no_response_requested": sum(1 for t in texts if "No response requested." in t),
+            "faults_planned": len(plan), "faults_fired": len(fired),
+            "fired_kinds": _count(p["kind"] for p in fired),
+            "skipped": [(p["kind"], p.get("skipped")) for p in plan if "skipped" in p],
+            "handoffs": sum(1 for r in log if r["role"] == "ritual" and r["status"] == 200),
+            "successors": sum(1 for r in log if r["role"] == "work" and r["n"] == 1) - 1,
+            "dir": self.dir,
+        }
+
+    def cli_transcripts(self) -> str:
+        """Everything the CLI wrote to its own transcript files: fresh sessions under the HOME's
+        config dir, resumed ones in the SDK's temp config dirs (left behind when flower was killed)."""
+        chunks = []
+        for top in (self.home, self.tmp):
+            for dirpath, _, names in os.walk(top):
+                for name in names:
+                    if name.endswith(".jsonl"):
+                        with open(os.path.join(dirpath, name), encoding="utf-8", errors="replace") as fh:
+                            chunks.append(fh.read())
+        return "\n".join(chunks)
+
+    def save(self, result: dict) -> None:
+        with open(os.path.join(self.logs, "api.jsonl"), "w") as fh:
+            for r in self.model.log:
+                fh.write(json.dumps(r) + "\n")
+        with gzip.open(os.path.join(self.logs, "requests.jsonl.gz"), "wt") as fh:
+            for body in self.api.requests:   # what the model was sent, request by request
+                fh.write(json.dumps({"messages": body.get("messages"), "metadata": body.get("metadata")}) + "\n")
+        with open(os.path.join(self.logs, "harness.jsonl"), "w") as fh:
+            for e in self.events:
+                fh.write(json.dumps(e) + "\n")
+            for r in self.runs:
+                fh.write(json.dumps(dict(r, kind="run")) + "\n")
+        with open(os.path.join(self.logs, "result.json"), "w") as fh:
+            json.dump({k: v for k, v in result.items() if k != "files"}, fh, indent=1, default=str)
+
+
+def _free_port() -> int:
+    import socket
+    picker = random.Random()
+    for _ in range(200):
+        port = picker.randint(20000, 30000)
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+                return port
+            except OSError:
+                continue
+    return 0
+
+
+def _count(items) -> dict:
+    out: dict = {}
+    for item in items:
+        out[item] = out.get(item, 0) + 1
+    return out
+
+
+# -- driver ----------------------------------------------------------------------------------------
+
+def undisturbed(settings: Settings, base_dir: str) -> dict:
+    chaos = Chaos(settings, None, base_dir)
+    result = chaos.run([])
+    chaos.save(result)
+    if not (result["finished"] and result["expected_ok"]):
+        raise SystemExit(f"the undisturbed run did not finish cleanly: see {chaos.dir}")
+    return result
+
+
+def run_seed(settings: Settings, seed: int, base: dict, base_dir: str) -> dict:
+    chaos = Chaos(settings, seed, base_dir)
+    plan = chaos.plan(base["answered"])
+    result = chaos.run(plan)
+    result["plan"] = plan
+    result["identical"] = result["files"] == base["files"]
+    result["differs"] = sorted(k for k in set(result["files"]) | set(base["files"])
+                               if result["files"].get(k) != base["files"].get(k))
+    result["extra_answered_pct"] = round(100.0 * (result["answered"] - base["answered"]) / base["answered"], 1)
+    result["extra_requests_pct"] = round(100.0 * (result["requests"] - base["requests"]) / base["requests"], 1)
+    result["ok"] = (result["finished"] and result["identical"] and not sum(map(len, result["lost"].values()))
+                    and not result["orphans"] and not result.get("after_term") and not result["error_requests"] and not result["survivors"]
+                    and result["extra_answered_pct"] <= 15.0)
+    chaos.save(result)
+    return result
+
+
+HEAD = (f"{'seed':>4} {'fin':>3} {'ident':>5} {'dup':>3} {'lost g/k/u/h':>12} {'orph':>4} {'term':>4} {'errfed':>6} "
+        f"{'extra%':>6} {'req+%':>6} {'faults':>6} {'runs':>4} {'stops':>5} {'hand':>4} {'wall s':>7}  ok")
+
+
+def row(r: dict) -> str:
+    lost = "/".join(str(len(r["lost"][k])) for k in ("gap", "kill", "kill-unwritten", "handoff"))
+    return (f"{r['seed']:>4} {'yes' if r['finished'] else 'NO':>3} {'yes' if r['identical'] else 'NO':>5} "
+            f"{len(r['doubled']):>3} {lost:>12} {len(r['orphans']):>4} {len(r.get('after_term', [])):>4} {len(r['error_requests']):>6} "
+            f"{r['extra_answered_pct']:>6} {r['extra_requests_pct']:>6} "
+            f"{r['faults_fired']:>3}/{r['faults_planned']:<2} {r['runs']:>4} {len(r['gave_up']):>5} "
+            f"{r['handoffs']:>4} {r['wall_s']:>7}  {'ok' if r['ok'] else 'FAIL'}")
+
+
+def timeline(seed_dir: str) -> None:
+    """Print a kept seed's story: every request (role, session, messages, line, fault, delivered) and
+    every harness event (faults, runs), in time order."""
+    logs = os.path.join(seed_dir, "logs")
+    items = []
+    with open(os.path.join(logs, "api.jsonl")) as fh:
+        for line in fh:
+            r = json.loads(line)
+            what = f"req {r['i']:>4} {r['role']:<7} {r['sid'][:8]} n={r['n']:<4} "
+            what += f"line={r['line']} " if r["line"] else ""
+            what += f"FAULT {r['fault']} {r['status']} " if r["fault"] else ""
+            what += "" if r["delivered"] else "(not delivered)"
+            items.append((r["t"], what))
+    with open(os.path.join(logs, "harness.jsonl")) as fh:
+        for line in fh:
+            e = json.loads(line)
+            if e["kind"] == "run":
+                items.append((e["start"], f"=== run {e['n']} starts (pid {e['pid']})"))
+                if e["end"]:
+                    items.append((e["end"], f"=== run {e['n']} ends: {e['ended_by']} exit {e['exit']}"))
+            else:
+                items.append((e["t"], "*** " + " ".join(f"{k}={v}" for k, v in e.items() if k not in ("t",))))
+    items.sort(key=lambda item: item[0])
+    t0 = items[0][0] if items else 0
+    for t, what in items:
+        print(f"{t - t0:8.2f} {what}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--seeds", type=int, default=1, help="run seeds 1..N (default 1)")
+    ap.add_argument("--seed", type=int, action="append", help="run this seed (repeatable)")
+    ap.add_argument("--turns", type=int, default=300, help="lines to write = work turns (default 300)")
+    ap.add_argument("--faults", type=int, default=30, help="faults per seed (default 30)")
+    ap.add_argument("--handoffs", type=int, default=3, help="about this many handoffs per job (default 3)")
+    ap.add_argument("--window", type=int, default=200_000)
+    ap.add_argument("--outage", type=float, nargs=2, default=(5.0, 40.0), metavar=("MIN", "MAX"))
+    ap.add_argument("--dblock", type=float, nargs=2, default=(5.0, 40.0), metavar=("MIN", "MAX"))
+    ap.add_argument("--latency", type=float, default=0.25, help="seconds the fake model takes per answer")
+    ap.add_argument("--timeout", type=float, default=2400.0, help="give a seed up after this many seconds")
+    ap.add_argument("--dir", help="where workspaces and logs go (default: a temporary directory)")
+    ap.add_argument("--keep", action="store_true", help="keep workspaces and logs")
+    ap.add_argument("--json", action="store_true", help="print every result as JSON too")
+    ap.add_argument("-v", "--verbose", action="store_true", help="a line per fault and run on stderr")
+    ap.add_argument("--show", metavar="SEED_DIR", help="print the timeline of a kept seed and exit")
+    ap.add_argument("--report", metavar="DIR", help="print the table of the seeds kept under DIR (one or "
+                    "more runs with --dir) and exit")
+    args = ap.parse_args(argv)
+    if args.show:
+        timeline(args.show)
+        return 0
+    if args.report:
+        return report(args.report)
+    try:
+        import claude_agent_sdk  # noqa: F401
+    except ImportError:
+        print("bench/chaos.py needs claude-agent-sdk in this interpreter (pip install claude-agent-sdk)",
+              file=sys.stderr)
+        return 3
+    settings = Settings(job=Job(turns=args.turns, window=args.window, handoffs=args.handoffs), faults=args.faults,
+                        outage=tuple(args.outage), dblock=tuple(args.dblock), timeout=args.timeout, latency=args.latency,
+                        keep=args.keep, verbose=args.verbose)
+    base_dir = args.dir or tempfile.mkdtemp(prefix="flower-chaos-")
+    os.makedirs(base_dir, exist_ok=True)
+    seeds = args.seed or list(range(1, args.seeds + 1))
+    print(f"chaos: {args.turns} turns, window {args.window} (threshold {settings.job.at}), "
+          f"{args.faults} faults per seed, seeds {seeds}; logs in {base_dir}", flush=True)
+    base = undisturbed(settings, base_dir)
+    print(f"undisturbed: {base['requests']} requests ({base['answered']} answered), {base['handoffs']} handoffs, "
+          f"{base['wall_s']} s", flush=True)
+    print(HEAD, flush=True)
+    results = []
+    for seed in seeds:
+        result = run_seed(settings, seed, base, base_dir)
+        results.append(result)
+        print(row(result), flush=True)
+        if args.json:
+            print(json.dumps({k: v for k, v in result.items() if k != "files"}, default=str), flush=True)
+    print(totals(results), flush=True)
+    for r in results:
+        for line in explain(r):
+            print(f"  seed {r['seed']}: {line}")
+    if not args.keep and not args.dir:
+        shutil.rmtree(base_dir, ignore_errors=True)
+    return 0 if all(r["ok"] for r in results) else 1
+
+
+def report(directory: str) -> int:
+    results = []
+    for top, _, names in sorted(os.walk(directory)):
+        if "result.json" in names and os.path.basename(os.path.dirname(top)).startswith("seed-"):
+            with open(os.path.join(top, "result.json")) as fh:
+                results.append(json.load(fh))
+    results.sort(key=lambda r: r["seed"])
+    print(HEAD)
+    for r in results:
+        print(row(r))
+    print(totals(results))
+    for r in results:
+        for line in explain(r):
+            print(f"  seed {r['seed']}: {line}")
+    return 0 if results and all(r["ok"] for r in results) else 1
+
+
+def totals(results: list[dict]) -> str:
+    n = len(results)
+    lost = sum(sum(map(len, r["lost"].values())) for r in results)
+    return (f"total: {sum(r['finished'] for r in results)}/{n} finished, {sum(r['identical'] for r in results)}/{n} "
+            f"identical, {sum(len(r['doubled']) for r in results)} duplicated lines, {lost} lost entries, "
+            f"{sum(len(r['orphans']) for r in results)} orphan requests, "
+            f"{sum(len(r.get('after_term', [])) for r in results)} requests after SIGTERM, "
+            f"{sum(len(r['error_requests']) for r in results)} requests with error text, "
+            f"extra answered calls {max((r['extra_answered_pct'] for r in results), default=0)}% at most, "
+            f"{sum(r['faults_fired'] for r in results)} faults fired; {sum(r['ok'] for r in results)}/{n} meet the goal")
+
+
+def explain(r: dict) -> list[str]:
+    """One line per thing that went wrong, for the reader of the table."""
+    out = []
+    if r["differs"]:
+        out.append(f"workspace differs: {', '.join(r['differs'])}")
+    if r["doubled"]:
+        out.append(f"lines written twice: {sorted(r['doubled'])[:20]}")
+    for cls, items in r["lost"].items():
+        if items:
+            out.append(f"lost entries ({cls}): requests {items[:20]}")
+    if r["orphans"]:
+        out.append(f"orphan requests: {r['orphans'][:20]}")
+    if r.get("after_term"):
+        out.append(f"{len(r['after_term'])} requests after SIGTERM while flower was stopping "
+                   f"(it took {max(r['term_exit_s'])} s at most to exit): {r['after_term'][:10]}")
+    if r["survivors"]:
+        out.append(f"processes left in the workspace: {r['survivors'][:3]}")
+    if r["error_requests"]:
+        out.append(f"error text fed back in {len(r['error_requests'])} requests: {r['errors']} "
+                   f"(first: {r['error_requests'][:5]})")
+    if r.get("temp_left"):
+        out.append(f"{len(r['temp_left'])} claude-resume-* temp dirs left in flower's TMPDIR (copies of sessions)")
+    if r["gave_up"]:
+        out.append(f"flower stopped by itself with exit codes {r['gave_up']}")
+    if r["skipped"]:
+        out.append(f"faults not fired: {r['skipped']}")
+    return out
+
+
+if __name__ == "__main__":
+    sys.exit(main())

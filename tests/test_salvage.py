@@ -1,0 +1,69 @@
+"""Salvage (issue 17): what the CLI wrote to its own transcript but the store never got comes back
+before a resume; flower's healed stand-ins and what the store has are never added twice."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import tempfile
+import unittest
+from unittest import mock
+
+import flower
+from tests import fakesdk
+
+
+def line(uid, **extra):
+    return json.dumps({"type": "user", "uuid": uid, "message": {"role": "user", "content": f"text {uid}"}, **extra},
+                      separators=(",", ":")) + "\n"
+
+
+class MissingEntries(unittest.TestCase):
+    def test_only_what_follows_the_last_known_entry(self):
+        lines = [line("a"), line("b"), line("x-not-stored-before"), line("c"), line("d"), "{broken\n",
+                 json.dumps({"type": "last-prompt"}) + "\n", line("h", flowerHealed=True), line("e")]
+        got = flower.missing_entries(lines, known={"a", "b", "c"})
+        self.assertEqual([e["uuid"] for e in got], ["d", "e"])   # x precedes a known entry: not a tail
+
+    def test_nothing_missing_and_nothing_known(self):
+        self.assertEqual(flower.missing_entries([line("a"), line("b")], known={"a", "b"}), [])
+        self.assertEqual([e["uuid"] for e in flower.missing_entries([line("a"), line("b")], known=set())], ["a", "b"])
+
+    def test_a_uuid_inside_content_does_not_move_the_cut(self):
+        inner = json.dumps({"type": "user", "message": {"role": "user", "content": [{"type": "tool_result",
+                            "content": "{\"uuid\":\"a\"}"}]}, "toolUseResult": {"uuid": "zz"}, "uuid": "n1"}) + "\n"
+        got = flower.missing_entries([line("a"), inner], known={"a"})
+        self.assertEqual([e["uuid"] for e in got], ["n1"])
+
+
+class RuntimeSalvage(fakesdk.FakeWorkspace, unittest.TestCase):
+    def test_resume_recovers_missed_entries_and_removes_leftover_copies(self):
+        with tempfile.TemporaryDirectory() as config, tempfile.TemporaryDirectory() as tmp, \
+                mock.patch.dict(os.environ, {"CLAUDE_CONFIG_DIR": config}), \
+                mock.patch("tempfile.gettempdir", return_value=tmp):
+            rt = flower.Runtime(workspace=self.ws, run_dir=self.run_dir, resilience=flower.Resilience(probe=False))
+            self.addCleanup(rt.close)
+            events = []
+            rt.on_event = events.append
+            key = {"project_key": rt.project_key, "session_id": "11111111-1111-1111-1111-111111111111"}
+            rt.raw_store.append_sync(key, [json.loads(line("a")), json.loads(line("b"))])
+            own = os.path.join(config, "projects", rt.project_key)
+            os.makedirs(own)
+            with open(os.path.join(own, key["session_id"] + ".jsonl"), "w") as fh:
+                fh.writelines([line("a"), line("b"), line("c")])
+            left = os.path.join(tmp, "claude-resume-abc", "projects", rt.project_key)
+            os.makedirs(left)
+            with open(os.path.join(left, key["session_id"] + ".jsonl"), "w") as fh:
+                fh.writelines([line("a"), line("h", flowerHealed=True), line("b"), line("c"), line("d")])
+            recovered = asyncio.run(rt.salvage(key["session_id"]))
+            self.assertEqual(recovered, 2)                                  # c from the config dir, d from the copy
+            self.assertEqual([e["uuid"] for e in rt.raw_store.load_sync(key)], ["a", "b", "c", "d"])
+            self.assertFalse(os.path.exists(os.path.join(tmp, "claude-resume-abc")))   # it held credentials too
+            self.assertTrue(os.path.exists(own))
+            self.assertEqual(sum("store had missed" in e.data.get("message", "") for e in events), 1)
+            self.assertEqual(asyncio.run(rt.salvage(key["session_id"])), 0)   # nothing twice
+
+
+if __name__ == "__main__":
+    unittest.main()
