@@ -21,7 +21,8 @@ from __future__ import annotations
 # asyncio is imported inside the functions that need it: it costs more than everything else here
 # together, and --help, status and the pure logic never touch it. So are the modules below that only
 # some paths need (each is a stand-in that imports the module on first use and then replaces itself),
-# and typing: annotations are never evaluated here (postponed), so its names need not exist.
+# and typing: annotations are never evaluated here (postponed), so its names are imported for type
+# checkers only.
 import argparse
 import contextlib
 import dataclasses
@@ -35,6 +36,10 @@ import signal
 import sys
 import time
 from dataclasses import dataclass, field
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # names used only in (postponed) annotations: importing typing would cost start-up time
+    from typing import Any, Awaitable, Callable, Iterable
 
 
 class _OnFirstUse:
@@ -5306,9 +5311,13 @@ class Runtime:
         return project_key(self.paths.workspace)
 
     def has_session(self, session_id: str) -> bool:
-        """Whether the store still holds this session (for this workspace)."""
+        """Whether the store still holds this session (for this workspace). A session the store never
+        got, but the CLI wrote to its own transcript (the store was locked, flower was killed), is
+        recovered first: it continues instead of starting over."""
         try:
-            return self.store.has_session(self.project_key, session_id)
+            if self.store.has_session(self.project_key, session_id):
+                return True
+            return self.salvage(session_id) > 0 and self.store.has_session(self.project_key, session_id)
         except Exception:
             return False
 
@@ -5542,7 +5551,7 @@ class Runtime:
                     result.error_kind = OFFLINE
                     break
                 if resuming:
-                    await self.salvage(resuming)
+                    await asyncio.to_thread(self.salvage, resuming)
                 if resuming and not fork and manage and not await self._fits(resuming, st):
                     carry = await self._hand_over(st, result, prompt, None, "the stored session does not fit the window")
                     if carry is None:
@@ -5650,11 +5659,12 @@ class Runtime:
         return await self.resilience.wait_online(
             lang=self.lang, on_state=lambda facts: emit(Event(facts["state"], data=facts)))
 
-    async def salvage(self, sid: str) -> int:
-        """Before resuming ``sid``: append to the store what the CLI wrote to its own transcript but
-        the mirror never delivered (flower was killed with appends in flight, or the store was locked),
-        then remove the temp copies a killed resume left behind (they hold a copy of the credentials
-        too). Returns how many entries were recovered (one info line says so)."""
+    def salvage(self, sid: str) -> int:
+        """Before resuming ``sid`` (or deciding it was never stored): append to the store what the CLI
+        wrote to its own transcript but the mirror never delivered (flower was killed with appends in
+        flight, or the store was locked), then remove the temp copies a killed resume left behind
+        (they hold a copy of the credentials too). Returns how many entries were recovered (one info
+        line says so). Blocking; safe from a worker thread."""
         import shutil
         key = {"project_key": self.project_key, "session_id": sid}
         files = cli_transcripts(self.project_key, sid)
@@ -5665,12 +5675,16 @@ class Runtime:
             if hasattr(self.raw_store, "known_uuids"):
                 known = self.raw_store.known_uuids(key)
             else:
-                known = {e.get("uuid") for e in await self.raw_store.load(key) or [] if isinstance(e.get("uuid"), str)}
+                known = {e.get("uuid") for e in _run_sync(self.raw_store.load(key)) or []
+                         if isinstance(e.get("uuid"), str)}
             for path in files:
                 with open(path, encoding="utf-8", errors="replace") as fh:
                     extra = missing_entries(fh, known)
                 if extra:
-                    await self.raw_store.append(key, extra)
+                    if hasattr(self.raw_store, "append_sync"):
+                        self.raw_store.append_sync(key, extra)
+                    else:
+                        _run_sync(self.raw_store.append(key, extra))
                     known.update(e["uuid"] for e in extra if isinstance(e.get("uuid"), str))
                     recovered += len(extra)
         except Exception:   # salvage is a bonus: a store that cannot take it now is the resume's business

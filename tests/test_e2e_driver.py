@@ -6,7 +6,6 @@ store with exactly the input it was started with (the task; a handoff successor'
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import signal
@@ -225,6 +224,8 @@ class Salvage(unittest.TestCase):
 
         def work(body):
             n["calls"] += 1
+            if n["calls"] == 8:
+                return Reply(stall=30)              # the CLI waits here: turns 1-7 are on its own disk
             if n["calls"] > 12:
                 return text("finished")
             return tool("Bash", {"command": f"echo TURN-MARK-{n['calls']}"}, say=f"SAY-MARK-{n['calls']}")
@@ -234,8 +235,9 @@ class Salvage(unittest.TestCase):
         db = sql.connect(os.path.join(self.ws, ".flower", "sessions.db"), timeout=30, isolation_level=None)
         db.execute("BEGIN EXCLUSIVE")               # the store is locked: mirror appends wait
         try:
-            self.wait_for(lambda: n["calls"] >= 7, what="turns made while the store is locked")
-            said = n["calls"]
+            self.wait_for(lambda: n["calls"] >= 8, what="turns made while the store is locked")
+            time.sleep(0.5)
+            said = 8
             proc.send_signal(signal.SIGKILL)
             proc.wait(timeout=30)
         finally:

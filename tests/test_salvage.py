@@ -3,7 +3,6 @@ before a resume; flower's healed stand-ins and what the store has are never adde
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import tempfile
@@ -56,14 +55,30 @@ class RuntimeSalvage(fakesdk.FakeWorkspace, unittest.TestCase):
             os.makedirs(left)
             with open(os.path.join(left, key["session_id"] + ".jsonl"), "w") as fh:
                 fh.writelines([line("a"), line("h", flowerHealed=True), line("b"), line("c"), line("d")])
-            recovered = asyncio.run(rt.salvage(key["session_id"]))
+            recovered = rt.salvage(key["session_id"])
             self.assertEqual(recovered, 2)                                  # c from the config dir, d from the copy
             self.assertEqual([e["uuid"] for e in rt.raw_store.load_sync(key)], ["a", "b", "c", "d"])
             self.assertFalse(os.path.exists(os.path.join(tmp, "claude-resume-abc")))   # it held credentials too
             self.assertTrue(os.path.exists(own))
             self.assertEqual(sum("store had missed" in e.data.get("message", "") for e in events), 1)
-            self.assertEqual(asyncio.run(rt.salvage(key["session_id"])), 0)   # nothing twice
+            self.assertEqual(rt.salvage(key["session_id"]), 0)   # nothing twice
 
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class NeverStored(fakesdk.FakeWorkspace, unittest.TestCase):
+    def test_a_session_only_the_cli_wrote_is_recovered_instead_of_started_over(self):
+        with tempfile.TemporaryDirectory() as config, mock.patch.dict(os.environ, {"CLAUDE_CONFIG_DIR": config}):
+            rt = flower.Runtime(workspace=self.ws, run_dir=self.run_dir, resilience=flower.Resilience(probe=False))
+            self.addCleanup(rt.close)
+            sid = "22222222-2222-2222-2222-222222222222"
+            self.assertFalse(rt.has_session(sid))
+            own = os.path.join(config, "projects", rt.project_key)
+            os.makedirs(own)
+            with open(os.path.join(own, sid + ".jsonl"), "w") as fh:
+                fh.writelines([line("p"), line("q")])
+            self.assertTrue(rt.has_session(sid))
+            key = {"project_key": rt.project_key, "session_id": sid}
+            self.assertEqual([e["uuid"] for e in rt.raw_store.load_sync(key)], ["p", "q"])
