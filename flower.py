@@ -94,9 +94,12 @@ __version__ = "0.1.0"
 
 __all__ = [
     # utilities
-    "FlowerError", "atomic_write", "FileLock", "safe_name", "redact", "redact_obj", "read_json",
+    "FlowerError", "atomic_write", "FileLock", "DriverLock", "Busy", "safe_name", "redact", "redact_obj",
+    "read_json",
+    # process guard
+    "cli_guard", "reap_orphans",
     # resilience
-    "endpoint", "reachable", "classify", "Resilience", "cli_env_defaults",
+    "endpoint", "reachable", "classify", "Resilience", "cli_env_defaults", "settings_problems",
     # transcript logic
     "PrunePolicy", "PruneReport", "prune", "relink", "is_read_only_command", "entry_context",
     # notes
