@@ -5949,7 +5949,9 @@ class Runtime:
         self.soft(transcript, lambda: self._write_note(transcript, slim_transcript(entries, old)))
         result.retired.append(old)
         level = st.level
-        if st.degraded_in_row >= 2:
+        # a floor above the threshold shows as successors that fill up at once; two degraded handoffs
+        # caused by passing faults (a failed ritual, a spurious overflow) in a fresh session do not
+        if st.degraded_in_row >= 2 and level >= st.at // 2:
             result.error = (f"two degraded handoffs in a row: window {st.window}, threshold {st.at}, level {level}; "
                             f"the threshold is probably below this step's floor (raise --window or FLOWER_WINDOW)")
             return None

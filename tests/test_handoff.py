@@ -299,6 +299,15 @@ class RuntimeHandoff(unittest.TestCase):
         self.assertTrue(result.ok)
         self.assertIn("timed out", self.handoffs("done")[0].data["degraded"])
 
+    def test_two_degraded_in_a_row_from_passing_faults_go_on(self):
+        FAKE.turns = [[("text", "a", 151_000)], [("text", "no doc", 151_000)],          # degraded 1: no document
+                      [("error", "API Error: 400 prompt is too long", 400, "prompt_too_long")],  # a spurious overflow
+                      [("text", "finished", 2000)]]                                      # at a low level: go on
+        result = self.run_step()
+        self.assertTrue(result.ok, result.error)
+        self.assertEqual(result.generations, 2)
+        self.assertEqual(len(result.retired), 2)
+
     def test_two_degraded_in_a_row_stop_with_a_diagnostic(self):
         FAKE.turns = [[("text", "a", 151_000)], [("text", "no doc", 151_000)],
                       [("text", "b", 160_000)], [("text", "no doc", 160_000)]]
