@@ -5662,7 +5662,7 @@ class Runtime:
         return await self.resilience.wait_online(
             lang=self.lang, on_state=lambda facts: emit(Event(facts["state"], data=facts)))
 
-    def salvage(self, sid: str) -> int:
+    def salvage(self, sid: str, *, keep_copies: bool = False) -> int:
         """Before resuming ``sid`` (or deciding it was never stored): append to the store what the CLI
         wrote to its own transcript but the mirror never delivered (flower was killed with appends in
         flight, or the store was locked), then remove the temp copies a killed resume left behind
@@ -5692,7 +5692,7 @@ class Runtime:
                     recovered += len(extra)
         except Exception:   # salvage is a bonus: a store that cannot take it now is the resume's business
             return recovered
-        for path in files:
+        for path in files if not keep_copies else ():
             leftover = path.split(os.sep + "projects" + os.sep)[0]
             if os.path.basename(leftover).startswith("claude-resume-"):
                 shutil.rmtree(leftover, ignore_errors=True)
@@ -5756,6 +5756,11 @@ class Runtime:
         finally:
             if watcher is not None:
                 watcher.cancel()
+            if turn.exception is not None:
+                # the CLI died mid-turn (killed alone, crashed): what it wrote but never mirrored is only
+                # in its temp copy, which disconnect() deletes: take it into the store first
+                with contextlib.suppress(Exception):
+                    await asyncio.to_thread(self.salvage, st.sid, keep_copies=True)
             with contextlib.suppress(BaseException):
                 await asyncio.wait_for(client.disconnect(), 15)
         return turn

@@ -3,8 +3,10 @@ before a resume; flower's healed stand-ins and what the store has are never adde
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
+import shutil
 import tempfile
 import unittest
 from unittest import mock
@@ -82,3 +84,33 @@ class NeverStored(fakesdk.FakeWorkspace, unittest.TestCase):
             self.assertTrue(rt.has_session(sid))
             key = {"project_key": rt.project_key, "session_id": sid}
             self.assertEqual([e["uuid"] for e in rt.raw_store.load_sync(key)], ["p", "q"])
+
+
+class CliDiesMidTurn(fakesdk.FakeWorkspace, unittest.TestCase):
+    def test_what_the_dead_cli_wrote_to_its_temp_copy_is_stored_before_disconnect(self):
+        from tests.fakesdk import FAKE
+        with tempfile.TemporaryDirectory() as tmp, mock.patch("tempfile.gettempdir", return_value=tmp):
+            rt = flower.Runtime(workspace=self.ws, run_dir=self.run_dir,
+                                resilience=flower.Resilience(probe=False, base_delay=0, max_attempts=3))
+            self.addCleanup(rt.close)
+            sid = "33333333-3333-3333-3333-333333333333"
+            key = {"project_key": rt.project_key, "session_id": sid}
+            rt.raw_store.append_sync(key, [json.loads(line("a"))])
+            copy = os.path.join(tmp, "claude-resume-live", "projects", rt.project_key)
+
+            def dies(prompt, options, loaded):
+                # the CLI of this resumed connection wrote two turns into its temp copy, then died
+                os.makedirs(copy, exist_ok=True)
+                with open(os.path.join(copy, sid + ".jsonl"), "w") as fh:
+                    fh.writelines([line("a"), line("m1"), line("m2")])
+                return [("raise", RuntimeError("the CLI died: ECONNRESET"))]
+            FAKE.turns = [dies, [("text", "carried on", 1000)]]
+            real_disconnect = fakesdk.ClaudeSDKClient.disconnect
+
+            async def disconnect(client):   # like the SDK: the materialised copy goes with the connection
+                shutil.rmtree(os.path.join(tmp, "claude-resume-live"), ignore_errors=True)
+                await real_disconnect(client)
+            with mock.patch.object(fakesdk.ClaudeSDKClient, "disconnect", disconnect):
+                result = asyncio.run(rt.run(flower.AgentSpec("work"), "go on", resume=sid, lineage_key="work"))
+            self.assertTrue(result.ok, result.error)
+            self.assertLessEqual({"a", "m1", "m2"}, {e.get("uuid") for e in rt.raw_store.load_sync(key)})
