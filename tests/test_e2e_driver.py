@@ -59,6 +59,11 @@ class OneDriver(unittest.TestCase):
             return 0
 
     def delete_session(self, sid: str) -> int:
+        """As if the session never reached the store, nor the CLI's own transcript (a kill before the
+        CLI wrote anything): flower would otherwise recover it from there."""
+        import glob
+        for path in glob.glob(os.path.join(self.env["CLAUDE_CONFIG_DIR"], "projects", "*", f"{sid}.jsonl")):
+            os.unlink(path)
         db = sqlite3.connect(os.path.join(self.ws, ".flower", "sessions.db"))
         try:
             with db:
