@@ -5684,10 +5684,7 @@ class Runtime:
                 with open(path, encoding="utf-8", errors="replace") as fh:
                     extra = missing_entries(fh, known)
                 if extra:
-                    if hasattr(self.raw_store, "append_sync"):
-                        self.raw_store.append_sync(key, extra)
-                    else:
-                        _run_sync(self.raw_store.append(key, extra))
+                    self._append_waiting(key, extra)
                     known.update(e["uuid"] for e in extra if isinstance(e.get("uuid"), str))
                     recovered += len(extra)
         except Exception:   # salvage is a bonus: a store that cannot take it now is the resume's business
@@ -5699,6 +5696,22 @@ class Runtime:
         if recovered:
             self._info(text("info_recovered", self.lang, n=recovered, sid=sid))
         return recovered
+
+    def _append_waiting(self, key: dict, entries: list[dict]) -> None:
+        """Append, waiting out a store that is locked or busy (another process holds it): recovered
+        entries must be stored before the resume, or they would land after newer ones."""
+        deadline = time.monotonic() + max(60.0, self.resilience.max_offline_wait)
+        while True:
+            try:
+                if hasattr(self.raw_store, "append_sync"):
+                    self.raw_store.append_sync(key, entries)
+                else:
+                    _run_sync(self.raw_store.append(key, entries))
+                return
+            except Exception as exc:
+                if not re.search(r"(?i)locked|busy", str(exc)) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
 
     async def _fits(self, sid: str, st: "_RunState") -> bool:
         """Whether the resumed session, pruned (and trimmed harder if need be), stays under the
