@@ -963,14 +963,23 @@ def env_number(name: str, default: float, warn: Callable[[str], None] | None = N
 # The SDK spawns the CLI as a plain child. When flower is killed with SIGKILL that child is re-parented
 # to init and carries on: more tool runs and API requests that no store records, and a re-run then
 # drives the same session twice. flower therefore points ``cli_path`` at a tiny guard script that
-# puts the CLI in a process group of its own and kills that whole group the moment flower dies
-# (a parent-death signal on Linux, a 0.2 s parent check everywhere). The guard leaves a record in
+# puts the CLI in a process group of its own and stops that whole group the moment flower dies
+# (a parent-death signal on Linux, a 0.2 s parent check everywhere). Stopping is SIGTERM first: the
+# CLI then writes the entries it still holds in memory to its transcript (about 0.1 s of turns, which
+# a re-run recovers from there) and exits within milliseconds without another request; the group is
+# SIGKILLed after ``CLI_GRACE`` seconds whatever happened. The guard leaves a record in
 # ``<run_dir>/live/`` so that a re-run can find and stop a guard that somehow survived.
+
+CLI_GRACE = 2.0   # seconds a stopping CLI gets to write its transcript (a killed Bash tool takes ~1.3 s)
 
 CLI_GUARD_SCRIPT = r"""
 import ctypes, json, os, signal, sys, time
 real, record_dir = os.environ.pop("FLOWER_REAL_CLI"), os.environ.pop("FLOWER_LIVE_DIR", "")
 expected = os.environ.pop("FLOWER_PARENT_PID", "")
+try:
+    grace = float(os.environ.pop("FLOWER_CLI_GRACE", "2"))
+except ValueError:
+    grace = 2.0
 parent, me = (int(expected) if expected.isdigit() else os.getppid()), os.getpid()
 if os.getppid() != parent:  # flower died before this guard even started
     os._exit(137)
@@ -989,19 +998,39 @@ def on_death_signal(signum):
     except Exception:
         pass
 
-def kill_group(*_):
+stopping = []
+
+def stop_group():  # SIGTERM: the CLI writes its transcript and exits; the whole group dies after the grace
+    if stopping:
+        return
+    stopping.append(1)
+    try:
+        os.kill(child, signal.SIGTERM)
+    except OSError:
+        pass
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline:
+        try:
+            if os.waitpid(child, os.WNOHANG)[0]:
+                break
+        except OSError:
+            break
+        time.sleep(0.01)
+    forget()  # kept until now: a re-run's reaper waits for this CLI instead of killing it mid-write
+    os.killpg(0, signal.SIGKILL)
+
+def on_parent_death(*_):
     if os.getppid() != parent:
-        forget()
-        os.killpg(0, signal.SIGKILL)
+        stop_group()
 
 os.setpgid(0, 0)
 child = os.fork()
 if child == 0:
-    on_death_signal(signal.SIGKILL)
+    on_death_signal(signal.SIGTERM)   # the guard itself killed: the CLI still writes what it holds
     if os.getppid() != me:
         os._exit(137)
     os.execv(real, [real] + sys.argv[1:])
-signal.signal(signal.SIGUSR1, kill_group)
+signal.signal(signal.SIGUSR1, on_parent_death)
 def forward(signum, _):
     try:
         os.kill(child, signum)
@@ -1011,7 +1040,7 @@ def forward(signum, _):
 for forwarded in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
     signal.signal(forwarded, forward)
 on_death_signal(signal.SIGUSR1)
-kill_group()
+on_parent_death()
 null = os.open(os.devnull, os.O_RDWR)
 os.dup2(null, 0)
 os.dup2(null, 1)
@@ -1027,7 +1056,7 @@ while True:
     done, status = os.waitpid(child, os.WNOHANG)
     if done:
         break
-    kill_group()
+    on_parent_death()
     time.sleep(0.2)
 forget()
 code = os.waitstatus_to_exitcode(status)
@@ -1055,7 +1084,8 @@ def cli_guard(run_dir: str, real_cli: str | None) -> tuple[str, dict[str, str]] 
         live = ensure_private_dir(os.path.join(run_dir, "live"))
     except (OSError, FlowerError):
         return None
-    return path, {"FLOWER_REAL_CLI": real_cli, "FLOWER_LIVE_DIR": live, "FLOWER_PARENT_PID": str(os.getpid())}
+    return path, {"FLOWER_REAL_CLI": real_cli, "FLOWER_LIVE_DIR": live, "FLOWER_PARENT_PID": str(os.getpid()),
+                  "FLOWER_CLI_GRACE": str(CLI_GRACE)}
 
 
 def _pid_alive(pid: int) -> bool:
@@ -1101,41 +1131,73 @@ def live_driver(run_dir: str, session_id: str) -> dict | None:
     return None
 
 
-def stop_own_clis(run_dir: str) -> list[int]:
-    """Kill (SIGKILL, whole process group) every guarded CLI this process started: on SIGTERM or a
-    quitting Ctrl-C the CLI must stop at once, not run tools and paid calls that nobody records while
-    the SDK waits for it to exit. Returns the pids stopped."""
+def _gone(pid: int) -> bool:
+    """Whether ``pid`` has exited (a zombie nobody reaped yet counts as gone)."""
+    if not _pid_alive(pid):
+        return True
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            return fh.read().rsplit(b")", 1)[-1].split()[0] == b"Z"
+    except (OSError, IndexError):
+        return False
+
+
+def _stop_guards(guards: list[tuple[int, int]], grace: float) -> list[int]:
+    """Stop ``(guard pid, CLI pid)`` pairs: SIGTERM to each CLI, so that it writes what it still holds
+    to its transcript and exits, then SIGKILL of each guard's whole group once all CLIs are gone or
+    ``grace`` seconds have passed. Blocking. Returns the guard pids."""
+    for _, cli in guards:
+        with contextlib.suppress(OSError):
+            os.kill(cli, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while guards and time.monotonic() < deadline and not all(_gone(cli) for _, cli in guards):
+        time.sleep(0.01)
+    for guard, _ in guards:
+        with contextlib.suppress(OSError):
+            os.killpg(guard, signal.SIGKILL)
+    return [guard for guard, _ in guards]
+
+
+def _guard_pair(record: dict) -> tuple[int, int]:
+    cli = record.get("cli")
+    return record["pid"], cli if isinstance(cli, int) and cli > 1 else record["pid"]
+
+
+def stop_own_clis(run_dir: str, grace: float = CLI_GRACE) -> list[int]:
+    """Stop every guarded CLI this process started: on SIGTERM or a quitting Ctrl-C the CLI must stop
+    at once, not run tools and paid calls that nobody records while the SDK waits for it to exit.
+    The CLI gets SIGTERM (it writes its transcript, which the runtime then takes into the store),
+    its group SIGKILL after ``grace`` seconds. Blocking. Returns the pids stopped."""
     live = os.path.join(run_dir, "live")
     try:
         names = [n for n in os.listdir(live) if n.endswith(".json")]
     except OSError:
         return []
-    stopped = []
+    guards = []
     for name in names:
         record = _peek_json(os.path.join(live, name))
         if not isinstance(record, dict) or record.get("parent") != os.getpid() or not isinstance(record.get("pid"), int):
             continue
         if os.path.join(run_dir, "cli-guard.py") in _cmdline(record["pid"]):
-            with contextlib.suppress(OSError):
-                os.killpg(record["pid"], signal.SIGKILL)
-                stopped.append(record["pid"])
-            with contextlib.suppress(OSError):
-                os.unlink(os.path.join(live, name))
-    return stopped
+            guards.append(_guard_pair(record))
+        with contextlib.suppress(OSError):
+            os.unlink(os.path.join(live, name))
+    return _stop_guards(guards, grace)
 
 
-def reap_orphans(run_dir: str, session_ids: Iterable[str] = ()) -> list[int]:
+def reap_orphans(run_dir: str, session_ids: Iterable[str] = (), grace: float = CLI_GRACE) -> list[int]:
     """Stop guarded CLIs left behind by a dead flower: every record in ``<run_dir>/live`` whose flower
-    is gone, or that drives one of ``session_ids``. A pid is killed only when its command line still
+    is gone, or that drives one of ``session_ids``. A pid is stopped only when its command line still
     proves it is that guard (the guard path and the record's own arguments): never a reused pid.
-    Returns the pids stopped."""
+    Stopping is :func:`stop_own_clis`'s, so a CLI still writing its transcript after its flower was
+    killed finishes that first and a salvage after this sees everything. Returns the pids stopped."""
     live = os.path.join(run_dir, "live")
     try:
         names = [n for n in os.listdir(live) if n.endswith(".json")]
     except OSError:
         return []
     wanted = set(session_ids)
-    stopped = []
+    guards, done = [], []
     for name in names:
         path = os.path.join(live, name)
         record = _peek_json(path)
@@ -1158,9 +1220,10 @@ def reap_orphans(run_dir: str, session_ids: Iterable[str] = ()) -> list[int]:
         command = _cmdline(pid)
         if os.path.join(run_dir, "cli-guard.py") not in command or " ".join(argv) not in command:
             continue
-        with contextlib.suppress(OSError):
-            os.killpg(pid, signal.SIGKILL)
-            stopped.append(pid)
+        guards.append(_guard_pair(record))
+        done.append(path)
+    stopped = _stop_guards(guards, grace)
+    for path in done:
         with contextlib.suppress(OSError):
             os.unlink(path)
     return stopped
@@ -5243,6 +5306,7 @@ class _Turn:
     status: int | None = None
     terminal_reason: str | None = None
     exception: BaseException | None = None
+    cancelled: bool = False
     human: bool = False
     handoff: bool = False
     ritual_text: str | None = None
@@ -5761,6 +5825,7 @@ class Runtime:
             if turn.handoff and not turn.human and turn.error_text is None and not self._capped(st):
                 await self._ritual(client, st, turn)
         except asyncio.CancelledError:
+            turn.cancelled = True
             raise
         except Exception as exc:
             turn.exception = exc
@@ -5769,9 +5834,10 @@ class Runtime:
         finally:
             if watcher is not None:
                 watcher.cancel()
-            if turn.exception is not None:
-                # the CLI died mid-turn (killed alone, crashed): what it wrote but never mirrored is only
-                # in its temp copy, which disconnect() deletes: take it into the store first
+            if turn.exception is not None or turn.cancelled:
+                # the CLI died mid-turn (killed alone, crashed, or stopped by rescue() on a signal): what
+                # it wrote but never mirrored is only in its temp copy, which disconnect() deletes: take
+                # it into the store first
                 with contextlib.suppress(Exception):
                     await asyncio.to_thread(self.salvage, st.sid, keep_copies=True)
             with contextlib.suppress(BaseException):

@@ -508,6 +508,11 @@ FAKE_CLI = """#!/bin/sh
 trap 'echo term >> "$TICKS"; kill $! 2>/dev/null; exit 7' TERM HUP
 while :; do echo p >> "$TICKS"; sleep 0.02; done
 """
+DEAF_CLI = """#!/bin/sh
+# a fake CLI that ignores SIGTERM (and SIGHUP) and ticks on
+trap '' TERM HUP
+while :; do echo p >> "$TICKS"; sleep 0.02; done
+"""
 ECHO_CLI = """#!/bin/sh
 read line
 echo "echo:$line:$*"
@@ -518,6 +523,7 @@ import os, signal, subprocess, sys, time
 sys.path.insert(0, {root!r})
 import flower
 run_dir, cli, sid, when = sys.argv[1:5]
+flower.CLI_GRACE = float(os.environ.get("GRACE", getattr(flower, "CLI_GRACE", 2.0)))
 path, env = flower.cli_guard(run_dir, cli)
 # like the SDK: the CLI's stdin and stdout are pipes to flower, its env is flower's plus options.env
 p = subprocess.Popen([path, "--session-id", sid, "--input-format", "stream-json"], stdin=subprocess.PIPE,
@@ -567,8 +573,8 @@ class Guard(Procs, unittest.TestCase):
         except OSError:
             return False
 
-    def start_standin(self, sid, ticks, when="later"):
-        env = dict(os.environ, TICKS=ticks)
+    def start_standin(self, sid, ticks, when="later", **extra):
+        env = dict(os.environ, TICKS=ticks, **extra)
         proc = subprocess.Popen([sys.executable, "-c", FLOWER_STANDIN, self.run_dir, self.cli, sid, when],
                                 stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, env=env,
                                 start_new_session=True)  # a broken guard's killpg(0) must not hit the tests
@@ -660,6 +666,69 @@ class Guard(Procs, unittest.TestCase):
                 standin.send_signal(signum)
                 standin.wait(timeout=10)
                 self.assert_all_gone(sid, ticks)
+
+    def told_to_stop(self, ticks):
+        with open(ticks) as fh:
+            return "term" in fh.read().split()
+
+    # issue 17: the guard SIGKILLed the CLI at once, and the turns it still held in memory (the CLI
+    # writes its transcript about 0.1 s behind) were lost with it. SIGTERM first lets it write them.
+    def test_a_killed_flowers_cli_is_told_to_stop_before_its_group_is_killed(self):
+        for n in range(3):
+            with self.subTest(trial=n):
+                sid, ticks = self.token(), os.path.join(self.tmp.name, f"ticks-told-{n}")
+                standin = self.start_standin(sid, ticks)
+                guard = int(standin.stdout.readline())
+                self.groups.append(guard)
+                self.assertTrue(wait_until(lambda: self.main_loop_ticks(ticks)))
+                standin.send_signal(signal.SIGKILL)
+                standin.wait(timeout=10)
+                self.assert_all_gone(sid, ticks)
+                self.assertTrue(self.told_to_stop(ticks), "the CLI was killed without a chance to write")
+
+    def test_a_killed_guard_tells_its_cli_to_stop(self):
+        sid, ticks = self.token(), os.path.join(self.tmp.name, "ticks-guard-killed")
+        path, env = flower.cli_guard(self.run_dir, self.cli)
+        guard = subprocess.Popen([path, "--session-id", sid, "--input-format", "stream-json"],
+                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                 env={**os.environ, **env, "TICKS": ticks})
+        self.procs.append(guard)
+        self.groups.append(guard.pid)
+        self.assertTrue(wait_until(lambda: self.main_loop_ticks(ticks)))
+        guard.send_signal(signal.SIGKILL)
+        guard.wait(timeout=10)
+        self.assertTrue(wait_until(lambda: not pids_with(sid)), pids_with(sid))
+        self.assertTrue(self.told_to_stop(ticks))
+
+    def test_a_cli_deaf_to_sigterm_is_killed_after_the_grace(self):
+        sid, ticks = self.token(), os.path.join(self.tmp.name, "ticks-deaf")
+        cli = self.script("deaf-cli.sh", DEAF_CLI)
+        proc = subprocess.Popen([sys.executable, "-c", FLOWER_STANDIN, self.run_dir, cli, sid, "later"],
+                                stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, start_new_session=True,
+                                env=dict(os.environ, TICKS=ticks, GRACE="0.5"))
+        self.procs.append(proc)
+        guard = int(proc.stdout.readline())
+        self.groups.append(guard)
+        self.assertTrue(wait_until(lambda: self.ticks(ticks) > 8))
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)
+        self.assert_all_gone(sid, ticks)
+
+    def test_stop_own_clis_lets_the_cli_write_then_kills_the_group(self):
+        sid, ticks = self.token(), os.path.join(self.tmp.name, "ticks-own")
+        path, env = flower.cli_guard(self.run_dir, self.cli)
+        guard = subprocess.Popen([path, "--session-id", sid, "--input-format", "stream-json"],
+                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                 env={**os.environ, **env, "TICKS": ticks})
+        self.procs.append(guard)
+        self.groups.append(guard.pid)
+        self.assertTrue(wait_until(lambda: record_ready(os.path.join(self.run_dir, "live", f"{guard.pid}.json"))
+                                   and self.main_loop_ticks(ticks)))
+        self.assertEqual(flower.stop_own_clis(self.run_dir), [guard.pid])
+        self.assertIn(guard.wait(timeout=10), (-signal.SIGKILL, 7))
+        self.assertTrue(self.told_to_stop(ticks))
+        self.assertTrue(wait_until(lambda: not pids_with(sid)), pids_with(sid))
+        self.assertEqual(self.records(), [])
 
     # BUG(issue 12): the guard reads its parent with os.getppid() when it starts. When flower dies
     # between spawning the guard and the guard's first line (Python start-up, ~20-50 ms), the guard
@@ -766,6 +835,13 @@ class Reaper(Procs, FakeRuntime, unittest.TestCase):
         self.assertTrue(wait_until(lambda: len(pids_with(sid)) >= 2))  # guard + CLI are up
         return proc, record
 
+    def assertStopped(self, proc, sid):  # noqa: N802
+        """The guard is gone (killed with its group, or exited with the CLI's code for SIGTERM) and its
+        CLI was told to stop with SIGTERM first, so that it could write its transcript."""
+        self.assertIn(proc.wait(timeout=10), (-signal.SIGKILL, 7))
+        with open(os.path.join(self.tmp.name, f"ticks-{sid}")) as fh:
+            self.assertIn("term", fh.read().split(), "the CLI was killed without a chance to write")
+
     def rewrite(self, record, **changes):
         data = read_json(record)
         data.update(changes)
@@ -777,7 +853,7 @@ class Reaper(Procs, FakeRuntime, unittest.TestCase):
         proc, record = self.guard(sid)
         self.rewrite(record, parent=dead_pid())  # as if its flower had died and the guard missed it
         self.assertEqual(flower.reap_orphans(self.run_dir), [proc.pid])
-        self.assertEqual(proc.wait(timeout=10), -signal.SIGKILL)
+        self.assertStopped(proc, sid)
         self.assertTrue(wait_until(lambda: not pids_with(sid)), pids_with(sid))  # the whole group
         self.assertFalse(os.path.exists(record))
 
@@ -786,7 +862,7 @@ class Reaper(Procs, FakeRuntime, unittest.TestCase):
         proc, record = self.guard(sid)
         self.rewrite(record, parent=1)
         self.assertEqual(flower.reap_orphans(self.run_dir), [proc.pid])
-        self.assertEqual(proc.wait(timeout=10), -signal.SIGKILL)
+        self.assertStopped(proc, sid)
 
     def test_a_live_flowers_guard_is_left_alone_and_our_own_leftover_is_stopped(self):
         sid = self.token()
@@ -797,7 +873,7 @@ class Reaper(Procs, FakeRuntime, unittest.TestCase):
         self.assertTrue(os.path.exists(record))
         # about to drive the same session again (a retry in the same process): the leftover goes first
         self.assertEqual(flower.reap_orphans(self.run_dir, [sid]), [proc.pid])
-        self.assertEqual(proc.wait(timeout=10), -signal.SIGKILL)
+        self.assertStopped(proc, sid)
 
     def test_a_reused_pid_is_never_killed(self):
         sleeper = subprocess.Popen(["sleep", "30"], start_new_session=True)  # a group leader, like a guard
@@ -868,10 +944,11 @@ class Reaper(Procs, FakeRuntime, unittest.TestCase):
         self.assertEqual(flower.reap_orphans(os.path.join(self.tmp.name, "nowhere")), [])
 
     def test_a_new_runtime_reaps_orphans_and_a_resume_stops_the_sessions_cli_first(self):
-        orphan, orphan_record = self.guard(self.token())
+        orphan_sid = self.token()
+        orphan, orphan_record = self.guard(orphan_sid)
         self.rewrite(orphan_record, parent=dead_pid())
         rt = self.runtime()
-        self.assertEqual(orphan.wait(timeout=10), -signal.SIGKILL)
+        self.assertStopped(orphan, orphan_sid)
         # a stored session whose CLI (left by a flower that is still alive) is still running
         FAKE.turns = [[("text", "first", 100)]]
         first = asyncio.run(rt.run(AgentSpec("work"), "x", lineage_key="work"))
@@ -888,7 +965,7 @@ class Reaper(Procs, FakeRuntime, unittest.TestCase):
         second = asyncio.run(rt.run(AgentSpec("work"), "go on", resume=sid, lineage_key="work"))
         self.assertTrue(second.ok)
         self.assertEqual(seen, {"record": False, "alive": False})  # stopped before the new CLI started
-        self.assertEqual(still.wait(timeout=10), -signal.SIGKILL)
+        self.assertStopped(still, sid)
 
 
 # --- 5. write-ahead that can redo ---

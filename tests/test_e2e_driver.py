@@ -94,7 +94,7 @@ class OneDriver(unittest.TestCase):
             time.sleep(1.2)
             self.assertEqual(len(self.api.requests), requests, f"trial {trial}: a request after the kill")
             self.assertEqual(self.ticks(), ticks, f"trial {trial}: a tool ran after the kill")
-            self.assertEqual(processes_in(self.ws), [], f"trial {trial}: a process survived flower")
+            self.assertEqual(self.settled(), [], f"trial {trial}: a process survived flower")
             sid = (self.lineage_or_empty().get("steps") or {}).get("work")
             if sid and (not work_sids or work_sids[-1] != sid):
                 work_sids.append(sid)
@@ -107,6 +107,13 @@ class OneDriver(unittest.TestCase):
         for sid in work_sids[:-1]:
             self.assertEqual(self.stored(sid), [], f"work session {sid} was stored but not continued")
         self.assertEqual(processes_in(self.ws), [])
+
+    def settled(self) -> list[int]:
+        """The workspace's processes once a stopping CLI's grace (it writes its transcript) is over."""
+        deadline = time.monotonic() + flower.CLI_GRACE + 1.0
+        while processes_in(self.ws) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return processes_in(self.ws)
 
     def lineage_or_empty(self) -> dict:
         try:
@@ -157,6 +164,7 @@ class OneDriver(unittest.TestCase):
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=30)
         sid = self.lineage()["steps"]["clarify"]
+        self.assertEqual(self.settled(), [])
         self.delete_session(sid)   # as if the kill came before the first prompt reached the store
         before = len(self.roles.bodies("clarify"))
         p = self.flower()
@@ -194,6 +202,7 @@ class OneDriver(unittest.TestCase):
         new_sid = lineage["steps"]["work"]
         self.assertEqual(lineage["starts"]["work"]["session_id"], new_sid)
         self.assertIn("You take over unfinished work", lineage["starts"]["work"]["prompt"])
+        self.assertEqual(self.settled(), [])
         self.delete_session(new_sid)   # the successor never reached the store
         before = len(self.roles.bodies("work"))
         p = self.flower("--model", "claude-sonnet-4-5", "--window", "200000")

@@ -4,6 +4,7 @@ before a resume; flower's healed stand-ins and what the store has are never adde
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import shutil
@@ -114,3 +115,46 @@ class CliDiesMidTurn(fakesdk.FakeWorkspace, unittest.TestCase):
                 result = asyncio.run(rt.run(flower.AgentSpec("work"), "go on", resume=sid, lineage_key="work"))
             self.assertTrue(result.ok, result.error)
             self.assertLessEqual({"a", "m1", "m2"}, {e.get("uuid") for e in rt.raw_store.load_sync(key)})
+
+
+class StoppedBySignal(fakesdk.FakeWorkspace, unittest.TestCase):
+    # issue 17: on SIGTERM rescue() stops the CLI (which then writes what it held) and the step is
+    # cancelled; disconnect() then deleted the resumed connection's temp copy with turns the store
+    # never got (chaos seeds 5, 7, 9: answers carried by later requests, gone after the restart).
+    def test_a_cancelled_turn_stores_the_temp_copy_before_disconnect(self):
+        from tests.fakesdk import FAKE
+        with tempfile.TemporaryDirectory() as tmp, mock.patch("tempfile.gettempdir", return_value=tmp):
+            rt = flower.Runtime(workspace=self.ws, run_dir=self.run_dir,
+                                resilience=flower.Resilience(probe=False, base_delay=0, max_attempts=3))
+            self.addCleanup(rt.close)
+            sid = "44444444-4444-4444-4444-444444444444"
+            key = {"project_key": rt.project_key, "session_id": sid}
+            rt.raw_store.append_sync(key, [json.loads(line("a"))])
+            copy = os.path.join(tmp, "claude-resume-live", "projects", rt.project_key)
+            written = os.path.join(copy, sid + ".jsonl")
+
+            def stopped(prompt, options, loaded):
+                os.makedirs(copy, exist_ok=True)
+                with open(written, "w") as fh:   # what the stopping CLI wrote but never mirrored
+                    fh.writelines([line("a"), line("t1"), line("t2")])
+                return [("block", "never")]
+            FAKE.turns = [stopped]
+            real_disconnect = fakesdk.ClaudeSDKClient.disconnect
+
+            async def disconnect(client):
+                shutil.rmtree(os.path.join(tmp, "claude-resume-live"), ignore_errors=True)
+                await real_disconnect(client)
+
+            async def main():
+                task = asyncio.ensure_future(rt.run(flower.AgentSpec("work"), "go on", resume=sid,
+                                                     lineage_key="work"))
+                while not os.path.exists(written):
+                    await asyncio.sleep(0.01)
+                await asyncio.sleep(0.05)
+                task.cancel()   # what _run_with_signals does after rescue()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+            with mock.patch.object(fakesdk.ClaudeSDKClient, "disconnect", disconnect):
+                asyncio.run(main())
+            self.assertLessEqual({"a", "t1", "t2"}, {e.get("uuid") for e in rt.raw_store.load_sync(key)})
+            self.assertFalse(os.path.exists(written))
