@@ -23,6 +23,14 @@ EXCLUSIVE held); one failed notes write (the handoff document replaced by a dire
 or giving up by itself) the harness runs ``python flower.py`` again in the same workspace with stdin
 not a TTY.
 
+Lost entries: answers the fake API delivered that a later request of the same session lacks, by
+class: gap (no kill near it: flower dropped it), kill (the CLI wrote it to its own transcript, flower
+never stored it), kill-unwritten (near a kill, written nowhere, though the CLI could have), handoff.
+Reported apart, as the only accepted losses, with the reason: an answer that existed only in a
+process killed with SIGKILL (the bundled CLI itself, within ``CLI_WRITE_LAG`` of receiving it), or
+that reached a CLI only after flower was stopped. A killed flower's CLI gets SIGTERM and writes what
+it holds within ``flower.CLI_GRACE`` seconds; a process still there after that is a survivor.
+
     python bench/chaos.py                     # one seed, 300 turns, 30 faults
     python bench/chaos.py --seeds 10          # seeds 1..10, the table plus totals
     python bench/chaos.py --seed 7 --keep     # one seed; keep the workspace and logs (printed path)
@@ -78,6 +86,21 @@ ERROR_PATTERNS = [
     ("status code", re.compile(r"(?<![\w-])(429|500|529)(?!\w)")),
 ]
 INTERRUPT_MARK = re.compile(r"\[Request interrupted by user")
+SIG = re.compile(r"toolu_chaos\d+")
+CLI_WRITE_LAG = 0.5   # the CLI writes its transcript ~0.1 s behind what it received (measured); margin
+
+
+def unreachable(r: dict, kills: list[dict]) -> str | None:
+    """Why an answer the CLI never wrote anywhere could not be kept by anyone (None when it could):
+    the CLI itself was SIGKILLed while the answer was only in its memory, or flower was stopped
+    before its CLI could read the answer off the socket (its SIGTERM came first)."""
+    done = r.get("t_done") or r["t"]
+    for e in kills:
+        if e["kind"] == "kill_cli" and e.get("target") == "cli" and done - 0.05 <= e["t"] <= done + CLI_WRITE_LAG:
+            return f"the CLI itself was SIGKILLed {e['t'] - done:+.3f} s after the answer reached it"
+        if e["kind"] in ("kill9", "sigterm") and e["t"] >= done - 0.05 and e["t"] - done <= CLI_WRITE_LAG:
+            return f"flower was stopped {e['t'] - done:+.3f} s after the answer was sent, before its CLI read it"
+    return None
 
 
 def role_of(body: dict) -> str:
@@ -373,6 +396,7 @@ class Chaos:
         self.dblock_until = 0.0
         self.notes_state: dict | None = None
         self.survivors: list[dict] = []
+        self.local_sigs: set[str] = set()
         self.threads: list[threading.Thread] = []
 
     # -- plumbing --
@@ -412,7 +436,16 @@ class Chaos:
         self.proc = None
 
     def survivors_check(self, when: str) -> None:
+        """Processes of an earlier run still in the workspace. A killed flower's CLI may write its
+        transcript for up to ``flower.CLI_GRACE`` seconds (it was sent SIGTERM, sends nothing more):
+        only what is still there after that counts. Also notes what the CLI transcripts hold now
+        (flower's salvage removes the temp copies it took in)."""
         alive = processes_in(self.ws)
+        last = self.runs[-1]["end"] if self.runs else None
+        while alive and last and time.time() < last + flower.CLI_GRACE + 0.5:
+            time.sleep(0.05)
+            alive = processes_in(self.ws)
+        self.local_sigs.update(SIG.findall(self.cli_transcripts()))
         if alive:
             self.survivors.append({"when": when, "pids": alive, "cmd": [cmdline(p)[:160] for p in alive]})
             self.note("survivor", when=when, pids=alive)
@@ -674,13 +707,14 @@ class Chaos:
         after_term = [r["i"] for r in log if any(a <= r["t"] <= b for a, b in stopping)]
         term_exit = [round(r["end"] - r["signal_t"], 2) for r in self.runs if r.get("signal_t") and r["end"]]
         # lost entries: an answer delivered to a session that a later request of that session lacks
-        kills = [e["t"] for e in self.events if e["kind"] in ("kill9", "sigterm", "kill_cli")]
+        kills = [e for e in self.events if e["kind"] in ("kill9", "sigterm", "kill_cli")]
         texts = [json.dumps(b.get("messages", []), ensure_ascii=False) for b in bodies]
-        local = self.cli_transcripts()
+        local = self.local_sigs | set(SIG.findall(self.cli_transcripts()))
         by_sid: dict[str, list[dict]] = {}
         for r in log:
             by_sid.setdefault(r["sid"], []).append(r)
         lost: dict[str, list] = {"gap": [], "kill": [], "kill-unwritten": [], "handoff": []}
+        in_flight: list[list] = []
         effects_lost = 0
         for sid, recs in by_sid.items():
             for k, r in enumerate(recs):
@@ -689,7 +723,12 @@ class Chaos:
                 missing = next((x for x in recs[k + 1:] if r["sig"] not in texts[x["i"]]), None)
                 if missing is None:
                     continue
-                if any(r["t"] - 0.5 <= t <= missing["t"] for t in kills):   # or in flight at the kill
+                near = [e for e in kills if r["t"] - 0.5 <= e["t"] <= missing["t"]]
+                why = None if r["sig"] in local else unreachable(r, near)
+                if why:
+                    in_flight.append([r["i"], why])
+                    continue
+                if near:
                     # the CLI wrote it to its own transcript (flower could have stored it) or never did
                     lost["kill" if r["sig"] in local else "kill-unwritten"].append(r["i"])
                 elif missing["role"] == "ritual":
@@ -717,7 +756,7 @@ class Chaos:
             "gave_up": gave_up, "files": files, "expected_ok": files == expected,
             "doubled": doubled, "missing": self._missing(),
             "requests": len(log), "answered": sum(1 for r in log if r["status"] == 200 and not r["fault"]),
-            "lost": lost, "lost_with_effect": effects_lost, "orphans": orphans, "after_term": after_term, "term_exit_s": term_exit,
+            "lost": lost, "in_flight": in_flight, "lost_with_effect": effects_lost, "orphans": orphans, "after_term": after_term, "term_exit_s": term_exit,
             "error_requests": error_requests, "errors": errors, "interrupt_marks": interrupts,
             "survivors": self.survivors,
             "temp_left": [n for n in os.listdir(self.tmp) if n.startswith("claude-resume-")],
@@ -807,14 +846,14 @@ def run_seed(settings: Settings, seed: int, base: dict, base_dir: str) -> dict:
     return result
 
 
-HEAD = (f"{'seed':>4} {'fin':>3} {'ident':>5} {'dup':>3} {'lost g/k/u/h':>12} {'orph':>4} {'term':>4} {'errfed':>6} "
+HEAD = (f"{'seed':>4} {'fin':>3} {'ident':>5} {'dup':>3} {'lost g/k/u/h':>12} {'infl':>4} {'orph':>4} {'term':>4} {'errfed':>6} "
         f"{'extra%':>6} {'req+%':>6} {'faults':>6} {'runs':>4} {'stops':>5} {'hand':>4} {'wall s':>7}  ok")
 
 
 def row(r: dict) -> str:
     lost = "/".join(str(len(r["lost"][k])) for k in ("gap", "kill", "kill-unwritten", "handoff"))
     return (f"{r['seed']:>4} {'yes' if r['finished'] else 'NO':>3} {'yes' if r['identical'] else 'NO':>5} "
-            f"{len(r['doubled']):>3} {lost:>12} {len(r['orphans']):>4} {len(r.get('after_term', [])):>4} {len(r['error_requests']):>6} "
+            f"{len(r['doubled']):>3} {lost:>12} {len(r.get('in_flight', [])):>4} {len(r['orphans']):>4} {len(r.get('after_term', [])):>4} {len(r['error_requests']):>6} "
             f"{r['extra_answered_pct']:>6} {r['extra_requests_pct']:>6} "
             f"{r['faults_fired']:>3}/{r['faults_planned']:<2} {r['runs']:>4} {len(r['gave_up']):>5} "
             f"{r['handoffs']:>4} {r['wall_s']:>7}  {'ok' if r['ok'] else 'FAIL'}")
@@ -928,7 +967,9 @@ def totals(results: list[dict]) -> str:
     n = len(results)
     lost = sum(sum(map(len, r["lost"].values())) for r in results)
     return (f"total: {sum(r['finished'] for r in results)}/{n} finished, {sum(r['identical'] for r in results)}/{n} "
-            f"identical, {sum(len(r['doubled']) for r in results)} duplicated lines, {lost} lost entries, "
+            f"identical, {sum(len(r['doubled']) for r in results)} duplicated lines, {lost} lost entries "
+            f"(and {sum(len(r.get('in_flight', [])) for r in results)} answers that never reached a CLI able to "
+            f"write them), "
             f"{sum(len(r['orphans']) for r in results)} orphan requests, "
             f"{sum(len(r.get('after_term', [])) for r in results)} requests after SIGTERM, "
             f"{sum(len(r['error_requests']) for r in results)} requests with error text, "
@@ -946,6 +987,8 @@ def explain(r: dict) -> list[str]:
     for cls, items in r["lost"].items():
         if items:
             out.append(f"lost entries ({cls}): requests {items[:20]}")
+    for i, why in r.get("in_flight", []):
+        out.append(f"answer {i} kept by nobody, in principle: {why}")
     if r["orphans"]:
         out.append(f"orphan requests: {r['orphans'][:20]}")
     if r.get("after_term"):

@@ -3,8 +3,8 @@
 The job (40 lines, two handoffs) runs once undisturbed and once under a seeded plan of 10 faults: one of
 each kind (kill -9 of flower, kill -9 of its CLI alone, SIGTERM, an API outage, a 429/500/529 burst, a
 dropped stream, an overflow, the session database locked, a failed notes write) and one more. It must
-finish with the undisturbed workspace, no line written twice, no entry lost that flower could have kept
-(see the comment on "kill-unwritten"), no request from an orphan, no error text fed back to the model and
+finish with the undisturbed workspace, no line written twice, no entry lost (answers that only ever existed
+in a process the harness SIGKILLed are reported apart, with the reason), no request from an orphan, no error text fed back to the model and
 at most 15% more answered API calls.
 Skipped without the SDK. ``FLOWER_CHAOS_SEED`` picks the seed (default 1)."""
 
@@ -49,12 +49,11 @@ class ChaosOneSeed(unittest.TestCase):
             self.assertTrue(r["finished"], story)
             self.assertTrue(r["identical"], story)
             self.assertEqual(r["doubled"], {}, story)
-            # "kill-unwritten": answers delivered at most 0.5 s before a kill that the CLI had not yet
-            # written anywhere (it runs a tool before it writes the turn): gone with the process in
-            # principle. Every other loss (a gap, a turn the CLI wrote but the store lacks, a handoff)
-            # is flower's and must be zero.
-            self.assertEqual({k: v for k, v in r["lost"].items() if v and k != "kill-unwritten"}, {}, story)
-            self.assertLessEqual(len(r["lost"]["kill-unwritten"]), r["faults_planned"], story)
+            # no loss of any class; answers "in flight" (only ever in a process SIGKILLed by the harness,
+            # or reaching a CLI after flower was stopped) are reported apart, each with its reason
+            self.assertEqual({k: v for k, v in r["lost"].items() if v}, {}, story)
+            kills = sum(r["fired_kinds"].get(k, 0) for k in ("kill9", "sigterm", "kill_cli"))
+            self.assertLessEqual(len(r["in_flight"]), kills, story)   # one answer on the wire per kill at most
             self.assertEqual(r["orphans"], [], story)
             self.assertEqual(r["after_term"], [], story)
             self.assertEqual(r["survivors"], [], story)
