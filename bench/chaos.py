@@ -96,10 +96,12 @@ def unreachable(r: dict, kills: list[dict]) -> str | None:
     before its CLI could read the answer off the socket (its SIGTERM came first)."""
     done = r.get("t_done") or r["t"]
     for e in kills:
+        sent = e["t"] - (e.get("took") or 0)   # a SIGTERM is noted once flower has exited
+
         if e["kind"] == "kill_cli" and e.get("target") == "cli" and done - 0.05 <= e["t"] <= done + CLI_WRITE_LAG:
             return f"the CLI itself was SIGKILLed {e['t'] - done:+.3f} s after the answer reached it"
-        if e["kind"] in ("kill9", "sigterm") and e["t"] >= done - 0.05 and e["t"] - done <= CLI_WRITE_LAG:
-            return f"flower was stopped {e['t'] - done:+.3f} s after the answer was sent, before its CLI read it"
+        if e["kind"] in ("kill9", "sigterm") and done - 0.05 <= sent <= done + CLI_WRITE_LAG:
+            return f"flower was stopped {sent - done:+.3f} s after the answer was sent, before its CLI read it"
     return None
 
 
