@@ -1465,9 +1465,14 @@ def settings_problems(env: dict[str, str] | None = None) -> list[str]:
     return [p for p in problems if p]
 
 
+PROGRESS_ANSWERS = 2   # a failed connection with this many answers of the model made progress
+
+
 @dataclass
 class Resilience:
-    """Retry policy: how often, how long to back off, and how long to wait for the network."""
+    """Retry policy: how often, how long to back off, and how long to wait for the network.
+    ``max_attempts`` counts failed connections in a row: one in which the model answered at least
+    ``PROGRESS_ANSWERS`` times (a tool round trip at least) starts the count again."""
 
     max_attempts: int = 6
     base_delay: float = 4.0
@@ -5307,6 +5312,7 @@ class _Turn:
     terminal_reason: str | None = None
     exception: BaseException | None = None
     cancelled: bool = False
+    answers: int = 0   # the model's own answers on the main thread (not synthetic)
     human: bool = False
     handoff: bool = False
     ritual_text: str | None = None
@@ -5686,11 +5692,14 @@ class Runtime:
                         break
                     current_prompt, resuming = carry, None
                     continue
-                if not self.resilience.should_retry(kind) or result.attempts >= self.resilience.max_attempts:
+                # the budget is for failures in a row: a connection in which the model answered at least
+                # PROGRESS_ANSWERS times moved the work on, and an hours-long job meets many passing faults
+                st.failed_in_row = 1 if turn.answers >= PROGRESS_ANSWERS else st.failed_in_row + 1
+                if not self.resilience.should_retry(kind) or st.failed_in_row >= self.resilience.max_attempts:
                     result.error = redact(error)[:1000]
                     result.error_kind = AUTH if is_auth_failure(error, status=turn.status) else kind
                     break
-                delay = self.resilience.delay(result.attempts)
+                delay = self.resilience.delay(st.failed_in_row)
                 emit(Event("retry", session_id=st.sid, data={"attempt": result.attempts + 1, "kind": kind,
                                                               "delay": round(delay, 2)}))
                 online = await self._wait_online(emit)
@@ -5878,6 +5887,7 @@ class Runtime:
                 main = getattr(msg, "parent_tool_use_id", None) is None
                 synthetic = getattr(msg, "model", None) == SYNTHETIC_MODEL
                 if main and not synthetic:
+                    turn.answers += 1
                     level = usage_level(getattr(msg, "usage", None))
                     if level:
                         st.level = level
@@ -6077,6 +6087,7 @@ class _RunState:
     interrupt_sent: bool = False
     generation: int = 0
     degraded_in_row: int = 0
+    failed_in_row: int = 0   # failed connections since the model last made progress
     start_prompt: str | None = None
 
 

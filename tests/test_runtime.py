@@ -107,6 +107,26 @@ class Exits(Base):
         self.assertEqual(result.attempts, 4)
         self.assertEqual(len(result.errors), 4)
 
+    # chaos seed 8: an hours-long job met six passing faults far apart (a 529, an outage, two killed
+    # CLIs) and stopped with exit 1, because the budget counted every failure of the step
+    def test_failures_far_apart_do_not_use_up_the_budget(self):
+        work = [("tool", "Bash", {"command": "make"}, "ok", 100), ("text", "step done", 100)]
+        boom = ("error", "API Error: 500 Internal server error", 500, "api_error")
+        FAKE.turns = [work + [boom]] * 9 + [[("text", "finished", 100)]]
+        result = self.run_spec()
+        self.assertTrue(result.ok, result.error)
+        self.assertEqual(result.attempts, 10)   # the total is still reported
+        self.assertEqual(len(self.sleeps), 9)
+        self.assertTrue(all(3.0 <= s <= 5.0 for s in self.sleeps), self.sleeps)   # no growing backoff
+
+    def test_one_answer_per_connection_is_not_progress(self):
+        # a connection that dies right after the resume's first answer, again and again, is capped
+        FAKE.turns = [[("text", "resuming", 100), ("error", "API Error: 500 Internal server error", 500,
+                                                   "api_error")]] * 10
+        result = self.run_spec()
+        self.assertFalse(result.ok)
+        self.assertEqual(result.attempts, 4)
+
     def test_network_down_past_the_wait(self):
         self.rt.resilience = Resilience(max_offline_wait=0.0, probe_interval=0.01, probe_timeout=0.2)
         os.environ["ANTHROPIC_BASE_URL"] = "http://127.0.0.1:9"
