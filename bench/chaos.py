@@ -90,18 +90,25 @@ SIG = re.compile(r"toolu_chaos\d+")
 CLI_WRITE_LAG = 0.5   # the CLI writes its transcript ~0.1 s behind what it received (measured); margin
 
 
+def _when(dt: float) -> str:
+    return f"{abs(dt):.3f} s {'after' if dt >= 0 else 'before'}"
+
+
 def unreachable(r: dict, kills: list[dict]) -> str | None:
     """Why an answer the CLI never wrote anywhere could not be kept by anyone (None when it could):
-    the CLI itself was SIGKILLed while the answer was only in its memory, or flower was stopped
-    before its CLI could read the answer off the socket (its SIGTERM came first)."""
+    the CLI itself was SIGKILLed while the answer was only in its memory, or the CLI was told to stop
+    (flower or its guard killed: SIGTERM) before it read the answer off the socket."""
     done = r.get("t_done") or r["t"]
     for e in kills:
         sent = e["t"] - (e.get("took") or 0)   # a SIGTERM is noted once flower has exited
 
         if e["kind"] == "kill_cli" and e.get("target") == "cli" and done - 0.05 <= e["t"] <= done + CLI_WRITE_LAG:
-            return f"the CLI itself was SIGKILLed {e['t'] - done:+.3f} s after the answer reached it"
+            return f"the CLI itself was SIGKILLed {_when(e['t'] - done)} the answer reached it"
         if e["kind"] in ("kill9", "sigterm") and done - 0.05 <= sent <= done + CLI_WRITE_LAG:
-            return f"flower was stopped {sent - done:+.3f} s after the answer was sent, before its CLI read it"
+            return f"flower was stopped {_when(sent - done)} the answer was sent, before its CLI read it"
+        if e["kind"] == "kill_cli" and e.get("target") == "guard" and done - 0.05 <= sent <= done + CLI_WRITE_LAG:
+            return (f"the CLI's guard was SIGKILLed {_when(sent - done)} the answer was sent (so the CLI was "
+                    f"told to stop) before the CLI read it")
     return None
 
 
