@@ -23,9 +23,9 @@ from __future__ import annotations
 # some paths need (each is a stand-in that imports the module on first use and then replaces itself),
 # and typing: annotations are never evaluated here (postponed), so its names are imported for type
 # checkers only.
+import _thread
 import argparse
 import contextlib
-import dataclasses
 import functools
 import gc
 import importlib
@@ -35,7 +35,6 @@ import re
 import signal
 import sys
 import time
-from dataclasses import dataclass, field
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # names used only in (postponed) annotations: importing typing would cost start-up time
@@ -74,7 +73,51 @@ class _LazyPattern:
 _lazy_re = _LazyPattern
 
 
+class _FieldSpec:
+    """What :func:`field` was given, until its record is made."""
+
+    def __init__(self, kwargs: dict):
+        self.kwargs = kwargs
+
+
+def field(**kwargs: Any) -> Any:
+    """``dataclasses.field`` for a :func:`record` (made together with the record)."""
+    return _FieldSpec(kwargs)
+
+
+def record(cls: type) -> type:
+    """``@dataclass``, applied to ``cls`` in place when it is first instantiated. Importing dataclasses
+    (it pulls in inspect, ast, dis) and building flower's records costs ~12 ms, a tenth of a cold start
+    that ``--help`` and ``status`` never need. Until then the class has only its class attributes."""
+
+    def new(klass: type, *args: Any, **kwargs: Any) -> Any:
+        if cls not in _MADE_RECORDS:
+            _make_record(cls)
+        return object.__new__(klass)   # then Python calls the __init__ that dataclass() made
+
+    cls.__new__ = staticmethod(new)  # type: ignore[assignment]
+    return cls
+
+
+def _make_record(cls: type) -> None:
+    # __new__ is the hook, not __init__: a thread that comes in while the class is being made waits
+    # here instead of meeting a class without its __init__ (and a __new__ set later cannot be deleted)
+    with _RECORD_LOCK:
+        if cls in _MADE_RECORDS:
+            return
+        for name, value in list(cls.__dict__.items()):
+            if isinstance(value, _FieldSpec):
+                setattr(cls, name, dataclasses.field(**value.kwargs))
+        dataclasses.dataclass(cls)
+        _MADE_RECORDS.add(cls)
+
+
+_MADE_RECORDS: set = set()
+_RECORD_LOCK = _thread.allocate_lock()
+
+
 _dt = _OnFirstUse("_dt", "datetime")
+dataclasses = _OnFirstUse("dataclasses", "dataclasses")
 hashlib = _OnFirstUse("hashlib", "hashlib")
 random = _OnFirstUse("random", "random")
 shlex = _OnFirstUse("shlex", "shlex")
@@ -1468,7 +1511,7 @@ def settings_problems(env: dict[str, str] | None = None) -> list[str]:
 PROGRESS_ANSWERS = 2   # a failed connection with this many answers of the model made progress
 
 
-@dataclass
+@record
 class Resilience:
     """Retry policy: how often, how long to back off, and how long to wait for the network.
     ``max_attempts`` counts failed connections in a row: one in which the model answered at least
@@ -1918,7 +1961,7 @@ is_read_only_command.cache_clear = _read_only.cache_clear   # type: ignore[attr-
 is_read_only_command.cache_info = _read_only.cache_info     # type: ignore[attr-defined]
 
 
-@dataclass
+@record
 class PrunePolicy:
     """What ``prune`` does to a transcript before a resumed model sees it."""
 
@@ -1936,7 +1979,7 @@ class PrunePolicy:
     lang: str = "en"
 
 
-@dataclass
+@record
 class PruneReport:
     """What one ``prune`` run changed (all counts), plus the spill files trim wants written."""
 
@@ -2512,7 +2555,7 @@ _DONE = _lazy_re(r"(?i)\[x\]|✅|✓|✔|\((?:done|completed|finished)\)|^\s*(?:
                    r"已完成|已经完成|（完成）")
 
 
-@dataclass
+@record
 class Ledger:
     """A handoff document: five sections written by the retiring session (or built mechanically
     from its transcript when that failed, then ``degraded`` says why)."""
@@ -2598,7 +2641,18 @@ _BRIEF_ALIASES = _alias_table({
 })
 
 
-@dataclass
+def brief_sections(markdown: str) -> dict[str, str]:
+    """The brief's four sections found in ``markdown`` (real headings, en/zh, aliases)."""
+    sections, _ = parse_sections(markdown or "", _BRIEF_ALIASES)
+    return {k: v for k, v in sections.items() if k in BRIEF_KEYS}
+
+
+def brief_complete(sections: dict[str, str]) -> bool:
+    """All four sections present and filled."""
+    return all(not _is_empty(sections.get(k)) for k in BRIEF_KEYS)
+
+
+@record
 class Brief:
     """The clarified task: Goal / Acceptance / Bounds / Unknowns and assumptions."""
 
@@ -2607,13 +2661,12 @@ class Brief:
     @classmethod
     def parse(cls, markdown: str) -> "Brief":
         """Read the four sections from real markdown headings (en/zh, aliases)."""
-        sections, _ = parse_sections(markdown or "", _BRIEF_ALIASES)
-        return cls({k: v for k, v in sections.items() if k in BRIEF_KEYS})
+        return cls(brief_sections(markdown))
 
     @property
     def complete(self) -> bool:
         """All four sections present and filled: clarify can be skipped."""
-        return all(not _is_empty(self.sections.get(k)) for k in BRIEF_KEYS)
+        return brief_complete(self.sections)
 
     def render(self, lang: str = "en") -> str:
         """The brief as markdown; missing sections are marked ``(unfilled)``."""
@@ -2627,7 +2680,20 @@ _LIST_ITEM = _lazy_re(r"^\s*(?:[-*+]|\d+[.)])\s+(?:\[[ xX]\]\s+)?(.+)$")
 UNVERIFIABLE = _lazy_re(r"\[cannot verify here[^\]]*\]|\[此处无法验证[^\]]*\]", re.IGNORECASE)
 
 
-@dataclass
+def goal_parts(markdown: str) -> tuple[str, list[str]]:
+    """``(statement, checks)``: the text under ``# Goal`` and the list items under ``# Checks``."""
+    sections, _ = parse_sections(markdown or "", _GOAL_ALIASES)
+    checks = [m.group(1).strip() for line in sections.get("checks", "").splitlines()
+              if (m := _LIST_ITEM.match(line))]
+    return sections.get("statement", "").strip(), checks
+
+
+def goal_complete(statement: str, checks: list[str]) -> bool:
+    """A statement and at least one check."""
+    return bool(statement) and not _is_empty(statement) and bool(checks)
+
+
+@record
 class Goal:
     """The frozen goal: one statement and a list of checks, each verifiable on the spot (or marked
     ``[cannot verify here: why]``)."""
@@ -2638,15 +2704,12 @@ class Goal:
     @classmethod
     def parse(cls, markdown: str) -> "Goal":
         """Read ``# Goal`` and the list items under ``# Checks``."""
-        sections, _ = parse_sections(markdown or "", _GOAL_ALIASES)
-        checks = [m.group(1).strip() for line in sections.get("checks", "").splitlines()
-                  if (m := _LIST_ITEM.match(line))]
-        return cls(sections.get("statement", "").strip(), checks)
+        return cls(*goal_parts(markdown))
 
     @property
     def complete(self) -> bool:
         """A statement and at least one check: the goal step can be skipped."""
-        return bool(self.statement) and not _is_empty(self.statement) and bool(self.checks)
+        return goal_complete(self.statement, self.checks)
 
     @property
     def unverifiable(self) -> list[str]:
@@ -2665,7 +2728,7 @@ _VERDICT_ALIASES = _alias_table({"failed": ["failed checks", "failed", "未通�
                                  "reasons": ["reasons", "reason", "why", "理由", "原因"]})
 
 
-@dataclass
+@record
 class Verdict:
     """The judge's decision. Anything but exactly one clean ``VERDICT:`` line is not achieved."""
 
@@ -3283,19 +3346,19 @@ def load_store_factory(spec: str) -> Any:
 
 # --- Lineage and manifest: which step used which session; a row for every step ---
 
-@dataclass
 class Paths:
     """Where flower keeps things, for one workspace and run_dir (SPEC §2, §13): by default every
     piece of state lives in ``<workspace>/.flower``; ``run_dir`` (``-r``) moves the run files
-    (sessions.db, lineage, manifest, window book, transcripts) elsewhere."""
+    (sessions.db, lineage, manifest, window book, transcripts) elsewhere. (A plain class, not a
+    record: ``status`` needs it, and records cost a cold start their making.)"""
 
-    workspace: str
-    run_dir: str | None = None
-    lang: str = "en"
+    def __init__(self, workspace: str, run_dir: str | None = None, lang: str = "en"):
+        self.workspace = os.path.realpath(workspace)
+        self.run_dir = os.path.abspath(run_dir) if run_dir else os.path.join(self.workspace, ".flower")
+        self.lang = lang
 
-    def __post_init__(self) -> None:
-        self.workspace = os.path.realpath(self.workspace)
-        self.run_dir = os.path.abspath(self.run_dir) if self.run_dir else os.path.join(self.workspace, ".flower")
+    def __repr__(self) -> str:
+        return f"Paths(workspace={self.workspace!r}, run_dir={self.run_dir!r}, lang={self.lang!r})"
 
     def run(self, name: str) -> str:
         """A file in run_dir."""
@@ -3677,13 +3740,13 @@ def wake_state(workspace: str = ".", run_dir: str | None = None, state: Any = No
     steps = dict(data.get("steps") or {})
     brief_text = _read_text(paths.brief)
     goal_text = _read_text(paths.goal)
-    goal = Goal.parse(goal_text or "")
-    brief_done = Brief.parse(brief_text or "").complete
+    statement, checks = goal_parts(goal_text or "")
+    brief_done = brief_complete(brief_sections(brief_text or ""))
     return {
         "waking": bool(steps) or brief_done,
         "brief": brief_done,
-        "goal": goal.complete,
-        "checks": len(goal.checks),
+        "goal": goal_complete(statement, checks),
+        "checks": len(checks),
         "woke": data.get("woke", 0) if isinstance(data.get("woke"), int) else 0,
         "steps": steps,
         "achieved": bool(data.get("achieved")) and data.get("achieved") == steps.get("work"),
@@ -3692,7 +3755,7 @@ def wake_state(workspace: str = ".", run_dir: str | None = None, state: Any = No
 
 # --- Handoff: window, threshold, ledger from the transcript, the prioritised carry ---
 
-@dataclass
+@record
 class HandoffPolicy:
     """When to hand a step over to a fresh session, and how much to carry."""
 
@@ -3924,7 +3987,7 @@ def slim_transcript(entries: list[dict], session_id: str) -> str:
     return redact("\n".join(lines).rstrip() + "\n")
 
 
-@dataclass
+@record
 class Carry:
     """The first prompt of a successor session, and what had to be shortened or left out."""
 
@@ -5178,7 +5241,7 @@ class PgLock(DriverLock):
 
 # --- Agent runtime: specs, events, results, one step on the SDK with its four exits ---
 
-@dataclass
+@record
 class AgentSpec:
     """What an agent is: its instructions, tools and limits. ``ask`` gives it an ``ask`` tool that
     reaches the human (an in-process MCP server); ``compaction=None`` lets flower manage the context
@@ -5221,7 +5284,7 @@ def check_spec(spec: AgentSpec) -> None:
                           "inside a sandbox)", EXIT_USAGE)
 
 
-@dataclass
+@record
 class StepResult:
     """The outcome of one step (one manifest row)."""
 
@@ -5268,7 +5331,7 @@ EVENT_KINDS = ("text", "thinking", "tool_call", "tool_result", "result", "error"
                "step", "handoff", "ask", "system", "info", "summary", "lock", "offline", "online")
 
 
-@dataclass
+@record
 class Event:
     """One thing that happened, normalised from the SDK stream (or from flower itself)."""
 
@@ -5298,7 +5361,7 @@ class StepAbort(Exception):
     """Raised by a gate or a step to stop the workflow with a message (exit code 1)."""
 
 
-@dataclass
+@record
 class _Turn:
     """What one client connection produced."""
 
@@ -6069,7 +6132,7 @@ class Runtime:
         return carry.text
 
 
-@dataclass
+@record
 class _RunState:
     """Mutable state of one ``Runtime.run`` call."""
 
@@ -6107,7 +6170,7 @@ def _resolve_prompt(prompt: Any, ctx: dict) -> str:
     return prompt(ctx) if callable(prompt) else str(prompt)
 
 
-@dataclass
+@record
 class Step:
     """One agent job in a workflow.
 
@@ -7321,7 +7384,7 @@ def cmd_status(args: argparse.Namespace, reporter: Reporter) -> int:
     return EXIT_OK
 
 
-@dataclass
+@record
 class Check:
     """One line of ``doctor``: what was checked, whether it passed, and how to fix it."""
 

@@ -133,3 +133,81 @@ class JsonState(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class Records(unittest.TestCase):
+    """``@record``: a dataclass made on first instantiation (cold start does not pay for dataclasses)."""
+
+    def make(self):
+        @flower.record
+        class Point:
+            x: int
+            y: int = 0
+            tags: list = flower.field(default_factory=list)
+
+            def norm(self):
+                return abs(self.x) + abs(self.y)
+        return Point
+
+    def test_a_record_behaves_like_a_dataclass_once_made(self):
+        import dataclasses
+        point = self.make()
+        self.assertNotIn("__dataclass_fields__", point.__dict__)   # nothing made at definition
+        a, b = point(1, y=2), point(1, 2)
+        self.assertEqual(a, b)
+        self.assertIn("(x=1, y=2, tags=[])", repr(a))
+        self.assertEqual(a.norm(), 3)
+        a.tags.append("t")
+        self.assertEqual(b.tags, [])   # default_factory: one list per instance
+        self.assertEqual([f.name for f in dataclasses.fields(a)], ["x", "y", "tags"])
+        self.assertEqual(dataclasses.asdict(dataclasses.replace(a, y=5)), {"x": 1, "y": 5, "tags": ["t"]})
+        with self.assertRaises(TypeError):
+            point()   # x is required
+
+    def test_made_once_when_threads_race_to_the_first_instance(self):
+        import threading
+        point = self.make()
+        errors, barrier = [], threading.Barrier(8)
+
+        def first():
+            barrier.wait()
+            try:
+                point(3)
+            except Exception as exc:   # noqa: BLE001 - any failure is the finding
+                errors.append(exc)
+        threads = [threading.Thread(target=first) for _ in range(8)]
+        interval = sys.getswitchinterval()
+        sys.setswitchinterval(1e-6)   # switch threads as often as possible: the race shows if it exists
+        try:
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+        finally:
+            sys.setswitchinterval(interval)
+        self.assertEqual(errors, [])
+        self.assertEqual(point(3), point(3))
+
+    def test_help_and_status_load_no_heavy_module(self):
+        heavy = ("asyncio", "claude_agent_sdk", "dataclasses", "inspect", "socket", "uuid", "hashlib", "ssl",
+                 "psycopg", "shlex", "difflib", "random", "threading")
+        probe = ("import sys, runpy; sys.argv = ['flower.py', *sys.argv[1:]]\n"
+                 "try:\n    runpy.run_path(%r, run_name='__main__')\nexcept SystemExit:\n    pass\n"
+                 "sys.__stdout__.write('\\nMODULES ' + ' '.join(sorted(sys.modules)))" % os.path.join(ROOT, "flower.py"))
+        site = set(subprocess.run([sys.executable, "-c", "import sys; print(' '.join(sys.modules))"],
+                                  capture_output=True, text=True).stdout.split())
+        with tempfile.TemporaryDirectory() as ws:
+            notes = os.path.join(ws, ".flower", "notes")   # a used workspace: a brief and a goal to read
+            os.makedirs(notes)
+            with open(os.path.join(notes, "brief.md"), "w") as fh:
+                fh.write("## Goal\nx\n## Acceptance\ny\n## Bounds\nz\n## Unknowns and assumptions\nnone\n")
+            with open(os.path.join(notes, "goal.md"), "w") as fh:
+                fh.write("# Goal\nx\n\n# Checks\n- y\n")
+            subprocess.run([sys.executable, os.path.join(ROOT, "flower.py"), "status"], cwd=ws,
+                           capture_output=True, check=False)
+            for args in (["--help"], ["status"], ["status", "--json"]):
+                out = subprocess.run([sys.executable, "-c", probe, *args], cwd=ws, capture_output=True,
+                                     text=True).stdout
+                loaded = set(out.rsplit("MODULES ", 1)[-1].split())
+                self.assertIn("argparse", loaded, args)   # the probe saw the run
+                self.assertEqual(sorted(m for m in heavy if m in loaded - site), [], args)
