@@ -686,15 +686,21 @@ class Guard(Procs, unittest.TestCase):
                 self.assert_all_gone(sid, ticks)
                 self.assertTrue(self.told_to_stop(ticks), "the CLI was killed without a chance to write")
 
-    def test_a_killed_guard_tells_its_cli_to_stop(self):
-        sid, ticks = self.token(), os.path.join(self.tmp.name, "ticks-guard-killed")
+    def running_guard(self, name):
+        """A guard (child of this test) whose fake CLI ticks in its main loop, its record written."""
+        sid, ticks = self.token(), os.path.join(self.tmp.name, name)
         path, env = flower.cli_guard(self.run_dir, self.cli)
         guard = subprocess.Popen([path, "--session-id", sid, "--input-format", "stream-json"],
                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                  env={**os.environ, **env, "TICKS": ticks})
         self.procs.append(guard)
         self.groups.append(guard.pid)
-        self.assertTrue(wait_until(lambda: self.main_loop_ticks(ticks)))
+        self.assertTrue(wait_until(lambda: record_ready(os.path.join(self.run_dir, "live", f"{guard.pid}.json"))
+                                   and self.main_loop_ticks(ticks)))
+        return guard, sid, ticks
+
+    def test_a_killed_guard_tells_its_cli_to_stop(self):
+        guard, sid, ticks = self.running_guard("ticks-guard-killed")
         guard.send_signal(signal.SIGKILL)
         guard.wait(timeout=10)
         self.assertTrue(wait_until(lambda: not pids_with(sid)), pids_with(sid))
@@ -715,15 +721,7 @@ class Guard(Procs, unittest.TestCase):
         self.assert_all_gone(sid, ticks)
 
     def test_stop_own_clis_lets_the_cli_write_then_kills_the_group(self):
-        sid, ticks = self.token(), os.path.join(self.tmp.name, "ticks-own")
-        path, env = flower.cli_guard(self.run_dir, self.cli)
-        guard = subprocess.Popen([path, "--session-id", sid, "--input-format", "stream-json"],
-                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                 env={**os.environ, **env, "TICKS": ticks})
-        self.procs.append(guard)
-        self.groups.append(guard.pid)
-        self.assertTrue(wait_until(lambda: record_ready(os.path.join(self.run_dir, "live", f"{guard.pid}.json"))
-                                   and self.main_loop_ticks(ticks)))
+        guard, sid, ticks = self.running_guard("ticks-own")
         self.assertEqual(flower.stop_own_clis(self.run_dir), [guard.pid])
         self.assertIn(guard.wait(timeout=10), (-signal.SIGKILL, 7))
         self.assertTrue(self.told_to_stop(ticks))

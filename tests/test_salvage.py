@@ -87,74 +87,73 @@ class NeverStored(fakesdk.FakeWorkspace, unittest.TestCase):
             self.assertEqual([e["uuid"] for e in rt.raw_store.load_sync(key)], ["p", "q"])
 
 
-class CliDiesMidTurn(fakesdk.FakeWorkspace, unittest.TestCase):
+class TempCopy(fakesdk.FakeWorkspace, unittest.TestCase):
+    """A resumed connection's CLI wrote turns into its temp copy (the SDK's ``claude-resume-*`` dir) that
+    the store never got; ``disconnect()`` deletes that copy, as the SDK does."""
+
+    def setUp(self):
+        super().setUp()
+        tmp = tempfile.TemporaryDirectory()
+        self.addCleanup(tmp.cleanup)
+        patcher = mock.patch("tempfile.gettempdir", return_value=tmp.name)
+        patcher.start()
+        self.addCleanup(patcher.stop)
+        self.live = os.path.join(tmp.name, "claude-resume-live")
+        self.rt = flower.Runtime(workspace=self.ws, run_dir=self.run_dir,
+                                 resilience=flower.Resilience(probe=False, base_delay=0, max_attempts=3))
+        self.addCleanup(self.rt.close)
+        self.sid = "33333333-3333-3333-3333-333333333333"
+        self.key = {"project_key": self.rt.project_key, "session_id": self.sid}
+        self.rt.raw_store.append_sync(self.key, [json.loads(line("a"))])
+        self.copy = os.path.join(self.live, "projects", self.rt.project_key, self.sid + ".jsonl")
+        real_disconnect = fakesdk.ClaudeSDKClient.disconnect
+
+        async def disconnect(client):   # like the SDK: the materialised copy goes with the connection
+            shutil.rmtree(self.live, ignore_errors=True)
+            await real_disconnect(client)
+        patcher = mock.patch.object(fakesdk.ClaudeSDKClient, "disconnect", disconnect)
+        patcher.start()
+        self.addCleanup(patcher.stop)
+
+    def write_copy(self, *uuids):
+        os.makedirs(os.path.dirname(self.copy), exist_ok=True)
+        with open(self.copy, "w") as fh:
+            fh.writelines(line(u) for u in uuids)
+
+    def stored(self):
+        return {e.get("uuid") for e in self.rt.raw_store.load_sync(self.key)}
+
     def test_what_the_dead_cli_wrote_to_its_temp_copy_is_stored_before_disconnect(self):
         from tests.fakesdk import FAKE
-        with tempfile.TemporaryDirectory() as tmp, mock.patch("tempfile.gettempdir", return_value=tmp):
-            rt = flower.Runtime(workspace=self.ws, run_dir=self.run_dir,
-                                resilience=flower.Resilience(probe=False, base_delay=0, max_attempts=3))
-            self.addCleanup(rt.close)
-            sid = "33333333-3333-3333-3333-333333333333"
-            key = {"project_key": rt.project_key, "session_id": sid}
-            rt.raw_store.append_sync(key, [json.loads(line("a"))])
-            copy = os.path.join(tmp, "claude-resume-live", "projects", rt.project_key)
 
-            def dies(prompt, options, loaded):
-                # the CLI of this resumed connection wrote two turns into its temp copy, then died
-                os.makedirs(copy, exist_ok=True)
-                with open(os.path.join(copy, sid + ".jsonl"), "w") as fh:
-                    fh.writelines([line("a"), line("m1"), line("m2")])
-                return [("raise", RuntimeError("the CLI died: ECONNRESET"))]
-            FAKE.turns = [dies, [("text", "carried on", 1000)]]
-            real_disconnect = fakesdk.ClaudeSDKClient.disconnect
+        def dies(prompt, options, loaded):
+            self.write_copy("a", "m1", "m2")
+            return [("raise", RuntimeError("the CLI died: ECONNRESET"))]
+        FAKE.turns = [dies, [("text", "carried on", 1000)]]
+        result = asyncio.run(self.rt.run(flower.AgentSpec("work"), "go on", resume=self.sid, lineage_key="work"))
+        self.assertTrue(result.ok, result.error)
+        self.assertLessEqual({"a", "m1", "m2"}, self.stored())
 
-            async def disconnect(client):   # like the SDK: the materialised copy goes with the connection
-                shutil.rmtree(os.path.join(tmp, "claude-resume-live"), ignore_errors=True)
-                await real_disconnect(client)
-            with mock.patch.object(fakesdk.ClaudeSDKClient, "disconnect", disconnect):
-                result = asyncio.run(rt.run(flower.AgentSpec("work"), "go on", resume=sid, lineage_key="work"))
-            self.assertTrue(result.ok, result.error)
-            self.assertLessEqual({"a", "m1", "m2"}, {e.get("uuid") for e in rt.raw_store.load_sync(key)})
-
-
-class StoppedBySignal(fakesdk.FakeWorkspace, unittest.TestCase):
     # issue 17: on SIGTERM rescue() stops the CLI (which then writes what it held) and the step is
     # cancelled; disconnect() then deleted the resumed connection's temp copy with turns the store
     # never got (chaos seeds 5, 7, 9: answers carried by later requests, gone after the restart).
     def test_a_cancelled_turn_stores_the_temp_copy_before_disconnect(self):
         from tests.fakesdk import FAKE
-        with tempfile.TemporaryDirectory() as tmp, mock.patch("tempfile.gettempdir", return_value=tmp):
-            rt = flower.Runtime(workspace=self.ws, run_dir=self.run_dir,
-                                resilience=flower.Resilience(probe=False, base_delay=0, max_attempts=3))
-            self.addCleanup(rt.close)
-            sid = "44444444-4444-4444-4444-444444444444"
-            key = {"project_key": rt.project_key, "session_id": sid}
-            rt.raw_store.append_sync(key, [json.loads(line("a"))])
-            copy = os.path.join(tmp, "claude-resume-live", "projects", rt.project_key)
-            written = os.path.join(copy, sid + ".jsonl")
 
-            def stopped(prompt, options, loaded):
-                os.makedirs(copy, exist_ok=True)
-                with open(written, "w") as fh:   # what the stopping CLI wrote but never mirrored
-                    fh.writelines([line("a"), line("t1"), line("t2")])
-                return [("block", "never")]
-            FAKE.turns = [stopped]
-            real_disconnect = fakesdk.ClaudeSDKClient.disconnect
+        def stopped(prompt, options, loaded):
+            self.write_copy("a", "t1", "t2")   # what the stopping CLI wrote but never mirrored
+            return [("block", "never")]
+        FAKE.turns = [stopped]
 
-            async def disconnect(client):
-                shutil.rmtree(os.path.join(tmp, "claude-resume-live"), ignore_errors=True)
-                await real_disconnect(client)
-
-            async def main():
-                task = asyncio.ensure_future(rt.run(flower.AgentSpec("work"), "go on", resume=sid,
+        async def main():
+            task = asyncio.ensure_future(self.rt.run(flower.AgentSpec("work"), "go on", resume=self.sid,
                                                      lineage_key="work"))
-                while not os.path.exists(written):
-                    await asyncio.sleep(0.01)
-                await asyncio.sleep(0.05)
-                task.cancel()   # what _run_with_signals does after rescue()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
-            with mock.patch.object(fakesdk.ClaudeSDKClient, "disconnect", disconnect):
-                asyncio.run(main())
-            self.assertLessEqual({"a", "t1", "t2"}, {e.get("uuid") for e in rt.raw_store.load_sync(key)})
-            self.assertFalse(os.path.exists(written))
+            while not os.path.exists(self.copy):
+                await asyncio.sleep(0.01)
+            await asyncio.sleep(0.05)
+            task.cancel()   # what _run_with_signals does after rescue()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        asyncio.run(main())
+        self.assertLessEqual({"a", "t1", "t2"}, self.stored())
+        self.assertFalse(os.path.exists(self.copy))
