@@ -1981,13 +1981,23 @@ def _is_trim_marker(value: str) -> bool:
 def _gc_paused() -> Any:
     """Pause the cyclic GC while building large acyclic structures (prune, load): otherwise it walks
     the growing heap again and again for nothing, and the cost per entry grows with the transcript.
-    Nested pauses are one pause (only the outermost re-enables)."""
+    Nested pauses are one pause (only the outermost re-enables).
+
+    What the pause made is then filed with the old objects (``freeze`` + ``unfreeze`` is two list
+    splices, and resets the young count): else the first allocation after ``enable`` runs a young
+    collection that walks every object the pause made, and the next full collection walks them all
+    again. Long-lived data is what the old generation is for; the full collection still sees it. Not
+    when someone else froze objects (``unfreeze`` would thaw theirs too)."""
     was_enabled = gc.isenabled()
+    frozen = gc.get_freeze_count()
     gc.disable()
     try:
         yield
     finally:
         if was_enabled:
+            if not frozen:
+                gc.freeze()
+                gc.unfreeze()
             gc.enable()
 
 
