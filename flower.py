@@ -2015,28 +2015,29 @@ def prune(entries: list[dict], policy: PrunePolicy | None = None) -> tuple[list[
 
 
 class _Pruning:
-    """The working state of one prune: the entry list being rewritten and what one scan of it found."""
+    """The working state of one prune: the entry list being rewritten and what one scan of it found.
+    Later steps look only at what the scan indexed, never at every entry again."""
 
-    __slots__ = ("policy", "report", "work", "parents", "drop", "results", "uses", "errors", "calls", "empty", "bash",
-                 "reshaped")
+    __slots__ = ("policy", "report", "work", "pars", "parents", "drop", "gone", "results", "uses", "errors", "calls",
+                 "bash", "empty", "halted", "healed", "careful")
 
     def __init__(self, policy: PrunePolicy):
         self.policy = policy
         self.report = PruneReport()
         self.work: list[dict] = []                          # the surviving entries, rewritten in place
+        self.pars: list = []                                # the parentUuid each entry of ``work`` came with
         self.parents: dict[str, Any] = {}                   # uuid -> parentUuid of every input entry
         self.drop: set = set()                              # uuids leaving the chain
-        self.results: list[tuple[int, int, dict]] = []      # (entry, block, block) of every tool_result
+        self.gone: list[int] = []                           # entries of ``work`` leaving the chain
+        self.results: list[tuple] = []                      # (entry, block index, block, tool_use_id), in order
         self.uses: dict[str, tuple[int, dict]] = {}         # tool_use id -> (entry, block)
         self.errors: list[tuple[int, int, dict]] = []       # the tool_results with is_error
         self.calls: list[tuple] = []                        # main-thread assistant entries: (entry, call id, uuid)
         self.bash: dict[str, dict] = {}                     # tool_use id -> its block, for Bash calls
-        self.reshaped = False                               # an entry of ``work`` itself leaves (or shares a uuid)
-        self.empty: list[dict] = []                         # user/assistant entries with an empty content list
-
-    def block(self, i: int, j: int) -> dict:
-        """The current block ``j`` of entry ``i``."""
-        return self.work[i]["message"]["content"][j]
+        self.empty: list[int] = []                          # user/assistant entries with an empty content list
+        self.halted: set = set()                            # entries with results that may be interrupted calls
+        self.healed: set = set()                            # flower's own healing entries
+        self.careful = False                                # a uuid twice or not a string: check uuids everywhere
 
 
 def _prune(entries: list[dict], policy: PrunePolicy, consume: bool = False) -> tuple[list[dict], PruneReport]:
@@ -2044,7 +2045,8 @@ def _prune(entries: list[dict], policy: PrunePolicy, consume: bool = False) -> t
     if consume:   # the caller's list is ours: what leaves (API errors, replaced originals) is freed early
         entries.clear()
     _drop_old_results(st)
-    # from here on entries are only replaced, never removed: (i, j) positions stay valid
+    # from here on entries are only replaced, never removed: (i, j) positions stay valid, and a step
+    # that replaces a block puts the new one in its row of ``results``
     if policy.neutralize_interrupts:
         _neutralize_interrupts(st)
     if policy.expire_glances:
@@ -2054,67 +2056,83 @@ def _prune(entries: list[dict], policy: PrunePolicy, consume: bool = False) -> t
     return _relink_and_heal(st), st.report
 
 
-def _drop_api_errors(entries: list[dict], policy: PrunePolicy) -> _Pruning:
+_REJECTED = "User rejected tool use"
+
+
+def _drop_api_errors(entries: Iterable[dict], policy: PrunePolicy) -> _Pruning:
     """Step 1: API-error entries leave (one without a uuid is outside the chain: just left out). The
-    same pass indexes what the later steps need (tool results and uses, errors, API calls), so that
-    they look only at those, never at every entry again."""
+    same pass indexes what the later steps need (tool results and uses, errors, API calls, parents)."""
     st = _Pruning(policy)
-    work, parents, drop, results, uses, errors, calls, empty, bash = \
-        st.work, st.parents, st.drop, st.results, st.uses, st.errors, st.calls, st.empty, st.bash
+    work, pars, parents, results, errors, uses, bash, calls, empty = \
+        st.work, st.pars, st.parents, st.results, st.errors, st.uses, st.bash, st.calls, st.empty
     drop_errors = policy.drop_api_errors
-    report = st.report
     for entry in entries:
         get = entry.get
         uid = get("uuid")
+        parent = get("parentUuid")
         if uid.__class__ is str:
             if uid in parents:
-                st.reshaped = True
-            parents[uid] = get("parentUuid")
+                st.careful = True
+            parents[uid] = parent
+        elif uid is not None:
+            st.careful = True
         kind = get("type")
-        if kind == "user":
+        if kind == "assistant":
+            message = get("message")
+            is_message = isinstance(message, dict)
+            model = message.get("model") if is_message else None
+            if drop_errors and (get("isApiErrorMessage") is True or model == SYNTHETIC_MODEL) and \
+                    is_api_error_entry(entry):
+                _drop_error(st, entry, uid)
+                continue
+            if is_message:
+                i = len(work)
+                content = message.get("content")
+                if isinstance(content, list):
+                    if not content:
+                        empty.append(i)
+                    for block in content:   # tool uses: the last use of an id decides
+                        if isinstance(block, dict) and block.get("type") == "tool_use":
+                            tool_id = block.get("id")
+                            if tool_id:
+                                uses[tool_id] = (i, block)
+                                if block.get("name") == "Bash":
+                                    bash[tool_id] = block
+                                elif bash:
+                                    bash.pop(tool_id, None)
+                if model != SYNTHETIC_MODEL and not get("isSidechain"):
+                    calls.append((i, message.get("id") or uid, uid))
+        elif kind == "user":
             message = get("message")
             content = message.get("content") if isinstance(message, dict) else None
             if isinstance(content, list):
                 i = len(work)
                 if not content:
-                    empty.append(entry)
+                    empty.append(i)
+                found = len(results)
                 for j, block in enumerate(content):
                     if isinstance(block, dict) and block.get("type") == "tool_result":
-                        results.append((i, j, block))
+                        results.append((i, j, block, block.get("tool_use_id")))
                         if block.get("is_error"):
                             errors.append((i, j, block))
-        elif kind == "assistant":
-            message = get("message")
-            if drop_errors and (get("isApiErrorMessage") is True or isinstance(message, dict) and
-                                message.get("model") == SYNTHETIC_MODEL) and is_api_error_entry(entry):
-                report.dropped_errors += 1
-                report.chars_saved += len(entry_text(entry)) or len(str(get("error", "")))
-                if uid.__class__ is str:
-                    drop.add(uid)
-                continue
-            if isinstance(message, dict):
-                i = len(work)
-                content = message.get("content")
-                if isinstance(content, list):
-                    if not content:
-                        empty.append(entry)
-                    for block in content:
-                        if isinstance(block, dict) and block.get("type") == "tool_use" and block.get("id"):
-                            uses[block["id"]] = (i, block)
-                            if block.get("name") == "Bash":
-                                bash[block["id"]] = block
-                            elif bash:
-                                bash.pop(block["id"], None)   # the last use of an id decides, as in ``uses``
-                if not get("isSidechain") and message.get("model") != SYNTHETIC_MODEL:
-                    calls.append((i, message.get("id") or uid, uid))
+                if found != len(results):
+                    if get("toolUseResult") == _REJECTED or get("toolDenialKind") == "interrupted":
+                        st.halted.add(i)
+                    if get("flowerHealed"):
+                        st.healed.add(i)
         elif kind == "system" and drop_errors and get("subtype") == "api_error":
-            report.dropped_errors += 1
-            report.chars_saved += len(entry_text(entry)) or len(str(get("error", "")))
-            if uid.__class__ is str:
-                drop.add(uid)
+            _drop_error(st, entry, uid)
             continue
         work.append(entry)
+        pars.append(parent)
     return st
+
+
+def _drop_error(st: _Pruning, entry: dict, uid: Any) -> None:
+    st.report.dropped_errors += 1
+    st.report.chars_saved += len(entry_text(entry)) or len(str(entry.get("error", "")))
+    if uid.__class__ is str:
+        st.drop.add(uid)
 
 
 _UNAVAILABLE = "No such tool available:"
@@ -2136,10 +2154,9 @@ def _json_text(value: Any) -> str:
     return _JSON_ENCODERS[0](value)
 
 
-def _drop_old_results(st: _Pruning) -> None:
-    """Step 2: results that teach helplessness go, but the newest: permission denials (keep
-    ``keep_denials``) and unavailable-tool errors (keep ``keep_unavailable`` per tool). The tool_use
-    and its tool_result both leave; an entry left empty leaves the chain."""
+def _old_results(st: _Pruning) -> list[tuple[int, int, dict]]:
+    """The error results step 2 removes: all permission denials but the newest ``keep_denials``, and
+    all unavailable-tool errors but the newest ``keep_unavailable`` per tool (counted in the report)."""
     work, uses = st.work, st.uses
     denials, unavailable = [], {}
     for i, j, b in st.errors:
@@ -2153,67 +2170,98 @@ def _drop_old_results(st: _Pruning) -> None:
     stale_unavailable = [r for rows in unavailable.values() for r in rows[:max(0, len(rows) - keep)]]
     st.report.denials_dropped = len(old)
     st.report.unavailable_dropped = len(stale_unavailable)
-    old += stale_unavailable
+    return old + stale_unavailable
+
+
+def _drop_old_results(st: _Pruning) -> None:
+    """Step 2: results that teach helplessness go, but the newest (see :func:`_old_results`). The
+    tool_use and its tool_result both leave; an entry left empty leaves the chain."""
+    old = _old_results(st)
     if not old:
         return
+    work = st.work
     drop_result = {(i, j) for i, j, _ in old}
-    drop_use_ids = {b.get("tool_use_id") for _, _, b in old}
     changed = sorted({i for i, _, _ in old})
-    touched = set(changed)
+    fresh: dict[int, list] = {}
     for i in changed:
-        entry = dict(work[i])
-        message = dict(entry["message"])
-        st.report.chars_saved += sum(len(block_text(b)) for j, b in enumerate(message["content"])
-                                     if (i, j) in drop_result)
-        message["content"] = [b for j, b in enumerate(message["content"]) if (i, j) not in drop_result]
-        entry["message"] = message
-        entry.pop("toolUseResult", None)
-        work[i] = entry
-    for tool_id in drop_use_ids:
-        if tool_id in uses:
-            k, block = uses.pop(tool_id)
-            st.bash.pop(tool_id, None)
-            entry = dict(work[k])
-            message = dict(entry["message"])
-            st.report.chars_saved += len(_json_text(block.get("input", "")))
-            message["content"] = [b for b in message["content"] if not (isinstance(b, dict) and b.get("id") == tool_id)]
-            entry["message"] = message
-            work[k] = entry
-            touched.add(k)
-    # an entry left with no content leaves the chain (as does one that came with none)
-    for entry in st.empty + [work[k] for k in touched]:
-        if isinstance(entry.get("uuid"), str) and not entry["message"]["content"]:
-            st.drop.add(entry["uuid"])
-            st.reshaped = True
+        content = work[i]["message"]["content"]
+        st.report.chars_saved += sum(len(block_text(b)) for j, b in enumerate(content) if (i, j) in drop_result)
+        kept = [b for j, b in enumerate(content) if (i, j) not in drop_result]
+        if _leaves(st, i, kept):
+            continue
+        work[i] = _with_content(work[i], kept)
+        work[i].pop("toolUseResult", None)
+        fresh[i] = [(i, j, b, b.get("tool_use_id")) for j, b in enumerate(kept)
+                    if isinstance(b, dict) and b.get("type") == "tool_result"]
+    _drop_old_uses(st, {b.get("tool_use_id") for _, _, b in old})
+    for k in st.empty:   # an entry that came with no content leaves the chain too
+        _leaves(st, k, work[k]["message"]["content"])
     # re-index only the entries that changed; every other (i, j) position is still valid
-    fresh = {i: [(i, j, b) for j, b in enumerate(work[i]["message"]["content"])
-                 if isinstance(b, dict) and b.get("type") == "tool_result"] for i in changed}
-    results: list[tuple[int, int, dict]] = []
+    redone = set(changed)
+    results: list[tuple] = []
     for r in st.results:   # in (i, j) order, as before; each changed entry's results in place of its old ones
-        rows = fresh.pop(r[0], None) if r[0] in fresh else False
-        if rows is False:
+        if r[0] not in redone:
             results.append(r)
-        elif rows is not None:
-            results += rows
+        elif r[0] in fresh:
+            results += fresh.pop(r[0])
     st.results = results
+
+
+def _drop_old_uses(st: _Pruning, tool_ids: set) -> None:
+    """The tool_use blocks of the removed results leave their assistant entries."""
+    work, by_entry = st.work, {}
+    for tool_id in tool_ids:
+        if tool_id in st.uses:
+            k, block = st.uses.pop(tool_id)
+            st.bash.pop(tool_id, None)
+            st.report.chars_saved += len(_json_text(block.get("input", "")))
+            by_entry.setdefault(k, []).append(tool_id)
+    for k, ids in by_entry.items():
+        content = work[k]["message"]["content"]
+        for tool_id in ids:
+            content = [b for b in content if not (isinstance(b, dict) and b.get("id") == tool_id)]
+        if not _leaves(st, k, content):
+            work[k] = _with_content(work[k], content)
+
+
+def _leaves(st: _Pruning, i: int, content: list) -> bool:
+    """True (and entry ``i`` is marked to leave the chain) when ``content`` is empty and the entry has a
+    uuid. Such an entry is not copied: nothing of it is sent."""
+    uid = st.work[i].get("uuid")
+    if content or not isinstance(uid, str):
+        return False
+    st.drop.add(uid)
+    st.gone.append(i)
+    return True
+
+
+def _with_content(entry: dict, content: list) -> dict:
+    """Copy of ``entry`` whose message has ``content``."""
+    entry = dict(entry)
+    message = dict(entry["message"])
+    message["content"] = content
+    entry["message"] = message
+    return entry
 
 
 def _neutralize_interrupts(st: _Pruning) -> None:
     """Step 3: the result of an interrupted call gets a neutral text, not an error."""
+    if not st.halted:
+        return
     neutral = text("interrupted_result", st.policy.lang)
-    work = st.work
+    work, results, halted = st.work, st.results, st.halted
     last, interrupted = -1, False
-    for i, j, _ in st.results:
+    for k, (i, j, block, tool_id) in enumerate(results):
+        if i not in halted:
+            continue
         if i != last:
-            entry = work[i]
-            interrupted = (entry.get("toolDenialKind") == "interrupted" or
-                           entry.get("toolUseResult") == "User rejected tool use") and _is_interrupt(entry)
-            last = i
-        if interrupted and block_text(st.block(i, j)) != neutral:
-            st.report.chars_saved += len(block_text(st.block(i, j))) - len(neutral)
+            interrupted, last = _is_interrupt(work[i]), i
+        if interrupted and block_text(block) != neutral:
+            st.report.chars_saved += len(block_text(block)) - len(neutral)
             work[i] = _replace_result(work[i], j, neutral, is_error=False)
             if isinstance(work[i].get("toolUseResult"), str):
                 work[i]["toolUseResult"] = neutral
+            results[k] = (i, j, work[i]["message"]["content"][j], tool_id)
             st.report.interrupts += 1
 
 
@@ -2222,44 +2270,51 @@ def _expire_glances(st: _Pruning) -> None:
     (only short ones: a big one is the trim step's business). Walks newest to oldest: past the newest
     ``keep_glances`` glances, a result that could not expire anyway (too long, already trimmed) is not
     classified at all."""
-    policy, work, bash, drop = st.policy, st.work, st.bash, st.drop
+    policy, work, bash, drop, healed, careful = st.policy, st.work, st.bash, st.drop, st.healed, st.careful
     keep, limit = policy.keep_glances, policy.glance_max_chars
     kept = 0
     stale = []   # newest first
-    for i, j, block in reversed(st.results):
-        use = bash.get(block.get("tool_use_id"))
-        if use is None:
-            continue
-        entry = work[i]
-        if entry.get("uuid") in drop or entry.get("flowerHealed"):
+    results = st.results
+    for k in range(len(results) - 1, -1, -1):
+        i, j, block, tool_id = results[k]
+        use = bash.get(tool_id)
+        if use is None or careful and work[i].get("uuid") in drop or i in healed:
             continue
         now = None
         if kept >= keep:
-            now = entry["message"]["content"][j].get("content")
+            now = block.get("content")
             if now.__class__ is not str:
-                now = block_text(entry["message"]["content"][j])
+                now = block_text(block)
             if len(now) > limit or now.startswith(_TRIM_PREFIXES):
                 continue
         command = (use.get("input") or {}).get("command", "")
-        if isinstance(command, str) and is_read_only_command(command):
+        if isinstance(command, str) and _read_only(command):
             if now is None:
                 kept += 1
             else:
-                stale.append((i, j, command, now))
-    if not stale:
-        return
-    calls, k, seen = st.calls, len(st.calls) - 1, set()
-    for i, j, command, now in stale:
-        while k >= 0 and calls[k][0] > i:   # distinct API calls after entry i: how many turns ago
-            if calls[k][2] not in drop:
-                seen.add(calls[k][1])
-            k -= 1
+                stale.append((k, command, now))
+    if stale:
+        _expire(st, stale)
+
+
+def _expire(st: _Pruning, stale: list[tuple[int, str, str]]) -> None:
+    """Replace the stale glances (newest first) by a marker that says how many turns ago they expired."""
+    calls, drop, work, results = st.calls, st.drop, st.work, st.results
+    template = text("expired_result", st.policy.lang)
+    c, seen = len(calls) - 1, set()
+    for k, command, now in stale:
+        i, j, _, tool_id = results[k]
+        while c >= 0 and calls[c][0] > i:   # distinct API calls after entry i: how many turns ago
+            if calls[c][2] not in drop:
+                seen.add(calls[c][1])
+            c -= 1
         short = command if len(command) <= 80 else command[:77] + "..."
-        marker = text("expired_result", policy.lang, cmd=short, n=len(seen))
+        marker = template.format(cmd=short, n=len(seen))
         if now != marker:
             st.report.expired += 1
             st.report.chars_saved += len(now) - len(marker)
             work[i] = _replace_result(work[i], j, marker)
+            results[k] = (i, j, work[i]["message"]["content"][j], tool_id)
 
 
 def spill_name(entry: dict, index: int, full: str) -> str:
@@ -2277,14 +2332,22 @@ _SPILL_UUID = _lazy_re(r"[A-Za-z0-9-]{1,80}")
 def _trim(st: _Pruning) -> None:
     """Step 5: old huge tool results move to spill files (returned in the report, written by the
     caller); the entry keeps a pointer and loses the CLI's side copy (``toolUseResult``)."""
-    policy, work, drop = st.policy, st.work, st.drop
-    big = [(i, j) for i, j, _ in st.results if work[i].get("uuid") not in drop
-           and not work[i].get("flowerHealed") and len(block_text(st.block(i, j))) >= policy.trim_min_chars]
-    for i, j in big[:max(0, len(big) - policy.trim_keep)]:
-        full = block_text(st.block(i, j))
-        path = os.path.join(policy.spill_dir or ".flower/spill", spill_name(work[i], j, full))
+    policy, work, drop, healed, careful = st.policy, st.work, st.drop, st.healed, st.careful
+    least = policy.trim_min_chars
+    big = []
+    for i, j, block, _ in st.results:
+        if careful and work[i].get("uuid") in drop or i in healed:
+            continue
+        now = block.get("content")
+        if (len(now) if now.__class__ is str else len(block_text(block))) >= least:
+            big.append((i, j, block))
+    folder = os.path.join(policy.spill_dir or ".flower/spill", "")   # + a file name: os.path.join of the two
+    template = text("trimmed_result", policy.lang)
+    for i, j, block in big[:max(0, len(big) - policy.trim_keep)]:
+        full = block_text(block)
+        path = folder + spill_name(work[i], j, full)
         st.report.spills[path] = full
-        marker = text("trimmed_result", policy.lang, n=len(full), path=path)
+        marker = template.format(n=len(full), path=path)
         st.report.trimmed += 1
         st.report.chars_saved += len(full) - len(marker)
         work[i] = _replace_result(work[i], j, marker)
@@ -2295,55 +2358,79 @@ def _heal_id(tool_use_id: Any) -> str:
     return str(uuid.uuid5(uuid.NAMESPACE_URL, "flower-heal:" + str(tool_use_id)))
 
 
-def _relink_and_heal(st: _Pruning) -> list[dict]:
-    """Steps 6 and 7, in one pass: re-link ``parentUuid`` past dropped entries, and give every
-    tool_use without a result a neutral one, chained right after it (what pointed at its entry now
-    points at the last healing entry)."""
-    answered = {block.get("tool_use_id") for _, _, block in st.results}
+def _orphans(st: _Pruning) -> dict[str, list[dict]]:
+    """uuid of a surviving entry -> its tool_use blocks that have no result anywhere."""
+    answered = {row[3] for row in st.results}
     orphans: dict[str, list[dict]] = {}
     work, drop = st.work, st.drop
     for tool_id, (i, block) in st.uses.items():
         if tool_id not in answered and isinstance(work[i].get("uuid"), str) and work[i]["uuid"] not in drop:
             orphans.setdefault(work[i]["uuid"], []).append(block)
+    return orphans
+
+
+def _relink_and_heal(st: _Pruning) -> list[dict]:
+    """Steps 6 and 7, in one pass: re-link ``parentUuid`` past dropped entries, and give every
+    tool_use without a result a neutral one, chained right after it (what pointed at its entry now
+    points at the last healing entry). Only the entries that change are looked at; the runs between
+    them are copied as slices."""
+    orphans = _orphans(st)
+    work, drop = st.work, st.drop
     if not drop and not orphans:
         return work
-    survivor = _survivors(drop, st.parents)
-    if not orphans and not st.reshaped:   # only parents change: rewrite them in place
-        try:
-            for k, entry in enumerate(work):
-                parent = entry.get("parentUuid")
-                if parent in drop and isinstance(parent, str):
-                    entry = dict(entry)
-                    entry["parentUuid"] = survivor(parent)
-                    work[k] = entry
-            return work
-        except TypeError:
-            pass   # an unhashable parentUuid: the careful way below
     repoint = {uid: _heal_id(blocks[-1]["id"]) for uid, blocks in orphans.items()}
-    heal_ids = set(repoint.values())
-    neutral = text("interrupted_result", st.policy.lang)
     hits = drop | repoint.keys() if repoint else drop
     healed = st.report.healed
-    try:   # the quick way: a set lookup per entry; anything to do only for the few that hit
-        out: list[dict] = []
-        for entry in work:
-            uid = entry.get("uuid")
-            if st.reshaped and uid in drop and isinstance(uid, str):
-                continue
-            parent = entry.get("parentUuid")
-            if parent in hits:
-                target = survivor(parent) if parent in drop and isinstance(parent, str) else parent
-                if target in repoint and uid not in heal_ids:
-                    target = repoint[target]
-                if target is not parent:
-                    entry = dict(entry)
-                    entry["parentUuid"] = target
-            out.append(entry)
-            if uid in orphans:
-                _heal_after(out, entry, uid, orphans[uid], neutral, st.report)
-        return out
+    try:
+        moved = [k for k, parent in enumerate(st.pars) if parent in hits]
+        if st.careful:   # a uuid may stand for several entries: find them all
+            gone = [k for k, entry in enumerate(work) if entry.get("uuid") in drop]
+            heal_at = [k for k, entry in enumerate(work) if entry.get("uuid") in orphans]
+        else:
+            gone = st.gone
+            heal_at = [st.uses[blocks[0]["id"]][0] for blocks in orphans.values()]
+        return _spliced(st, moved, set(gone), set(heal_at), orphans, repoint)
     except TypeError:   # an unhashable uuid or parentUuid somewhere: the careful way
         st.report.healed = healed
+    return _relinked_carefully(st, orphans, repoint)
+
+
+def _spliced(st: _Pruning, moved: list[int], gone: set, heal_at: set, orphans: dict, repoint: dict) -> list[dict]:
+    """``work`` without the ``gone`` entries, the ``moved`` ones re-pointed, healing after ``heal_at``."""
+    work, drop = st.work, st.drop
+    survivor = _survivors(drop, st.parents)
+    heal_ids = set(repoint.values())
+    neutral = text("interrupted_result", st.policy.lang)
+    moved_set = set(moved)
+    out: list[dict] = []
+    start = 0
+    for k in sorted(moved_set | gone | heal_at):
+        out += work[start:k]
+        start = k + 1
+        entry = work[k]
+        if k in gone:
+            continue
+        if k in moved_set:
+            uid, parent = entry.get("uuid"), entry.get("parentUuid")
+            target = survivor(parent) if parent in drop and isinstance(parent, str) else parent
+            if target in repoint and uid not in heal_ids:
+                target = repoint[target]
+            if target is not parent:
+                entry = dict(entry)
+                entry["parentUuid"] = target
+        out.append(entry)
+        if k in heal_at:
+            _heal_after(out, entry, entry["uuid"], orphans[entry["uuid"]], neutral, st.report)
+    out += work[start:]
+    return out
+
+
+def _relinked_carefully(st: _Pruning, orphans: dict, repoint: dict) -> list[dict]:
+    """:func:`_relink_and_heal` one entry at a time, for uuids or parents that cannot be hashed."""
+    work, drop = st.work, st.drop
+    survivor = _survivors(drop, st.parents)
+    heal_ids = set(repoint.values())
+    neutral = text("interrupted_result", st.policy.lang)
     out = []
     for entry in work:
         uid = entry.get("uuid")
