@@ -1945,30 +1945,6 @@ def _replace_result(entry: dict, index: int, new_content: str, *, is_error: bool
     return entry
 
 
-def _index(entries: list[dict]) -> tuple[list[tuple[int, int, dict]], dict[str, tuple[int, dict]]]:
-    """One pass: every tool_result in user entries as (entry index, block index, block), in order,
-    and every assistant tool_use as id -> (entry index, block)."""
-    results: list[tuple[int, int, dict]] = []
-    uses: dict[str, tuple[int, dict]] = {}
-    for i, entry in enumerate(entries):
-        kind = entry.get("type")
-        if kind != "user" and kind != "assistant":
-            continue
-        message = entry.get("message")
-        content = message.get("content") if isinstance(message, dict) else None
-        if not isinstance(content, list):
-            continue
-        for j, block in enumerate(content):
-            if not isinstance(block, dict):
-                continue
-            btype = block.get("type")
-            if btype == "tool_result" and kind == "user":
-                results.append((i, j, block))
-            elif btype == "tool_use" and kind == "assistant" and block.get("id"):
-                uses[block["id"]] = (i, block)
-    return results, uses
-
-
 _TRIM_PREFIXES = tuple(table["trimmed_result"].split("{")[0] for table in TEXTS.values())
 
 
