@@ -1756,10 +1756,16 @@ def _git_read_only(args: list[str]) -> bool:
     return True
 
 
+def _program_name(word: str) -> str:
+    """``os.path.basename(word)``, without its function calls where paths are POSIX (once per word of
+    thousands of distinct commands on a cold resume)."""
+    return word[word.rfind("/") + 1:] if os.sep == "/" and not os.altsep else os.path.basename(word)
+
+
 def _segment_read_only(argv: list[str]) -> bool:
     if not argv:
         return False
-    program = os.path.basename(argv[0])
+    program = _program_name(argv[0])
     args = argv[1:]
     if program == "git":
         return _git_read_only(args)
@@ -1812,7 +1818,7 @@ def _read_only(cmd: str) -> bool:
     shlex (both exact: tests compare them with the full parse)."""
     first = _FIRST_WORD.match(cmd)
     if first is not None:
-        program = os.path.basename(first.group(1))
+        program = _program_name(first.group(1))
         if program != "git" and program not in _READ_ONLY_PROGRAMS:
             return False
     return _read_only_parsed(cmd, shell_words(cmd))
@@ -1994,11 +2000,12 @@ class _Pruning:
     """The working state of one prune: the entry list being rewritten and what one scan of it found.
     Later steps look only at what the scan indexed, never at every entry again."""
 
-    __slots__ = ("policy", "report", "work", "pars", "parents", "drop", "gone", "results", "uses", "errors", "calls",
-                 "bash", "empty", "halted", "healed", "careful")
+    __slots__ = ("policy", "own", "report", "work", "pars", "parents", "drop", "gone", "results", "uses", "errors",
+                 "calls", "bash", "empty", "halted", "healed", "careful")
 
-    def __init__(self, policy: PrunePolicy):
+    def __init__(self, policy: PrunePolicy, own: bool = False):
         self.policy = policy
+        self.own = own                                      # the entries are ours: change them in place
         self.report = PruneReport()
         self.work: list[dict] = []                          # the surviving entries, rewritten in place
         self.pars: list = []                                # the parentUuid each entry of ``work`` came with
@@ -2015,10 +2022,35 @@ class _Pruning:
         self.healed: set = set()                            # flower's own healing entries
         self.careful = False                                # a uuid twice or not a string: check uuids everywhere
 
+    def set_result(self, k: int, new_content: str, is_error: bool | None = None) -> dict:
+        """Row ``k`` of ``results`` gets ``new_content`` (its entry copied unless the entries are ours);
+        returns the entry."""
+        i, j, block, tool_id = self.results[k]
+        if self.own:
+            block["content"] = new_content
+            if is_error is not None:
+                block["is_error"] = is_error
+            return self.work[i]
+        self.work[i] = entry = _replace_result(self.work[i], j, new_content, is_error=is_error)
+        self.results[k] = (i, j, entry["message"]["content"][j], tool_id)
+        return entry
+
+    def set_content(self, i: int, content: list) -> dict:
+        """Entry ``i`` gets a message with ``content`` (a copy unless the entries are ours); returns it."""
+        entry = self.work[i]
+        if self.own:
+            entry["message"]["content"] = content
+            return entry
+        self.work[i] = entry = _with_content(entry, content)
+        return entry
+
 
 def _prune(entries: list[dict], policy: PrunePolicy, consume: bool = False) -> tuple[list[dict], PruneReport]:
-    st = _drop_api_errors(entries, policy)
-    if consume:   # the caller's list is ours: what leaves (API errors, replaced originals) is freed early
+    """:func:`prune`; ``consume``: the list and its entries are the caller's to give away (fresh from a
+    load): they are changed in place instead of copied, and the list is emptied (what leaves is freed
+    early)."""
+    st = _drop_api_errors(entries, policy, consume)
+    if consume:
         entries.clear()
     _drop_old_results(st)
     # from here on entries are only replaced, never removed: (i, j) positions stay valid, and a step
@@ -2035,10 +2067,10 @@ def _prune(entries: list[dict], policy: PrunePolicy, consume: bool = False) -> t
 _REJECTED = "User rejected tool use"
 
 
-def _drop_api_errors(entries: Iterable[dict], policy: PrunePolicy) -> _Pruning:
+def _drop_api_errors(entries: Iterable[dict], policy: PrunePolicy, own: bool = False) -> _Pruning:
     """Step 1: API-error entries leave (one without a uuid is outside the chain: just left out). The
     same pass indexes what the later steps need (tool results and uses, errors, API calls, parents)."""
-    st = _Pruning(policy)
+    st = _Pruning(policy, own)
     work, pars, parents, results, errors, uses, bash, calls, empty = \
         st.work, st.pars, st.parents, st.results, st.errors, st.uses, st.bash, st.calls, st.empty
     drop_errors = policy.drop_api_errors
@@ -2165,8 +2197,7 @@ def _drop_old_results(st: _Pruning) -> None:
         kept = [b for j, b in enumerate(content) if (i, j) not in drop_result]
         if _leaves(st, i, kept):
             continue
-        work[i] = _with_content(work[i], kept)
-        work[i].pop("toolUseResult", None)
+        st.set_content(i, kept).pop("toolUseResult", None)
         fresh[i] = [(i, j, b, b.get("tool_use_id")) for j, b in enumerate(kept)
                     if isinstance(b, dict) and b.get("type") == "tool_result"]
     _drop_old_uses(st, {b.get("tool_use_id") for _, _, b in old})
@@ -2197,7 +2228,7 @@ def _drop_old_uses(st: _Pruning, tool_ids: set) -> None:
         for tool_id in ids:
             content = [b for b in content if not (isinstance(b, dict) and b.get("id") == tool_id)]
         if not _leaves(st, k, content):
-            work[k] = _with_content(work[k], content)
+            st.set_content(k, content)
 
 
 def _leaves(st: _Pruning, i: int, content: list) -> bool:
@@ -2234,10 +2265,9 @@ def _neutralize_interrupts(st: _Pruning) -> None:
             interrupted, last = _is_interrupt(work[i]), i
         if interrupted and block_text(block) != neutral:
             st.report.chars_saved += len(block_text(block)) - len(neutral)
-            work[i] = _replace_result(work[i], j, neutral, is_error=False)
-            if isinstance(work[i].get("toolUseResult"), str):
-                work[i]["toolUseResult"] = neutral
-            results[k] = (i, j, work[i]["message"]["content"][j], tool_id)
+            entry = st.set_result(k, neutral, is_error=False)
+            if isinstance(entry.get("toolUseResult"), str):
+                entry["toolUseResult"] = neutral
             st.report.interrupts += 1
 
 
@@ -2275,11 +2305,11 @@ def _expire_glances(st: _Pruning) -> None:
 
 def _expire(st: _Pruning, stale: list[tuple[int, str, str]]) -> None:
     """Replace the stale glances (newest first) by a marker that says how many turns ago they expired."""
-    calls, drop, work, results = st.calls, st.drop, st.work, st.results
+    calls, drop, results = st.calls, st.drop, st.results
     template = text("expired_result", st.policy.lang)
     c, seen = len(calls) - 1, set()
     for k, command, now in stale:
-        i, j, _, tool_id = results[k]
+        i = results[k][0]
         while c >= 0 and calls[c][0] > i:   # distinct API calls after entry i: how many turns ago
             if calls[c][2] not in drop:
                 seen.add(calls[c][1])
@@ -2289,8 +2319,7 @@ def _expire(st: _Pruning, stale: list[tuple[int, str, str]]) -> None:
         if now != marker:
             st.report.expired += 1
             st.report.chars_saved += len(now) - len(marker)
-            work[i] = _replace_result(work[i], j, marker)
-            results[k] = (i, j, work[i]["message"]["content"][j], tool_id)
+            st.set_result(k, marker)
 
 
 def spill_name(entry: dict, index: int, full: str) -> str:
@@ -2311,23 +2340,23 @@ def _trim(st: _Pruning) -> None:
     policy, work, drop, healed, careful = st.policy, st.work, st.drop, st.healed, st.careful
     least = policy.trim_min_chars
     big = []
-    for i, j, block, _ in st.results:
+    for k, (i, j, block, _) in enumerate(st.results):
         if careful and work[i].get("uuid") in drop or i in healed:
             continue
         now = block.get("content")
         if (len(now) if now.__class__ is str else len(block_text(block))) >= least:
-            big.append((i, j, block))
+            big.append(k)
     folder = os.path.join(policy.spill_dir or ".flower/spill", "")   # + a file name: os.path.join of the two
     template = text("trimmed_result", policy.lang)
-    for i, j, block in big[:max(0, len(big) - policy.trim_keep)]:
+    for k in big[:max(0, len(big) - policy.trim_keep)]:
+        i, j, block, _ = st.results[k]
         full = block_text(block)
         path = folder + spill_name(work[i], j, full)
         st.report.spills[path] = full
         marker = template.format(n=len(full), path=path)
         st.report.trimmed += 1
         st.report.chars_saved += len(full) - len(marker)
-        work[i] = _replace_result(work[i], j, marker)
-        work[i].pop("toolUseResult", None)
+        st.set_result(k, marker).pop("toolUseResult", None)
 
 
 def _heal_id(tool_use_id: Any) -> str:
@@ -2392,7 +2421,7 @@ def _spliced(st: _Pruning, moved: list[int], gone: set, heal_at: set, orphans: d
             if target in repoint and uid not in heal_ids:
                 target = repoint[target]
             if target is not parent:
-                entry = dict(entry)
+                entry = entry if st.own else dict(entry)
                 entry["parentUuid"] = target
         out.append(entry)
         if k in heal_at:
