@@ -2009,7 +2009,8 @@ class _Pruning:
         self.report = PruneReport()
         self.work: list[dict] = []                          # the surviving entries, rewritten in place
         self.pars: list = []                                # the parentUuid each entry of ``work`` came with
-        self.parents: dict[str, Any] = {}                   # uuid -> parentUuid of every input entry
+        self.parents: dict[str, Any] = {}                   # uuid -> parentUuid of the entries that leave (of all
+                                                            # entries when careful)
         self.drop: set = set()                              # uuids leaving the chain
         self.gone: list[int] = []                           # entries of ``work`` leaving the chain
         self.results: list[tuple] = []                      # (entry, block index, block, tool_use_id), in order
@@ -2067,21 +2068,20 @@ def _prune(entries: list[dict], policy: PrunePolicy, consume: bool = False) -> t
 _REJECTED = "User rejected tool use"
 
 
-def _drop_api_errors(entries: Iterable[dict], policy: PrunePolicy, own: bool = False) -> _Pruning:
+def _drop_api_errors(entries: list[dict], policy: PrunePolicy, own: bool = False) -> _Pruning:
     """Step 1: API-error entries leave (one without a uuid is outside the chain: just left out). The
     same pass indexes what the later steps need (tool results and uses, errors, API calls, parents)."""
     st = _Pruning(policy, own)
-    work, pars, parents, results, errors, uses, bash, calls, empty = \
-        st.work, st.pars, st.parents, st.results, st.errors, st.uses, st.bash, st.calls, st.empty
+    work, pars, results, errors, uses, bash, calls, empty = \
+        st.work, st.pars, st.results, st.errors, st.uses, st.bash, st.calls, st.empty
     drop_errors = policy.drop_api_errors
+    uids = []
     for entry in entries:
         get = entry.get
         uid = get("uuid")
         parent = get("parentUuid")
         if uid.__class__ is str:
-            if uid in parents:
-                st.careful = True
-            parents[uid] = parent
+            uids.append(uid)
         elif uid is not None:
             st.careful = True
         kind = get("type")
@@ -2091,7 +2091,7 @@ def _drop_api_errors(entries: Iterable[dict], policy: PrunePolicy, own: bool = F
             model = message.get("model") if is_message else None
             if drop_errors and (get("isApiErrorMessage") is True or model == SYNTHETIC_MODEL) and \
                     is_api_error_entry(entry):
-                _drop_error(st, entry, uid)
+                _drop_error(st, entry, uid, parent)
                 continue
             if is_message:
                 i = len(work)
@@ -2129,18 +2129,22 @@ def _drop_api_errors(entries: Iterable[dict], policy: PrunePolicy, own: bool = F
                     if get("flowerHealed"):
                         st.healed.add(i)
         elif kind == "system" and drop_errors and get("subtype") == "api_error":
-            _drop_error(st, entry, uid)
+            _drop_error(st, entry, uid, parent)
             continue
         work.append(entry)
         pars.append(parent)
+    if st.careful or len(set(uids)) != len(uids):   # a uuid twice: the last entry with it names its parent
+        st.careful = True
+        st.parents = {e["uuid"]: e.get("parentUuid") for e in entries if isinstance(e.get("uuid"), str)}
     return st
 
 
-def _drop_error(st: _Pruning, entry: dict, uid: Any) -> None:
+def _drop_error(st: _Pruning, entry: dict, uid: Any, parent: Any) -> None:
     st.report.dropped_errors += 1
-    st.report.chars_saved += len(entry_text(entry)) or len(str(entry.get("error", "")))
+    st.report.chars_saved += ("message" in entry and len(entry_text(entry))) or len(str(entry.get("error", "")))
     if uid.__class__ is str:
         st.drop.add(uid)
+        st.parents[uid] = parent
 
 
 _UNAVAILABLE = "No such tool available:"
@@ -2216,13 +2220,15 @@ def _drop_old_results(st: _Pruning) -> None:
 
 def _drop_old_uses(st: _Pruning, tool_ids: set) -> None:
     """The tool_use blocks of the removed results leave their assistant entries."""
-    work, by_entry = st.work, {}
+    work, by_entry, inputs = st.work, {}, []
     for tool_id in tool_ids:
         if tool_id in st.uses:
             k, block = st.uses.pop(tool_id)
             st.bash.pop(tool_id, None)
-            st.report.chars_saved += len(_json_text(block.get("input", "")))
+            inputs.append(block.get("input", ""))
             by_entry.setdefault(k, []).append(tool_id)
+    # what the inputs weighed: the JSON text of each, from one encoding of all ("[" + ", ".join(...) + "]")
+    st.report.chars_saved += len(_json_text(inputs)) - 2 * len(inputs) if inputs else 0
     for k, ids in by_entry.items():
         content = work[k]["message"]["content"]
         for tool_id in ids:
@@ -2239,6 +2245,8 @@ def _leaves(st: _Pruning, i: int, content: list) -> bool:
         return False
     st.drop.add(uid)
     st.gone.append(i)
+    if not st.careful:
+        st.parents[uid] = st.pars[i]
     return True
 
 
