@@ -1800,8 +1800,17 @@ def shell_words(cmd: str) -> list[str] | None:
         return _SHELL_TOKEN.findall(cmd)
     if not _SHELL_LINE.fullmatch(cmd):
         return None
-    return [_QUOTED.sub(lambda m: m.group(1) if m.group(1) is not None else m.group(2), token)
-            if "'" in token or '"' in token else token for token in _SHELL_TOKEN.findall(cmd)]
+    return [_unquoted(token) if "'" in token or '"' in token else token for token in _SHELL_TOKEN.findall(cmd)]
+
+
+def _unquoted(word: str) -> str:
+    """A word of unquoted runs and '...' / "..." parts, quotes removed (a part holds no quote of its own
+    kind, and an unquoted run holds none: with one kind of quote only, removing it is exact)."""
+    if '"' not in word:
+        return word.replace("'", "")
+    if "'" not in word:
+        return word.replace('"', "")
+    return _QUOTED.sub(lambda m: m.group(1) if m.group(1) is not None else m.group(2), word)
 
 
 def is_read_only_command(cmd: str) -> bool:
@@ -2316,18 +2325,24 @@ def _expire(st: _Pruning, stale: list[tuple[int, str, str]]) -> None:
     calls, drop, results = st.calls, st.drop, st.results
     template = text("expired_result", st.policy.lang)
     c, seen = len(calls) - 1, set()
+    expired = saved = 0
     for k, command, now in stale:
         i = results[k][0]
-        while c >= 0 and calls[c][0] > i:   # distinct API calls after entry i: how many turns ago
-            if calls[c][2] not in drop:
-                seen.add(calls[c][1])
+        while c >= 0:   # distinct API calls after entry i: how many turns ago
+            at, call, uid = calls[c]
+            if at <= i:
+                break
+            if uid not in drop:
+                seen.add(call)
             c -= 1
         short = command if len(command) <= 80 else command[:77] + "..."
         marker = template.format(cmd=short, n=len(seen))
         if now != marker:
-            st.report.expired += 1
-            st.report.chars_saved += len(now) - len(marker)
+            expired += 1
+            saved += len(now) - len(marker)
             st.set_result(k, marker)
+    st.report.expired += expired
+    st.report.chars_saved += saved
 
 
 def spill_name(entry: dict, index: int, full: str) -> str:
