@@ -1781,7 +1781,9 @@ def _segment_read_only(argv: list[str]) -> bool:
 # Exactly what shlex (posix, punctuation_chars, whitespace_split) makes of a command without backslashes
 # or comments: runs of its punctuation characters, and words (unquoted runs and '...' / "..." parts).
 _SHELL_TOKEN = _lazy_re(r"""[();<>|&]+|(?:[^ \t\r\n'"();<>|&]+|'[^']*'|"[^"]*")+""")
-_SHELL_LINE = _lazy_re(r"""[ \t\r\n]*(?:(?:[();<>|&]+|(?:[^ \t\r\n'"();<>|&]+|'[^']*'|"[^"]*")+)[ \t\r\n]*)*""")
+# Every quote closed: runs without quotes, each quoted part followed by one (no nested repetition, so
+# an unclosed quote fails in linear time).
+_QUOTES_CLOSED = _lazy_re(r"""[^'"]*(?:(?:'[^']*'|"[^"]*")[^'"]*)*""")
 _QUOTED = _lazy_re(r"'([^']*)'|\"([^\"]*)\"")
 # A first word shlex would return unchanged: no quote, escape, comment, punctuation or "=" in it or right
 # after it.
@@ -1798,7 +1800,7 @@ def shell_words(cmd: str) -> list[str] | None:
         return None
     if "'" not in cmd and '"' not in cmd:
         return _SHELL_TOKEN.findall(cmd)
-    if not _SHELL_LINE.fullmatch(cmd):
+    if not _QUOTES_CLOSED.fullmatch(cmd):
         return None
     return [_unquoted(token) if "'" in token or '"' in token else token for token in _SHELL_TOKEN.findall(cmd)]
 
