@@ -1910,16 +1910,13 @@ def _survivors(drop_uuids: set, parent_of: dict) -> Callable[[str | None], str |
 
     def survivor(uid: str | None) -> str | None:
         chain = []
-        seen = set()
-        while uid is not None and uid in drop_uuids and uid not in seen:
+        while uid is not None and uid in drop_uuids:
             if uid in resolved:
                 uid = resolved[uid]
                 break
-            seen.add(uid)
+            resolved[uid] = None   # met again before it is resolved: a loop, no surviving ancestor
             chain.append(uid)
             uid = parent_of.get(uid)
-        if uid in drop_uuids:
-            uid = None  # a loop of dropped entries: no surviving ancestor
         for dropped in chain:
             resolved[dropped] = uid
         return uid
@@ -2400,10 +2397,10 @@ def _orphans(st: _Pruning) -> dict[str, list[dict]]:
 
 
 def _relink_and_heal(st: _Pruning) -> list[dict]:
-    """Steps 6 and 7, in one pass: re-link ``parentUuid`` past dropped entries, and give every
-    tool_use without a result a neutral one, chained right after it (what pointed at its entry now
-    points at the last healing entry). Only the entries that change are looked at; the runs between
-    them are copied as slices."""
+    """Steps 6 and 7: re-link ``parentUuid`` past dropped entries, and give every tool_use without a
+    result a neutral one, chained right after it (what pointed at its entry now points at the last
+    healing entry). Only the entries that change are looked at; the runs between them are copied as
+    slices."""
     orphans = _orphans(st)
     work, drop = st.work, st.drop
     if not drop and not orphans:
@@ -2419,37 +2416,45 @@ def _relink_and_heal(st: _Pruning) -> list[dict]:
         else:
             gone = st.gone
             heal_at = [st.uses[blocks[0]["id"]][0] for blocks in orphans.values()]
-        return _spliced(st, moved, set(gone), set(heal_at), orphans, repoint)
+        _repoint(st, moved, repoint)
+        return _spliced(st, set(gone), set(heal_at), orphans)
     except TypeError:   # an unhashable uuid or parentUuid somewhere: the careful way
         st.report.healed = healed
     return _relinked_carefully(st, orphans, repoint)
 
 
-def _spliced(st: _Pruning, moved: list[int], gone: set, heal_at: set, orphans: dict, repoint: dict) -> list[dict]:
-    """``work`` without the ``gone`` entries, the ``moved`` ones re-pointed, healing after ``heal_at``."""
+def _repoint(st: _Pruning, moved: list[int], repoint: dict) -> None:
+    """The entries at ``moved`` point at their nearest surviving ancestor, or at the last healing entry
+    of the orphan they followed."""
     work, drop = st.work, st.drop
     survivor = _survivors(drop, st.parents)
     heal_ids = set(repoint.values())
+    for k in moved:
+        entry = work[k]
+        uid, parent = entry.get("uuid"), entry.get("parentUuid")
+        target = survivor(parent) if parent in drop and isinstance(parent, str) else parent
+        if target in repoint and uid not in heal_ids:
+            target = repoint[target]
+        if target is not parent:
+            if not st.own:
+                work[k] = entry = dict(entry)
+            entry["parentUuid"] = target
+
+
+def _spliced(st: _Pruning, gone: set, heal_at: set, orphans: dict) -> list[dict]:
+    """``work`` without the ``gone`` entries, with healing entries after those at ``heal_at``."""
+    work = st.work
+    if not gone and not heal_at:
+        return work
     neutral = text("interrupted_result", st.policy.lang)
-    moved_set = set(moved)
     out: list[dict] = []
     start = 0
-    for k in sorted(moved_set | gone | heal_at):
+    for k in sorted(gone | heal_at):
         out += work[start:k]
         start = k + 1
-        entry = work[k]
-        if k in gone:
-            continue
-        if k in moved_set:
-            uid, parent = entry.get("uuid"), entry.get("parentUuid")
-            target = survivor(parent) if parent in drop and isinstance(parent, str) else parent
-            if target in repoint and uid not in heal_ids:
-                target = repoint[target]
-            if target is not parent:
-                entry = entry if st.own else dict(entry)
-                entry["parentUuid"] = target
-        out.append(entry)
-        if k in heal_at:
+        if k not in gone:
+            entry = work[k]
+            out.append(entry)
             _heal_after(out, entry, entry["uuid"], orphans[entry["uuid"]], neutral, st.report)
     out += work[start:]
     return out
