@@ -2366,19 +2366,23 @@ def _trim(st: _Pruning) -> None:
         if careful and work[i].get("uuid") in drop or i in healed:
             continue
         now = block.get("content")
-        if (len(now) if now.__class__ is str else len(block_text(block))) >= least:
-            big.append(k)
+        if now.__class__ is not str:
+            now = block_text(block)
+        if len(now) >= least:
+            big.append((k, now))
     folder = os.path.join(policy.spill_dir or ".flower/spill", "")   # + a file name: os.path.join of the two
     template = text("trimmed_result", policy.lang)
-    for k in big[:max(0, len(big) - policy.trim_keep)]:
-        i, j, block, _ = st.results[k]
-        full = block_text(block)
+    spills, saved = st.report.spills, 0
+    old = big[:max(0, len(big) - policy.trim_keep)]
+    for k, full in old:
+        i, j = st.results[k][:2]
         path = folder + spill_name(work[i], j, full)
-        st.report.spills[path] = full
+        spills[path] = full
         marker = template.format(n=len(full), path=path)
-        st.report.trimmed += 1
-        st.report.chars_saved += len(full) - len(marker)
+        saved += len(full) - len(marker)
         st.set_result(k, marker).pop("toolUseResult", None)
+    st.report.trimmed += len(old)
+    st.report.chars_saved += saved
 
 
 def _heal_id(tool_use_id: Any) -> str:
@@ -3250,10 +3254,15 @@ def write_spills(spills: dict[str, str]) -> None:
     """Write each trimmed result once (redacted), never again on later loads. No fsync: a spill file
     can always be rebuilt from the store, so it is not worth a disk flush per file on the resume path."""
     made: set = set()
+    present: dict[str, set | None] = {}
     for path, full in spills.items():
-        if os.path.exists(path):
+        directory, name = os.path.split(path)
+        directory = directory or "."
+        if directory not in present:
+            present[directory] = _existing_names(directory)
+        names = present[directory]
+        if (name in names) if names is not None else os.path.exists(path):
             continue
-        directory = os.path.dirname(path) or "."
         if directory not in made:
             ensure_private_dir(directory)
             made.add(directory)
@@ -3262,6 +3271,19 @@ def write_spills(spills: dict[str, str]) -> None:
         with os.fdopen(fd, "w", encoding="utf-8", errors="surrogatepass") as fh:
             fh.write(redact(full))
         os.replace(tmp, path)
+
+
+def _existing_names(directory: str) -> set | None:
+    """The names in ``directory`` for which ``os.path.exists`` holds, in one listing instead of a stat
+    per file (a resume meets thousands of spill files); empty when it does not exist, None when it
+    cannot be listed."""
+    try:
+        with os.scandir(directory) as listing:
+            return {e.name for e in listing if not e.is_symlink() or os.path.exists(e.path)}
+    except FileNotFoundError:
+        return set()
+    except OSError:
+        return None
 
 
 def _run_sync(awaitable: Any) -> Any:
