@@ -2023,7 +2023,8 @@ class _Pruning:
         self.gone: list[int] = []                           # entries of ``work`` leaving the chain
         self.results: list[tuple] = []                      # (entry, block index, block, tool_use_id), in order
         self.uses: dict[str, tuple[int, dict]] = {}         # tool_use id -> (entry, block)
-        self.errors: list[tuple[int, int, dict]] = []       # the tool_results with is_error
+        self.errors: list[tuple] = []                       # the tool_results with is_error: (entry, block
+                                                            # index, block, whether the entry is a denial)
         self.calls: list[tuple] = []                        # main-thread assistant entries: (entry, call id, uuid)
         self.bash: dict[str, dict] = {}                     # tool_use id -> its block, for Bash calls
         self.empty: list[int] = []                          # user/assistant entries with an empty content list
@@ -2130,7 +2131,7 @@ def _drop_api_errors(entries: list[dict], policy: PrunePolicy, own: bool = False
                     if isinstance(block, dict) and block.get("type") == "tool_result":
                         results.append((i, j, block, block.get("tool_use_id")))
                         if block.get("is_error"):
-                            errors.append((i, j, block))
+                            errors.append((i, j, block, _is_denial(entry)))   # while the entry is at hand
                 if found != len(results):
                     if get("toolUseResult") == _REJECTED or get("toolDenialKind") == "interrupted":
                         st.halted.add(i)
@@ -2177,10 +2178,10 @@ def _json_text(value: Any) -> str:
 def _old_results(st: _Pruning) -> list[tuple[int, int, dict]]:
     """The error results step 2 removes: all permission denials but the newest ``keep_denials``, and
     all unavailable-tool errors but the newest ``keep_unavailable`` per tool (counted in the report)."""
-    work, uses = st.work, st.uses
+    uses = st.uses
     denials, unavailable = [], {}
-    for i, j, b in st.errors:
-        if _is_denial(work[i]):
+    for i, j, b, denial in st.errors:
+        if denial:
             denials.append((i, j, b))
         elif _UNAVAILABLE in block_text(b):
             use = uses.get(b.get("tool_use_id"))
@@ -2205,8 +2206,12 @@ def _drop_old_results(st: _Pruning) -> None:
     fresh: dict[int, list] = {}
     for i in changed:
         content = work[i]["message"]["content"]
-        st.report.chars_saved += sum(len(block_text(b)) for j, b in enumerate(content) if (i, j) in drop_result)
-        kept = [b for j, b in enumerate(content) if (i, j) not in drop_result]
+        if len(content) == 1:   # the usual case: its one block goes
+            st.report.chars_saved += len(block_text(content[0]))
+            kept = []
+        else:
+            st.report.chars_saved += sum(len(block_text(b)) for j, b in enumerate(content) if (i, j) in drop_result)
+            kept = [b for j, b in enumerate(content) if (i, j) not in drop_result]
         if _leaves(st, i, kept):
             continue
         st.set_content(i, kept).pop("toolUseResult", None)
