@@ -2022,7 +2022,7 @@ class _Pruning:
         self.drop: set = set()                              # uuids leaving the chain
         self.gone: list[int] = []                           # entries of ``work`` leaving the chain
         self.results: list[tuple] = []                      # (entry, block index, block, tool_use_id), in order
-        self.uses: dict[str, tuple[int, dict]] = {}         # tool_use id -> (entry, block)
+        self.uses: dict[str, tuple[int, dict, bool]] = {}   # tool_use id -> (entry, block, its only block)
         self.errors: list[tuple] = []                       # the tool_results with is_error: (entry, block
                                                             # index, block, whether the entry is a denial)
         self.calls: list[tuple] = []                        # main-thread assistant entries: (entry, call id, uuid)
@@ -2108,11 +2108,12 @@ def _drop_api_errors(entries: list[dict], policy: PrunePolicy, own: bool = False
                 if isinstance(content, list):
                     if not content:
                         empty.append(i)
+                    alone = len(content) == 1
                     for block in content:   # tool uses: the last use of an id decides
                         if isinstance(block, dict) and block.get("type") == "tool_use":
                             tool_id = block.get("id")
                             if tool_id:
-                                uses[tool_id] = (i, block)
+                                uses[tool_id] = (i, block, alone)
                                 if block.get("name") == "Bash":
                                     bash[tool_id] = block
                                 elif bash:
@@ -2233,13 +2234,16 @@ def _drop_old_results(st: _Pruning) -> None:
 
 def _drop_old_uses(st: _Pruning, tool_ids: set) -> None:
     """The tool_use blocks of the removed results leave their assistant entries."""
-    work, by_entry, inputs = st.work, {}, []
+    work, by_entry, inputs, lone = st.work, {}, [], []
     for tool_id in tool_ids:
         if tool_id in st.uses:
-            k, block = st.uses.pop(tool_id)
+            k, block, alone = st.uses.pop(tool_id)
             st.bash.pop(tool_id, None)
             inputs.append(block.get("input", ""))
-            by_entry.setdefault(k, []).append(tool_id)
+            if alone:   # the entry's only block: it is left empty (no need to look at it again)
+                lone.append(k)
+            else:
+                by_entry.setdefault(k, []).append(tool_id)
     # what the inputs weighed: the JSON text of each, from one encoding of all ("[" + ", ".join(...) + "]")
     st.report.chars_saved += len(_json_text(inputs)) - 2 * len(inputs) if inputs else 0
     for k, ids in by_entry.items():
@@ -2248,6 +2252,9 @@ def _drop_old_uses(st: _Pruning, tool_ids: set) -> None:
             content = [b for b in content if not (isinstance(b, dict) and b.get("id") == tool_id)]
         if not _leaves(st, k, content):
             st.set_content(k, content)
+    for k in lone:
+        if not _leaves(st, k, []):
+            st.set_content(k, [])
 
 
 def _leaves(st: _Pruning, i: int, content: list) -> bool:
@@ -2399,7 +2406,7 @@ def _orphans(st: _Pruning) -> dict[str, list[dict]]:
     answered = {row[3] for row in st.results}
     orphans: dict[str, list[dict]] = {}
     work, drop = st.work, st.drop
-    for tool_id, (i, block) in st.uses.items():
+    for tool_id, (i, block, _) in st.uses.items():
         if tool_id not in answered and isinstance(work[i].get("uuid"), str) and work[i]["uuid"] not in drop:
             orphans.setdefault(work[i]["uuid"], []).append(block)
     return orphans
