@@ -1867,10 +1867,16 @@ def _git_read_only(args: list[str]) -> bool:
     return True
 
 
+def _program_name(word: str) -> str:
+    """``os.path.basename(word)``, without its function calls where paths are POSIX (once per word of
+    thousands of distinct commands on a cold resume)."""
+    return word[word.rfind("/") + 1:] if os.sep == "/" and not os.altsep else os.path.basename(word)
+
+
 def _segment_read_only(argv: list[str]) -> bool:
     if not argv:
         return False
-    program = os.path.basename(argv[0])
+    program = _program_name(argv[0])
     args = argv[1:]
     if program == "git":
         return _git_read_only(args)
@@ -1886,7 +1892,9 @@ def _segment_read_only(argv: list[str]) -> bool:
 # Exactly what shlex (posix, punctuation_chars, whitespace_split) makes of a command without backslashes
 # or comments: runs of its punctuation characters, and words (unquoted runs and '...' / "..." parts).
 _SHELL_TOKEN = _lazy_re(r"""[();<>|&]+|(?:[^ \t\r\n'"();<>|&]+|'[^']*'|"[^"]*")+""")
-_SHELL_LINE = _lazy_re(r"""[ \t\r\n]*(?:(?:[();<>|&]+|(?:[^ \t\r\n'"();<>|&]+|'[^']*'|"[^"]*")+)[ \t\r\n]*)*""")
+# Every quote closed: runs without quotes, each quoted part followed by one (no nested repetition, so
+# an unclosed quote fails in linear time).
+_QUOTES_CLOSED = _lazy_re(r"""[^'"]*(?:(?:'[^']*'|"[^"]*")[^'"]*)*""")
 _QUOTED = _lazy_re(r"'([^']*)'|\"([^\"]*)\"")
 # A first word shlex would return unchanged: no quote, escape, comment, punctuation or "=" in it or right
 # after it.
@@ -1903,10 +1911,19 @@ def shell_words(cmd: str) -> list[str] | None:
         return None
     if "'" not in cmd and '"' not in cmd:
         return _SHELL_TOKEN.findall(cmd)
-    if not _SHELL_LINE.fullmatch(cmd):
+    if not _QUOTES_CLOSED.fullmatch(cmd):
         return None
-    return [_QUOTED.sub(lambda m: m.group(1) if m.group(1) is not None else m.group(2), token)
-            if "'" in token or '"' in token else token for token in _SHELL_TOKEN.findall(cmd)]
+    return [_unquoted(token) if "'" in token or '"' in token else token for token in _SHELL_TOKEN.findall(cmd)]
+
+
+def _unquoted(word: str) -> str:
+    """A word of unquoted runs and '...' / "..." parts, quotes removed (a part holds no quote of its own
+    kind, and an unquoted run holds none: with one kind of quote only, removing it is exact)."""
+    if '"' not in word:
+        return word.replace("'", "")
+    if "'" not in word:
+        return word.replace('"', "")
+    return _QUOTED.sub(lambda m: m.group(1) if m.group(1) is not None else m.group(2), word)
 
 
 def is_read_only_command(cmd: str) -> bool:
@@ -1923,7 +1940,7 @@ def _read_only(cmd: str) -> bool:
     shlex (both exact: tests compare them with the full parse)."""
     first = _FIRST_WORD.match(cmd)
     if first is not None:
-        program = os.path.basename(first.group(1))
+        program = _program_name(first.group(1))
         if program != "git" and program not in _READ_ONLY_PROGRAMS:
             return False
     return _read_only_parsed(cmd, shell_words(cmd))
@@ -2004,16 +2021,13 @@ def _survivors(drop_uuids: set, parent_of: dict) -> Callable[[str | None], str |
 
     def survivor(uid: str | None) -> str | None:
         chain = []
-        seen = set()
-        while uid is not None and uid in drop_uuids and uid not in seen:
+        while uid is not None and uid in drop_uuids:
             if uid in resolved:
                 uid = resolved[uid]
                 break
-            seen.add(uid)
+            resolved[uid] = None   # met again before it is resolved: a loop, no surviving ancestor
             chain.append(uid)
             uid = parent_of.get(uid)
-        if uid in drop_uuids:
-            uid = None  # a loop of dropped entries: no surviving ancestor
         for dropped in chain:
             resolved[dropped] = uid
         return uid
@@ -2056,30 +2070,6 @@ def _replace_result(entry: dict, index: int, new_content: str, *, is_error: bool
     return entry
 
 
-def _index(entries: list[dict]) -> tuple[list[tuple[int, int, dict]], dict[str, tuple[int, dict]]]:
-    """One pass: every tool_result in user entries as (entry index, block index, block), in order,
-    and every assistant tool_use as id -> (entry index, block)."""
-    results: list[tuple[int, int, dict]] = []
-    uses: dict[str, tuple[int, dict]] = {}
-    for i, entry in enumerate(entries):
-        kind = entry.get("type")
-        if kind != "user" and kind != "assistant":
-            continue
-        message = entry.get("message")
-        content = message.get("content") if isinstance(message, dict) else None
-        if not isinstance(content, list):
-            continue
-        for j, block in enumerate(content):
-            if not isinstance(block, dict):
-                continue
-            btype = block.get("type")
-            if btype == "tool_result" and kind == "user":
-                results.append((i, j, block))
-            elif btype == "tool_use" and kind == "assistant" and block.get("id"):
-                uses[block["id"]] = (i, block)
-    return results, uses
-
-
 _TRIM_PREFIXES = tuple(table["trimmed_result"].split("{")[0] for table in TEXTS.values())
 
 
@@ -2092,13 +2082,23 @@ def _is_trim_marker(value: str) -> bool:
 def _gc_paused() -> Any:
     """Pause the cyclic GC while building large acyclic structures (prune, load): otherwise it walks
     the growing heap again and again for nothing, and the cost per entry grows with the transcript.
-    Nested pauses are one pause (only the outermost re-enables)."""
+    Nested pauses are one pause (only the outermost re-enables).
+
+    What the pause made is then filed with the old objects (``freeze`` + ``unfreeze`` is two list
+    splices, and resets the young count): else the first allocation after ``enable`` runs a young
+    collection that walks every object the pause made, and the next full collection walks them all
+    again. Long-lived data is what the old generation is for; the full collection still sees it. Not
+    when someone else froze objects (``unfreeze`` would thaw theirs too)."""
     was_enabled = gc.isenabled()
+    frozen = gc.get_freeze_count()
     gc.disable()
     try:
         yield
     finally:
         if was_enabled:
+            if not frozen:
+                gc.freeze()
+                gc.unfreeze()
             gc.enable()
 
 
@@ -2116,36 +2116,66 @@ def prune(entries: list[dict], policy: PrunePolicy | None = None) -> tuple[list[
 
 
 class _Pruning:
-    """The working state of one prune: the entry list being rewritten and what one scan of it found."""
+    """The working state of one prune: the entry list being rewritten and what one scan of it found.
+    Later steps look only at what the scan indexed, never at every entry again."""
 
-    __slots__ = ("policy", "report", "work", "parents", "drop", "results", "uses", "errors", "calls", "empty", "bash",
-                 "reshaped")
+    __slots__ = ("policy", "own", "report", "work", "pars", "parents", "drop", "gone", "results", "uses", "errors",
+                 "calls", "bash", "empty", "halted", "healed", "careful")
 
-    def __init__(self, policy: PrunePolicy):
+    def __init__(self, policy: PrunePolicy, own: bool = False):
         self.policy = policy
+        self.own = own                                      # the entries are ours: change them in place
         self.report = PruneReport()
         self.work: list[dict] = []                          # the surviving entries, rewritten in place
-        self.parents: dict[str, Any] = {}                   # uuid -> parentUuid of every input entry
+        self.pars: list = []                                # the parentUuid each entry of ``work`` came with
+        self.parents: dict[str, Any] = {}                   # uuid -> parentUuid of the entries that leave (of all
+                                                            # entries when careful)
         self.drop: set = set()                              # uuids leaving the chain
-        self.results: list[tuple[int, int, dict]] = []      # (entry, block, block) of every tool_result
-        self.uses: dict[str, tuple[int, dict]] = {}         # tool_use id -> (entry, block)
-        self.errors: list[tuple[int, int, dict]] = []       # the tool_results with is_error
+        self.gone: list[int] = []                           # entries of ``work`` leaving the chain
+        self.results: list[tuple] = []                      # (entry, block index, block, tool_use_id), in order
+        self.uses: dict[str, tuple[int, dict, bool]] = {}   # tool_use id -> (entry, block, its only block)
+        self.errors: list[tuple] = []                       # the tool_results with is_error: (entry, block
+                                                            # index, block, whether the entry is a denial)
         self.calls: list[tuple] = []                        # main-thread assistant entries: (entry, call id, uuid)
         self.bash: dict[str, dict] = {}                     # tool_use id -> its block, for Bash calls
-        self.reshaped = False                               # an entry of ``work`` itself leaves (or shares a uuid)
-        self.empty: list[dict] = []                         # user/assistant entries with an empty content list
+        self.empty: list[int] = []                          # user/assistant entries with an empty content list
+        self.halted: set = set()                            # entries with results that may be interrupted calls
+        self.healed: set = set()                            # flower's own healing entries
+        self.careful = False                                # a uuid twice or not a string: check uuids everywhere
 
-    def block(self, i: int, j: int) -> dict:
-        """The current block ``j`` of entry ``i``."""
-        return self.work[i]["message"]["content"][j]
+    def set_result(self, k: int, new_content: str, is_error: bool | None = None) -> dict:
+        """Row ``k`` of ``results`` gets ``new_content`` (its entry copied unless the entries are ours);
+        returns the entry."""
+        i, j, block, tool_id = self.results[k]
+        if self.own:
+            block["content"] = new_content
+            if is_error is not None:
+                block["is_error"] = is_error
+            return self.work[i]
+        self.work[i] = entry = _replace_result(self.work[i], j, new_content, is_error=is_error)
+        self.results[k] = (i, j, entry["message"]["content"][j], tool_id)
+        return entry
+
+    def set_content(self, i: int, content: list) -> dict:
+        """Entry ``i`` gets a message with ``content`` (a copy unless the entries are ours); returns it."""
+        entry = self.work[i]
+        if self.own:
+            entry["message"]["content"] = content
+            return entry
+        self.work[i] = entry = _with_content(entry, content)
+        return entry
 
 
 def _prune(entries: list[dict], policy: PrunePolicy, consume: bool = False) -> tuple[list[dict], PruneReport]:
-    st = _drop_api_errors(entries, policy)
-    if consume:   # the caller's list is ours: what leaves (API errors, replaced originals) is freed early
+    """:func:`prune`; ``consume``: the list and its entries are the caller's to give away (fresh from a
+    load): they are changed in place instead of copied, and the list is emptied (what leaves is freed
+    early)."""
+    st = _drop_api_errors(entries, policy, consume)
+    if consume:
         entries.clear()
     _drop_old_results(st)
-    # from here on entries are only replaced, never removed: (i, j) positions stay valid
+    # from here on entries are only replaced, never removed: (i, j) positions stay valid, and a step
+    # that replaces a block puts the new one in its row of ``results``
     if policy.neutralize_interrupts:
         _neutralize_interrupts(st)
     if policy.expire_glances:
@@ -2155,67 +2185,87 @@ def _prune(entries: list[dict], policy: PrunePolicy, consume: bool = False) -> t
     return _relink_and_heal(st), st.report
 
 
-def _drop_api_errors(entries: list[dict], policy: PrunePolicy) -> _Pruning:
+_REJECTED = "User rejected tool use"
+
+
+def _drop_api_errors(entries: list[dict], policy: PrunePolicy, own: bool = False) -> _Pruning:
     """Step 1: API-error entries leave (one without a uuid is outside the chain: just left out). The
-    same pass indexes what the later steps need (tool results and uses, errors, API calls), so that
-    they look only at those, never at every entry again."""
-    st = _Pruning(policy)
-    work, parents, drop, results, uses, errors, calls, empty, bash = \
-        st.work, st.parents, st.drop, st.results, st.uses, st.errors, st.calls, st.empty, st.bash
+    same pass indexes what the later steps need (tool results and uses, errors, API calls, parents)."""
+    st = _Pruning(policy, own)
+    work, pars, results, errors, uses, bash, calls, empty = \
+        st.work, st.pars, st.results, st.errors, st.uses, st.bash, st.calls, st.empty
     drop_errors = policy.drop_api_errors
-    report = st.report
+    uids = []
     for entry in entries:
         get = entry.get
         uid = get("uuid")
+        parent = get("parentUuid")
         if uid.__class__ is str:
-            if uid in parents:
-                st.reshaped = True
-            parents[uid] = get("parentUuid")
+            uids.append(uid)
+        elif uid is not None:
+            st.careful = True
         kind = get("type")
-        if kind == "user":
+        if kind == "assistant":
+            message = get("message")
+            is_message = isinstance(message, dict)
+            model = message.get("model") if is_message else None
+            if drop_errors and (get("isApiErrorMessage") is True or model == SYNTHETIC_MODEL) and \
+                    is_api_error_entry(entry):
+                _drop_error(st, entry, uid, parent)
+                continue
+            if is_message:
+                i = len(work)
+                content = message.get("content")
+                if isinstance(content, list):
+                    if not content:
+                        empty.append(i)
+                    alone = len(content) == 1
+                    for block in content:   # tool uses: the last use of an id decides
+                        if isinstance(block, dict) and block.get("type") == "tool_use":
+                            tool_id = block.get("id")
+                            if tool_id:
+                                uses[tool_id] = (i, block, alone)
+                                if block.get("name") == "Bash":
+                                    bash[tool_id] = block
+                                elif bash:
+                                    bash.pop(tool_id, None)
+                if model != SYNTHETIC_MODEL and not get("isSidechain"):
+                    calls.append((i, message.get("id") or uid, uid))
+        elif kind == "user":
             message = get("message")
             content = message.get("content") if isinstance(message, dict) else None
             if isinstance(content, list):
                 i = len(work)
                 if not content:
-                    empty.append(entry)
+                    empty.append(i)
+                found = len(results)
                 for j, block in enumerate(content):
                     if isinstance(block, dict) and block.get("type") == "tool_result":
-                        results.append((i, j, block))
+                        results.append((i, j, block, block.get("tool_use_id")))
                         if block.get("is_error"):
-                            errors.append((i, j, block))
-        elif kind == "assistant":
-            message = get("message")
-            if drop_errors and (get("isApiErrorMessage") is True or isinstance(message, dict) and
-                                message.get("model") == SYNTHETIC_MODEL) and is_api_error_entry(entry):
-                report.dropped_errors += 1
-                report.chars_saved += len(entry_text(entry)) or len(str(get("error", "")))
-                if uid.__class__ is str:
-                    drop.add(uid)
-                continue
-            if isinstance(message, dict):
-                i = len(work)
-                content = message.get("content")
-                if isinstance(content, list):
-                    if not content:
-                        empty.append(entry)
-                    for block in content:
-                        if isinstance(block, dict) and block.get("type") == "tool_use" and block.get("id"):
-                            uses[block["id"]] = (i, block)
-                            if block.get("name") == "Bash":
-                                bash[block["id"]] = block
-                            elif bash:
-                                bash.pop(block["id"], None)   # the last use of an id decides, as in ``uses``
-                if not get("isSidechain") and message.get("model") != SYNTHETIC_MODEL:
-                    calls.append((i, message.get("id") or uid, uid))
+                            errors.append((i, j, block, _is_denial(entry)))   # while the entry is at hand
+                if found != len(results):
+                    if get("toolUseResult") == _REJECTED or get("toolDenialKind") == "interrupted":
+                        st.halted.add(i)
+                    if get("flowerHealed"):
+                        st.healed.add(i)
         elif kind == "system" and drop_errors and get("subtype") == "api_error":
-            report.dropped_errors += 1
-            report.chars_saved += len(entry_text(entry)) or len(str(get("error", "")))
-            if uid.__class__ is str:
-                drop.add(uid)
+            _drop_error(st, entry, uid, parent)
             continue
         work.append(entry)
+        pars.append(parent)
+    if st.careful or len(set(uids)) != len(uids):   # a uuid twice: the last entry with it names its parent
+        st.careful = True
+        st.parents = {e["uuid"]: e.get("parentUuid") for e in entries if isinstance(e.get("uuid"), str)}
     return st
+
+
+def _drop_error(st: _Pruning, entry: dict, uid: Any, parent: Any) -> None:
+    st.report.dropped_errors += 1
+    st.report.chars_saved += ("message" in entry and len(entry_text(entry))) or len(str(entry.get("error", "")))
+    if uid.__class__ is str:
+        st.drop.add(uid)
+        st.parents[uid] = parent
 
 
 _UNAVAILABLE = "No such tool available:"
@@ -2237,14 +2287,13 @@ def _json_text(value: Any) -> str:
     return _JSON_ENCODERS[0](value)
 
 
-def _drop_old_results(st: _Pruning) -> None:
-    """Step 2: results that teach helplessness go, but the newest: permission denials (keep
-    ``keep_denials``) and unavailable-tool errors (keep ``keep_unavailable`` per tool). The tool_use
-    and its tool_result both leave; an entry left empty leaves the chain."""
-    work, uses = st.work, st.uses
+def _old_results(st: _Pruning) -> list[tuple[int, int, dict]]:
+    """The error results step 2 removes: all permission denials but the newest ``keep_denials``, and
+    all unavailable-tool errors but the newest ``keep_unavailable`` per tool (counted in the report)."""
+    uses = st.uses
     denials, unavailable = [], {}
-    for i, j, b in st.errors:
-        if _is_denial(work[i]):
+    for i, j, b, denial in st.errors:
+        if denial:
             denials.append((i, j, b))
         elif _UNAVAILABLE in block_text(b):
             use = uses.get(b.get("tool_use_id"))
@@ -2254,67 +2303,110 @@ def _drop_old_results(st: _Pruning) -> None:
     stale_unavailable = [r for rows in unavailable.values() for r in rows[:max(0, len(rows) - keep)]]
     st.report.denials_dropped = len(old)
     st.report.unavailable_dropped = len(stale_unavailable)
-    old += stale_unavailable
+    return old + stale_unavailable
+
+
+def _drop_old_results(st: _Pruning) -> None:
+    """Step 2: results that teach helplessness go, but the newest (see :func:`_old_results`). The
+    tool_use and its tool_result both leave; an entry left empty leaves the chain."""
+    old = _old_results(st)
     if not old:
         return
+    work = st.work
     drop_result = {(i, j) for i, j, _ in old}
-    drop_use_ids = {b.get("tool_use_id") for _, _, b in old}
     changed = sorted({i for i, _, _ in old})
-    touched = set(changed)
+    fresh: dict[int, list] = {}
     for i in changed:
-        entry = dict(work[i])
-        message = dict(entry["message"])
-        st.report.chars_saved += sum(len(block_text(b)) for j, b in enumerate(message["content"])
-                                     if (i, j) in drop_result)
-        message["content"] = [b for j, b in enumerate(message["content"]) if (i, j) not in drop_result]
-        entry["message"] = message
-        entry.pop("toolUseResult", None)
-        work[i] = entry
-    for tool_id in drop_use_ids:
-        if tool_id in uses:
-            k, block = uses.pop(tool_id)
-            st.bash.pop(tool_id, None)
-            entry = dict(work[k])
-            message = dict(entry["message"])
-            st.report.chars_saved += len(_json_text(block.get("input", "")))
-            message["content"] = [b for b in message["content"] if not (isinstance(b, dict) and b.get("id") == tool_id)]
-            entry["message"] = message
-            work[k] = entry
-            touched.add(k)
-    # an entry left with no content leaves the chain (as does one that came with none)
-    for entry in st.empty + [work[k] for k in touched]:
-        if isinstance(entry.get("uuid"), str) and not entry["message"]["content"]:
-            st.drop.add(entry["uuid"])
-            st.reshaped = True
+        content = work[i]["message"]["content"]
+        if len(content) == 1:   # the usual case: its one block goes
+            st.report.chars_saved += len(block_text(content[0]))
+            kept = []
+        else:
+            st.report.chars_saved += sum(len(block_text(b)) for j, b in enumerate(content) if (i, j) in drop_result)
+            kept = [b for j, b in enumerate(content) if (i, j) not in drop_result]
+        if _leaves(st, i, kept):
+            continue
+        st.set_content(i, kept).pop("toolUseResult", None)
+        fresh[i] = [(i, j, b, b.get("tool_use_id")) for j, b in enumerate(kept)
+                    if isinstance(b, dict) and b.get("type") == "tool_result"]
+    _drop_old_uses(st, {b.get("tool_use_id") for _, _, b in old})
+    for k in st.empty:   # an entry that came with no content leaves the chain too
+        _leaves(st, k, work[k]["message"]["content"])
     # re-index only the entries that changed; every other (i, j) position is still valid
-    fresh = {i: [(i, j, b) for j, b in enumerate(work[i]["message"]["content"])
-                 if isinstance(b, dict) and b.get("type") == "tool_result"] for i in changed}
-    results: list[tuple[int, int, dict]] = []
+    redone = set(changed)
+    results: list[tuple] = []
     for r in st.results:   # in (i, j) order, as before; each changed entry's results in place of its old ones
-        rows = fresh.pop(r[0], None) if r[0] in fresh else False
-        if rows is False:
+        if r[0] not in redone:
             results.append(r)
-        elif rows is not None:
-            results += rows
+        elif r[0] in fresh:
+            results += fresh.pop(r[0])
     st.results = results
+
+
+def _drop_old_uses(st: _Pruning, tool_ids: set) -> None:
+    """The tool_use blocks of the removed results leave their assistant entries."""
+    work, by_entry, inputs, lone = st.work, {}, [], []
+    for tool_id in tool_ids:
+        if tool_id in st.uses:
+            k, block, alone = st.uses.pop(tool_id)
+            st.bash.pop(tool_id, None)
+            inputs.append(block.get("input", ""))
+            if alone:   # the entry's only block: it is left empty (no need to look at it again)
+                lone.append(k)
+            else:
+                by_entry.setdefault(k, []).append(tool_id)
+    # what the inputs weighed: the JSON text of each, from one encoding of all ("[" + ", ".join(...) + "]")
+    st.report.chars_saved += len(_json_text(inputs)) - 2 * len(inputs) if inputs else 0
+    for k, ids in by_entry.items():
+        content = work[k]["message"]["content"]
+        for tool_id in ids:
+            content = [b for b in content if not (isinstance(b, dict) and b.get("id") == tool_id)]
+        if not _leaves(st, k, content):
+            st.set_content(k, content)
+    for k in lone:
+        if not _leaves(st, k, []):
+            st.set_content(k, [])
+
+
+def _leaves(st: _Pruning, i: int, content: list) -> bool:
+    """True (and entry ``i`` is marked to leave the chain) when ``content`` is empty and the entry has a
+    uuid. Such an entry is not copied: nothing of it is sent."""
+    uid = st.work[i].get("uuid")
+    if content or not isinstance(uid, str):
+        return False
+    st.drop.add(uid)
+    st.gone.append(i)
+    if not st.careful:
+        st.parents[uid] = st.pars[i]
+    return True
+
+
+def _with_content(entry: dict, content: list) -> dict:
+    """Copy of ``entry`` whose message has ``content``."""
+    entry = dict(entry)
+    message = dict(entry["message"])
+    message["content"] = content
+    entry["message"] = message
+    return entry
 
 
 def _neutralize_interrupts(st: _Pruning) -> None:
     """Step 3: the result of an interrupted call gets a neutral text, not an error."""
+    if not st.halted:
+        return
     neutral = text("interrupted_result", st.policy.lang)
-    work = st.work
+    work, results, halted = st.work, st.results, st.halted
     last, interrupted = -1, False
-    for i, j, _ in st.results:
+    for k, (i, j, block, tool_id) in enumerate(results):
+        if i not in halted:
+            continue
         if i != last:
-            entry = work[i]
-            interrupted = (entry.get("toolDenialKind") == "interrupted" or
-                           entry.get("toolUseResult") == "User rejected tool use") and _is_interrupt(entry)
-            last = i
-        if interrupted and block_text(st.block(i, j)) != neutral:
-            st.report.chars_saved += len(block_text(st.block(i, j))) - len(neutral)
-            work[i] = _replace_result(work[i], j, neutral, is_error=False)
-            if isinstance(work[i].get("toolUseResult"), str):
-                work[i]["toolUseResult"] = neutral
+            interrupted, last = _is_interrupt(work[i]), i
+        if interrupted and block_text(block) != neutral:
+            st.report.chars_saved += len(block_text(block)) - len(neutral)
+            entry = st.set_result(k, neutral, is_error=False)
+            if isinstance(entry.get("toolUseResult"), str):
+                entry["toolUseResult"] = neutral
             st.report.interrupts += 1
 
 
@@ -2323,44 +2415,56 @@ def _expire_glances(st: _Pruning) -> None:
     (only short ones: a big one is the trim step's business). Walks newest to oldest: past the newest
     ``keep_glances`` glances, a result that could not expire anyway (too long, already trimmed) is not
     classified at all."""
-    policy, work, bash, drop = st.policy, st.work, st.bash, st.drop
+    policy, work, bash, drop, healed, careful = st.policy, st.work, st.bash, st.drop, st.healed, st.careful
     keep, limit = policy.keep_glances, policy.glance_max_chars
     kept = 0
     stale = []   # newest first
-    for i, j, block in reversed(st.results):
-        use = bash.get(block.get("tool_use_id"))
-        if use is None:
-            continue
-        entry = work[i]
-        if entry.get("uuid") in drop or entry.get("flowerHealed"):
+    results = st.results
+    for k in range(len(results) - 1, -1, -1):
+        i, j, block, tool_id = results[k]
+        use = bash.get(tool_id)
+        if use is None or careful and work[i].get("uuid") in drop or i in healed:
             continue
         now = None
         if kept >= keep:
-            now = entry["message"]["content"][j].get("content")
+            now = block.get("content")
             if now.__class__ is not str:
-                now = block_text(entry["message"]["content"][j])
+                now = block_text(block)
             if len(now) > limit or now.startswith(_TRIM_PREFIXES):
                 continue
         command = (use.get("input") or {}).get("command", "")
-        if isinstance(command, str) and is_read_only_command(command):
+        if isinstance(command, str) and _read_only(command):
             if now is None:
                 kept += 1
             else:
-                stale.append((i, j, command, now))
-    if not stale:
-        return
-    calls, k, seen = st.calls, len(st.calls) - 1, set()
-    for i, j, command, now in stale:
-        while k >= 0 and calls[k][0] > i:   # distinct API calls after entry i: how many turns ago
-            if calls[k][2] not in drop:
-                seen.add(calls[k][1])
-            k -= 1
+                stale.append((k, command, now))
+    if stale:
+        _expire(st, stale)
+
+
+def _expire(st: _Pruning, stale: list[tuple[int, str, str]]) -> None:
+    """Replace the stale glances (newest first) by a marker that says how many turns ago they expired."""
+    calls, drop, results = st.calls, st.drop, st.results
+    template = text("expired_result", st.policy.lang)
+    c, seen = len(calls) - 1, set()
+    expired = saved = 0
+    for k, command, now in stale:
+        i = results[k][0]
+        while c >= 0:   # distinct API calls after entry i: how many turns ago
+            at, call, uid = calls[c]
+            if at <= i:
+                break
+            if uid not in drop:
+                seen.add(call)
+            c -= 1
         short = command if len(command) <= 80 else command[:77] + "..."
-        marker = text("expired_result", policy.lang, cmd=short, n=len(seen))
+        marker = template.format(cmd=short, n=len(seen))
         if now != marker:
-            st.report.expired += 1
-            st.report.chars_saved += len(now) - len(marker)
-            work[i] = _replace_result(work[i], j, marker)
+            expired += 1
+            saved += len(now) - len(marker)
+            st.set_result(k, marker)
+    st.report.expired += expired
+    st.report.chars_saved += saved
 
 
 def spill_name(entry: dict, index: int, full: str) -> str:
@@ -2378,73 +2482,117 @@ _SPILL_UUID = _lazy_re(r"[A-Za-z0-9-]{1,80}")
 def _trim(st: _Pruning) -> None:
     """Step 5: old huge tool results move to spill files (returned in the report, written by the
     caller); the entry keeps a pointer and loses the CLI's side copy (``toolUseResult``)."""
-    policy, work, drop = st.policy, st.work, st.drop
-    big = [(i, j) for i, j, _ in st.results if work[i].get("uuid") not in drop
-           and not work[i].get("flowerHealed") and len(block_text(st.block(i, j))) >= policy.trim_min_chars]
-    for i, j in big[:max(0, len(big) - policy.trim_keep)]:
-        full = block_text(st.block(i, j))
-        path = os.path.join(policy.spill_dir or ".flower/spill", spill_name(work[i], j, full))
-        st.report.spills[path] = full
-        marker = text("trimmed_result", policy.lang, n=len(full), path=path)
-        st.report.trimmed += 1
-        st.report.chars_saved += len(full) - len(marker)
-        work[i] = _replace_result(work[i], j, marker)
-        work[i].pop("toolUseResult", None)
+    policy, work, drop, healed, careful = st.policy, st.work, st.drop, st.healed, st.careful
+    least = policy.trim_min_chars
+    big = []
+    for k, (i, j, block, _) in enumerate(st.results):
+        if careful and work[i].get("uuid") in drop or i in healed:
+            continue
+        now = block.get("content")
+        if now.__class__ is not str:
+            now = block_text(block)
+        if len(now) >= least:
+            big.append((k, now))
+    folder = os.path.join(policy.spill_dir or ".flower/spill", "")   # + a file name: os.path.join of the two
+    template = text("trimmed_result", policy.lang)
+    spills, saved = st.report.spills, 0
+    old = big[:max(0, len(big) - policy.trim_keep)]
+    for k, full in old:
+        i, j = st.results[k][:2]
+        path = folder + spill_name(work[i], j, full)
+        spills[path] = full
+        marker = template.format(n=len(full), path=path)
+        saved += len(full) - len(marker)
+        st.set_result(k, marker).pop("toolUseResult", None)
+    st.report.trimmed += len(old)
+    st.report.chars_saved += saved
 
 
 def _heal_id(tool_use_id: Any) -> str:
     return str(uuid.uuid5(uuid.NAMESPACE_URL, "flower-heal:" + str(tool_use_id)))
 
 
-def _relink_and_heal(st: _Pruning) -> list[dict]:
-    """Steps 6 and 7, in one pass: re-link ``parentUuid`` past dropped entries, and give every
-    tool_use without a result a neutral one, chained right after it (what pointed at its entry now
-    points at the last healing entry)."""
-    answered = {block.get("tool_use_id") for _, _, block in st.results}
+def _orphans(st: _Pruning) -> dict[str, list[dict]]:
+    """uuid of a surviving entry -> its tool_use blocks that have no result anywhere."""
+    answered = {row[3] for row in st.results}
     orphans: dict[str, list[dict]] = {}
     work, drop = st.work, st.drop
-    for tool_id, (i, block) in st.uses.items():
+    for tool_id, (i, block, _) in st.uses.items():
         if tool_id not in answered and isinstance(work[i].get("uuid"), str) and work[i]["uuid"] not in drop:
             orphans.setdefault(work[i]["uuid"], []).append(block)
+    return orphans
+
+
+def _relink_and_heal(st: _Pruning) -> list[dict]:
+    """Steps 6 and 7: re-link ``parentUuid`` past dropped entries, and give every tool_use without a
+    result a neutral one, chained right after it (what pointed at its entry now points at the last
+    healing entry). Only the entries that change are looked at; the runs between them are copied as
+    slices."""
+    orphans = _orphans(st)
+    work, drop = st.work, st.drop
     if not drop and not orphans:
         return work
-    survivor = _survivors(drop, st.parents)
-    if not orphans and not st.reshaped:   # only parents change: rewrite them in place
-        try:
-            for k, entry in enumerate(work):
-                parent = entry.get("parentUuid")
-                if parent in drop and isinstance(parent, str):
-                    entry = dict(entry)
-                    entry["parentUuid"] = survivor(parent)
-                    work[k] = entry
-            return work
-        except TypeError:
-            pass   # an unhashable parentUuid: the careful way below
     repoint = {uid: _heal_id(blocks[-1]["id"]) for uid, blocks in orphans.items()}
-    heal_ids = set(repoint.values())
-    neutral = text("interrupted_result", st.policy.lang)
     hits = drop | repoint.keys() if repoint else drop
     healed = st.report.healed
-    try:   # the quick way: a set lookup per entry; anything to do only for the few that hit
-        out: list[dict] = []
-        for entry in work:
-            uid = entry.get("uuid")
-            if st.reshaped and uid in drop and isinstance(uid, str):
-                continue
-            parent = entry.get("parentUuid")
-            if parent in hits:
-                target = survivor(parent) if parent in drop and isinstance(parent, str) else parent
-                if target in repoint and uid not in heal_ids:
-                    target = repoint[target]
-                if target is not parent:
-                    entry = dict(entry)
-                    entry["parentUuid"] = target
-            out.append(entry)
-            if uid in orphans:
-                _heal_after(out, entry, uid, orphans[uid], neutral, st.report)
-        return out
+    try:
+        moved = [k for k, parent in enumerate(st.pars) if parent in hits]
+        if st.careful:   # a uuid may stand for several entries: find them all
+            gone = [k for k, entry in enumerate(work) if entry.get("uuid") in drop]
+            heal_at = [k for k, entry in enumerate(work) if entry.get("uuid") in orphans]
+        else:
+            gone = st.gone
+            heal_at = [st.uses[blocks[0]["id"]][0] for blocks in orphans.values()]
+        _repoint(st, moved, repoint)
+        return _spliced(st, set(gone), set(heal_at), orphans)
     except TypeError:   # an unhashable uuid or parentUuid somewhere: the careful way
         st.report.healed = healed
+    return _relinked_carefully(st, orphans, repoint)
+
+
+def _repoint(st: _Pruning, moved: list[int], repoint: dict) -> None:
+    """The entries at ``moved`` point at their nearest surviving ancestor, or at the last healing entry
+    of the orphan they followed."""
+    work, drop = st.work, st.drop
+    survivor = _survivors(drop, st.parents)
+    heal_ids = set(repoint.values())
+    for k in moved:
+        entry = work[k]
+        uid, parent = entry.get("uuid"), entry.get("parentUuid")
+        target = survivor(parent) if parent in drop and isinstance(parent, str) else parent
+        if target in repoint and uid not in heal_ids:
+            target = repoint[target]
+        if target is not parent:
+            if not st.own:
+                work[k] = entry = dict(entry)
+            entry["parentUuid"] = target
+
+
+def _spliced(st: _Pruning, gone: set, heal_at: set, orphans: dict) -> list[dict]:
+    """``work`` without the ``gone`` entries, with healing entries after those at ``heal_at``."""
+    work = st.work
+    if not gone and not heal_at:
+        return work
+    neutral = text("interrupted_result", st.policy.lang)
+    out: list[dict] = []
+    start = 0
+    for k in sorted(gone | heal_at):
+        out += work[start:k]
+        start = k + 1
+        if k not in gone:
+            entry = work[k]
+            out.append(entry)
+            _heal_after(out, entry, entry["uuid"], orphans[entry["uuid"]], neutral, st.report)
+    out += work[start:]
+    return out
+
+
+def _relinked_carefully(st: _Pruning, orphans: dict, repoint: dict) -> list[dict]:
+    """:func:`_relink_and_heal` one entry at a time, for uuids or parents that cannot be hashed."""
+    work, drop = st.work, st.drop
+    survivor = _survivors(drop, st.parents)
+    heal_ids = set(repoint.values())
+    neutral = text("interrupted_result", st.policy.lang)
     out = []
     for entry in work:
         uid = entry.get("uuid")
@@ -3249,10 +3397,15 @@ def write_spills(spills: dict[str, str]) -> None:
     """Write each trimmed result once (redacted), never again on later loads. No fsync: a spill file
     can always be rebuilt from the store, so it is not worth a disk flush per file on the resume path."""
     made: set = set()
+    present: dict[str, set | None] = {}
     for path, full in spills.items():
-        if os.path.exists(path):
+        directory, name = os.path.split(path)
+        directory = directory or "."
+        if directory not in present:
+            present[directory] = _existing_names(directory)
+        names = present[directory]
+        if (name in names) if names is not None else os.path.exists(path):
             continue
-        directory = os.path.dirname(path) or "."
         if directory not in made:
             ensure_private_dir(directory)
             made.add(directory)
@@ -3261,6 +3414,19 @@ def write_spills(spills: dict[str, str]) -> None:
         with os.fdopen(fd, "w", encoding="utf-8", errors="surrogatepass") as fh:
             fh.write(redact(full))
         os.replace(tmp, path)
+
+
+def _existing_names(directory: str) -> set | None:
+    """The names in ``directory`` for which ``os.path.exists`` holds, in one listing instead of a stat
+    per file (a resume meets thousands of spill files); empty when it does not exist, None when it
+    cannot be listed."""
+    try:
+        with os.scandir(directory) as listing:
+            return {e.name for e in listing if not e.is_symlink() or os.path.exists(e.path)}
+    except FileNotFoundError:
+        return set()
+    except OSError:
+        return None
 
 
 def _run_sync(awaitable: Any) -> Any:

@@ -360,6 +360,13 @@ class ReadOnlyCommands(unittest.TestCase):
         self.assertGreater(sum(map(is_read_only_command, table)), 100)             # both answers well represented
         self.assertGreater(split, len(table) // 2)
 
+    def test_an_unclosed_quote_is_told_in_linear_time(self):
+        """A long word before an unclosed quote once took exponential time (a regex with nested
+        repetition): a resume hung on one commit message with an apostrophe."""
+        for cmd in ("echo " + "a" * 40 + "'", "git log --grep " + "x" * 5000 + ' "open', "cat it" + "s" * 60 + "'s"):
+            self.assertIsNone(flower.shell_words(cmd))
+            self.assertFalse(is_read_only_command(cmd))
+
 
 class WaterLevel(unittest.TestCase):
     def test_last_real_main_thread_assistant_counts(self):
