@@ -1008,21 +1008,25 @@ def env_number(name: str, default: float, warn: Callable[[str], None] | None = N
 # drives the same session twice. flower therefore points ``cli_path`` at a tiny guard script that
 # puts the CLI in a process group of its own and stops that whole group the moment flower dies
 # (a parent-death signal on Linux, a 0.2 s parent check everywhere). Stopping is SIGTERM first: the
-# CLI then writes the entries it still holds in memory to its transcript (about 0.1 s of turns, which
-# a re-run recovers from there) and exits within milliseconds without another request; the group is
-# SIGKILLed after ``CLI_GRACE`` seconds whatever happened. The guard leaves a record in
-# ``<run_dir>/live/`` so that a re-run can find and stop a guard that somehow survived.
+# CLI then writes the entries it still holds in memory to its transcript (it writes about 0.1 s
+# behind; a re-run recovers them from there) and sends no new request; the group is SIGKILLed after
+# a grace whatever happened. The grace is short when flower is dead (``CLI_ORPHAN_GRACE``): with
+# nobody reading its output the CLI lingers in its shutdown (up to 2 s), and a retry its own backoff
+# had scheduled before the kill could go out meanwhile; a quarter second is enough for the writing
+# and leaves that window small. The guard leaves a record in ``<run_dir>/live/`` so that a re-run can
+# find and stop a guard that somehow survived.
 
-CLI_GRACE = 2.0   # seconds a stopping CLI gets to write its transcript (a killed Bash tool takes ~1.3 s)
+CLI_GRACE = 2.0          # a CLI that flower stops itself (SIGTERM, Ctrl-C) exits in ~0.03 s; a killed tool ~1.3 s
+CLI_ORPHAN_GRACE = 0.25  # a dead flower's CLI: its transcript is written well within this
 
 CLI_GUARD_SCRIPT = r"""
 import ctypes, json, os, signal, sys, time
 real, record_dir = os.environ.pop("FLOWER_REAL_CLI"), os.environ.pop("FLOWER_LIVE_DIR", "")
 expected = os.environ.pop("FLOWER_PARENT_PID", "")
 try:
-    grace = float(os.environ.pop("FLOWER_CLI_GRACE", "2"))
+    grace = float(os.environ.pop("FLOWER_CLI_GRACE", "0.25"))
 except ValueError:
-    grace = 2.0
+    grace = 0.25
 parent, me = (int(expected) if expected.isdigit() else os.getppid()), os.getpid()
 if os.getppid() != parent:  # flower died before this guard even started
     os._exit(137)
@@ -1128,7 +1132,7 @@ def cli_guard(run_dir: str, real_cli: str | None) -> tuple[str, dict[str, str]] 
     except (OSError, FlowerError):
         return None
     return path, {"FLOWER_REAL_CLI": real_cli, "FLOWER_LIVE_DIR": live, "FLOWER_PARENT_PID": str(os.getpid()),
-                  "FLOWER_CLI_GRACE": str(CLI_GRACE)}
+                  "FLOWER_CLI_GRACE": str(CLI_ORPHAN_GRACE)}
 
 
 def _pid_alive(pid: int) -> bool:
@@ -1228,7 +1232,7 @@ def stop_own_clis(run_dir: str, grace: float = CLI_GRACE) -> list[int]:
     return _stop_guards(guards, grace)
 
 
-def reap_orphans(run_dir: str, session_ids: Iterable[str] = (), grace: float = CLI_GRACE) -> list[int]:
+def reap_orphans(run_dir: str, session_ids: Iterable[str] = (), grace: float = CLI_ORPHAN_GRACE) -> list[int]:
     """Stop guarded CLIs left behind by a dead flower: every record in ``<run_dir>/live`` whose flower
     is gone, or that drives one of ``session_ids``. A pid is stopped only when its command line still
     proves it is that guard (the guard path and the record's own arguments): never a reused pid.

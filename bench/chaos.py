@@ -27,9 +27,10 @@ Lost entries: answers the fake API delivered that a later request of the same se
 class: gap (no kill near it: flower dropped it), kill (the CLI wrote it to its own transcript, flower
 never stored it), kill-unwritten (near a kill, written nowhere, though the CLI could have), handoff.
 Reported apart, as the only accepted losses, with the reason: an answer that existed only in a
-process killed with SIGKILL (the bundled CLI itself, within ``CLI_WRITE_LAG`` of receiving it), or
-that reached a CLI only after flower was stopped. A killed flower's CLI gets SIGTERM and writes what
-it holds within ``flower.CLI_GRACE`` seconds; a process still there after that is a survivor.
+process killed with SIGKILL (the bundled CLI itself, with the request in flight or within
+``CLI_WRITE_LAG`` of receiving the answer), or that reached a CLI only after (or within 0.05 s before)
+it was told to stop. A killed flower's CLI gets SIGTERM and writes what it holds within
+``flower.CLI_ORPHAN_GRACE`` seconds; a process still there ``flower.CLI_GRACE`` seconds after is a survivor.
 
     python bench/chaos.py                     # one seed, 300 turns, 30 faults
     python bench/chaos.py --seeds 10          # seeds 1..10, the table plus totals
@@ -102,11 +103,11 @@ def unreachable(r: dict, kills: list[dict]) -> str | None:
     for e in kills:
         sent = e["t"] - (e.get("took") or 0)   # a SIGTERM is noted once flower has exited
 
-        if e["kind"] == "kill_cli" and e.get("target") == "cli" and done - 0.05 <= e["t"] <= done + CLI_WRITE_LAG:
+        if e["kind"] == "kill_cli" and e.get("target") == "cli" and r["t"] <= e["t"] <= done + CLI_WRITE_LAG:
             return f"the CLI itself was SIGKILLed {_when(e['t'] - done)} the answer reached it"
-        if e["kind"] in ("kill9", "sigterm") and done - 0.05 <= sent <= done + CLI_WRITE_LAG:
+        if e["kind"] in ("kill9", "sigterm") and r["t"] <= sent <= done + 0.05:
             return f"flower was stopped {_when(sent - done)} the answer was sent, before its CLI read it"
-        if e["kind"] == "kill_cli" and e.get("target") == "guard" and done - 0.05 <= sent <= done + CLI_WRITE_LAG:
+        if e["kind"] == "kill_cli" and e.get("target") == "guard" and r["t"] <= sent <= done + 0.05:
             return (f"the CLI's guard was SIGKILLed {_when(sent - done)} the answer was sent (so the CLI was "
                     f"told to stop) before the CLI read it")
     return None

@@ -523,7 +523,7 @@ import os, signal, subprocess, sys, time
 sys.path.insert(0, {root!r})
 import flower
 run_dir, cli, sid, when = sys.argv[1:5]
-flower.CLI_GRACE = float(os.environ.get("GRACE", getattr(flower, "CLI_GRACE", 2.0)))
+flower.CLI_ORPHAN_GRACE = float(os.environ.get("GRACE", getattr(flower, "CLI_ORPHAN_GRACE", 0.25)))
 path, env = flower.cli_guard(run_dir, cli)
 # like the SDK: the CLI's stdin and stdout are pipes to flower, its env is flower's plus options.env
 p = subprocess.Popen([path, "--session-id", sid, "--input-format", "stream-json"], stdin=subprocess.PIPE,
@@ -711,7 +711,7 @@ class Guard(Procs, unittest.TestCase):
         cli = self.script("deaf-cli.sh", DEAF_CLI)
         proc = subprocess.Popen([sys.executable, "-c", FLOWER_STANDIN, self.run_dir, cli, sid, "later"],
                                 stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, start_new_session=True,
-                                env=dict(os.environ, TICKS=ticks, GRACE="0.5"))
+                                env=dict(os.environ, TICKS=ticks, GRACE="1.5"))
         self.procs.append(proc)
         guard = int(proc.stdout.readline())
         self.groups.append(guard)
