@@ -5366,7 +5366,11 @@ class PgWindowBook(WindowBook):
 
     def _put(self, model: str | None, window: int, source: str, lower_only: bool) -> None:
         key = self._key(model)
-        record = self.rule(self.state.window_get(key), window, source, lower_only)
+        try:
+            current = self.state.window_get(key)
+        except Offline:   # what was learned (an overflow, most often) is spooled like every other write
+            current = {}
+        record = self.rule(current, window, source, lower_only)
         if record is not None:
             self.state.write({"t": "window", "key": key, "window": record["window"], "source": record["source"]})
 

@@ -396,6 +396,19 @@ class Outage(PgCase):
         self.assertEqual([json.loads(r[0]).get("uuid") for r in rows], ["u1", "u2", "u3", None])
         self.assertEqual([r["step"] for r in b.manifest_rows()], ["work"])
 
+    # chaos, pg mode: a window learned from an overflow while the database was down was dropped
+    # (the read before the write raised) and the run was marked degraded
+    def test_a_window_learned_during_an_outage_is_spooled(self):
+        a = self.machine()
+        self.server.stop("immediate")
+        try:
+            a.windows().lower("m", 150_000)      # no error: kept locally
+            self.assertTrue(os.path.exists(a.spool.path))
+        finally:
+            self.server.start()
+        self.assertTrue(a.ready())
+        self.assertEqual(self.machine("b").windows().get("m"), 150_000)
+
     def test_a_spool_written_before_a_crash_is_not_written_twice(self):
         a = self.machine()
         self.server.stop("immediate")
