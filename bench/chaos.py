@@ -96,6 +96,7 @@ ERROR_PATTERNS = [
 INTERRUPT_MARK = re.compile(r"\[Request interrupted by user")
 SIG = re.compile(r"toolu_chaos\d+")
 CLI_WRITE_LAG = 0.5   # the CLI writes its transcript ~0.1 s behind what it received (measured); margin
+WIRE = 0.5            # a request that arrives this soon after a kill was on the wire (as for orphans)
 
 
 def _when(dt: float) -> str:
@@ -110,11 +111,11 @@ def unreachable(r: dict, kills: list[dict]) -> str | None:
     for e in kills:
         sent = e["t"] - (e.get("took") or 0)   # a SIGTERM is noted once flower has exited
 
-        if e["kind"] == "kill_cli" and e.get("target") == "cli" and r["t"] <= e["t"] <= done + CLI_WRITE_LAG:
+        if e["kind"] == "kill_cli" and e.get("target") == "cli" and r["t"] - WIRE <= e["t"] <= done + CLI_WRITE_LAG:
             return f"the CLI itself was SIGKILLed {_when(e['t'] - done)} the answer reached it"
-        if e["kind"] in ("kill9", "sigterm") and r["t"] <= sent <= done + 0.05:
+        if e["kind"] in ("kill9", "sigterm") and r["t"] - WIRE <= sent <= done + 0.05:
             return f"flower was stopped {_when(sent - done)} the answer was sent, before its CLI read it"
-        if e["kind"] == "kill_cli" and e.get("target") == "guard" and r["t"] <= sent <= done + 0.05:
+        if e["kind"] == "kill_cli" and e.get("target") == "guard" and r["t"] - WIRE <= sent <= done + 0.05:
             return (f"the CLI's guard was SIGKILLed {_when(sent - done)} the answer was sent (so the CLI was "
                     f"told to stop) before the CLI read it")
     return None
