@@ -3184,13 +3184,15 @@ class PruningSessionStore:
         bigger, trim harder (every older big result, then every older glance). True when it fits;
         False means a resume would send an overflowing request (the caller hands off instead)."""
         def fit(entries: list[dict], owned: bool) -> tuple[list[dict], int]:
-            pruned = self._pruned(entries, self.policy)
+            pruned = self._pruned(entries, self.policy, consume=owned)
             tokens = estimate_tokens(pruned)
             if tokens > max_tokens:
                 harder = dataclasses.replace(self.policy, trim=True, trim_keep=1, trim_min_chars=1000, keep_glances=0,
                                              spill_dir=self.policy.spill_dir or ".flower/spill")
-                pruned = self._pruned(entries, harder)
-                tokens = estimate_tokens(pruned)
+                again = self.inner.load_sync(key) if owned else entries   # an owned list went into the first prune
+                if again is not None:
+                    pruned = self._pruned(again, harder, consume=owned)
+                    tokens = estimate_tokens(pruned)
             return pruned, tokens
         done = await self._loaded(key, fit)
         if done is None:
@@ -3252,6 +3254,7 @@ def estimate_tokens(entries: list[dict]) -> int:
     """A conservative token estimate of what a transcript sends (text, tool inputs and results at
     about 3.5 characters a token): errs on the side of a handoff, never an overflow."""
     chars = 0
+    inputs = []
     for entry in entries:
         if entry.get("type") not in ("user", "assistant"):
             continue
@@ -3262,8 +3265,13 @@ def estimate_tokens(entries: list[dict]) -> int:
         for block in content if isinstance(content, list) else ():
             if isinstance(block, dict):
                 kind = block.get("type")
-                chars += len(_json_text(block.get("input"))) if kind == "tool_use" \
-                    else len(block_text(block)) if kind in ("text", "tool_result") else len(str(block.get("thinking", "")))
+                if kind == "tool_use":
+                    inputs.append(block.get("input"))
+                else:
+                    chars += len(block_text(block)) if kind in ("text", "tool_result") else \
+                        len(str(block.get("thinking", "")))
+    # the JSON text of every tool input, from one encoding of all ("[" + ", ".join(...) + "]")
+    chars += len(_json_text(inputs)) - 2 * len(inputs) if inputs else 0
     return int(chars / 3.5)
 
 
