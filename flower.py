@@ -2084,7 +2084,7 @@ def _drop_api_errors(entries: list[dict], policy: PrunePolicy, own: bool = False
     work, pars, results, errors, uses, bash, calls, empty = \
         st.work, st.pars, st.results, st.errors, st.uses, st.bash, st.calls, st.empty
     drop_errors = policy.drop_api_errors
-    uids = []
+    uids = []   # every string uuid: a set of them tells whether one comes twice (cheaper than a map of all)
     for entry in entries:
         get = entry.get
         uid = get("uuid")
