@@ -2112,7 +2112,7 @@ def _drop_api_errors(entries: list[dict], policy: PrunePolicy, own: bool = False
                     for block in content:   # tool uses: the last use of an id decides
                         if isinstance(block, dict) and block.get("type") == "tool_use":
                             tool_id = block.get("id")
-                            if tool_id:
+                            if tool_id and tool_id.__class__ is str:   # a bad row stays as it is
                                 uses[tool_id] = (i, block, alone)
                                 if block.get("name") == "Bash":
                                     bash[tool_id] = block
@@ -2130,7 +2130,8 @@ def _drop_api_errors(entries: list[dict], policy: PrunePolicy, own: bool = False
                 found = len(results)
                 for j, block in enumerate(content):
                     if isinstance(block, dict) and block.get("type") == "tool_result":
-                        results.append((i, j, block, block.get("tool_use_id")))
+                        tool_id = block.get("tool_use_id")
+                        results.append((i, j, block, tool_id if tool_id.__class__ is str else None))
                         if block.get("is_error"):
                             errors.append((i, j, block, _is_denial(entry)))   # while the entry is at hand
                 if found != len(results):
@@ -2155,6 +2156,12 @@ def _drop_error(st: _Pruning, entry: dict, uid: Any, parent: Any) -> None:
     if uid.__class__ is str:
         st.drop.add(uid)
         st.parents[uid] = parent
+
+
+def _leaving(drop: set, uid: Any) -> bool:
+    """Whether the entry with ``uid`` leaves the chain (only string uuids ever do: a row with a bad
+    uuid stays as it is, and must not crash the resume)."""
+    return uid.__class__ is str and uid in drop
 
 
 _UNAVAILABLE = "No such tool available:"
@@ -2312,7 +2319,7 @@ def _expire_glances(st: _Pruning) -> None:
     for k in range(len(results) - 1, -1, -1):
         i, j, block, tool_id = results[k]
         use = bash.get(tool_id)
-        if use is None or careful and work[i].get("uuid") in drop or i in healed:
+        if use is None or careful and _leaving(drop, work[i].get("uuid")) or i in healed:
             continue
         now = None
         if kept >= keep:
@@ -2321,7 +2328,8 @@ def _expire_glances(st: _Pruning) -> None:
                 now = block_text(block)
             if len(now) > limit or now.startswith(_TRIM_PREFIXES):
                 continue
-        command = (use.get("input") or {}).get("command", "")
+        args = use.get("input")
+        command = args.get("command") if isinstance(args, dict) else None
         if isinstance(command, str) and _read_only(command):
             if now is None:
                 kept += 1
@@ -2343,7 +2351,7 @@ def _expire(st: _Pruning, stale: list[tuple[int, str, str]]) -> None:
             at, call, uid = calls[c]
             if at <= i:
                 break
-            if uid not in drop:
+            if not (uid.__class__ is str and uid in drop):   # only string uuids ever leave
                 seen.add(call)
             c -= 1
         short = command if len(command) <= 80 else command[:77] + "..."
@@ -2375,7 +2383,7 @@ def _trim(st: _Pruning) -> None:
     least = policy.trim_min_chars
     big = []
     for k, (i, j, block, _) in enumerate(st.results):
-        if careful and work[i].get("uuid") in drop or i in healed:
+        if careful and _leaving(drop, work[i].get("uuid")) or i in healed:
             continue
         now = block.get("content")
         if now.__class__ is not str:
@@ -2489,7 +2497,7 @@ def _relinked_carefully(st: _Pruning, orphans: dict, repoint: dict) -> list[dict
             continue
         parent = entry.get("parentUuid")
         target = survivor(parent) if drop and isinstance(parent, str) and parent in drop else parent
-        if repoint and target in repoint and uid not in heal_ids:
+        if repoint and isinstance(target, str) and target in repoint and not (isinstance(uid, str) and uid in heal_ids):
             target = repoint[target]
         if target is not parent:
             entry = dict(entry)
@@ -3916,7 +3924,8 @@ def resolve_window(model: str | None, *, explicit: int | None = None, book: Wind
 
 
 def _tool_inputs(entries: list[dict]) -> list[tuple[str, dict]]:
-    return [(b.get("name", ""), b.get("input") or {}) for e in entries if e.get("type") == "assistant"
+    return [(b.get("name", ""), b["input"] if isinstance(b.get("input"), dict) else {})
+            for e in entries if e.get("type") == "assistant"
             for b in blocks_of(e) if isinstance(b, dict) and b.get("type") == "tool_use"]
 
 
