@@ -2199,7 +2199,7 @@ def _drop_api_errors(entries: list[dict], policy: PrunePolicy, own: bool = False
     work, pars, results, errors, uses, bash, calls, empty = \
         st.work, st.pars, st.results, st.errors, st.uses, st.bash, st.calls, st.empty
     drop_errors = policy.drop_api_errors
-    uids = []
+    uids = []   # every string uuid: a set of them tells whether one comes twice (cheaper than a map of all)
     for entry in entries:
         get = entry.get
         uid = get("uuid")
@@ -2227,7 +2227,7 @@ def _drop_api_errors(entries: list[dict], policy: PrunePolicy, own: bool = False
                     for block in content:   # tool uses: the last use of an id decides
                         if isinstance(block, dict) and block.get("type") == "tool_use":
                             tool_id = block.get("id")
-                            if tool_id:
+                            if tool_id and tool_id.__class__ is str:   # a bad row stays as it is
                                 uses[tool_id] = (i, block, alone)
                                 if block.get("name") == "Bash":
                                     bash[tool_id] = block
@@ -2245,7 +2245,8 @@ def _drop_api_errors(entries: list[dict], policy: PrunePolicy, own: bool = False
                 found = len(results)
                 for j, block in enumerate(content):
                     if isinstance(block, dict) and block.get("type") == "tool_result":
-                        results.append((i, j, block, block.get("tool_use_id")))
+                        tool_id = block.get("tool_use_id")
+                        results.append((i, j, block, tool_id if tool_id.__class__ is str else None))
                         if block.get("is_error"):
                             errors.append((i, j, block, _is_denial(entry)))   # while the entry is at hand
                 if found != len(results):
@@ -2270,6 +2271,12 @@ def _drop_error(st: _Pruning, entry: dict, uid: Any, parent: Any) -> None:
     if uid.__class__ is str:
         st.drop.add(uid)
         st.parents[uid] = parent
+
+
+def _leaving(drop: set, uid: Any) -> bool:
+    """Whether the entry with ``uid`` leaves the chain (only string uuids ever do: a row with a bad
+    uuid stays as it is, and must not crash the resume)."""
+    return uid.__class__ is str and uid in drop
 
 
 _UNAVAILABLE = "No such tool available:"
@@ -2427,7 +2434,7 @@ def _expire_glances(st: _Pruning) -> None:
     for k in range(len(results) - 1, -1, -1):
         i, j, block, tool_id = results[k]
         use = bash.get(tool_id)
-        if use is None or careful and work[i].get("uuid") in drop or i in healed:
+        if use is None or careful and _leaving(drop, work[i].get("uuid")) or i in healed:
             continue
         now = None
         if kept >= keep:
@@ -2436,7 +2443,8 @@ def _expire_glances(st: _Pruning) -> None:
                 now = block_text(block)
             if len(now) > limit or now.startswith(_TRIM_PREFIXES):
                 continue
-        command = (use.get("input") or {}).get("command", "")
+        args = use.get("input")
+        command = args.get("command") if isinstance(args, dict) else None
         if isinstance(command, str) and _read_only(command):
             if now is None:
                 kept += 1
@@ -2458,7 +2466,7 @@ def _expire(st: _Pruning, stale: list[tuple[int, str, str]]) -> None:
             at, call, uid = calls[c]
             if at <= i:
                 break
-            if uid not in drop:
+            if not (uid.__class__ is str and uid in drop):   # only string uuids ever leave
                 seen.add(call)
             c -= 1
         short = command if len(command) <= 80 else command[:77] + "..."
@@ -2490,7 +2498,7 @@ def _trim(st: _Pruning) -> None:
     least = policy.trim_min_chars
     big = []
     for k, (i, j, block, _) in enumerate(st.results):
-        if careful and work[i].get("uuid") in drop or i in healed:
+        if careful and _leaving(drop, work[i].get("uuid")) or i in healed:
             continue
         now = block.get("content")
         if now.__class__ is not str:
@@ -2604,7 +2612,7 @@ def _relinked_carefully(st: _Pruning, orphans: dict, repoint: dict) -> list[dict
             continue
         parent = entry.get("parentUuid")
         target = survivor(parent) if drop and isinstance(parent, str) and parent in drop else parent
-        if repoint and target in repoint and uid not in heal_ids:
+        if repoint and isinstance(target, str) and target in repoint and not (isinstance(uid, str) and uid in heal_ids):
             target = repoint[target]
         if target is not parent:
             entry = dict(entry)
@@ -3121,14 +3129,19 @@ class SqliteSessionStore:
                 return None
             cursor = self._db.execute("SELECT payload FROM entries WHERE skey=? ORDER BY seq", (skey,))
             with _gc_paused():  # parse row by row: never all payload strings and all dicts at once
-                try:
-                    entries = [json.loads(row[0]) for row in cursor]
-                    if all(type(e) is dict for e in entries):
-                        return entries
+                try:   # a text that starts with "{" parses to an object or not at all: told while it is at hand
+                    loads = json.loads
+                    return [loads(payload) if payload[:1] == "{" else self._not_an_object(payload)
+                            for (payload,) in cursor]
                 except (ValueError, TypeError):
                     pass  # a damaged row: take the slow path below, which skips it
             cursor = self._db.execute("SELECT payload FROM entries WHERE skey=? ORDER BY seq", (skey,))
             return self._parse_skipping(skey, cursor)
+
+    @staticmethod
+    def _not_an_object(payload: Any) -> dict:
+        """Stop the quick parse at a row that holds no JSON object."""
+        raise ValueError("not a JSON object")
 
     def _parse_skipping(self, skey: str, cursor: Any) -> list[dict]:
         """Rows that parse to objects; the others are counted in ``skipped`` (the stored row stays as
@@ -3314,13 +3327,15 @@ class PruningSessionStore:
         bigger, trim harder (every older big result, then every older glance). True when it fits;
         False means a resume would send an overflowing request (the caller hands off instead)."""
         def fit(entries: list[dict], owned: bool) -> tuple[list[dict], int]:
-            pruned = self._pruned(entries, self.policy)
+            pruned = self._pruned(entries, self.policy, consume=owned)
             tokens = estimate_tokens(pruned)
             if tokens > max_tokens:
                 harder = dataclasses.replace(self.policy, trim=True, trim_keep=1, trim_min_chars=1000, keep_glances=0,
                                              spill_dir=self.policy.spill_dir or ".flower/spill")
-                pruned = self._pruned(entries, harder)
-                tokens = estimate_tokens(pruned)
+                again = self.inner.load_sync(key) if owned else entries   # an owned list went into the first prune
+                if again is not None:
+                    pruned = self._pruned(again, harder, consume=owned)
+                    tokens = estimate_tokens(pruned)
             return pruned, tokens
         done = await self._loaded(key, fit)
         if done is None:
@@ -3382,6 +3397,7 @@ def estimate_tokens(entries: list[dict]) -> int:
     """A conservative token estimate of what a transcript sends (text, tool inputs and results at
     about 3.5 characters a token): errs on the side of a handoff, never an overflow."""
     chars = 0
+    inputs = []
     for entry in entries:
         if entry.get("type") not in ("user", "assistant"):
             continue
@@ -3392,8 +3408,13 @@ def estimate_tokens(entries: list[dict]) -> int:
         for block in content if isinstance(content, list) else ():
             if isinstance(block, dict):
                 kind = block.get("type")
-                chars += len(_json_text(block.get("input"))) if kind == "tool_use" \
-                    else len(block_text(block)) if kind in ("text", "tool_result") else len(str(block.get("thinking", "")))
+                if kind == "tool_use":
+                    inputs.append(block.get("input"))
+                else:
+                    chars += len(block_text(block)) if kind in ("text", "tool_result") else \
+                        len(str(block.get("thinking", "")))
+    # the JSON text of every tool input, from one encoding of all ("[" + ", ".join(...) + "]")
+    chars += len(_json_text(inputs)) - 2 * len(inputs) if inputs else 0
     return int(chars / 3.5)
 
 
@@ -4038,7 +4059,8 @@ def resolve_window(model: str | None, *, explicit: int | None = None, book: Wind
 
 
 def _tool_inputs(entries: list[dict]) -> list[tuple[str, dict]]:
-    return [(b.get("name", ""), b.get("input") or {}) for e in entries if e.get("type") == "assistant"
+    return [(b.get("name", ""), b["input"] if isinstance(b.get("input"), dict) else {})
+            for e in entries if e.get("type") == "assistant"
             for b in blocks_of(e) if isinstance(b, dict) and b.get("type") == "tool_use"]
 
 
