@@ -69,7 +69,7 @@ sys.path.insert(0, ROOT)
 
 import flower  # noqa: E402  (stdlib only at import)
 from tests import fakeapi  # noqa: E402
-from tests.fakeapi import FakeAnthropic, Reply  # noqa: E402
+from tests.fakeapi import FakeAnthropic, Reply, last_user_text  # noqa: E402
 
 FLOWER = os.path.join(ROOT, "flower.py")
 MODEL = "claude-sonnet-4-5"
@@ -135,16 +135,6 @@ def role_of(body: dict) -> str:
     if "You do the work" in system:
         return "work"
     return "other"
-
-
-def last_user_text(body: dict) -> str:
-    for message in reversed(body.get("messages", [])):
-        if message.get("role") == "user":
-            content = message.get("content")
-            if isinstance(content, str):
-                return content
-            return "\n".join(b.get("text", "") for b in content if isinstance(b, dict) and b.get("type") == "text")
-    return ""
 
 
 def session_of(body: dict) -> str:
@@ -334,19 +324,11 @@ def descendants(root: int) -> list[int]:
     return found
 
 
-def cmdline(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as fh:
-            return fh.read().replace(b"\0", b" ").decode("utf-8", "replace")
-    except OSError:
-        return ""
-
-
 def cli_children(pid: int) -> list[tuple[str, int]]:
     """The guard and the bundled CLI under flower ``pid``: [("guard"|"cli", pid)]."""
     found = []
     for child in descendants(pid):
-        line = cmdline(child)
+        line = flower._cmdline(child)
         if "cli-guard.py" in line:
             found.append(("guard", child))
         elif "_bundled/claude" in line or line.split(" ")[0].endswith("/claude"):
@@ -513,7 +495,7 @@ class Chaos:
             alive = processes_in(self.ws)
         self.local_sigs.update(SIG.findall(self.cli_transcripts()))
         if alive:
-            self.survivors.append({"when": when, "pids": alive, "cmd": [cmdline(p)[:160] for p in alive]})
+            self.survivors.append({"when": when, "pids": alive, "cmd": [flower._cmdline(p)[:160] for p in alive]})
             self.note("survivor", when=when, pids=alive)
 
     # -- faults --

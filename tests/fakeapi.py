@@ -260,6 +260,17 @@ class FakeAnthropic:
         return True
 
 
+def last_user_text(body: dict) -> str:
+    """The text of the last user message of a request body (its text blocks joined)."""
+    for message in reversed(body.get("messages", [])):
+        if message.get("role") == "user":
+            content = message.get("content")
+            if isinstance(content, str):
+                return content
+            return "\n".join(b.get("text", "") for b in content if isinstance(b, dict) and b.get("type") == "text")
+    return ""
+
+
 def cli_env(api: FakeAnthropic, home: str) -> dict:
     """The environment the real CLI needs to talk to ``api`` offline (sdk-notes)."""
     return {

@@ -19,7 +19,7 @@ import unittest
 
 import flower
 from tests import fakeapi
-from tests.fakeapi import FakeAnthropic, Reply, text, tool, error
+from tests.fakeapi import FakeAnthropic, Reply, text, tool, error, last_user_text  # noqa: F401 (re-exported)
 
 HAVE_SDK = importlib.util.find_spec("claude_agent_sdk") is not None
 SKIP = "claude-agent-sdk not installed: the end-to-end tier runs in CI (.ci/run installs it)"
@@ -35,16 +35,6 @@ LEDGER = ("## Status\nhalf done\n## Decisions\nkeep it small\n## Dead ends\n(non
 
 def system_of(body):
     return json.dumps(body.get("system", ""), ensure_ascii=False)
-
-
-def last_user_text(body):
-    for message in reversed(body.get("messages", [])):
-        if message.get("role") == "user":
-            content = message.get("content")
-            if isinstance(content, str):
-                return content
-            return "\n".join(b.get("text", "") for b in content if isinstance(b, dict) and b.get("type") == "text")
-    return ""
 
 
 def role_of(body):
