@@ -38,7 +38,7 @@ import time
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # names used only in (postponed) annotations: importing typing would cost start-up time
-    from typing import Any, Awaitable, Callable, Iterable
+    from typing import Any, Awaitable, Callable, Iterable, Iterator
 
 
 class _OnFirstUse:
@@ -2124,7 +2124,7 @@ class _Pruning:
     Later steps look only at what the scan indexed, never at every entry again."""
 
     __slots__ = ("policy", "own", "report", "work", "pars", "parents", "drop", "gone", "results", "uses", "errors",
-                 "calls", "bash", "empty", "halted", "healed", "careful")
+                 "calls", "bash", "empty", "halted", "healed", "careful", "marks", "dropped")
 
     def __init__(self, policy: PrunePolicy, own: bool = False):
         self.policy = policy
@@ -2146,6 +2146,10 @@ class _Pruning:
         self.halted: set = set()                            # entries with results that may be interrupted calls
         self.healed: set = set()                            # flower's own healing entries
         self.careful = False                                # a uuid twice or not a string: check uuids everywhere
+        self.marks: dict[int, str] | None = None            # entry -> the stored verdict of its Bash call (valid
+                                                            # while ``work`` holds every entry the prune was given)
+        self.dropped: list[tuple] = []                      # API-error entries the scan dropped: (len(work) then,
+                                                            # uuid, parentUuid), for a careful re-link
 
     def set_result(self, k: int, new_content: str, is_error: bool | None = None) -> dict:
         """Row ``k`` of ``results`` gets ``new_content`` (its entry copied unless the entries are ours);
@@ -2170,12 +2174,17 @@ class _Pruning:
         return entry
 
 
-def _prune(entries: list[dict], policy: PrunePolicy, consume: bool = False) -> tuple[list[dict], PruneReport]:
-    """:func:`prune`; ``consume``: the list and its entries are the caller's to give away (fresh from a
-    load): they are changed in place instead of copied, and the list is emptied (what leaves is freed
-    early)."""
-    st = _drop_api_errors(entries, policy, consume)
-    if consume:
+def _prune(entries: Iterable[dict], policy: PrunePolicy, consume: bool = False, left: Iterable[tuple] = (),
+           marks: dict[int, str] | None = None) -> tuple[list[dict], PruneReport]:
+    """:func:`prune`; ``consume``: the entries are the caller's to give away (fresh from a load): they
+    are changed in place instead of copied, and a list of them is emptied (what leaves is freed early).
+    ``entries`` may be an iterator that parses them one by one: each is then indexed while it is still
+    fresh in the CPU cache. ``left`` and ``marks`` are what stored facts told (see :func:`entry_facts`):
+    (uuid, parentUuid, chars) of API-error rows the store left out of ``entries`` (the result is as if
+    they had been there; read once the entries are), and the stored verdicts of lone Bash calls
+    (position in ``entries`` -> "1" read-only or "0")."""
+    st = _drop_api_errors(entries, policy, consume, left, marks)
+    if consume and isinstance(entries, list):
         entries.clear()
     _drop_old_results(st)
     # from here on entries are only replaced, never removed: (i, j) positions stay valid, and a step
@@ -2192,14 +2201,17 @@ def _prune(entries: list[dict], policy: PrunePolicy, consume: bool = False) -> t
 _REJECTED = "User rejected tool use"
 
 
-def _drop_api_errors(entries: list[dict], policy: PrunePolicy, own: bool = False) -> _Pruning:
+def _drop_api_errors(entries: Iterable[dict], policy: PrunePolicy, own: bool = False, left: Iterable[tuple] = (),
+                     marks: dict[int, str] | None = None) -> _Pruning:
     """Step 1: API-error entries leave (one without a uuid is outside the chain: just left out). The
-    same pass indexes what the later steps need (tool results and uses, errors, API calls, parents)."""
+    same pass indexes what the later steps need (tool results and uses, errors, API calls, parents).
+    ``left`` and ``marks``: what stored facts told (see :func:`_prune`)."""
     st = _Pruning(policy, own)
     work, pars, results, errors, uses, bash, calls, empty = \
         st.work, st.pars, st.results, st.errors, st.uses, st.bash, st.calls, st.empty
     drop_errors = policy.drop_api_errors
     uids = []   # every string uuid: a set of them tells whether one comes twice (cheaper than a map of all)
+    st.marks = marks
     for entry in entries:
         get = entry.get
         uid = get("uuid")
@@ -2234,7 +2246,8 @@ def _drop_api_errors(entries: list[dict], policy: PrunePolicy, own: bool = False
                                 elif bash:
                                     bash.pop(tool_id, None)
                 if model != SYNTHETIC_MODEL and not get("isSidechain"):
-                    calls.append((i, message.get("id") or uid, uid))
+                    call = message.get("id") or uid
+                    calls.append((i, call if call.__class__ is str else i, uid))   # a bad id: a call of its own
         elif kind == "user":
             message = get("message")
             content = message.get("content") if isinstance(message, dict) else None
@@ -2259,15 +2272,45 @@ def _drop_api_errors(entries: list[dict], policy: PrunePolicy, own: bool = False
             continue
         work.append(entry)
         pars.append(parent)
+    for uid, parent, chars in left:
+        _drop_error(st, None, uid, parent, chars)
     if st.careful or len(set(uids)) != len(uids):   # a uuid twice: the last entry with it names its parent
         st.careful = True
-        st.parents = {e["uuid"]: e.get("parentUuid") for e in entries if isinstance(e.get("uuid"), str)}
+        st.parents = _all_parents(st)
     return st
 
 
-def _drop_error(st: _Pruning, entry: dict, uid: Any, parent: Any) -> None:
+def _all_parents(st: _Pruning) -> dict[str, Any]:
+    """uuid -> parentUuid of every entry the scan met, in their order (the last entry with a uuid names
+    its parent), then of the rows the store left out (their uuids are unique)."""
+    parents: dict[str, Any] = {}
+    dropped, d = st.dropped, 0
+    for k, entry in enumerate(st.work):
+        while d < len(dropped) and dropped[d][0] <= k:
+            _, uid, parent = dropped[d]
+            d += 1
+            if isinstance(uid, str):
+                parents[uid] = parent
+        uid = entry.get("uuid")
+        if isinstance(uid, str):
+            parents[uid] = st.pars[k]
+    for _, uid, parent in dropped[d:]:
+        if isinstance(uid, str):
+            parents[uid] = parent
+    for uid, parent in st.parents.items():
+        parents.setdefault(uid, parent)
+    return parents
+
+
+def _drop_error(st: _Pruning, entry: dict | None, uid: Any, parent: Any, chars: int = 0) -> None:
+    """An API-error entry leaves (``entry`` None: a row the store left out, which saves ``chars``)."""
     st.report.dropped_errors += 1
-    st.report.chars_saved += ("message" in entry and len(entry_text(entry))) or len(str(entry.get("error", "")))
+    if entry is None:
+        st.report.chars_saved += chars
+    else:
+        st.report.chars_saved += ("message" in entry and len(entry_text(entry))) or len(str(entry.get("error", "")))
+        st.dropped.append((len(st.work), uid, parent))
+        st.marks = None   # positions in ``work`` are no longer those of the entries the marks were made for
     if uid.__class__ is str:
         st.drop.add(uid)
         st.parents[uid] = parent
@@ -2427,7 +2470,7 @@ def _expire_glances(st: _Pruning) -> None:
     ``keep_glances`` glances, a result that could not expire anyway (too long, already trimmed) is not
     classified at all."""
     policy, work, bash, drop, healed, careful = st.policy, st.work, st.bash, st.drop, st.healed, st.careful
-    keep, limit = policy.keep_glances, policy.glance_max_chars
+    keep, limit, marks, uses = policy.keep_glances, policy.glance_max_chars, st.marks, st.uses
     kept = 0
     stale = []   # newest first
     results = st.results
@@ -2445,13 +2488,21 @@ def _expire_glances(st: _Pruning) -> None:
                 continue
         args = use.get("input")
         command = args.get("command") if isinstance(args, dict) else None
-        if isinstance(command, str) and _read_only(command):
+        if isinstance(command, str) and (_stored_verdict(marks, uses[tool_id][0], command) if marks
+                                         else _read_only(command)):
             if now is None:
                 kept += 1
             else:
                 stale.append((k, command, now))
     if stale:
         _expire(st, stale)
+
+
+def _stored_verdict(marks: dict[int, str], i: int, command: str) -> bool:
+    """Whether ``command``, of the Bash call in entry ``i``, is read-only: as stored with the entry (its
+    one block is that call), else worked out."""
+    verdict = marks.get(i)
+    return verdict == "1" if verdict is not None else _read_only(command)
 
 
 def _expire(st: _Pruning, stale: list[tuple[int, str, str]]) -> None:
@@ -2635,6 +2686,56 @@ def _heal_after(out: list[dict], entry: dict, uid: str, blocks: list[dict], neut
                     "flowerHealed": True})
         uid = heal
         report.healed += 1
+
+
+# --- Stored facts: what prune needs to know of an entry, worked out once when it is stored ---
+#
+# A cold resume of a long run meets thousands of distinct shell commands (about 4 us each to classify)
+# and thousands of API-error rows it would parse only to drop them. ``entry_facts`` tells, when a row is
+# stored, what a later prune would otherwise work out again; a store keeps it beside the row. The
+# result of a prune is exactly the same with or without facts (tests compare the two on every shape
+# they have). A fact is FACTS_VERSION, a kind letter and its data:
+#   e<chars>[|<parentUuid>]   an API-error entry: prune drops it (a store need not even read it)
+#   b<1 or 0>                 an entry whose one block is a Bash call: whether its command is read-only
+# Bump FACTS_VERSION whenever what a fact says changes meaning (is_api_error_entry or the read-only
+# rules): tests/test_transcript.py keeps a digest of the verdicts on a corpus that says when. Facts of
+# another version are not used.
+FACTS_VERSION = "1"
+
+
+def entry_facts(entry: dict) -> str | None:
+    """The facts stored beside ``entry`` (see above), or None when a prune needs nothing of it."""
+    kind = entry.get("type")
+    if kind != "assistant" and kind != "system":
+        return None
+    if is_api_error_entry(entry):
+        uid, parent = entry.get("uuid"), entry.get("parentUuid")
+        if not (uid is None or isinstance(uid, str)) or not (parent is None or isinstance(parent, str)):
+            return None   # a row the scan must see (such a uuid makes the whole prune careful)
+        chars = ("message" in entry and len(entry_text(entry))) or len(str(entry.get("error", "")))
+        return f"{FACTS_VERSION}e{chars}" + ("" if parent is None else "|" + parent)
+    message = entry.get("message")
+    content = message.get("content") if kind == "assistant" and isinstance(message, dict) else None
+    if not isinstance(content, list) or len(content) != 1:
+        return None
+    command = lone_bash_command(content[0])
+    return None if command is None else FACTS_VERSION + ("b1" if _read_only(command) else "b0")
+
+
+def lone_bash_command(block: Any) -> str | None:
+    """The command of a Bash tool_use block with a tool id (None for any other block)."""
+    if not isinstance(block, dict) or block.get("type") != "tool_use" or block.get("name") != "Bash":
+        return None
+    tool_id, args = block.get("id"), block.get("input")
+    command = args.get("command") if isinstance(args, dict) else None
+    return command if isinstance(command, str) and isinstance(tool_id, str) and tool_id else None
+
+
+def left_row(uid: Any, facts: str) -> tuple[str | None, str | None, int]:
+    """(uuid, parentUuid, chars) of an API-error row a store left out unparsed, from its uuid and
+    facts. Raises ValueError on facts that do not parse."""
+    chars, bar, parent = facts[2:].partition("|")
+    return uid if isinstance(uid, str) else None, parent if bar else None, int(chars)
 
 
 # --- Notes (pure): markdown sections, brief, goal, verdict, handoff ledger ---
@@ -3000,6 +3101,7 @@ CREATE TABLE IF NOT EXISTS entries (
     seq INTEGER PRIMARY KEY AUTOINCREMENT,
     skey TEXT NOT NULL,
     uuid TEXT,
+    facts TEXT,
     payload TEXT NOT NULL
 );
 CREATE UNIQUE INDEX IF NOT EXISTS entries_uuid ON entries(skey, uuid) WHERE uuid IS NOT NULL;
@@ -3021,6 +3123,18 @@ CREATE TABLE IF NOT EXISTS summaries (
     PRIMARY KEY (project_key, session_id)
 );
 """
+# A store made before the facts column gets it (its old rows stay NULL: parsed and judged on load)
+SQL_ENTRY_COLUMNS = "PRAGMA table_info(entries)"
+SQL_ADD_FACTS = "ALTER TABLE entries ADD COLUMN facts TEXT"
+SQL_APPEND_ENTRY = "INSERT OR IGNORE INTO entries(skey, uuid, payload, facts) VALUES (?,?,?,?)"
+SQL_SESSION_KNOWN = "SELECT 1 FROM sessions WHERE skey=?"
+SQL_LOAD_PAYLOADS = "SELECT payload FROM entries WHERE skey=? ORDER BY seq"
+# An API-error row (facts "<version>e...") comes as its uuid, not its payload: prune drops it.
+SQL_LOAD_WITH_FACTS = (f"SELECT CASE WHEN facts >= '{FACTS_VERSION}e' AND facts < '{FACTS_VERSION}f' THEN uuid "
+                       f"ELSE payload END, facts FROM entries WHERE skey=? ORDER BY seq")
+# Every payload, with the Bash verdicts only (for a prune that keeps API errors)
+SQL_LOAD_KEEPING_ERRORS = (f"SELECT payload, CASE WHEN facts >= '{FACTS_VERSION}b' AND facts < '{FACTS_VERSION}c' "
+                           f"THEN facts END FROM entries WHERE skey=? ORDER BY seq")
 
 
 class SqliteSessionStore:
@@ -3070,6 +3184,12 @@ class SqliteSessionStore:
                     db.execute("PRAGMA journal_mode=WAL")
                 db.execute("PRAGMA synchronous=NORMAL")
             db.executescript(_SCHEMA)
+            if "facts" not in [column[1] for column in db.execute(SQL_ENTRY_COLUMNS)]:
+                try:
+                    db.execute(SQL_ADD_FACTS)
+                except sqlite3.OperationalError as exc:   # another process added it first
+                    if "duplicate column" not in str(exc):
+                        raise
         except BaseException:
             db.close()
             raise
@@ -3087,12 +3207,13 @@ class SqliteSessionStore:
             return
         skey = _key_string(key)
         dumps = _compact_json()
-        rows = [(skey, uid if isinstance(uid := e.get("uuid"), str) else None, dumps(e)) for e in entries]
+        rows = [(skey, uid if isinstance(uid := e.get("uuid"), str) else None, dumps(e), entry_facts(e))
+                for e in entries]
         context = entry_context(entries) if not key.get("subpath") else None
         with self._lock:
             self._db.execute("BEGIN IMMEDIATE")
             try:
-                self._db.executemany("INSERT OR IGNORE INTO entries(skey, uuid, payload) VALUES (?,?,?)", rows)
+                self._db.executemany(SQL_APPEND_ENTRY, rows)
                 mtime = self._next_mtime()
                 self._db.execute(
                     "INSERT INTO sessions(skey, project_key, session_id, subpath, mtime, context) "
@@ -3124,10 +3245,9 @@ class SqliteSessionStore:
         """All entries under ``key`` in append order, or None when the key was never written."""
         skey = _key_string(key)
         with self._lock:
-            known = self._db.execute("SELECT 1 FROM sessions WHERE skey=?", (skey,)).fetchone()
-            if not known:
+            if not self._db.execute(SQL_SESSION_KNOWN, (skey,)).fetchone():
                 return None
-            cursor = self._db.execute("SELECT payload FROM entries WHERE skey=? ORDER BY seq", (skey,))
+            cursor = self._db.execute(SQL_LOAD_PAYLOADS, (skey,))
             with _gc_paused():  # parse row by row: never all payload strings and all dicts at once
                 try:   # a text that starts with "{" parses to an object or not at all: told while it is at hand
                     loads = json.loads
@@ -3135,8 +3255,43 @@ class SqliteSessionStore:
                             for (payload,) in cursor]
                 except (ValueError, TypeError):
                     pass  # a damaged row: take the slow path below, which skips it
-            cursor = self._db.execute("SELECT payload FROM entries WHERE skey=? ORDER BY seq", (skey,))
+            cursor = self._db.execute(SQL_LOAD_PAYLOADS, (skey,))
             return self._parse_skipping(skey, cursor)
+
+    def load_pruned(self, key: dict, policy: PrunePolicy | None = None) -> tuple[list[dict], PruneReport] | None:
+        """``_prune`` of the session with ``policy`` (None when the key was never written), fed row by
+        row: each entry is indexed right after it is parsed, while it is fresh in the CPU cache; the
+        API-error rows are not even read, and lone Bash calls come with their stored verdicts. A
+        damaged row or fact: the plain load (which skips damaged rows), then the prune."""
+        policy = policy or PrunePolicy()
+        skey = _key_string(key)
+        with self._lock:
+            if not self._db.execute(SQL_SESSION_KNOWN, (skey,)).fetchone():
+                return None
+            sql = SQL_LOAD_WITH_FACTS if policy.drop_api_errors else SQL_LOAD_KEEPING_ERRORS
+            left: list[tuple] = []
+            marks: dict[int, str] = {}
+            with _gc_paused():
+                try:
+                    return _prune(self._fresh(self._db.execute(sql, (skey,)), left, marks), policy, True, left, marks)
+                except (ValueError, TypeError, IndexError):
+                    pass
+        entries = self.load_sync(key)
+        return None if entries is None else _prune(entries, policy, True)
+
+    def _fresh(self, rows: Iterable[tuple], left: list, marks: dict) -> Iterator[dict]:
+        """The entries of rows of (payload, or the uuid of an API-error row; facts), parsed one at a
+        time; API-error rows go to ``left`` and Bash verdicts to ``marks`` (see :func:`_prune`)."""
+        loads, version, n = json.loads, FACTS_VERSION, 0
+        for payload, facts in rows:
+            if facts is not None and facts[:1] == version:
+                if facts[1] == "e":
+                    left.append(left_row(payload, facts))
+                    continue
+                if facts[1] == "b":
+                    marks[n] = facts[2]
+            yield loads(payload) if payload[:1] == "{" else self._not_an_object(payload)
+            n += 1
 
     @staticmethod
     def _not_an_object(payload: Any) -> dict:
@@ -3290,33 +3445,43 @@ class PruningSessionStore:
         prepared = self._prepared.pop(_key_string(key), None)
         if prepared is not None:
             return prepared
-        return await self._loaded(key, lambda entries, owned: self._pruned(entries, self.policy, consume=owned))
+        return await self._with_pruner(key, lambda pruned: pruned(self.policy))
 
-    async def _loaded(self, key: dict, then: Callable[[list[dict], bool], Any]) -> Any:
-        """``then(entries, owned)`` on the inner store's entries of ``key`` (None when it has none; ``owned``:
-        the list is a fresh one nobody else holds, so it may be consumed), loading and
-        pruning under one GC pause: in the store's worker thread when the store loads in one (the
-        SQLite and PostgreSQL stores), so that the cyclic GC neither walks the growing heap nor runs
-        a deferred collection between the load and the prune."""
-        load_sync = getattr(self.inner, "load_sync", None) if type(self.inner).load in _THREADED_LOADS else None
-        if load_sync is not None:
+    async def _with_pruner(self, key: dict, body: Callable[[Callable[[PrunePolicy], list[dict] | None]], Any]) -> Any:
+        """``body(pruned)``, where ``pruned(policy)`` is the session of ``key`` pruned with ``policy``
+        (None when the store has no such key), loading and pruning under one GC pause: in the store's
+        worker thread when the store loads in one (the SQLite and PostgreSQL stores), so that the
+        cyclic GC neither walks the growing heap nor runs a deferred collection between the load and
+        the prune."""
+        if type(self.inner).load in _THREADED_LOADS and hasattr(self.inner, "load_sync"):
             import asyncio
 
             def work() -> Any:
                 with _gc_paused():
-                    entries = load_sync(key)
-                    return None if entries is None else then(entries, True)
+                    return body(lambda policy: self._kept(self._owned_pruned(key, policy)))
             return await asyncio.to_thread(work)
         entries = await self.inner.load(key)
-        if entries is None:
-            return None
-        with _gc_paused():
-            return then(entries, False)   # another store's list: it may keep it (never emptied here)
 
-    def _pruned(self, entries: list[dict], policy: PrunePolicy, consume: bool = False) -> list[dict]:
-        """Prune (``consume``: ``entries`` is a list nobody else uses, emptied on the way: a lower peak)."""
-        with _gc_paused():
-            pruned, report = _prune(entries, policy, consume)
+        def pruned(policy: PrunePolicy) -> list[dict] | None:
+            if entries is None:
+                return None
+            with _gc_paused():   # another store's list: it may keep it (never emptied here)
+                return self._kept(_prune(entries, policy))
+        return body(pruned)
+
+    def _owned_pruned(self, key: dict, policy: PrunePolicy) -> tuple[list[dict], PruneReport] | None:
+        """Prune a fresh load nobody else holds (changed in place and freed on the way: a lower peak),
+        with the stored facts when the store keeps them."""
+        if hasattr(self.inner, "load_pruned"):
+            return self.inner.load_pruned(key, policy)
+        entries = self.inner.load_sync(key)
+        return None if entries is None else _prune(entries, policy, True)
+
+    def _kept(self, done: tuple[list[dict], PruneReport] | None) -> list[dict] | None:
+        """The pruned entries, once the spill files their trimmed results want are written."""
+        if done is None:
+            return None
+        pruned, report = done
         write_spills(report.spills)
         report.spills = {}   # written: the texts are not kept (a 2,000 x 100 KB session held 150 MB here)
         self.last_report = report
@@ -3326,18 +3491,19 @@ class PruningSessionStore:
         """Make the next ``load(key)`` fit under ``max_tokens`` (estimated): when the pruned session is
         bigger, trim harder (every older big result, then every older glance). True when it fits;
         False means a resume would send an overflowing request (the caller hands off instead)."""
-        def fit(entries: list[dict], owned: bool) -> tuple[list[dict], int]:
-            pruned = self._pruned(entries, self.policy, consume=owned)
-            tokens = estimate_tokens(pruned)
+        def fit(pruned: Callable[[PrunePolicy], list[dict] | None]) -> tuple[list[dict], int] | None:
+            entries = pruned(self.policy)
+            if entries is None:
+                return None
+            tokens = estimate_tokens(entries)
             if tokens > max_tokens:
                 harder = dataclasses.replace(self.policy, trim=True, trim_keep=1, trim_min_chars=1000, keep_glances=0,
                                              spill_dir=self.policy.spill_dir or ".flower/spill")
-                again = self.inner.load_sync(key) if owned else entries   # an owned list went into the first prune
+                again = pruned(harder)
                 if again is not None:
-                    pruned = self._pruned(again, harder, consume=owned)
-                    tokens = estimate_tokens(pruned)
-            return pruned, tokens
-        done = await self._loaded(key, fit)
+                    entries, tokens = again, estimate_tokens(again)
+            return entries, tokens
+        done = await self._with_pruner(key, fit)
         if done is None:
             return True
         self._prepared[_key_string(key)] = done[0]

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import tempfile
 import unittest
+import unittest.mock
 
 import flower
 from flower import SqliteSessionStore, PruningSessionStore, FlowerError
@@ -224,3 +225,139 @@ class Conformance(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class StoredFacts(unittest.TestCase):
+    """Facts stored beside each row (flower.entry_facts) make a resume cheaper, never different: what
+    the store's load+prune returns is exactly prune() of the stored rows, for every shape we have."""
+
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.n = 0
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def stored(self, entries, path=None):
+        self.n += 1
+        store = SqliteSessionStore(path or os.path.join(self.tmp.name, f"s{self.n}.db"))
+        self.addCleanup(store.close)
+        if entries:
+            store.append_sync(KEY, entries)
+        return store
+
+    def assertSameAsPrune(self, store, policy, label=""):
+        want, report = flower.prune(store.load_sync(KEY), policy)
+        wrapped = PruningSessionStore(store, policy=policy)
+        got = asyncio.run(wrapped.load(KEY))
+        self.assertEqual(got, want, label)
+        self.assertEqual(wrapped.last_report.as_dict(), report.as_dict(), label)
+
+    POLICIES = (flower.PrunePolicy(), flower.PrunePolicy(keep_denials=0, keep_unavailable=0, keep_glances=0),
+                flower.PrunePolicy(keep_denials=3, keep_unavailable=2), flower.PrunePolicy(drop_api_errors=False))
+
+    def test_same_as_prune_on_every_mix(self):
+        from tests.transcripts import anchor_transcript, random_transcript, replayed_fixtures, sized_transcript
+        mixes = [(f"random {seed}", random_transcript(seed, size=150)) for seed in range(40)]
+        mixes += [("anchor", anchor_transcript(3000)), ("dense", sized_transcript(3000)),
+                  ("real", replayed_fixtures(1500))]
+        for label, entries in mixes:
+            store = self.stored(entries)
+            for policy in self.POLICIES:
+                with self.subTest(label, policy=policy):
+                    self.assertSameAsPrune(store, policy, label)
+
+    def test_same_as_prune_on_hostile_rows(self):
+        import random
+        from tests.transcripts import hostile_entry, random_transcript
+        rng = random.Random(5)
+        for trial in range(300):
+            entries = random_transcript(trial, size=30)
+            for _ in range(rng.randint(1, 8)):   # wrong shapes, and API errors with odd uuids and parents
+                bad = hostile_entry(rng, rng.randint(0, 40)) if rng.random() < 0.7 else {
+                    "type": "system", "subtype": "api_error", "error": {"message": "x" * rng.randint(0, 9)},
+                    "uuid": rng.choice([f"e{trial}-{_}", 7, None, ["l"]]),
+                    "parentUuid": rng.choice([None, "gone", 3, entries[rng.randrange(len(entries))].get("uuid")])}
+                entries.insert(rng.randrange(len(entries) + 1), bad)
+            store = self.stored(json.loads(json.dumps(entries)))
+            for policy in self.POLICIES[:2]:
+                with self.subTest(trial=trial, policy=policy):
+                    self.assertSameAsPrune(store, policy, f"hostile {trial}")
+
+    def test_api_error_rows_are_not_parsed(self):
+        from tests.transcripts import random_transcript
+        entries = random_transcript(3, size=200)
+        errors = sum(1 for e in entries if flower.is_api_error_entry(e))
+        self.assertGreater(errors, 3)
+        store = self.stored(entries)
+        calls = []
+        real = json.loads
+        with unittest.mock.patch.object(flower.json, "loads", lambda s, *a, **k: calls.append(1) or real(s, *a, **k)):
+            pruned, report = store.load_pruned(KEY)
+        self.assertEqual(len(calls), len(entries) - errors)
+        self.assertEqual(report.dropped_errors, errors)
+        self.assertEqual(pruned, flower.prune(entries)[0])
+
+    def test_stored_verdicts_spare_classifying_commands(self):
+        from tests.transcripts import anchor_transcript
+        entries = anchor_transcript(2000)
+        store = self.stored(entries)
+        flower.is_read_only_command.cache_clear()
+        store.load_pruned(KEY)
+        with_facts = flower.is_read_only_command.cache_info().misses
+        store._db.execute("UPDATE entries SET facts = NULL")   # a store written before facts existed
+        flower.is_read_only_command.cache_clear()
+        store.load_pruned(KEY)
+        without = flower.is_read_only_command.cache_info().misses
+        self.assertGreater(without, 300)
+        self.assertEqual(with_facts, 0)
+
+    def test_facts_of_another_version_are_not_used(self):
+        b = __import__("tests.transcripts", fromlist=["Builder"]).Builder(__import__("random").Random(2))
+        b.prompt("go")
+        b.tool("Bash", {"command": "rm -rf build"}, "removed", level=1000)
+        for _ in range(8):
+            b.tool("Bash", {"command": "ls"}, "a b c", level=1000)
+        store = self.stored(b.entries)
+        store._db.execute("UPDATE entries SET facts = '0b1' WHERE facts = '1b0'")   # a lie, of version 0
+        pruned, _ = store.load_pruned(KEY)
+        sent = lambda: json.dumps([b for e in pruned for b in flower.blocks_of(e)])  # noqa: E731
+        self.assertIn("removed", sent())   # the writing command's result is kept
+        store._db.execute("UPDATE entries SET facts = '1b1' WHERE facts = '0b1'")   # the same lie, current
+        pruned, _ = store.load_pruned(KEY)
+        self.assertNotIn("removed", sent())   # shows the facts are what decides
+
+    def test_damaged_facts_or_rows_fall_back_to_the_plain_load(self):
+        from tests.transcripts import random_transcript
+        entries = random_transcript(4, size=120)
+        for damage in ("UPDATE entries SET facts = '1eXY' WHERE facts LIKE '1e%'",
+                       "UPDATE entries SET facts = '1' WHERE facts LIKE '1b%'",
+                       "UPDATE entries SET payload = 'not json' WHERE seq = 7",
+                       "UPDATE entries SET payload = '[1, 2]' WHERE seq = 9"):
+            with self.subTest(damage):
+                store = self.stored(entries)
+                store._db.execute(damage)
+                self.assertSameAsPrune(store, flower.PrunePolicy())
+
+    def test_a_store_made_before_facts_gets_the_column_and_loads_the_same(self):
+        import sqlite3
+        from tests.transcripts import random_transcript
+        path = os.path.join(self.tmp.name, "old.db")
+        db = sqlite3.connect(path)
+        db.executescript("CREATE TABLE entries (seq INTEGER PRIMARY KEY AUTOINCREMENT, skey TEXT NOT NULL, "
+                         "uuid TEXT, payload TEXT NOT NULL); CREATE TABLE sessions (skey TEXT PRIMARY KEY, "
+                         "project_key TEXT NOT NULL, session_id TEXT NOT NULL, subpath TEXT, mtime INTEGER NOT NULL, "
+                         "context INTEGER);")
+        entries = random_transcript(6, size=150)
+        db.executemany("INSERT INTO entries(skey, uuid, payload) VALUES (?,?,?)",
+                       [("proj/s1", e.get("uuid"), json.dumps(e)) for e in entries])
+        db.execute("INSERT INTO sessions VALUES ('proj/s1', 'proj', 's1', NULL, 1, NULL)")
+        db.commit()
+        db.close()
+        store = self.stored([], path)
+        self.assertIn("facts", [c[1] for c in store._db.execute("PRAGMA table_info(entries)")])
+        self.assertSameAsPrune(store, flower.PrunePolicy())
+        store.append_sync(KEY, random_transcript(7, size=60))   # new rows get facts, old ones stay NULL
+        self.assertSameAsPrune(store, flower.PrunePolicy())
+        again = SqliteSessionStore(path)   # a second open: the column is there, nothing fails
+        again.close()

@@ -10,7 +10,7 @@ import unittest
 
 import flower
 from flower import PrunePolicy, prune, relink, is_read_only_command
-from tests.transcripts import Builder, random_transcript, DENIAL_TEXT
+from tests.transcripts import Builder, random_transcript, DENIAL_TEXT, hostile_entry
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures")
 NEUTRAL = flower.text("interrupted_result")
@@ -93,30 +93,6 @@ class PruneProperties(unittest.TestCase):
             check_invariants(self, entries, pruned)
 
 
-def hostile_entry(rng, i: int) -> dict:
-    """A store row of a wrong shape: uuids, parents, ids and contents of every type JSON has."""
-    pick = rng.choice
-    entry = {"type": pick(["user", "assistant", "system", 5, None]),
-             "uuid": pick([f"u{i}", f"u{i}", f"u{max(0, i - 1)}", 7, None, ["l"], {"d": 1}]),
-             "parentUuid": pick([f"u{i - 1}", ["x"], {"a": 1}, None, "gone", 4])}
-    if entry["type"] == "assistant":
-        blocks = [{"type": "tool_use", "id": pick([f"t{i}", 5, None, [2]]), "name": pick(["Bash", "Read", 3]),
-                   "input": pick([{"command": "ls"}, "ls", {"command": 3}, None, [1]])}, "junk",
-                  {"type": "text", "text": 5}]
-        entry["message"] = pick([{"role": "assistant", "id": pick(["m1", ["m"], None]),
-                                  "content": pick([blocks, "str", None])}, "m", None])
-    elif entry["type"] == "user":
-        result = {"type": "tool_result", "tool_use_id": pick([f"t{i - 1}", [1]]), "is_error": pick([True, False]),
-                  "content": pick(["x" * pick([1, 30000]), [{"type": "text", "text": "y"}], [3], None])}
-        entry["message"] = {"role": "user", "content": pick([[result], "text", None, [None, 3]])}
-        if rng.random() < 0.2:
-            entry["toolUseResult"] = pick(["User rejected tool use", {"a": [1]}, 3])
-    else:
-        entry["isApiErrorMessage"] = pick([True, "yes"])
-        entry["message"] = {"content": "API Error"}
-    return entry
-
-
 class HostileRows(unittest.TestCase):
     # A store can hold rows of any shape (an old CLI, a hand edit, a bug elsewhere). Prune crashed on
     # unhashable uuids, parents and tool ids and on a Bash input that is no object, and with it the
@@ -138,6 +114,41 @@ class HostileRows(unittest.TestCase):
                                 entry.get("uuid") == e.get("uuid") for e in entries)), entry)
                         self.assertLessEqual(len(out), len(originals) + sum(
                             1 for e in out if e.get("flowerHealed")))
+
+
+class StoredFactsVersion(unittest.TestCase):
+    # Stores keep entry_facts() beside each row and trust it on later loads: when the rules behind a
+    # fact change (API-error detection, read-only commands), facts stored by the old rules must stop
+    # counting, which is what bumping FACTS_VERSION does. This digest of the facts of a fixed corpus
+    # says when: if it changes, bump FACTS_VERSION and record the new digest under it.
+    DIGESTS = {"1": "46a8172106e80fff"}
+
+    def test_digest_of_the_facts_of_a_fixed_corpus(self):
+        import hashlib
+        import random
+        from tests.transcripts import anchor_transcript
+        rng = random.Random(3)
+        entries = [e for s in range(20) for e in random_transcript(s, size=60)] + anchor_transcript(1500) + \
+            [hostile_entry(rng, i) for i in range(400)]
+        facts = [flower.entry_facts(json.loads(json.dumps(e))) for e in entries]
+        self.assertGreater(sum(f is not None for f in facts), 1000)
+        digest = hashlib.sha256(json.dumps(facts).encode()).hexdigest()[:16]
+        self.assertEqual(digest, self.DIGESTS.get(flower.FACTS_VERSION),
+                         "what stored facts say changed: bump FACTS_VERSION and record this digest under it")
+
+    def test_bad_message_ids_do_not_stop_a_prune(self):
+        # A transcript with stale glances whose assistant rows carry an id that is no string raised
+        # TypeError (unhashable) while counting the turns since each glance.
+        b = Builder(__import__("random").Random(4))
+        b.prompt("look")
+        for _ in range(9):
+            b.tool("Bash", {"command": "ls"}, "a b", level=1000)
+        for k, e in enumerate(b.entries):
+            if e.get("type") == "assistant":
+                e["message"]["id"] = [k] if k % 2 else {"k": k}
+        out, report = prune(b.entries)
+        self.assertEqual(report.expired, 3)
+        self.assertIn("expired 6 turns ago", json.dumps(out))   # each such call counts as one
 
 
 class PruneSteps(unittest.TestCase):

@@ -215,3 +215,27 @@ def anchor_transcript(n: int, seed: int = 11) -> list[dict]:
         else:
             b.prompt("continue")
     return b.entries[:n]
+
+
+def hostile_entry(rng, i: int) -> dict:
+    """A store row of a wrong shape: uuids, parents, ids and contents of every type JSON has."""
+    pick = rng.choice
+    entry = {"type": pick(["user", "assistant", "system", 5, None]),
+             "uuid": pick([f"u{i}", f"u{i}", f"u{max(0, i - 1)}", 7, None, ["l"], {"d": 1}]),
+             "parentUuid": pick([f"u{i - 1}", ["x"], {"a": 1}, None, "gone", 4])}
+    if entry["type"] == "assistant":
+        blocks = [{"type": "tool_use", "id": pick([f"t{i}", 5, None, [2]]), "name": pick(["Bash", "Read", 3]),
+                   "input": pick([{"command": "ls"}, "ls", {"command": 3}, None, [1]])}, "junk",
+                  {"type": "text", "text": 5}]
+        entry["message"] = pick([{"role": "assistant", "id": pick(["m1", ["m"], None]),
+                                  "content": pick([blocks, "str", None])}, "m", None])
+    elif entry["type"] == "user":
+        result = {"type": "tool_result", "tool_use_id": pick([f"t{i - 1}", [1]]), "is_error": pick([True, False]),
+                  "content": pick(["x" * pick([1, 30000]), [{"type": "text", "text": "y"}], [3], None])}
+        entry["message"] = {"role": "user", "content": pick([[result], "text", None, [None, 3]])}
+        if rng.random() < 0.2:
+            entry["toolUseResult"] = pick(["User rejected tool use", {"a": [1]}, 3])
+    else:
+        entry["isApiErrorMessage"] = pick([True, "yes"])
+        entry["message"] = {"content": "API Error"}
+    return entry
