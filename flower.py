@@ -2124,7 +2124,7 @@ class _Pruning:
     Later steps look only at what the scan indexed, never at every entry again."""
 
     __slots__ = ("policy", "own", "report", "work", "pars", "parents", "drop", "gone", "results", "uses", "errors",
-                 "calls", "bash", "empty", "halted", "healed", "careful", "marks", "dropped")
+                 "calls", "bash", "empty", "halted", "healed", "careful", "marks", "dropped", "planned")
 
     def __init__(self, policy: PrunePolicy, own: bool = False):
         self.policy = policy
@@ -2148,6 +2148,7 @@ class _Pruning:
         self.careful = False                                # a uuid twice or not a string: check uuids everywhere
         self.marks: dict[int, str] | None = None            # entry -> the stored verdict of its Bash call (valid
                                                             # while ``work`` holds every entry the prune was given)
+        self.planned = False                                # old results a store left out (plan_leavers)
         self.dropped: list[tuple] = []                      # API-error entries the scan dropped: (len(work) then,
                                                             # uuid, parentUuid), for a careful re-link
 
@@ -2175,15 +2176,16 @@ class _Pruning:
 
 
 def _prune(entries: Iterable[dict], policy: PrunePolicy, consume: bool = False, left: Iterable[tuple] = (),
-           marks: dict[int, str] | None = None) -> tuple[list[dict], PruneReport]:
+           marks: dict[int, str] | None = None, plan: LeavePlan | None = None) -> tuple[list[dict], PruneReport]:
     """:func:`prune`; ``consume``: the entries are the caller's to give away (fresh from a load): they
     are changed in place instead of copied, and a list of them is emptied (what leaves is freed early).
     ``entries`` may be an iterator that parses them one by one: each is then indexed while it is still
     fresh in the CPU cache. ``left`` and ``marks`` are what stored facts told (see :func:`entry_facts`):
     (uuid, parentUuid, chars) of API-error rows the store left out of ``entries`` (the result is as if
     they had been there; read once the entries are), and the stored verdicts of lone Bash calls
-    (position in ``entries`` -> "1" read-only or "0")."""
-    st = _drop_api_errors(entries, policy, consume, left, marks)
+    (position in ``entries`` -> "1" read-only or "0"). With a ``plan`` (:func:`plan_leavers`) the rows
+    it left out are in ``left`` too, and a row naming one of its tool ids raises :class:`PlanBroken`."""
+    st = _drop_api_errors(entries, policy, consume, left, marks, plan)
     if consume and isinstance(entries, list):
         entries.clear()
     _drop_old_results(st)
@@ -2202,11 +2204,13 @@ _REJECTED = "User rejected tool use"
 
 
 def _drop_api_errors(entries: Iterable[dict], policy: PrunePolicy, own: bool = False, left: Iterable[tuple] = (),
-                     marks: dict[int, str] | None = None) -> _Pruning:
+                     marks: dict[int, str] | None = None, plan: LeavePlan | None = None) -> _Pruning:
     """Step 1: API-error entries leave (one without a uuid is outside the chain: just left out). The
     same pass indexes what the later steps need (tool results and uses, errors, API calls, parents).
-    ``left`` and ``marks``: what stored facts told (see :func:`_prune`)."""
+    ``left``, ``marks`` and ``plan``: what stored facts told (see :func:`_prune`)."""
     st = _Pruning(policy, own)
+    watched_uses = plan.uses if plan else None
+    watched_results = plan.results if plan else None
     work, pars, results, errors, uses, bash, calls, empty = \
         st.work, st.pars, st.results, st.errors, st.uses, st.bash, st.calls, st.empty
     drop_errors = policy.drop_api_errors
@@ -2240,6 +2244,8 @@ def _drop_api_errors(entries: Iterable[dict], policy: PrunePolicy, own: bool = F
                         if isinstance(block, dict) and block.get("type") == "tool_use":
                             tool_id = block.get("id")
                             if tool_id and tool_id.__class__ is str:   # a bad row stays as it is
+                                if watched_uses and tool_id in watched_uses and watched_uses[tool_id] != uid:
+                                    raise PlanBroken(tool_id)
                                 uses[tool_id] = (i, block, alone)
                                 if block.get("name") == "Bash":
                                     bash[tool_id] = block
@@ -2259,6 +2265,8 @@ def _drop_api_errors(entries: Iterable[dict], policy: PrunePolicy, own: bool = F
                 for j, block in enumerate(content):
                     if isinstance(block, dict) and block.get("type") == "tool_result":
                         tool_id = block.get("tool_use_id")
+                        if watched_results and tool_id.__class__ is str and tool_id in watched_results:
+                            raise PlanBroken(tool_id)
                         results.append((i, j, block, tool_id if tool_id.__class__ is str else None))
                         if block.get("is_error"):
                             errors.append((i, j, block, _is_denial(entry)))   # while the entry is at hand
@@ -2272,8 +2280,20 @@ def _drop_api_errors(entries: Iterable[dict], policy: PrunePolicy, own: bool = F
             continue
         work.append(entry)
         pars.append(parent)
-    for uid, parent, chars in left:
-        _drop_error(st, None, uid, parent, chars)
+    for uid, parent, chars, what in left:
+        if what == "error":
+            _drop_error(st, None, uid, parent, chars)
+            continue
+        st.report.chars_saved += chars
+        if what != "use":
+            st.planned = True
+            if what == "denial":
+                st.report.denials_dropped += 1
+            else:
+                st.report.unavailable_dropped += 1
+        if uid.__class__ is str:
+            st.drop.add(uid)
+            st.parents[uid] = parent
     if st.careful or len(set(uids)) != len(uids):   # a uuid twice: the last entry with it names its parent
         st.careful = True
         st.parents = _all_parents(st)
@@ -2355,8 +2375,8 @@ def _old_results(st: _Pruning) -> list[tuple[int, int, dict]]:
     old = denials[:max(0, len(denials) - max(0, st.policy.keep_denials))]
     keep = max(0, st.policy.keep_unavailable)
     stale_unavailable = [r for rows in unavailable.values() for r in rows[:max(0, len(rows) - keep)]]
-    st.report.denials_dropped = len(old)
-    st.report.unavailable_dropped = len(stale_unavailable)
+    st.report.denials_dropped += len(old)
+    st.report.unavailable_dropped += len(stale_unavailable)
     return old + stale_unavailable
 
 
@@ -2364,7 +2384,7 @@ def _drop_old_results(st: _Pruning) -> None:
     """Step 2: results that teach helplessness go, but the newest (see :func:`_old_results`). The
     tool_use and its tool_result both leave; an entry left empty leaves the chain."""
     old = _old_results(st)
-    if not old:
+    if not old and not st.planned:
         return
     work = st.work
     drop_result = {(i, j) for i, j, _ in old}
@@ -2697,6 +2717,10 @@ def _heal_after(out: list[dict], entry: dict, uid: str, blocks: list[dict], neut
 # they have). A fact is FACTS_VERSION, a kind letter and its data:
 #   e<chars>[|<parentUuid>]   an API-error entry: prune drops it (a store need not even read it)
 #   b<1 or 0>                 an entry whose one block is a Bash call: whether its command is read-only
+#   c                         an entry whose one block is another tool call
+#   d<Leaver fields>          an entry whose one block is a denial or an unavailable-tool error: that
+#                             result and its call as the store knew them (see leaver_fact)
+# The last three may be rows a plan leaves out (see plan_leavers): a store reads their uuids.
 # Bump FACTS_VERSION whenever what a fact says changes meaning (is_api_error_entry or the read-only
 # rules): tests/test_transcript.py keeps a digest of the verdicts on a corpus that says when. Facts of
 # another version are not used.
@@ -2705,21 +2729,77 @@ FACTS_VERSION = "1"
 
 def entry_facts(entry: dict) -> str | None:
     """The facts stored beside ``entry`` (see above), or None when a prune needs nothing of it."""
-    kind = entry.get("type")
-    if kind != "assistant" and kind != "system":
+    return batch_facts([entry])[0]
+
+
+def batch_facts(entries: list[dict], stored: Callable[[str], dict | None] | None = None) -> list[str | None]:
+    """The facts of each entry of a batch a store appends. The fact of a denial or unavailable-tool
+    error tells its call too, when the entry it follows is that call (in the batch, or ``stored(uuid)``:
+    the CLI writes a result right after its call). Runs on every append: the common rows take few
+    steps."""
+    facts: list[str | None] = []
+    rows: dict | None = None
+    previous = None
+    for entry in entries:
+        kind = entry.get("type")
+        fact = None
+        if kind == "user":
+            message = entry.get("message")
+            content = message.get("content") if message.__class__ is dict else None
+            block = content[0] if content.__class__ is list and len(content) == 1 else None
+            if block.__class__ is dict and block.get("is_error") and block.get("type") == "tool_result":
+                parent = entry.get("parentUuid")
+                if previous is not None and parent is not None and previous.get("uuid") == parent:
+                    call = previous   # the usual case: the call right before
+                elif parent.__class__ is str:
+                    if rows is None:
+                        rows = {e.get("uuid"): e for e in entries if e.get("uuid").__class__ is str}
+                    call = rows.get(parent) or (stored(parent) if stored else None)
+                else:
+                    call = None
+                fact = _result_fact(entry, block, call)
+        elif kind == "assistant":
+            message = entry.get("message")
+            if message.__class__ is dict:
+                if (entry.get("isApiErrorMessage") is True or message.get("model") == SYNTHETIC_MODEL) and \
+                        is_api_error_entry(entry):
+                    fact = _error_fact(entry)
+                else:
+                    content = message.get("content")
+                    if content.__class__ is list and len(content) == 1:
+                        fact = _call_fact(content[0])
+            elif entry.get("isApiErrorMessage") is True:
+                fact = _error_fact(entry)
+        elif kind == "system" and entry.get("subtype") == "api_error":
+            fact = _error_fact(entry)
+        facts.append(fact)
+        previous = entry
+    return facts
+
+
+def _error_fact(entry: dict) -> str | None:
+    uid, parent = entry.get("uuid"), entry.get("parentUuid")
+    if not (uid is None or isinstance(uid, str)) or not (parent is None or isinstance(parent, str)):
+        return None   # a row the scan must see (such a uuid makes the whole prune careful)
+    chars = ("message" in entry and len(entry_text(entry))) or len(str(entry.get("error", "")))
+    return f"{FACTS_VERSION}e{chars}" + ("" if parent is None else "|" + parent)
+
+
+def _call_fact(block: Any) -> str | None:
+    """The fact of an assistant entry whose one block is ``block``."""
+    if block.__class__ is not dict or block.get("type") != "tool_use":
         return None
-    if is_api_error_entry(entry):
-        uid, parent = entry.get("uuid"), entry.get("parentUuid")
-        if not (uid is None or isinstance(uid, str)) or not (parent is None or isinstance(parent, str)):
-            return None   # a row the scan must see (such a uuid makes the whole prune careful)
-        chars = ("message" in entry and len(entry_text(entry))) or len(str(entry.get("error", "")))
-        return f"{FACTS_VERSION}e{chars}" + ("" if parent is None else "|" + parent)
-    message = entry.get("message")
-    content = message.get("content") if kind == "assistant" and isinstance(message, dict) else None
-    if not isinstance(content, list) or len(content) != 1:
-        return None
-    command = lone_bash_command(content[0])
-    return None if command is None else FACTS_VERSION + ("b1" if _read_only(command) else "b0")
+    command = lone_bash_command(block)
+    if command is None:
+        return FACTS_VERSION + "c"
+    return FACTS_VERSION + ("b1" if _read_only(command) else "b0")
+
+
+def _result_fact(entry: dict, block: dict, call: dict | None) -> str | None:
+    """The fact of a user entry whose one block is the error result ``block``: a denial or an
+    unavailable-tool error, with its ``call`` when that entry made it."""
+    leaver = _leaver(entry, block, call)
+    return None if leaver is None else leaver_fact(leaver)
 
 
 def lone_bash_command(block: Any) -> str | None:
@@ -2731,11 +2811,126 @@ def lone_bash_command(block: Any) -> str | None:
     return command if isinstance(command, str) and isinstance(tool_id, str) and tool_id else None
 
 
-def left_row(uid: Any, facts: str) -> tuple[str | None, str | None, int]:
-    """(uuid, parentUuid, chars) of an API-error row a store left out unparsed, from its uuid and
-    facts. Raises ValueError on facts that do not parse."""
+def left_row(uid: Any, facts: str) -> tuple[str | None, str | None, int, str]:
+    """(uuid, parentUuid, chars, "error") of an API-error row a store left out unparsed, from its uuid
+    and facts. Raises ValueError on facts that do not parse."""
     chars, bar, parent = facts[2:].partition("|")
-    return uid if isinstance(uid, str) else None, parent if bar else None, int(chars)
+    return uid if isinstance(uid, str) else None, parent if bar else None, int(chars), "error"
+
+
+# Old denials and unavailable-tool errors leave with the calls they answer; a store that notes each such
+# result when it is stored (with the lone tool_use row of its call, when it saw it) can plan the drop
+# before it reads anything: neither row is read. The scan then watches their tool ids: any other row
+# naming one (a reused id: the plan would differ from prune's own) stops the load, which starts again
+# without the plan.
+@record
+class Leaver:
+    """A denial ("d") or unavailable-tool error ("u") result, as a store noted it."""
+
+    uuid: str
+    kind: str
+    tool_id: str
+    chars: int                       # what dropping the result saves
+    parent: str | None               # the result row's parentUuid (when ``lone``)
+    lone: bool                       # the result is its row's only block (the row leaves whole)
+    use_uuid: str | None = None      # the row of its call (the last tool_use of the id), when known
+    use_lone: bool = False           # the call is that row's only block (the row leaves whole)
+    use_chars: int = 0               # what dropping the call saves
+    use_parent: str | None = None
+    name: str | None = None          # the tool's name, when known
+
+
+class PlanBroken(ValueError):
+    """A row the plan did not expect names one of its tool ids: load again without the plan."""
+
+
+@record
+class LeavePlan:
+    """What :func:`plan_leavers` decided: rows not to read, and what watches the plan during the scan."""
+
+    skip: set = field(default_factory=set)             # uuids of the rows that leave unread
+    left: list = field(default_factory=list)           # (uuid, parentUuid, chars, what) for _prune
+    results: set = field(default_factory=set)          # tool ids no result in the scan may name
+    uses: dict = field(default_factory=dict)           # tool id -> the only row that may use it (None: none)
+
+
+def plan_leavers(leavers: Iterable[Leaver], policy: PrunePolicy) -> LeavePlan:
+    """The rows :func:`prune` with ``policy`` would drop whole as old denials or unavailable-tool errors
+    with their calls: all but the newest ``keep_denials`` denials and the newest ``keep_unavailable``
+    unavailable errors per tool, when the result and its call are lone rows. Planning from a subset of
+    the results is safe (a result older than ``keep`` of them is older than ``keep`` of all); if a
+    name is missing the unavailable errors are left to prune."""
+    leavers = list(leavers)
+    denials = [r for r in leavers if r.kind == "d"]
+    old = denials[:max(0, len(denials) - max(0, policy.keep_denials))]
+    plan = LeavePlan()
+    unavailable = [r for r in leavers if r.kind == "u"]
+    if unavailable and all(r.name is not None for r in unavailable):
+        groups: dict[str, list[Leaver]] = {}
+        for r in unavailable:
+            groups.setdefault(r.name, []).append(r)
+            plan.uses[r.tool_id] = r.use_uuid   # the grouping holds only if no other row uses the id
+        keep = max(0, policy.keep_unavailable)
+        old += [r for rows in groups.values() for r in rows[:max(0, len(rows) - keep)]]
+    for r in old:
+        if not (r.lone and r.use_lone) or r.use_uuid is None or r.tool_id in plan.results:
+            continue
+        plan.skip.update((r.uuid, r.use_uuid))
+        plan.results.add(r.tool_id)
+        plan.uses[r.tool_id] = None
+        plan.left += [(r.uuid, r.parent, r.chars, "denial" if r.kind == "d" else "unavailable"),
+                      (r.use_uuid, r.use_parent, r.use_chars, "use")]
+    return plan
+
+
+def _leaver(entry: dict, block: dict, call: dict | None) -> Leaver | None:
+    """The lone error result ``block`` of ``entry`` as a Leaver, when it is a denial or an
+    unavailable-tool error (and every field can be told in a fact)."""
+    uid, parent, tool_id = entry.get("uuid"), entry.get("parentUuid"), block.get("tool_use_id")
+    if not (_plain(uid) and _plain(tool_id) and (parent is None or _plain(parent))):
+        return None
+    said = block_text(block)
+    kind = "d" if _is_denial(entry) else "u" if _UNAVAILABLE in said else None
+    if kind is None:
+        return None
+    leaver = Leaver(uid, kind, tool_id, len(said), parent, True)
+    message = call.get("message") if isinstance(call, dict) and call.get("type") == "assistant" else None
+    content = message.get("content") if isinstance(message, dict) else None
+    use = [b for b in content if isinstance(b, dict) and b.get("type") == "tool_use" and b.get("id") == tool_id] \
+        if isinstance(content, list) else []
+    name, use_parent = use[0].get("name") if use else None, call.get("parentUuid") if use else None
+    if len(use) == 1 and _plain(name) and (use_parent is None or _plain(use_parent)) and \
+            not is_api_error_entry(call):   # the call of an API-error entry does not count: it is dropped
+        leaver.use_uuid, leaver.use_lone, leaver.use_parent, leaver.name = call["uuid"], len(content) == 1, use_parent, name
+        leaver.use_chars = len(_json_text(use[0].get("input", "")))   # what _drop_old_uses counts for it
+    return leaver
+
+
+def _plain(value: Any) -> bool:
+    return isinstance(value, str) and FACT_SEP not in value
+
+
+FACT_SEP = "\x1f"
+
+
+def leaver_fact(r: Leaver) -> str:
+    """The ``d`` fact of a lone denial or unavailable-tool error (its uuid is the row's own)."""
+    def opt(value: str | None) -> str:
+        return "n" if value is None else "s" + value
+    return FACTS_VERSION + "d" + FACT_SEP.join((
+        r.kind, str(r.chars), r.tool_id, opt(r.parent), opt(r.use_uuid), "1" if r.use_lone else "0",
+        str(r.use_chars), opt(r.use_parent), opt(r.name)))
+
+
+def fact_leaver(uid: str, fact: str) -> Leaver:
+    """:func:`leaver_fact` read back (ValueError when it does not parse)."""
+    def opt(value: str) -> str | None:
+        if value[:1] not in ("n", "s"):
+            raise ValueError(f"bad fact field {value!r}")
+        return None if value == "n" else value[1:]
+    kind, chars, tool_id, parent, use_uuid, use_lone, use_chars, use_parent, name = fact[2:].split(FACT_SEP)
+    return Leaver(uid, kind, tool_id, int(chars), opt(parent), True, opt(use_uuid), use_lone == "1",
+                  int(use_chars), opt(use_parent), opt(name))
 
 
 # --- Notes (pure): markdown sections, brief, goal, verdict, handoff ledger ---
@@ -3128,13 +3323,21 @@ SQL_ENTRY_COLUMNS = "PRAGMA table_info(entries)"
 SQL_ADD_FACTS = "ALTER TABLE entries ADD COLUMN facts TEXT"
 SQL_APPEND_ENTRY = "INSERT OR IGNORE INTO entries(skey, uuid, payload, facts) VALUES (?,?,?,?)"
 SQL_SESSION_KNOWN = "SELECT 1 FROM sessions WHERE skey=?"
+SQL_ENTRY_BY_UUID = "SELECT payload FROM entries WHERE skey=? AND uuid=?"
 SQL_LOAD_PAYLOADS = "SELECT payload FROM entries WHERE skey=? ORDER BY seq"
-# An API-error row (facts "<version>e...") comes as its uuid, not its payload: prune drops it.
+# An API-error row (facts "<version>e...") comes as its uuid, not its payload: prune drops it; a row a
+# plan may leave out (facts b, c, d) comes with its uuid.
 SQL_LOAD_WITH_FACTS = (f"SELECT CASE WHEN facts >= '{FACTS_VERSION}e' AND facts < '{FACTS_VERSION}f' THEN uuid "
-                       f"ELSE payload END, facts FROM entries WHERE skey=? ORDER BY seq")
+                       f"ELSE payload END, facts, CASE WHEN facts >= '{FACTS_VERSION}b' AND facts < "
+                       f"'{FACTS_VERSION}e' THEN uuid END FROM entries WHERE skey=? ORDER BY seq")
+# The rows whose facts tell a lone denial or unavailable-tool error (see plan_leavers), by their own index
+SQL_LEAVERS_INDEX = (f"CREATE INDEX IF NOT EXISTS entries_leavers_{FACTS_VERSION} ON entries(skey, seq) "
+                     f"WHERE facts >= '{FACTS_VERSION}d' AND facts < '{FACTS_VERSION}e'")
+SQL_LEAVERS = (f"SELECT uuid, facts FROM entries WHERE skey=? AND facts >= '{FACTS_VERSION}d' "
+               f"AND facts < '{FACTS_VERSION}e' ORDER BY seq")
 # Every payload, with the Bash verdicts only (for a prune that keeps API errors)
 SQL_LOAD_KEEPING_ERRORS = (f"SELECT payload, CASE WHEN facts >= '{FACTS_VERSION}b' AND facts < '{FACTS_VERSION}c' "
-                           f"THEN facts END FROM entries WHERE skey=? ORDER BY seq")
+                           f"THEN facts END, NULL FROM entries WHERE skey=? ORDER BY seq")
 
 
 class SqliteSessionStore:
@@ -3190,6 +3393,7 @@ class SqliteSessionStore:
                 except sqlite3.OperationalError as exc:   # another process added it first
                     if "duplicate column" not in str(exc):
                         raise
+            db.execute(SQL_LEAVERS_INDEX)
         except BaseException:
             db.close()
             raise
@@ -3207,8 +3411,9 @@ class SqliteSessionStore:
             return
         skey = _key_string(key)
         dumps = _compact_json()
-        rows = [(skey, uid if isinstance(uid := e.get("uuid"), str) else None, dumps(e), entry_facts(e))
-                for e in entries]
+        facts = batch_facts(entries, lambda uid: self._stored_entry(skey, uid))
+        rows = [(skey, uid if isinstance(uid := e.get("uuid"), str) else None, dumps(e), fact)
+                for e, fact in zip(entries, facts)]
         context = entry_context(entries) if not key.get("subpath") else None
         with self._lock:
             self._db.execute("BEGIN IMMEDIATE")
@@ -3241,6 +3446,15 @@ class SqliteSessionStore:
                 self._db.execute("ROLLBACK")
                 raise
 
+    def _stored_entry(self, skey: str, uid: str) -> dict | None:
+        """The stored entry with ``uid`` under ``skey`` (None when there is none or it does not parse)."""
+        with self._lock:
+            row = self._db.execute(SQL_ENTRY_BY_UUID, (skey, uid)).fetchone()
+        try:
+            return json.loads(row[0]) if row else None
+        except ValueError:
+            return None
+
     def load_sync(self, key: dict) -> list[dict] | None:
         """All entries under ``key`` in append order, or None when the key was never written."""
         skey = _key_string(key)
@@ -3268,25 +3482,36 @@ class SqliteSessionStore:
         with self._lock:
             if not self._db.execute(SQL_SESSION_KNOWN, (skey,)).fetchone():
                 return None
-            sql = SQL_LOAD_WITH_FACTS if policy.drop_api_errors else SQL_LOAD_KEEPING_ERRORS
-            left: list[tuple] = []
             marks: dict[int, str] = {}
             with _gc_paused():
                 try:
-                    return _prune(self._fresh(self._db.execute(sql, (skey,)), left, marks), policy, True, left, marks)
-                except (ValueError, TypeError, IndexError):
-                    pass
+                    plan, rows = self._planned_rows(skey, policy)
+                    left = list(plan.left) if plan else []
+                    skip = plan.skip if plan else set()
+                    return _prune(self._fresh(rows, left, marks, skip), policy, True, left, marks, plan)
+                except (ValueError, TypeError, IndexError, sqlite3.OperationalError):
+                    pass   # PlanBroken, a damaged row or fact, or an SQLite without json_each
         entries = self.load_sync(key)
         return None if entries is None else _prune(entries, policy, True)
 
-    def _fresh(self, rows: Iterable[tuple], left: list, marks: dict) -> Iterator[dict]:
-        """The entries of rows of (payload, or the uuid of an API-error row; facts), parsed one at a
-        time; API-error rows go to ``left`` and Bash verdicts to ``marks`` (see :func:`_prune`)."""
+    def _planned_rows(self, skey: str, policy: PrunePolicy) -> tuple[LeavePlan | None, Any]:
+        """The plan of what leaves unread (None: no plan) and the rows to read."""
+        if not policy.drop_api_errors:
+            return None, self._db.execute(SQL_LOAD_KEEPING_ERRORS, (skey,))
+        leavers = [fact_leaver(uid, fact) for uid, fact in self._db.execute(SQL_LEAVERS, (skey,))]
+        return plan_leavers(leavers, policy) if leavers else None, self._db.execute(SQL_LOAD_WITH_FACTS, (skey,))
+
+    def _fresh(self, rows: Iterable[tuple], left: list, marks: dict, skip: set) -> Iterator[dict]:
+        """The entries of rows of (payload, or the uuid of an API-error row; facts; the uuid of a row a
+        plan may leave out), parsed one at a time, but for those in ``skip``; API-error rows go to
+        ``left`` and Bash verdicts to ``marks`` (see :func:`_prune`)."""
         loads, version, n = json.loads, FACTS_VERSION, 0
-        for payload, facts in rows:
+        for payload, facts, uid in rows:
             if facts is not None and facts[:1] == version:
                 if facts[1] == "e":
                     left.append(left_row(payload, facts))
+                    continue
+                if skip and uid in skip:
                     continue
                 if facts[1] == "b":
                     marks[n] = facts[2]

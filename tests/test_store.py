@@ -284,19 +284,60 @@ class StoredFacts(unittest.TestCase):
                 with self.subTest(trial=trial, policy=policy):
                     self.assertSameAsPrune(store, policy, f"hostile {trial}")
 
-    def test_api_error_rows_are_not_parsed(self):
+    def test_rows_prune_drops_whole_are_not_parsed(self):
+        # API-error rows, and old denials and unavailable-tool errors with the lone calls they answer
         from tests.transcripts import random_transcript
         entries = random_transcript(3, size=200)
         errors = sum(1 for e in entries if flower.is_api_error_entry(e))
-        self.assertGreater(errors, 3)
         store = self.stored(entries)
         calls = []
         real = json.loads
         with unittest.mock.patch.object(flower.json, "loads", lambda s, *a, **k: calls.append(1) or real(s, *a, **k)):
             pruned, report = store.load_pruned(KEY)
-        self.assertEqual(len(calls), len(entries) - errors)
+        self.assertGreater(errors, 3)
+        self.assertGreater(report.denials_dropped, 3)
+        self.assertGreater(report.unavailable_dropped, 0)
         self.assertEqual(report.dropped_errors, errors)
+        self.assertEqual(len(calls), len(entries) - errors - 2 * (report.denials_dropped + report.unavailable_dropped))
+        want, want_report = flower.prune(entries)
+        self.assertEqual(pruned, want)
+        self.assertEqual(report.as_dict(), want_report.as_dict())
+
+    def test_calls_stored_in_an_earlier_batch_are_found(self):
+        # the CLI appends in small batches: a denial's call is usually already stored
+        from tests.transcripts import random_transcript
+        entries = random_transcript(3, size=200)
+        store = self.stored([])
+        for e in entries:
+            store.append_sync(KEY, [e])
+        calls = []
+        real = json.loads
+        with unittest.mock.patch.object(flower.json, "loads", lambda s, *a, **k: calls.append(1) or real(s, *a, **k)):
+            pruned, report = store.load_pruned(KEY)
+        errors = report.dropped_errors
+        self.assertGreater(report.denials_dropped, 3)
+        self.assertEqual(len(calls), len(entries) - errors - 2 * (report.denials_dropped + report.unavailable_dropped))
         self.assertEqual(pruned, flower.prune(entries)[0])
+
+    def test_a_reused_tool_id_falls_back_to_the_full_prune(self):
+        # a plan made from what was noted at append time would drop the wrong call when a later row
+        # uses the same tool id again; the scan notices and the load starts again without the plan
+        from tests.transcripts import Builder
+        b = Builder(__import__("random").Random(8))
+        b.prompt("write it")
+        for _ in range(3):
+            b.tool("Write", {"file_path": "/w/a", "content": "x"}, "", kind="denial")
+        first = next(e for e in b.entries if e["type"] == "assistant")
+        reused = first["message"]["content"][0]["id"]
+        b.tool("Read", {"file_path": "/w/b"}, "contents of b")
+        last_use = [e for e in b.entries if e["type"] == "assistant"][-1]
+        last_use["message"]["content"][0]["id"] = reused
+        last_result = b.entries[-1]
+        last_result["message"]["content"][0]["tool_use_id"] = reused
+        store = self.stored(b.entries)
+        plan, _ = store._planned_rows(flower._key_string(KEY), flower.PrunePolicy())
+        self.assertIn(reused, plan.results)   # the plan would leave out the first denial and its call
+        self.assertSameAsPrune(store, flower.PrunePolicy())
 
     def test_stored_verdicts_spare_classifying_commands(self):
         from tests.transcripts import anchor_transcript
