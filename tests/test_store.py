@@ -227,6 +227,22 @@ if __name__ == "__main__":
     unittest.main()
 
 
+@__import__("contextlib").contextmanager
+def counting_parses():
+    """Count the payloads flower parses (json.loads, and the C scanner it calls directly)."""
+    calls = []
+    real_loads, real_decoder = json.loads, json.decoder.JSONDecoder
+
+    class Counting(real_decoder):
+        def __init__(self, *a, **k):
+            super().__init__(*a, **k)
+            scan = self.scan_once
+            self.scan_once = lambda text, i: calls.append(1) or scan(text, i)
+    with unittest.mock.patch.object(flower.json, "loads", lambda s, *a, **k: calls.append(1) or real_loads(s, *a, **k)), \
+            unittest.mock.patch.object(flower.json.decoder, "JSONDecoder", Counting):
+        yield calls
+
+
 class StoredFacts(unittest.TestCase):
     """Facts stored beside each row (flower.entry_facts) make a resume cheaper, never different: what
     the store's load+prune returns is exactly prune() of the stored rows, for every shape we have."""
@@ -290,9 +306,7 @@ class StoredFacts(unittest.TestCase):
         entries = random_transcript(3, size=200)
         errors = sum(1 for e in entries if flower.is_api_error_entry(e))
         store = self.stored(entries)
-        calls = []
-        real = json.loads
-        with unittest.mock.patch.object(flower.json, "loads", lambda s, *a, **k: calls.append(1) or real(s, *a, **k)):
+        with counting_parses() as calls:
             pruned, report = store.load_pruned(KEY)
         self.assertGreater(errors, 3)
         self.assertGreater(report.denials_dropped, 3)
@@ -310,9 +324,7 @@ class StoredFacts(unittest.TestCase):
         store = self.stored([])
         for e in entries:
             store.append_sync(KEY, [e])
-        calls = []
-        real = json.loads
-        with unittest.mock.patch.object(flower.json, "loads", lambda s, *a, **k: calls.append(1) or real(s, *a, **k)):
+        with counting_parses() as calls:
             pruned, report = store.load_pruned(KEY)
         errors = report.dropped_errors
         self.assertGreater(report.denials_dropped, 3)
@@ -379,6 +391,18 @@ class StoredFacts(unittest.TestCase):
                 store = self.stored(entries)
                 store._db.execute(damage)
                 self.assertSameAsPrune(store, flower.PrunePolicy())
+
+    def test_payloads_with_trailing_space_or_damage_after_the_object(self):
+        # the fast parse reads a payload's object and must not ignore what follows it
+        from tests.transcripts import random_transcript
+        entries = random_transcript(9, size=60)
+        store = self.stored(entries)
+        store._db.execute("UPDATE entries SET payload = payload || '  ' WHERE seq % 7 = 0")
+        self.assertSameAsPrune(store, flower.PrunePolicy())
+        self.assertEqual(len(asyncio.run(PruningSessionStore(store).load(KEY))), len(flower.prune(entries)[0]))
+        store._db.execute("UPDATE entries SET payload = payload || 'x' WHERE seq = 11")
+        self.assertSameAsPrune(store, flower.PrunePolicy())
+        self.assertEqual(store.skipped.get(flower._key_string(KEY)), 1)   # that row is left out, like load_sync does
 
     def test_a_store_made_before_facts_gets_the_column_and_loads_the_same(self):
         import sqlite3
