@@ -2831,9 +2831,8 @@ class Leaver:
     kind: str
     tool_id: str
     chars: int                       # what dropping the result saves
-    parent: str | None               # the result row's parentUuid (when ``lone``)
-    lone: bool                       # the result is its row's only block (the row leaves whole)
-    use_uuid: str | None = None      # the row of its call (the last tool_use of the id), when known
+    parent: str | None               # the result row's parentUuid (the result is the row's only block)
+    use_uuid: str | None = None      # the row of its call (the entry the result follows), when known
     use_lone: bool = False           # the call is that row's only block (the row leaves whole)
     use_chars: int = 0               # what dropping the call saves
     use_parent: str | None = None
@@ -2873,7 +2872,7 @@ def plan_leavers(leavers: Iterable[Leaver], policy: PrunePolicy) -> LeavePlan:
         keep = max(0, policy.keep_unavailable)
         old += [r for rows in groups.values() for r in rows[:max(0, len(rows) - keep)]]
     for r in old:
-        if not (r.lone and r.use_lone) or r.use_uuid is None or r.tool_id in plan.results:
+        if not r.use_lone or r.use_uuid is None or r.tool_id in plan.results:
             continue
         plan.skip.update((r.uuid, r.use_uuid))
         plan.results.add(r.tool_id)
@@ -2893,7 +2892,7 @@ def _leaver(entry: dict, block: dict, call: dict | None) -> Leaver | None:
     kind = "d" if _is_denial(entry) else "u" if _UNAVAILABLE in said else None
     if kind is None:
         return None
-    leaver = Leaver(uid, kind, tool_id, len(said), parent, True)
+    leaver = Leaver(uid, kind, tool_id, len(said), parent)
     message = call.get("message") if isinstance(call, dict) and call.get("type") == "assistant" else None
     content = message.get("content") if isinstance(message, dict) else None
     use = [b for b in content if isinstance(b, dict) and b.get("type") == "tool_use" and b.get("id") == tool_id] \
@@ -2929,7 +2928,7 @@ def fact_leaver(uid: str, fact: str) -> Leaver:
             raise ValueError(f"bad fact field {value!r}")
         return None if value == "n" else value[1:]
     kind, chars, tool_id, parent, use_uuid, use_lone, use_chars, use_parent, name = fact[2:].split(FACT_SEP)
-    return Leaver(uid, kind, tool_id, int(chars), opt(parent), True, opt(use_uuid), use_lone == "1",
+    return Leaver(uid, kind, tool_id, int(chars), opt(parent), opt(use_uuid), use_lone == "1",
                   int(use_chars), opt(use_parent), opt(name))
 
 
