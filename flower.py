@@ -2732,15 +2732,15 @@ def entry_facts(entry: dict) -> str | None:
     return batch_facts([entry])[0]
 
 
-def batch_facts(entries: list[dict], stored: Callable[[str], dict | None] | None = None) -> list[str | None]:
+def batch_facts(entries: list[dict], stored: Callable[[list[str]], dict[str, dict]] | None = None) -> list[str | None]:
     """The facts of each entry of a batch a store appends. The fact of a denial or unavailable-tool
-    error tells its call too, when the entry it follows is that call (in the batch, or ``stored(uuid)``:
-    the CLI writes a result right after its call). Runs on every append: the common rows take few
-    steps."""
+    error tells its call too, when the entry it follows is that call (the CLI writes a result right
+    after its call) as the store will hold it: ``stored(uuids)`` gives the entries already stored under
+    those uuids (a row appended again is ignored: the first one stays), else the batch's first entry
+    with the uuid. Runs on every append: the common rows take few steps."""
     facts: list[str | None] = []
-    rows: dict | None = None
-    previous = None
-    for entry in entries:
+    pending = []   # (position, entry, block) of the lone error results: their calls are looked up at once
+    for n, entry in enumerate(entries):
         kind = entry.get("type")
         fact = None
         if kind == "user":
@@ -2748,16 +2748,7 @@ def batch_facts(entries: list[dict], stored: Callable[[str], dict | None] | None
             content = message.get("content") if message.__class__ is dict else None
             block = content[0] if content.__class__ is list and len(content) == 1 else None
             if block.__class__ is dict and block.get("is_error") and block.get("type") == "tool_result":
-                parent = entry.get("parentUuid")
-                if previous is not None and parent is not None and previous.get("uuid") == parent:
-                    call = previous   # the usual case: the call right before
-                elif parent.__class__ is str:
-                    if rows is None:
-                        rows = {e.get("uuid"): e for e in entries if e.get("uuid").__class__ is str}
-                    call = rows.get(parent) or (stored(parent) if stored else None)
-                else:
-                    call = None
-                fact = _result_fact(entry, block, call)
+                pending.append((n, entry, block))
         elif kind == "assistant":
             message = entry.get("message")
             if message.__class__ is dict:
@@ -2773,8 +2764,25 @@ def batch_facts(entries: list[dict], stored: Callable[[str], dict | None] | None
         elif kind == "system" and entry.get("subtype") == "api_error":
             fact = _error_fact(entry)
         facts.append(fact)
-        previous = entry
+    if pending:
+        calls = _calls_as_stored(entries, [e.get("parentUuid") for _, e, _ in pending], stored)
+        for n, entry, block in pending:
+            parent = entry.get("parentUuid")
+            facts[n] = _result_fact(entry, block, calls.get(parent) if parent.__class__ is str else None)
     return facts
+
+
+def _calls_as_stored(entries: list[dict], uuids: list, stored: Callable[[list[str]], dict[str, dict]] | None) -> dict:
+    """uuid -> the entry a store holds under it once ``entries`` are appended (of ``uuids``)."""
+    wanted = {u for u in uuids if u.__class__ is str}
+    rows: dict[str, dict] = {}
+    for entry in entries:
+        uid = entry.get("uuid")
+        if uid.__class__ is str and uid in wanted and uid not in rows:
+            rows[uid] = entry
+    if stored is not None and wanted:
+        rows.update(stored(sorted(wanted)))
+    return rows
 
 
 def _error_fact(entry: dict) -> str | None:
@@ -2815,7 +2823,7 @@ def left_row(uid: Any, facts: str) -> tuple[str | None, str | None, int, str]:
     """(uuid, parentUuid, chars, "error") of an API-error row a store left out unparsed, from its uuid
     and facts. Raises ValueError on facts that do not parse."""
     chars, bar, parent = facts[2:].partition("|")
-    return uid if isinstance(uid, str) else None, parent if bar else None, int(chars), "error"
+    return uid if isinstance(uid, str) else None, parent if bar else None, _count(chars), "error"
 
 
 # Old denials and unavailable-tool errors leave with the calls they answer; a store that notes each such
@@ -2906,7 +2914,15 @@ def _leaver(entry: dict, block: dict, call: dict | None) -> Leaver | None:
 
 
 def _plain(value: Any) -> bool:
-    return isinstance(value, str) and FACT_SEP not in value
+    """A non-empty string a fact can hold (prune ignores a call with an empty id)."""
+    return isinstance(value, str) and value != "" and FACT_SEP not in value
+
+
+def _count(text: str) -> int:
+    """A count written in a fact: ASCII digits only (``int`` would take "-3", "1_0" or " 5")."""
+    if not (text.isascii() and text.isdigit()):
+        raise ValueError(f"bad count {text!r} in a fact")
+    return int(text)
 
 
 FACT_SEP = "\x1f"
@@ -2928,8 +2944,10 @@ def fact_leaver(uid: str, fact: str) -> Leaver:
             raise ValueError(f"bad fact field {value!r}")
         return None if value == "n" else value[1:]
     kind, chars, tool_id, parent, use_uuid, use_lone, use_chars, use_parent, name = fact[2:].split(FACT_SEP)
-    return Leaver(uid, kind, tool_id, int(chars), opt(parent), opt(use_uuid), use_lone == "1",
-                  int(use_chars), opt(use_parent), opt(name))
+    if kind not in ("d", "u") or use_lone not in ("0", "1") or not tool_id or not isinstance(uid, str):
+        raise ValueError(f"bad fact {fact!r}")
+    return Leaver(uid, kind, tool_id, _count(chars), opt(parent), opt(use_uuid), use_lone == "1",
+                  _count(use_chars), opt(use_parent), opt(name))
 
 
 # --- Notes (pure): markdown sections, brief, goal, verdict, handoff ledger ---
@@ -3322,13 +3340,17 @@ SQL_ENTRY_COLUMNS = "PRAGMA table_info(entries)"
 SQL_ADD_FACTS = "ALTER TABLE entries ADD COLUMN facts TEXT"
 SQL_APPEND_ENTRY = "INSERT OR IGNORE INTO entries(skey, uuid, payload, facts) VALUES (?,?,?,?)"
 SQL_SESSION_KNOWN = "SELECT 1 FROM sessions WHERE skey=?"
-SQL_ENTRY_BY_UUID = "SELECT payload FROM entries WHERE skey=? AND uuid=?"
+SQL_ENTRIES_BY_UUID = "SELECT uuid, payload FROM entries WHERE skey=? AND uuid IN ({marks})"
 SQL_LOAD_PAYLOADS = "SELECT payload FROM entries WHERE skey=? ORDER BY seq"
-# An API-error row (facts "<version>e...") comes as its uuid, not its payload: prune drops it; a row a
-# plan may leave out (facts b, c, d) comes with its uuid.
-SQL_LOAD_WITH_FACTS = (f"SELECT CASE WHEN facts >= '{FACTS_VERSION}e' AND facts < '{FACTS_VERSION}f' THEN uuid "
-                       f"ELSE payload END, facts, CASE WHEN facts >= '{FACTS_VERSION}b' AND facts < "
-                       f"'{FACTS_VERSION}e' THEN uuid END FROM entries WHERE skey=? ORDER BY seq")
+# (payload, facts, uuid, whether the payload holds one JSON object) per row: an API-error row (facts
+# "<version>e...") comes without its payload (prune drops it), a row a plan may leave out (facts b, c,
+# d) with its uuid; both say whether their payload would parse (else the load is done the plain way,
+# which skips a damaged row: a row that is not read must not count as one that was).
+_MAY_LEAVE = f"facts >= '{FACTS_VERSION}b' AND facts < '{FACTS_VERSION}f'"
+SQL_LOAD_WITH_FACTS = (f"SELECT CASE WHEN facts >= '{FACTS_VERSION}e' AND facts < '{FACTS_VERSION}f' THEN NULL "
+                       f"ELSE payload END, facts, CASE WHEN {_MAY_LEAVE} THEN uuid END, CASE WHEN {_MAY_LEAVE} "
+                       f"THEN json_valid(payload) AND substr(payload, 1, 1) = '{{' END FROM entries WHERE skey=? "
+                       f"ORDER BY seq")
 # The rows whose facts tell a lone denial or unavailable-tool error (see plan_leavers), by their own index
 SQL_LEAVERS_INDEX = (f"CREATE INDEX IF NOT EXISTS entries_leavers_{FACTS_VERSION} ON entries(skey, seq) "
                      f"WHERE facts >= '{FACTS_VERSION}d' AND facts < '{FACTS_VERSION}e'")
@@ -3336,7 +3358,7 @@ SQL_LEAVERS = (f"SELECT uuid, facts FROM entries WHERE skey=? AND facts >= '{FAC
                f"AND facts < '{FACTS_VERSION}e' ORDER BY seq")
 # Every payload, with the Bash verdicts only (for a prune that keeps API errors)
 SQL_LOAD_KEEPING_ERRORS = (f"SELECT payload, CASE WHEN facts >= '{FACTS_VERSION}b' AND facts < '{FACTS_VERSION}c' "
-                           f"THEN facts END, NULL FROM entries WHERE skey=? ORDER BY seq")
+                           f"THEN facts END, NULL, NULL FROM entries WHERE skey=? ORDER BY seq")
 
 
 class SqliteSessionStore:
@@ -3410,14 +3432,15 @@ class SqliteSessionStore:
             return
         skey = _key_string(key)
         dumps = _compact_json()
-        facts = batch_facts(entries, lambda uid: self._stored_entry(skey, uid))
-        rows = [(skey, uid if isinstance(uid := e.get("uuid"), str) else None, dumps(e), fact)
-                for e, fact in zip(entries, facts)]
+        payloads = [dumps(e) for e in entries]
         context = entry_context(entries) if not key.get("subpath") else None
         with self._lock:
             self._db.execute("BEGIN IMMEDIATE")
-            try:
-                self._db.executemany(SQL_APPEND_ENTRY, rows)
+            try:   # facts inside the transaction: they describe the rows as this batch leaves them
+                facts = batch_facts(entries, lambda uuids: self._stored_entries(skey, uuids))
+                self._db.executemany(SQL_APPEND_ENTRY, [
+                    (skey, uid if isinstance(uid := e.get("uuid"), str) else None, payload, fact)
+                    for e, payload, fact in zip(entries, payloads, facts)])
                 mtime = self._next_mtime()
                 self._db.execute(
                     "INSERT INTO sessions(skey, project_key, session_id, subpath, mtime, context) "
@@ -3445,14 +3468,19 @@ class SqliteSessionStore:
                 self._db.execute("ROLLBACK")
                 raise
 
-    def _stored_entry(self, skey: str, uid: str) -> dict | None:
-        """The stored entry with ``uid`` under ``skey`` (None when there is none or it does not parse)."""
+    def _stored_entries(self, skey: str, uuids: list[str]) -> dict[str, Any]:
+        """uuid -> the entry stored under it (None for a row that does not parse), of ``uuids``."""
+        found: dict[str, Any] = {}
         with self._lock:
-            row = self._db.execute(SQL_ENTRY_BY_UUID, (skey, uid)).fetchone()
-        try:
-            return json.loads(row[0]) if row else None
-        except ValueError:
-            return None
+            for start in range(0, len(uuids), 500):
+                chunk = uuids[start:start + 500]
+                sql = SQL_ENTRIES_BY_UUID.format(marks=",".join("?" * len(chunk)))
+                for uid, payload in self._db.execute(sql, (skey, *chunk)):
+                    try:
+                        found[uid] = json.loads(payload)
+                    except ValueError:
+                        found[uid] = None
+        return found
 
     def load_sync(self, key: dict) -> list[dict] | None:
         """All entries under ``key`` in append order, or None when the key was never written."""
@@ -3501,19 +3529,22 @@ class SqliteSessionStore:
         return plan_leavers(leavers, policy) if leavers else None, self._db.execute(SQL_LOAD_WITH_FACTS, (skey,))
 
     def _fresh(self, rows: Iterable[tuple], left: list, marks: dict, skip: set) -> Iterator[dict]:
-        """The entries of rows of (payload, or the uuid of an API-error row; facts; the uuid of a row a
-        plan may leave out), parsed one at a time, but for those in ``skip``; API-error rows go to
-        ``left`` and Bash verdicts to ``marks`` (see :func:`_prune`)."""
+        """The entries of rows of SQL_LOAD_WITH_FACTS, parsed one at a time, but for those in ``skip``;
+        API-error rows go to ``left`` and Bash verdicts to ``marks`` (see :func:`_prune`)."""
         # json.loads ends in this C scanner; called directly it spares json.loads' Python wrapper, about
         # a microsecond a row. A payload it does not read to the end (trailing space, damage) goes to
         # json.loads, which reads it or raises ValueError.
         loads, scan, version, n = json.loads, json.decoder.JSONDecoder().scan_once, FACTS_VERSION, 0
-        for payload, facts, uid in rows:
+        for payload, facts, uid, whole in rows:
             if facts is not None and facts[:1] == version:
                 if facts[1] == "e":
-                    left.append(left_row(payload, facts))
+                    if not whole:
+                        raise ValueError("a damaged row")
+                    left.append(left_row(uid, facts))
                     continue
                 if skip and uid in skip:
+                    if not whole:
+                        raise ValueError("a damaged row")
                     continue
                 if facts[1] == "b":
                     marks[n] = facts[2]

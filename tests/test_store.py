@@ -351,6 +351,46 @@ class StoredFacts(unittest.TestCase):
         self.assertIn(reused, plan.results)   # the plan would leave out the first denial and its call
         self.assertSameAsPrune(store, flower.PrunePolicy())
 
+    def test_what_an_adversary_found(self):
+        # each made load_pruned differ from prune() before it was fixed
+        def call(u, p, t, name="Write"):
+            return {"type": "assistant", "uuid": u, "parentUuid": p, "message": {"id": "m" + u, "role": "assistant",
+                    "model": "m", "content": [{"type": "tool_use", "id": t, "name": name, "input": {"x": 1}}]}}
+
+        def denial(u, p, t):
+            return {"type": "user", "uuid": u, "parentUuid": p, "toolDenialKind": "permission-rule",
+                    "permissionDecision": {"decision": "reject"}, "message": {"role": "user", "content": [
+                        {"type": "tool_result", "tool_use_id": t, "content": "denied", "is_error": True}]}}
+        go = {"type": "user", "uuid": "p", "parentUuid": None, "message": {"role": "user", "content": "go"}}
+        error = {"type": "system", "subtype": "api_error", "uuid": "e", "parentUuid": "p", "error": {"message": "x"}}
+        after = {"type": "user", "uuid": "q", "parentUuid": "d", "message": {"role": "user", "content": "x"}}
+        synthetic = {"type": "assistant", "uuid": "a", "parentUuid": "p", "isApiErrorMessage": True, "message": {
+            "role": "assistant", "model": "<synthetic>", "content": [{"type": "text", "text": "API Error: x"}]}}
+        cases = {   # batches, then SQL that damages the store
+            "an empty tool id": ([[go, call("a", "p", ""), denial("d", "a", "")]], None),
+            "the call's uuid taken by an earlier row": ([[go, call("a", "p", "t1", "Bash")],
+                                                         [call("a", "p", "t2"), denial("d", "a", "t2")]], None),
+            "the call sent again with another parent": ([[go, call("a", "p", "t1")],
+                                                         [call("a", None, "t1"), denial("d", "a", "t1"), after]], None),
+            "the call's uuid twice in one batch": ([[go, call("a", "p", "t1", "Bash"), call("a", "p", "t2"),
+                                                     denial("d", "a", "t2")]], None),
+            "the call's uuid taken by an API error": ([[go, synthetic], [call("a", "p", "t2"), denial("d", "a", "t2")]],
+                                                      None),
+            "a damaged row a plan leaves out": ([[go, call("a", "p", "t1"), denial("d", "a", "t1")]],
+                                                "UPDATE entries SET payload = '{\"x' WHERE uuid = 'd'"),
+            "a damaged API-error row": ([[go, error]], "UPDATE entries SET payload = 'oops' WHERE uuid = 'e'"),
+            "a count in a fact that int() would take": ([[go, error]], "UPDATE entries SET facts = '1e-3' WHERE uuid = 'e'"),
+        }
+        for label, (batches, damage) in cases.items():
+            store = self.stored([])
+            for batch in batches:
+                store.append_sync(KEY, json.loads(json.dumps(batch)))
+            if damage:
+                store._db.execute(damage)
+            for policy in (flower.PrunePolicy(), flower.PrunePolicy(keep_denials=0)):
+                with self.subTest(label, policy=policy):
+                    self.assertSameAsPrune(store, policy, label)
+
     def test_stored_verdicts_spare_classifying_commands(self):
         from tests.transcripts import anchor_transcript
         entries = anchor_transcript(2000)
