@@ -2181,10 +2181,11 @@ def _prune(entries: Iterable[dict], policy: PrunePolicy, consume: bool = False, 
     are changed in place instead of copied, and a list of them is emptied (what leaves is freed early).
     ``entries`` may be an iterator that parses them one by one: each is then indexed while it is still
     fresh in the CPU cache. ``left`` and ``marks`` are what stored facts told (see :func:`entry_facts`):
-    (uuid, parentUuid, chars) of API-error rows the store left out of ``entries`` (the result is as if
-    they had been there; read once the entries are), and the stored verdicts of lone Bash calls
-    (position in ``entries`` -> "1" read-only or "0"). With a ``plan`` (:func:`plan_leavers`) the rows
-    it left out are in ``left`` too, and a row naming one of its tool ids raises :class:`PlanBroken`."""
+    (uuid, parentUuid, chars, what) of rows the store left out of ``entries`` (what: "error", "denial",
+    "unavailable" or "use"; the result is as if they had been there; read once the entries are), and
+    the stored verdicts of lone Bash calls
+    (position in ``entries`` -> "1" read-only or "0"). With a ``plan`` (:func:`plan_leavers`) a row
+    naming one of the tool ids it left out raises :class:`PlanBroken`."""
     st = _drop_api_errors(entries, policy, consume, left, marks, plan)
     if consume and isinstance(entries, list):
         entries.clear()
@@ -2722,7 +2723,7 @@ def _heal_after(out: list[dict], entry: dict, uid: str, blocks: list[dict], neut
 #                             result and its call as the store knew them (see leaver_fact)
 # The last three may be rows a plan leaves out (see plan_leavers): a store reads their uuids.
 # Bump FACTS_VERSION whenever what a fact says changes meaning (is_api_error_entry or the read-only
-# rules): tests/test_transcript.py keeps a digest of the verdicts on a corpus that says when. Facts of
+# rules): tests/test_transcript.py keeps a digest of the facts of a corpus that says when. Facts of
 # another version are not used.
 FACTS_VERSION = "1"
 
