@@ -7,6 +7,7 @@ import json
 import os
 import tempfile
 import unittest
+import unittest.mock
 
 import flower
 from flower import PrunePolicy, prune, relink, is_read_only_command
@@ -114,6 +115,44 @@ class HostileRows(unittest.TestCase):
                                 entry.get("uuid") == e.get("uuid") for e in entries)), entry)
                         self.assertLessEqual(len(out), len(originals) + sum(
                             1 for e in out if e.get("flowerHealed")))
+
+
+class ReusedEncoders(unittest.TestCase):
+    """The encoders flower builds once (every appended row goes through one) write exactly what
+    json.dumps writes, and raise where it raises; without json's C encoder, json's own method."""
+
+    def values(self):
+        import random
+        from tests.transcripts import anchor_transcript, replayed_fixtures
+        rng = random.Random(4)
+        return (random_transcript(2, size=200) + anchor_transcript(300) + replayed_fixtures(300) +
+                [hostile_entry(rng, i) for i in range(300)] +
+                [{"lone": "\ud800", "inf": float("inf"), "nan": float("nan"), "big": 10 ** 40, "tuple": (1, 2),
+                  1: "int key", None: "none key", "ctl": "\x00\u2028\t\"\\"}, "top", 5, 2.5, None, [], {}])
+
+    def assertSameAsDumps(self, compact, text):
+        for value in self.values():
+            self.assertEqual(compact(value), json.dumps(value, ensure_ascii=False, separators=(",", ":")))
+            self.assertEqual(text(value), json.dumps(value, ensure_ascii=False))
+        for bad in (object(), {(1,): 2}, [1, {2, 3}]):
+            with self.assertRaises(TypeError):
+                compact(bad)
+
+    def test_same_text_as_json_dumps(self):
+        compact = flower._compact_json()   # on CPython: the C encoder, built once (not JSONEncoder.encode)
+        self.assertIsNone(getattr(compact, "__func__", None))
+        self.assertSameAsDumps(compact, flower._json_text)
+
+    def test_without_the_c_encoder_jsons_own_method(self):
+        import json.encoder
+        made = dict(flower._JSON_ENCODERS)
+        self.addCleanup(flower._JSON_ENCODERS.update, made)
+        flower._JSON_ENCODERS.clear()
+        with unittest.mock.patch.object(json.encoder, "c_make_encoder", None):
+            compact = flower._compact_json()
+            self.assertEqual(getattr(compact, "__func__", None), json.JSONEncoder.encode)
+            self.assertSameAsDumps(compact, flower._json_text)
+        flower._JSON_ENCODERS.clear()
 
 
 class StoredFactsVersion(unittest.TestCase):
