@@ -2736,7 +2736,7 @@ def _heal_after(out: list[dict], entry: dict, uid: str, blocks: list[dict], neut
 #   b<1 or 0>                 an entry whose one block is a Bash call: whether its command is read-only
 #   c                         an entry whose one block is another tool call
 #   d<Leaver fields>          an entry whose one block is a denial or an unavailable-tool error: that
-#                             result and its call as the store knew them (see leaver_fact)
+#                             result and its call as the store knew them (see fact_leaver)
 # The last three may be rows a plan leaves out (see plan_leavers): a store reads their uuids.
 # Bump FACTS_VERSION whenever what a fact says changes meaning (is_api_error_entry or the read-only
 # rules): tests/test_transcript.py keeps a digest of the facts of a corpus that says when. Facts of
@@ -2749,56 +2749,60 @@ def entry_facts(entry: dict) -> str | None:
     return batch_facts([entry])[0]
 
 
-def batch_facts(entries: list[dict], stored: Callable[[list[str]], dict[str, dict]] | None = None) -> list[str | None]:
+def batch_facts(entries: list[dict], stored: Callable[[list[str]], dict[str, dict]] | None = None, *,
+                batch_first: bool = False) -> list[str | None]:
     """The facts of each entry of a batch a store appends. The fact of a denial or unavailable-tool
     error tells its call too, when the entry it follows is that call (the CLI writes a result right
     after its call) as the store will hold it: ``stored(uuids)`` gives the entries already stored under
     those uuids (a row appended again is ignored: the first one stays), else the batch's first entry
-    with the uuid. Runs on every append: the common rows take few steps."""
-    facts: list[str | None] = []
+    with the uuid. With ``batch_first`` the batch's own entries are taken as they are and only the
+    calls it does not hold are looked up: right when every row of the batch is new, which the store
+    checks as it inserts them. Runs on every append: the common rows take few steps."""
+    facts: list[str | None] = [None] * len(entries)
     pending = []   # (position, entry, block) of the lone error results: their calls are looked up at once
     for n, entry in enumerate(entries):
         kind = entry.get("type")
-        fact = None
-        if kind == "user":
+        if kind == "assistant":
+            message = entry.get("message")
+            if message.__class__ is dict:
+                if (entry.get("isApiErrorMessage") is True or message.get("model") == SYNTHETIC_MODEL) and \
+                        is_api_error_entry(entry):
+                    facts[n] = _error_fact(entry)
+                else:
+                    content = message.get("content")
+                    if content.__class__ is list and len(content) == 1:
+                        facts[n] = _call_fact(content[0])
+            elif entry.get("isApiErrorMessage") is True:
+                facts[n] = _error_fact(entry)
+        elif kind == "user":
             message = entry.get("message")
             content = message.get("content") if message.__class__ is dict else None
             block = content[0] if content.__class__ is list and len(content) == 1 else None
             if block.__class__ is dict and block.get("is_error") and block.get("type") == "tool_result":
                 pending.append((n, entry, block))
-        elif kind == "assistant":
-            message = entry.get("message")
-            if message.__class__ is dict:
-                if (entry.get("isApiErrorMessage") is True or message.get("model") == SYNTHETIC_MODEL) and \
-                        is_api_error_entry(entry):
-                    fact = _error_fact(entry)
-                else:
-                    content = message.get("content")
-                    if content.__class__ is list and len(content) == 1:
-                        fact = _call_fact(content[0])
-            elif entry.get("isApiErrorMessage") is True:
-                fact = _error_fact(entry)
         elif kind == "system" and entry.get("subtype") == "api_error":
-            fact = _error_fact(entry)
-        facts.append(fact)
+            facts[n] = _error_fact(entry)
     if pending:
-        calls = _calls_as_stored(entries, [e.get("parentUuid") for _, e, _ in pending], stored)
+        calls = _calls_as_stored(entries, [e.get("parentUuid") for _, e, _ in pending], stored, batch_first)
         for n, entry, block in pending:
             parent = entry.get("parentUuid")
             facts[n] = _result_fact(entry, block, calls.get(parent) if parent.__class__ is str else None)
     return facts
 
 
-def _calls_as_stored(entries: list[dict], uuids: list, stored: Callable[[list[str]], dict[str, dict]] | None) -> dict:
-    """uuid -> the entry a store holds under it once ``entries`` are appended (of ``uuids``)."""
+def _calls_as_stored(entries: list[dict], uuids: list, stored: Callable[[list[str]], dict[str, dict]] | None,
+                     batch_first: bool = False) -> dict:
+    """uuid -> the entry a store holds under it once ``entries`` are appended (of ``uuids``); with
+    ``batch_first``, the batch's own entry where it has one (see :func:`batch_facts`)."""
     wanted = {u for u in uuids if u.__class__ is str}
     rows: dict[str, dict] = {}
     for entry in entries:
         uid = entry.get("uuid")
         if uid.__class__ is str and uid in wanted and uid not in rows:
             rows[uid] = entry
-    if stored is not None and wanted:
-        rows.update(stored(sorted(wanted)))
+    ask = wanted.difference(rows) if batch_first else wanted
+    if stored is not None and ask:
+        rows.update(stored(sorted(ask)))
     return rows
 
 
@@ -2810,30 +2814,21 @@ def _error_fact(entry: dict) -> str | None:
     return f"{FACTS_VERSION}e{chars}" + ("" if parent is None else "|" + parent)
 
 
+_CALL_FACT, _READ_FACT, _WRITE_FACT = FACTS_VERSION + "c", FACTS_VERSION + "b1", FACTS_VERSION + "b0"
+
+
 def _call_fact(block: Any) -> str | None:
-    """The fact of an assistant entry whose one block is ``block``."""
+    """The fact of an assistant entry whose one block is ``block``: "b" for a Bash call with a tool id
+    and a command (with its read-only verdict), "c" for another call."""
     if block.__class__ is not dict or block.get("type") != "tool_use":
         return None
-    command = lone_bash_command(block)
-    if command is None:
-        return FACTS_VERSION + "c"
-    return FACTS_VERSION + ("b1" if _read_only(command) else "b0")
-
-
-def _result_fact(entry: dict, block: dict, call: dict | None) -> str | None:
-    """The fact of a user entry whose one block is the error result ``block``: a denial or an
-    unavailable-tool error, with its ``call`` when that entry made it."""
-    leaver = _leaver(entry, block, call)
-    return None if leaver is None else leaver_fact(leaver)
-
-
-def lone_bash_command(block: Any) -> str | None:
-    """The command of a Bash tool_use block with a tool id (None for any other block)."""
-    if not isinstance(block, dict) or block.get("type") != "tool_use" or block.get("name") != "Bash":
-        return None
+    if block.get("name") != "Bash":
+        return _CALL_FACT
     tool_id, args = block.get("id"), block.get("input")
     command = args.get("command") if isinstance(args, dict) else None
-    return command if isinstance(command, str) and isinstance(tool_id, str) and tool_id else None
+    if not (isinstance(command, str) and isinstance(tool_id, str) and tool_id):
+        return _CALL_FACT
+    return _READ_FACT if _read_only(command) else _WRITE_FACT
 
 
 def left_row(uid: Any, facts: str) -> tuple[str | None, str | None, int, str]:
@@ -2907,9 +2902,10 @@ def plan_leavers(leavers: Iterable[Leaver], policy: PrunePolicy) -> LeavePlan:
     return plan
 
 
-def _leaver(entry: dict, block: dict, call: dict | None) -> Leaver | None:
-    """The lone error result ``block`` of ``entry`` as a Leaver, when it is a denial or an
-    unavailable-tool error (and every field can be told in a fact)."""
+def _result_fact(entry: dict, block: dict, call: dict | None) -> str | None:
+    """The ``d`` fact of a user entry whose one block is the error result ``block``, when it is a
+    denial or an unavailable-tool error and every field can be told in a fact; with its ``call`` when
+    that entry made it (see :func:`fact_leaver` for the fields)."""
     uid, parent, tool_id = entry.get("uuid"), entry.get("parentUuid"), block.get("tool_use_id")
     if not (_plain(uid) and _plain(tool_id) and (parent is None or _plain(parent))):
         return None
@@ -2917,17 +2913,42 @@ def _leaver(entry: dict, block: dict, call: dict | None) -> Leaver | None:
     kind = "d" if _is_denial(entry) else "u" if _UNAVAILABLE in said else None
     if kind is None:
         return None
-    leaver = Leaver(uid, kind, tool_id, len(said), parent)
+    fields = [kind, str(len(said)), tool_id, _opt(parent)]
+    use = _use_of(call, tool_id)
+    if use is None:
+        fields += ("n", "0", "0", "n", "n")
+    else:
+        block, lone = use
+        fields += ("s" + call["uuid"], "1" if lone else "0",
+                   str(len(_json_text(block.get("input", "")))),   # what _drop_old_uses counts for it
+                   _opt(call.get("parentUuid")), "s" + block["name"])
+    return _LEAVER_FACT + FACT_SEP.join(fields)
+
+
+def _use_of(call: Any, tool_id: str) -> tuple[dict, bool] | None:
+    """The one tool_use block of ``call`` with ``tool_id``, and whether it is the call's only block;
+    None when there is none or more than one, when a fact cannot hold its name or parent, or when
+    ``call`` is an API-error entry (it is dropped, so its call does not count)."""
     message = call.get("message") if isinstance(call, dict) and call.get("type") == "assistant" else None
     content = message.get("content") if isinstance(message, dict) else None
-    use = [b for b in content if isinstance(b, dict) and b.get("type") == "tool_use" and b.get("id") == tool_id] \
-        if isinstance(content, list) else []
-    name, use_parent = use[0].get("name") if use else None, call.get("parentUuid") if use else None
-    if len(use) == 1 and _plain(name) and (use_parent is None or _plain(use_parent)) and \
-            not is_api_error_entry(call):   # the call of an API-error entry does not count: it is dropped
-        leaver.use_uuid, leaver.use_lone, leaver.use_parent, leaver.name = call["uuid"], len(content) == 1, use_parent, name
-        leaver.use_chars = len(_json_text(use[0].get("input", "")))   # what _drop_old_uses counts for it
-    return leaver
+    if not isinstance(content, list):
+        return None
+    if len(content) == 1:   # the common case, without a scan
+        use = content if _is_use(content[0], tool_id) else []
+    else:
+        use = [b for b in content if _is_use(b, tool_id)]
+    if len(use) != 1:
+        return None
+    name, use_parent = use[0].get("name"), call.get("parentUuid")
+    if not (_plain(name) and (use_parent is None or _plain(use_parent))):
+        return None
+    if (call.get("isApiErrorMessage") is True or message.get("model") == SYNTHETIC_MODEL) and is_api_error_entry(call):
+        return None
+    return use[0], len(content) == 1
+
+
+def _is_use(block: Any, tool_id: str) -> bool:
+    return isinstance(block, dict) and block.get("type") == "tool_use" and block.get("id") == tool_id
 
 
 def _plain(value: Any) -> bool:
@@ -2943,19 +2964,18 @@ def _count(text: str) -> int:
 
 
 FACT_SEP = "\x1f"
+_LEAVER_FACT = FACTS_VERSION + "d"
 
 
-def leaver_fact(r: Leaver) -> str:
-    """The ``d`` fact of a lone denial or unavailable-tool error (its uuid is the row's own)."""
-    def opt(value: str | None) -> str:
-        return "n" if value is None else "s" + value
-    return FACTS_VERSION + "d" + FACT_SEP.join((
-        r.kind, str(r.chars), r.tool_id, opt(r.parent), opt(r.use_uuid), "1" if r.use_lone else "0",
-        str(r.use_chars), opt(r.use_parent), opt(r.name)))
+def _opt(value: str | None) -> str:
+    """An optional string field of a fact: "n" for None, else "s" and the string."""
+    return "n" if value is None else "s" + value
 
 
 def fact_leaver(uid: str, fact: str) -> Leaver:
-    """:func:`leaver_fact` read back (ValueError when it does not parse)."""
+    """The Leaver a ``d`` fact tells (see :func:`_result_fact`), ``uid`` being its row's uuid: kind,
+    chars, tool id, parent, then the call's uuid, whether it is the call's only block, its chars, its
+    parent and the tool's name, joined by FACT_SEP (ValueError when it does not parse)."""
     def opt(value: str) -> str | None:
         if value[:1] not in ("n", "s"):
             raise ValueError(f"bad fact field {value!r}")
@@ -3310,18 +3330,22 @@ def _key_string(key: dict) -> str:
 _FOLD: list = []  # [fold_session_summary or None], looked up once per process
 
 
-def _fold_summary(prev: dict | None, key: dict, entries: list[dict]) -> dict | None:
+def _summary_fold() -> Callable[[dict | None, dict, list[dict]], dict] | None:
     """The SDK's ``fold_session_summary`` when the SDK is importable, else None (no summaries)."""
     sdk = sys.modules.get(_SDK_MODULE)
     if sdk is not None:  # loaded (possibly a test double): ask it every time
-        fold = getattr(sdk, "fold_session_summary", None)
-    else:
-        if not _FOLD:
-            try:
-                _FOLD.append(getattr(importlib.import_module(_SDK_MODULE), "fold_session_summary", None))
-            except Exception:
-                _FOLD.append(None)
-        fold = _FOLD[0]
+        return getattr(sdk, "fold_session_summary", None)
+    if not _FOLD:
+        try:
+            _FOLD.append(getattr(importlib.import_module(_SDK_MODULE), "fold_session_summary", None))
+        except Exception:
+            _FOLD.append(None)
+    return _FOLD[0]
+
+
+def _fold_summary(prev: dict | None, key: dict, entries: list[dict]) -> dict | None:
+    """The summary ``prev`` with ``entries`` folded in by the SDK, or None without the SDK."""
+    fold = _summary_fold()
     return fold(prev, key, entries) if fold else None
 
 
@@ -3356,6 +3380,9 @@ CREATE TABLE IF NOT EXISTS summaries (
 SQL_ENTRY_COLUMNS = "PRAGMA table_info(entries)"
 SQL_ADD_FACTS = "ALTER TABLE entries ADD COLUMN facts TEXT"
 SQL_APPEND_ENTRY = "INSERT OR IGNORE INTO entries(skey, uuid, payload, facts) VALUES (?,?,?,?)"
+# The largest seq ever given (rows appended later have larger ones; AUTOINCREMENT never reuses one)
+SQL_LAST_SEQ = "SELECT seq FROM sqlite_sequence WHERE name = 'entries'"
+SQL_DELETE_AFTER = "DELETE FROM entries WHERE skey=? AND seq > ?"
 SQL_SESSION_KNOWN = "SELECT 1 FROM sessions WHERE skey=?"
 SQL_ENTRIES_BY_UUID = "SELECT uuid, payload FROM entries WHERE skey=? AND uuid IN ({marks})"
 SQL_LOAD_PAYLOADS = "SELECT payload FROM entries WHERE skey=? ORDER BY seq"
@@ -3451,28 +3478,27 @@ class SqliteSessionStore:
         dumps = _compact_json()
         payloads = [dumps(e) for e in entries]
         context = entry_context(entries) if not key.get("subpath") else None
+        uuids = [uid if isinstance(uid := e.get("uuid"), str) else None for e in entries]
         with self._lock:
             self._db.execute("BEGIN IMMEDIATE")
             try:   # facts inside the transaction: they describe the rows as this batch leaves them
-                facts = batch_facts(entries, lambda uuids: self._stored_entries(skey, uuids))
-                self._db.executemany(SQL_APPEND_ENTRY, [
-                    (skey, uid if isinstance(uid := e.get("uuid"), str) else None, payload, fact)
-                    for e, payload, fact in zip(entries, payloads, facts)])
+                self._insert_with_facts(skey, entries, uuids, payloads)
                 mtime = self._next_mtime()
                 self._db.execute(
                     "INSERT INTO sessions(skey, project_key, session_id, subpath, mtime, context) "
                     "VALUES (?,?,?,?,?,?) ON CONFLICT(skey) DO UPDATE SET mtime=excluded.mtime, "
                     "context=COALESCE(excluded.context, sessions.context)",
                     (skey, key["project_key"], key["session_id"], key.get("subpath"), mtime, context))
-                if not key.get("subpath"):
+                fold = None if key.get("subpath") else _summary_fold()
+                if fold is not None:
                     row = self._db.execute("SELECT data FROM summaries WHERE project_key=? AND session_id=?",
                                            (key["project_key"], key["session_id"])).fetchone()
                     try:
                         prev = json.loads(row[0]) if row else None
                     except ValueError:
                         prev = None  # a damaged summary is folded anew, never a reason to lose the batch
-                    folded = _fold_summary(prev, {"project_key": key["project_key"],
-                                                  "session_id": key["session_id"]}, entries)
+                    folded = fold(prev, {"project_key": key["project_key"], "session_id": key["session_id"]},
+                                  entries)
                     if folded is not None:
                         folded = dict(folded)
                         folded["mtime"] = mtime
@@ -3484,6 +3510,25 @@ class SqliteSessionStore:
             except BaseException:
                 self._db.execute("ROLLBACK")
                 raise
+
+    def _insert_with_facts(self, skey: str, entries: list[dict], uuids: list, payloads: list[str]) -> None:
+        """Insert the batch's rows with their facts, inside the caller's transaction. Facts are first
+        worked out as if every row were new (the batch's own calls as they are, only the others
+        looked up); when the insert shows that a row was stored already (a batch sent again, a reused
+        uuid: the first row stays), the rows it added are taken out again and inserted with every
+        call looked up. (A SAVEPOINT would do the same, but costs its statement journal on every
+        batch; reading the last seq costs a few microseconds.)"""
+        stored = functools.partial(self._stored_entries, skey)
+        facts = batch_facts(entries, stored, batch_first=True)
+        before = self._db.execute(SQL_LAST_SEQ).fetchone()
+        inserted = self._db.executemany(SQL_APPEND_ENTRY, [
+            (skey, uid, payload, fact) for uid, payload, fact in zip(uuids, payloads, facts)]).rowcount
+        if inserted == len(entries):
+            return
+        self._db.execute(SQL_DELETE_AFTER, (skey, before[0] if before else 0))
+        facts = batch_facts(entries, stored)
+        self._db.executemany(SQL_APPEND_ENTRY, [
+            (skey, uid, payload, fact) for uid, payload, fact in zip(uuids, payloads, facts)])
 
     def _stored_entries(self, skey: str, uuids: list[str]) -> dict[str, Any]:
         """uuid -> the entry stored under it (None for a row that does not parse), of ``uuids``."""

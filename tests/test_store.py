@@ -331,6 +331,74 @@ class StoredFacts(unittest.TestCase):
         self.assertEqual(len(calls), len(entries) - errors - 2 * (report.denials_dropped + report.unavailable_dropped))
         self.assertEqual(pruned, flower.prune(entries)[0])
 
+    def test_a_batch_looks_up_only_the_calls_it_does_not_hold(self):
+        # the CLI writes a result right after its call: a batch holding both asks the store nothing
+        from tests.transcripts import random_transcript
+        entries = random_transcript(3, size=200)
+        store = self.stored([])
+        asked = []
+        real = store._stored_entries
+        store._stored_entries = lambda skey, uuids: asked.append(list(uuids)) or real(skey, uuids)
+        store.append_sync(KEY, entries)
+        self.assertEqual(asked, [])
+        other = {"project_key": "proj", "session_id": "s2"}
+        for e in entries:   # one row a batch: a result's call is always in an earlier batch
+            store.append_sync(other, [e])
+        errors = [e for e in entries if e["type"] == "user" and isinstance(e["message"]["content"], list)
+                  and e["message"]["content"][0].get("is_error")]
+        self.assertGreater(len(errors), 5)
+        self.assertEqual(asked, [[e["parentUuid"]] for e in errors])   # each result's call, once
+        self.assertEqual(store.load_pruned(other)[0], flower.prune(entries)[0])
+
+    def test_batches_sent_again_or_reusing_uuids_store_the_facts_of_the_rows_kept(self):
+        # facts are first made as if every row were new; when a row was there already, what is
+        # stored must be what a store that looked every call up would hold
+        import functools
+        import random
+        from tests.transcripts import random_transcript
+
+        class LooksEverythingUp(SqliteSessionStore):
+            def _insert_with_facts(self, skey, entries, uuids, payloads):
+                facts = flower.batch_facts(entries, functools.partial(self._stored_entries, skey))
+                self._db.executemany(flower.SQL_APPEND_ENTRY, list(zip([skey] * len(entries), uuids, payloads, facts)))
+
+        def denial(u, parent, tool_id):
+            return {"type": "user", "uuid": u, "parentUuid": parent, "toolDenialKind": "permission-rule",
+                    "permissionDecision": {"decision": "reject"}, "message": {"role": "user", "content": [
+                        {"type": "tool_result", "tool_use_id": tool_id, "content": "denied", "is_error": True}]}}
+
+        rng = random.Random(11)
+        rows = "SELECT skey, uuid, payload, facts FROM entries ORDER BY seq"
+        reused = 0
+        for trial in range(60):
+            entries = random_transcript(trial, size=60)
+            batches, i = [], 0
+            while i < len(entries):
+                n = rng.randint(1, 12)
+                batches.append(entries[i:i + n])
+                i += n
+                if rng.random() < 0.3:   # sent again, whole or in part, with new rows after it
+                    again = json.loads(json.dumps(rng.choice(batches)[:rng.randint(1, 12)]))
+                    calls = [e for e in again if e["type"] == "assistant"
+                             and e["message"]["content"][0]["type"] == "tool_use"]
+                    if calls and rng.random() < 0.7:   # a call sent again as another call, denied now
+                        call = rng.choice(calls)
+                        call["message"]["content"][0].update(id=f"re{trial}-{i}", name=rng.choice(["Write", "Bash"]))
+                        again.append(denial(f"d{trial}-{i}", call["uuid"], f"re{trial}-{i}"))
+                    batches.append(again + entries[i:i + rng.randint(0, 3)])
+                    i += len(batches[-1]) - len(again)
+                    reused += 1
+            ours = self.stored([])
+            reference = LooksEverythingUp(os.path.join(self.tmp.name, f"ref{trial}.db"))
+            self.addCleanup(reference.close)
+            for batch in batches:
+                ours.append_sync(KEY, json.loads(json.dumps(batch)))
+                reference.append_sync(KEY, json.loads(json.dumps(batch)))
+            with self.subTest(trial=trial):
+                self.assertEqual(ours._db.execute(rows).fetchall(), reference._db.execute(rows).fetchall())
+                self.assertSameAsPrune(ours, flower.PrunePolicy(keep_denials=0, keep_unavailable=0))
+        self.assertGreater(reused, 100)
+
     def test_a_reused_tool_id_falls_back_to_the_full_prune(self):
         # a plan made from what was noted at append time would drop the wrong call when a later row
         # uses the same tool id again; the scan notices and the load starts again without the plan
