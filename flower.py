@@ -3380,8 +3380,8 @@ CREATE TABLE IF NOT EXISTS summaries (
 SQL_ENTRY_COLUMNS = "PRAGMA table_info(entries)"
 SQL_ADD_FACTS = "ALTER TABLE entries ADD COLUMN facts TEXT"
 SQL_APPEND_ENTRY = "INSERT OR IGNORE INTO entries(skey, uuid, payload, facts) VALUES (?,?,?,?)"
-# The largest seq ever given (rows appended later have larger ones; AUTOINCREMENT never reuses one)
-SQL_LAST_SEQ = "SELECT seq FROM sqlite_sequence WHERE name = 'entries'"
+# A session's last seq, and its rows after one (those a batch just added: the write lock is held)
+SQL_LAST_SEQ = "SELECT MAX(seq) FROM entries WHERE skey=?"
 SQL_DELETE_AFTER = "DELETE FROM entries WHERE skey=? AND seq > ?"
 SQL_SESSION_KNOWN = "SELECT 1 FROM sessions WHERE skey=?"
 SQL_ENTRIES_BY_UUID = "SELECT uuid, payload FROM entries WHERE skey=? AND uuid IN ({marks})"
@@ -3517,15 +3517,15 @@ class SqliteSessionStore:
         looked up); when the insert shows that a row was stored already (a batch sent again, a reused
         uuid: the first row stays), the rows it added are taken out again and inserted with every
         call looked up. (A SAVEPOINT would do the same, but costs its statement journal on every
-        batch; reading the last seq costs a few microseconds.)"""
+        batch; reading the session's last seq from its index costs a few microseconds.)"""
         stored = functools.partial(self._stored_entries, skey)
         facts = batch_facts(entries, stored, batch_first=True)
-        before = self._db.execute(SQL_LAST_SEQ).fetchone()
+        before = self._db.execute(SQL_LAST_SEQ, (skey,)).fetchone()[0]
         inserted = self._db.executemany(SQL_APPEND_ENTRY, [
             (skey, uid, payload, fact) for uid, payload, fact in zip(uuids, payloads, facts)]).rowcount
         if inserted == len(entries):
             return
-        self._db.execute(SQL_DELETE_AFTER, (skey, before[0] if before else 0))
+        self._db.execute(SQL_DELETE_AFTER, (skey, before or 0))
         facts = batch_facts(entries, stored)
         self._db.executemany(SQL_APPEND_ENTRY, [
             (skey, uid, payload, fact) for uid, payload, fact in zip(uuids, payloads, facts)])

@@ -399,6 +399,31 @@ class StoredFacts(unittest.TestCase):
                 self.assertSameAsPrune(ours, flower.PrunePolicy(keep_denials=0, keep_unavailable=0))
         self.assertGreater(reused, 100)
 
+    def test_a_batch_sent_again_takes_out_only_its_own_rows(self):
+        # the rows a re-sent batch added are taken out again before they go in with their right
+        # facts; nothing stored before may go with them, whatever the schema's bookkeeping says
+        import sqlite3
+        for damage in (None, "DELETE FROM sqlite_sequence", "UPDATE sqlite_sequence SET seq = 1"):
+            store = self.stored([entry("a"), entry("b"), entry("c")])
+            other = {"project_key": "proj", "session_id": "s2"}
+            store.append_sync(other, [entry("x"), entry("c")])
+            if damage:
+                store._db.execute(damage)
+            store.append_sync(KEY, [entry("c", 9), entry("d"), {"type": "queue-operation"}])
+            store.append_sync(other, [entry("y")])
+            with self.subTest(damage=damage):
+                self.assertEqual([(e.get("uuid"), e.get("n")) for e in store.load_sync(KEY)],
+                                 [("a", 0), ("b", 0), ("c", 0), ("d", 0), (None, None)])
+                self.assertEqual([e["uuid"] for e in store.load_sync(other)], ["x", "c", "y"])
+        path = os.path.join(self.tmp.name, "plain-seq.db")   # a table without AUTOINCREMENT still appends
+        db = sqlite3.connect(path)
+        db.executescript("CREATE TABLE entries (seq INTEGER PRIMARY KEY, skey TEXT NOT NULL, uuid TEXT, "
+                         "payload TEXT NOT NULL);")
+        db.close()
+        store = self.stored([entry("a")], path)
+        store.append_sync(KEY, [entry("a"), entry("b")])
+        self.assertEqual([e["uuid"] for e in store.load_sync(KEY)], ["a", "b"])
+
     def test_a_reused_tool_id_falls_back_to_the_full_prune(self):
         # a plan made from what was noted at append time would drop the wrong call when a later row
         # uses the same tool id again; the scan notices and the load starts again without the plan
