@@ -3518,17 +3518,14 @@ class SqliteSessionStore:
         uuid: the first row stays), the rows it added are taken out again and inserted with every
         call looked up. (A SAVEPOINT would do the same, but costs its statement journal on every
         batch; reading the session's last seq from its index costs a few microseconds.)"""
+        def insert(facts: list[str | None]) -> int:
+            return self._db.executemany(SQL_APPEND_ENTRY, [
+                (skey, uid, payload, fact) for uid, payload, fact in zip(uuids, payloads, facts)]).rowcount
         stored = functools.partial(self._stored_entries, skey)
-        facts = batch_facts(entries, stored, batch_first=True)
         before = self._db.execute(SQL_LAST_SEQ, (skey,)).fetchone()[0]
-        inserted = self._db.executemany(SQL_APPEND_ENTRY, [
-            (skey, uid, payload, fact) for uid, payload, fact in zip(uuids, payloads, facts)]).rowcount
-        if inserted == len(entries):
-            return
-        self._db.execute(SQL_DELETE_AFTER, (skey, before or 0))
-        facts = batch_facts(entries, stored)
-        self._db.executemany(SQL_APPEND_ENTRY, [
-            (skey, uid, payload, fact) for uid, payload, fact in zip(uuids, payloads, facts)])
+        if insert(batch_facts(entries, stored, batch_first=True)) < len(entries):
+            self._db.execute(SQL_DELETE_AFTER, (skey, before or 0))
+            insert(batch_facts(entries, stored))
 
     def _stored_entries(self, skey: str, uuids: list[str]) -> dict[str, Any]:
         """uuid -> the entry stored under it (None for a row that does not parse), of ``uuids``."""
