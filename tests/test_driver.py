@@ -502,6 +502,15 @@ class StepLock(Procs, FakeRuntime, unittest.TestCase):
 
 # --- 3. the CLI guard: flower's CLI child never outlives flower ---
 
+def _ticks(path):
+    """The words a fake CLI has written so far (none before its file exists)."""
+    try:
+        with open(path) as fh:
+            return fh.read().split()
+    except FileNotFoundError:
+        return []
+
+
 FAKE_CLI = """#!/bin/sh
 # a fake CLI: it and a child of its own append ticks until killed
 ( while :; do echo c >> "$TICKS"; sleep 0.02; done ) &
@@ -831,6 +840,9 @@ class Reaper(Procs, FakeRuntime, unittest.TestCase):
         record = os.path.join(run_dir, "live", f"{proc.pid}.json")
         self.assertTrue(wait_until(lambda: record_ready(record)))
         self.assertTrue(wait_until(lambda: len(pids_with(sid)) >= 2))  # guard + CLI are up
+        # and the CLI has set its trap (it ticks "p" only after): a SIGTERM before that would end the
+        # shell without a word, which is no failure of flower's (seen once in CI)
+        self.assertTrue(wait_until(lambda: "p" in _ticks(ticks)))
         return proc, record
 
     def assertStopped(self, proc, sid):  # noqa: N802
