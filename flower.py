@@ -3386,24 +3386,30 @@ SQL_DELETE_AFTER = "DELETE FROM entries WHERE skey=? AND seq > ?"
 SQL_SESSION_KNOWN = "SELECT 1 FROM sessions WHERE skey=?"
 SQL_ENTRIES_BY_UUID = "SELECT uuid, payload FROM entries WHERE skey=? AND uuid IN ({marks})"
 SQL_LOAD_PAYLOADS = "SELECT payload FROM entries WHERE skey=? ORDER BY seq"
-# (payload, facts, uuid, whether the payload holds one JSON object) per row: an API-error row (facts
-# "<version>e...") comes without its payload (prune drops it), a row a plan may leave out (facts b, c,
-# d) with its uuid; both say whether their payload would parse (else the load is done the plain way,
-# which skips a damaged row: a row that is not read must not count as one that was).
-_MAY_LEAVE = f"facts >= '{FACTS_VERSION}b' AND facts < '{FACTS_VERSION}f'"
-SQL_LOAD_WITH_FACTS = (f"SELECT CASE WHEN facts >= '{FACTS_VERSION}e' AND facts < '{FACTS_VERSION}f' THEN NULL "
-                       f"ELSE payload END, facts, CASE WHEN {_MAY_LEAVE} THEN uuid END, CASE WHEN {_MAY_LEAVE} "
-                       f"THEN json_valid(payload) AND substr(payload, 1, 1) = '{{' END FROM entries WHERE skey=? "
+# Facts describe the payload they were stored with: a payload changed by any writer (a hand edit, a
+# repair tool) loses them, so its row is parsed and judged again. That is what lets a load trust a row
+# it does not read (an API error, a planned leaver) to hold what its facts say, without checking it.
+SQL_FACTS_TRIGGER_KNOWN = "SELECT 1 FROM sqlite_master WHERE type='trigger' AND name='entries_facts_stale'"
+SQL_FACTS_TRIGGER = ("CREATE TRIGGER IF NOT EXISTS entries_facts_stale AFTER UPDATE OF payload ON entries "
+                     "WHEN NEW.facts IS NOT NULL BEGIN UPDATE entries SET facts = NULL WHERE seq = NEW.seq; END")
+# Once, when a store gets the trigger: rows damaged before it lose their facts (without JSON1: all rows do)
+SQL_UNTRUSTED_FACTS = ("UPDATE entries SET facts = NULL WHERE facts IS NOT NULL AND NOT "
+                       "(json_valid(payload) AND substr(payload, 1, 1) = '{')")
+SQL_DROP_FACTS = "UPDATE entries SET facts = NULL WHERE facts IS NOT NULL"
+# The rows a load may leave unread, by their own index: lone denials and unavailable-tool errors (facts
+# "<version>d...", see plan_leavers) and API errors ("<version>e...", prune drops them)
+_LEFT = f"facts >= '{FACTS_VERSION}d' AND facts < '{FACTS_VERSION}f'"
+SQL_LEFT_INDEX = f"CREATE INDEX IF NOT EXISTS entries_left_{FACTS_VERSION} ON entries(skey, seq) WHERE {_LEFT}"
+SQL_OLD_INDEXES = f"DROP INDEX IF EXISTS entries_leavers_{FACTS_VERSION}"   # the d rows only: an older flower's
+SQL_LEFT_ROWS = f"SELECT uuid, facts FROM entries WHERE skey=? AND {_LEFT} ORDER BY seq"
+# (payload, facts, uuid) of every other row; the uuid only where a plan may leave the row out (facts b,
+# c, d: a lone call, or a denial the plan keeps)
+SQL_LOAD_WITH_FACTS = (f"SELECT payload, facts, CASE WHEN facts >= '{FACTS_VERSION}b' THEN uuid END FROM entries "
+                       f"WHERE skey=? AND (facts IS NULL OR facts < '{FACTS_VERSION}e' OR facts >= '{FACTS_VERSION}f') "
                        f"ORDER BY seq")
-# The rows whose facts tell a lone denial or unavailable-tool error (see plan_leavers), by their own index
-SQL_LEAVERS_INDEX = (f"CREATE INDEX IF NOT EXISTS entries_leavers_{FACTS_VERSION} ON entries(skey, seq) "
-                     f"WHERE facts >= '{FACTS_VERSION}d' AND facts < '{FACTS_VERSION}e'")
-SQL_LEAVERS = (f"SELECT uuid, facts FROM entries WHERE skey=? AND facts >= '{FACTS_VERSION}d' "
-               f"AND facts < '{FACTS_VERSION}e' ORDER BY seq")
 # Every payload, with the Bash verdicts only (for a prune that keeps API errors)
 SQL_LOAD_KEEPING_ERRORS = (f"SELECT payload, CASE WHEN facts >= '{FACTS_VERSION}b' AND facts < '{FACTS_VERSION}c' "
-                           f"THEN facts END, NULL, NULL FROM entries WHERE skey=? ORDER BY seq")
-
+                           f"THEN facts END, NULL FROM entries WHERE skey=? ORDER BY seq")
 
 class SqliteSessionStore:
     """The SDK ``SessionStore`` protocol on one SQLite file (WAL), plus sync extras for flower.
@@ -3458,11 +3464,31 @@ class SqliteSessionStore:
                 except sqlite3.OperationalError as exc:   # another process added it first
                     if "duplicate column" not in str(exc):
                         raise
-            db.execute(SQL_LEAVERS_INDEX)
+            SqliteSessionStore._trust_facts(db)
+            db.execute(SQL_LEFT_INDEX)
+            db.execute(SQL_OLD_INDEXES)
         except BaseException:
             db.close()
             raise
         return db
+
+    @staticmethod
+    def _trust_facts(db: sqlite3.Connection) -> None:
+        """Give the store the trigger that clears a row's facts when its payload changes; a store made
+        before it first loses the facts of rows that do not hold a JSON object (one pass, once)."""
+        if db.execute(SQL_FACTS_TRIGGER_KNOWN).fetchone():
+            return
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            try:
+                db.execute(SQL_UNTRUSTED_FACTS)
+            except sqlite3.OperationalError:   # an SQLite without json_valid: no stored fact is trusted
+                db.execute(SQL_DROP_FACTS)
+            db.execute(SQL_FACTS_TRIGGER)
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
 
     # -- sync core (also used by the async protocol methods) --
 
@@ -3571,44 +3597,46 @@ class SqliteSessionStore:
             marks: dict[int, str] = {}
             with _gc_paused():
                 try:
-                    plan, rows = self._planned_rows(skey, policy)
-                    left = list(plan.left) if plan else []
-                    skip = plan.skip if plan else set()
-                    return _prune(self._fresh(rows, left, marks, skip), policy, True, left, marks, plan)
+                    plan, left, rows = self._planned_rows(skey, policy)
+                    return _prune(self._fresh(rows, marks, plan.skip if plan else set()), policy, True, left,
+                                  marks, plan)
                 except (ValueError, TypeError, IndexError, sqlite3.OperationalError):
                     pass   # PlanBroken, a damaged row or fact, or an SQLite without json_each
         entries = self.load_sync(key)
         return None if entries is None else _prune(entries, policy, True)
 
-    def _planned_rows(self, skey: str, policy: PrunePolicy) -> tuple[LeavePlan | None, Any]:
-        """The plan of what leaves unread (None: no plan) and the rows to read."""
+    def _planned_rows(self, skey: str, policy: PrunePolicy) -> tuple[LeavePlan | None, list, Any]:
+        """The plan of what leaves unread (None: no plan), what leaves (``left`` of :func:`_prune`) and
+        the rows to read."""
         if not policy.drop_api_errors:
-            return None, self._db.execute(SQL_LOAD_KEEPING_ERRORS, (skey,))
-        leavers = [fact_leaver(uid, fact) for uid, fact in self._db.execute(SQL_LEAVERS, (skey,))]
-        return plan_leavers(leavers, policy) if leavers else None, self._db.execute(SQL_LOAD_WITH_FACTS, (skey,))
+            return None, [], self._db.execute(SQL_LOAD_KEEPING_ERRORS, (skey,))
+        leavers, errors = [], []
+        for uid, facts in self._db.execute(SQL_LEFT_ROWS, (skey,)):
+            if facts[1] == "e":
+                errors.append(left_row(uid, facts))
+            else:
+                leavers.append(fact_leaver(uid, facts))
+        plan = plan_leavers(leavers, policy) if leavers else None
+        left = plan.left + errors if plan else errors
+        return plan, left, self._db.execute(SQL_LOAD_WITH_FACTS, (skey,))
 
-    def _fresh(self, rows: Iterable[tuple], left: list, marks: dict, skip: set) -> Iterator[dict]:
+    @staticmethod
+    def _fresh(rows: Iterable[tuple], marks: dict, skip: set) -> Iterator[dict]:
         """The entries of rows of SQL_LOAD_WITH_FACTS, parsed one at a time, but for those in ``skip``;
-        API-error rows go to ``left`` and Bash verdicts to ``marks`` (see :func:`_prune`)."""
+        Bash verdicts go to ``marks`` (see :func:`_prune`)."""
         # json.loads ends in this C scanner; called directly it spares json.loads' Python wrapper, about
         # a microsecond a row. A payload it does not read to the end (trailing space, damage) goes to
         # json.loads, which reads it or raises ValueError.
         loads, scan, version, n = json.loads, json.decoder.JSONDecoder().scan_once, FACTS_VERSION, 0
-        for payload, facts, uid, whole in rows:
+        not_an_object = SqliteSessionStore._not_an_object
+        for payload, facts, uid in rows:
             if facts is not None and facts[:1] == version:
-                if facts[1] == "e":
-                    if not whole:
-                        raise ValueError("a damaged row")
-                    left.append(left_row(uid, facts))
-                    continue
                 if skip and uid in skip:
-                    if not whole:
-                        raise ValueError("a damaged row")
                     continue
                 if facts[1] == "b":
                     marks[n] = facts[2]
             if payload[:1] != "{":
-                self._not_an_object(payload)
+                not_an_object(payload)
             try:
                 entry, end = scan(payload, 0)
             except StopIteration:   # in a generator it would become a RuntimeError

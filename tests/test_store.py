@@ -440,7 +440,7 @@ class StoredFacts(unittest.TestCase):
         last_result = b.entries[-1]
         last_result["message"]["content"][0]["tool_use_id"] = reused
         store = self.stored(b.entries)
-        plan, _ = store._planned_rows(flower._key_string(KEY), flower.PrunePolicy())
+        plan, _, _ = store._planned_rows(flower._key_string(KEY), flower.PrunePolicy())
         self.assertIn(reused, plan.results)   # the plan would leave out the first denial and its call
         self.assertSameAsPrune(store, flower.PrunePolicy())
 
@@ -524,6 +524,49 @@ class StoredFacts(unittest.TestCase):
                 store = self.stored(entries)
                 store._db.execute(damage)
                 self.assertSameAsPrune(store, flower.PrunePolicy())
+
+    def test_a_payload_changed_by_any_writer_loses_its_facts(self):
+        # a load trusts rows it does not read (API errors, planned leavers) to hold what their facts say:
+        # a payload changed after it was stored must not keep facts that describe the old one
+        import sqlite3
+        from tests.transcripts import random_transcript
+        entries = random_transcript(3, size=150)
+        store = self.stored(entries)
+        other = sqlite3.connect(store.path)   # another writer, knowing nothing of flower
+        self.addCleanup(other.close)
+        with other:
+            other.execute("UPDATE entries SET payload = '{\"x' WHERE facts LIKE '1e%' OR facts LIKE '1d%'")
+            other.execute("UPDATE entries SET facts = facts WHERE seq = 2")   # facts alone: kept
+        left = other.execute("SELECT count(*) FROM entries WHERE payload = '{\"x' AND facts IS NOT NULL").fetchone()
+        self.assertEqual(left, (0,))
+        self.assertGreater(other.execute("SELECT count(*) FROM entries WHERE payload = '{\"x'").fetchone()[0], 3)
+        for policy in self.POLICIES:
+            with self.subTest(policy=policy):
+                self.assertSameAsPrune(store, policy)
+        self.assertGreater(store.skipped.get(flower._key_string(KEY)), 3)   # told as unreadable, not dropped
+
+    def test_a_store_made_before_the_trigger_sets_aside_the_facts_of_damaged_rows_once(self):
+        import sqlite3
+        from tests.transcripts import random_transcript
+        entries = random_transcript(8, size=150)
+        store = self.stored(entries)
+        path = store.path
+        store.close()
+        db = sqlite3.connect(path)
+        db.execute("DROP TRIGGER entries_facts_stale")   # as an older flower left it
+        db.execute("UPDATE entries SET payload = 'oops' WHERE facts LIKE '1e%' OR facts LIKE '1d%'")
+        db.commit()
+        damaged = db.execute("SELECT count(*) FROM entries WHERE payload = 'oops' AND facts IS NOT NULL").fetchone()[0]
+        db.close()
+        self.assertGreater(damaged, 3)
+        store = self.stored([], path)
+        self.assertEqual(store._db.execute("SELECT count(*) FROM entries WHERE payload = 'oops' "
+                                           "AND facts IS NOT NULL").fetchone(), (0,))
+        kept = store._db.execute("SELECT count(*) FROM entries WHERE facts IS NOT NULL").fetchone()[0]
+        self.assertGreater(kept, 20)   # the sound rows keep theirs
+        for policy in self.POLICIES:
+            with self.subTest(policy=policy):
+                self.assertSameAsPrune(store, policy)
 
     def test_payloads_with_trailing_space_or_damage_after_the_object(self):
         # the fast parse reads a payload's object and must not ignore what follows it
