@@ -2124,7 +2124,7 @@ class _Pruning:
     Later steps look only at what the scan indexed, never at every entry again."""
 
     __slots__ = ("policy", "own", "report", "work", "pars", "parents", "drop", "gone", "results", "uses", "errors",
-                 "calls", "bash", "empty", "halted", "healed", "careful", "marks", "dropped", "planned")
+                 "call_at", "call_ids", "call_uids", "bash", "empty", "halted", "healed", "careful", "marks", "dropped", "planned")
 
     def __init__(self, policy: PrunePolicy, own: bool = False):
         self.policy = policy
@@ -2140,8 +2140,11 @@ class _Pruning:
         self.uses: dict[str, tuple[int, dict, bool]] = {}   # tool_use id -> (entry, block, its only block)
         self.errors: list[tuple] = []                       # the tool_results with is_error: (entry, block
                                                             # index, block, whether the entry is a denial)
-        self.calls: list[tuple] = []                        # main-thread assistant entries: (entry, call id, uuid)
-        self.bash: dict[str, dict] = {}                     # tool_use id -> its block, for Bash calls
+        self.call_at: list[int] = []                        # main-thread assistant entries: their positions,
+        self.call_ids: list = []                            # the API calls they came from (message id), and
+        self.call_uids: list = []                           # their uuids
+        self.bash: dict[str, tuple] = {}                    # tool_use id -> (entry, command or None), for
+                                                            # Bash calls
         self.empty: list[int] = []                          # user/assistant entries with an empty content list
         self.halted: set = set()                            # entries with results that may be interrupted calls
         self.healed: set = set()                            # flower's own healing entries
@@ -2212,8 +2215,8 @@ def _drop_api_errors(entries: Iterable[dict], policy: PrunePolicy, own: bool = F
     st = _Pruning(policy, own)
     watched_uses = plan.uses if plan else None
     watched_results = plan.results if plan else None
-    work, pars, results, errors, uses, bash, calls, empty = \
-        st.work, st.pars, st.results, st.errors, st.uses, st.bash, st.calls, st.empty
+    work, pars, results, errors, uses, bash, empty = st.work, st.pars, st.results, st.errors, st.uses, st.bash, st.empty
+    call_at, call_ids, call_uids = st.call_at, st.call_ids, st.call_uids
     drop_errors = policy.drop_api_errors
     uids = []   # every string uuid: a set of them tells whether one comes twice (cheaper than a map of all)
     st.marks = marks
@@ -2248,13 +2251,17 @@ def _drop_api_errors(entries: Iterable[dict], policy: PrunePolicy, own: bool = F
                                 if watched_uses and tool_id in watched_uses and watched_uses[tool_id] != uid:
                                     raise PlanBroken(tool_id)
                                 uses[tool_id] = (i, block, alone)
-                                if block.get("name") == "Bash":
-                                    bash[tool_id] = block
+                                if block.get("name") == "Bash":   # its command, read while the row is at hand
+                                    args = block.get("input")
+                                    command = args.get("command") if isinstance(args, dict) else None
+                                    bash[tool_id] = (i, command if isinstance(command, str) else None)
                                 elif bash:
                                     bash.pop(tool_id, None)
                 if model != SYNTHETIC_MODEL and not get("isSidechain"):
                     call = message.get("id") or uid
-                    calls.append((i, call if call.__class__ is str else i, uid))   # a bad id: a call of its own
+                    call_at.append(i)
+                    call_ids.append(call if call.__class__ is str else i)   # a bad id: a call of its own
+                    call_uids.append(uid)
         elif kind == "user":
             message = get("message")
             content = message.get("content") if isinstance(message, dict) else None
@@ -2507,14 +2514,14 @@ def _expire_glances(st: _Pruning) -> None:
     ``keep_glances`` glances, a result that could not expire anyway (too long, already trimmed) is not
     classified at all."""
     policy, work, bash, drop, healed, careful = st.policy, st.work, st.bash, st.drop, st.healed, st.careful
-    keep, limit, marks, uses = policy.keep_glances, policy.glance_max_chars, st.marks, st.uses
+    keep, limit, marks = policy.keep_glances, policy.glance_max_chars, st.marks or {}
     kept = 0
     stale = []   # newest first
     results = st.results
     for k in range(len(results) - 1, -1, -1):
         i, j, block, tool_id = results[k]
         use = bash.get(tool_id)
-        if use is None or careful and _leaving(drop, work[i].get("uuid")) or i in healed:
+        if use is None or i in healed or careful and _leaving(drop, work[i].get("uuid")):
             continue
         now = None
         if kept >= keep:
@@ -2523,10 +2530,11 @@ def _expire_glances(st: _Pruning) -> None:
                 now = block_text(block)
             if len(now) > limit or now.startswith(_TRIM_PREFIXES):
                 continue
-        args = use.get("input")
-        command = args.get("command") if isinstance(args, dict) else None
-        if isinstance(command, str) and (_stored_verdict(marks, uses[tool_id][0], command) if marks
-                                         else _read_only(command)):
+        at, command = use
+        if command is None:
+            continue
+        verdict = marks.get(at)   # as stored with the call's entry (its one block)
+        if verdict == "1" if verdict is not None else _read_only(command):
             if now is None:
                 kept += 1
             else:
@@ -2535,36 +2543,43 @@ def _expire_glances(st: _Pruning) -> None:
         _expire(st, stale)
 
 
-def _stored_verdict(marks: dict[int, str], i: int, command: str) -> bool:
-    """Whether ``command``, of the Bash call in entry ``i``, is read-only: as stored with the entry (its
-    one block is that call), else worked out."""
-    verdict = marks.get(i)
-    return verdict == "1" if verdict is not None else _read_only(command)
-
-
 def _expire(st: _Pruning, stale: list[tuple[int, str, str]]) -> None:
     """Replace the stale glances (newest first) by a marker that says how many turns ago they expired."""
-    calls, drop, results = st.calls, st.drop, st.results
-    template = text("expired_result", st.policy.lang)
-    c, seen = len(calls) - 1, set()
+    results, own = st.results, st.own
+    template = text("expired_result", st.policy.lang).format
     expired = saved = 0
-    for k, command, now in stale:
-        i = results[k][0]
-        while c >= 0:   # distinct API calls after entry i: how many turns ago
-            at, call, uid = calls[c]
-            if at <= i:
-                break
-            if not (uid.__class__ is str and uid in drop):   # only string uuids ever leave
-                seen.add(call)
-            c -= 1
-        short = command if len(command) <= 80 else command[:77] + "..."
-        marker = template.format(cmd=short, n=len(seen))
+    for (k, command, now), turns in zip(stale, _turns_after(st, [results[k][0] for k, _, _ in stale])):
+        marker = template(cmd=command if len(command) <= 80 else command[:77] + "...", n=turns)
         if now != marker:
             expired += 1
             saved += len(now) - len(marker)
-            st.set_result(k, marker)
+            if own:
+                results[k][2]["content"] = marker
+            else:
+                st.set_result(k, marker)
     st.report.expired += expired
     st.report.chars_saved += saved
+
+
+def _turns_after(st: _Pruning, positions: list[int]) -> list[int]:
+    """For each entry position (newest first): how many distinct API calls of the chain come after it."""
+    import bisect
+    at, ids = st.call_at, st.call_ids
+    if not st.careful and len(set(ids)) == len(ids):
+        # every call distinct, and uuids unique: a call leaves the chain exactly when its entry does
+        after = bisect.bisect_right
+        gone = sorted(g for g in st.gone if at[min(bisect.bisect_left(at, g), len(at) - 1)] == g) if at else []
+        return [len(at) - after(at, i) - len(gone) + after(gone, i) for i in positions]
+    drop, uids = st.drop, st.call_uids
+    c, seen, out = len(at) - 1, set(), []
+    for i in positions:
+        while c >= 0 and at[c] > i:
+            uid = uids[c]
+            if uid.__class__ is not str or uid not in drop:   # only string uuids ever leave
+                seen.add(ids[c])
+            c -= 1
+        out.append(len(seen))
+    return out
 
 
 def spill_name(entry: dict, index: int, full: str) -> str:

@@ -256,6 +256,39 @@ class PruneSteps(unittest.TestCase):
         self.assertIn("made a branch", text)
         self.assertIn("expired", text)
 
+    def test_an_expired_glance_names_the_distinct_calls_after_it_that_stay(self):
+        # "expired n turns ago": n is the number of distinct API calls (message ids) after the glance's
+        # entry that are still in the chain; counted here from what prune returns, on transcripts whose
+        # calls are all distinct and on ones where calls share message ids, with and without dropped calls
+        import random
+        import re
+        marker = re.compile(re.escape(flower.text("expired_result")).replace(r"\{cmd\}", ".*?").replace(
+            r"\{n\}", "([0-9]+)"))
+        checked = {"distinct": 0, "shared": 0}
+        for seed in range(40):
+            entries = random_transcript(seed, size=160)
+            shared = copy.deepcopy(entries)
+            rng = random.Random(seed)
+            ids = [f"msg_{rng.randrange(25)}" for _ in range(len(shared))]
+            for entry, mid in zip(shared, ids):
+                if entry.get("type") == "assistant" and isinstance(entry.get("message"), dict):
+                    entry["message"]["id"] = mid
+            for label, transcript in (("distinct", entries), ("shared", shared)):
+                for policy in (PrunePolicy(keep_glances=1), PrunePolicy(keep_glances=0, keep_denials=0)):
+                    out, report = prune(transcript, policy)
+                    for k, entry in enumerate(out):
+                        for block in flower.blocks_of(entry):
+                            said = marker.fullmatch(block.get("content", "")) if isinstance(block, dict) and \
+                                block.get("type") == "tool_result" and isinstance(block.get("content"), str) else None
+                            if said is None:
+                                continue
+                            calls = {e["message"].get("id") or e["uuid"] for e in out[k + 1:]
+                                     if e.get("type") == "assistant" and not e.get("isSidechain")
+                                     and e["message"].get("model") != flower.SYNTHETIC_MODEL}
+                            self.assertEqual(int(said.group(1)), len(calls), (label, seed, policy))
+                            checked[label] += 1
+        self.assertGreater(min(checked.values()), 100, checked)
+
     def test_trim_spills_old_big_results_reversibly(self):
         b = Builder(__import__("random").Random(4))
         b.prompt("go")
