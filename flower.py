@@ -3931,20 +3931,26 @@ def estimate_tokens(entries: list[dict]) -> int:
     chars = 0
     inputs = []
     for entry in entries:
-        if entry.get("type") not in ("user", "assistant"):
+        kind = entry.get("type")
+        if kind != "user" and kind != "assistant":
             continue
-        content = (entry.get("message") or {}).get("content")
-        if isinstance(content, str):
+        message = entry.get("message")
+        content = message.get("content") if isinstance(message, dict) else None
+        if content.__class__ is str:
             chars += len(content)
-            continue
-        for block in content if isinstance(content, list) else ():
-            if isinstance(block, dict):
-                kind = block.get("type")
-                if kind == "tool_use":
-                    inputs.append(block.get("input"))
-                else:
-                    chars += len(block_text(block)) if kind in ("text", "tool_result") else \
-                        len(str(block.get("thinking", "")))
+        elif isinstance(content, list):
+            for block in content:
+                if isinstance(block, dict):
+                    kind = block.get("type")
+                    if kind == "tool_use":
+                        inputs.append(block.get("input"))
+                    elif kind == "tool_result" or kind == "text":
+                        said = block.get("content" if kind == "tool_result" else "text")
+                        chars += len(said) if said.__class__ is str else len(block_text(block))
+                    else:
+                        chars += len(str(block.get("thinking", "")))
+        elif isinstance(content, str):
+            chars += len(content)
     # the JSON text of every tool input, from one encoding of all ("[" + ", ".join(...) + "]")
     chars += len(_json_text(inputs)) - 2 * len(inputs) if inputs else 0
     return int(chars / 3.5)

@@ -127,6 +127,20 @@ class Fits(unittest.TestCase):
         again = asyncio.run(store.load(key))                 # prepared once: later loads prune as usual
         self.assertGreater(flower.estimate_tokens(again), 300_000)
 
+    def test_rows_of_a_wrong_shape_do_not_stop_the_fit(self):
+        # the estimate met a message that is a string and raised; Runtime then let the SDK load the
+        # whole session unchecked (an overflowing request)
+        entries = big_session(60, 20_000)
+        last = entries[-1]["uuid"]
+        entries += [{"type": "user", "uuid": "odd1", "parentUuid": last, "message": "a message that is a string"},
+                    {"type": "assistant", "uuid": "odd2", "parentUuid": "odd1", "message": ["a", "list"]},
+                    {"type": "user", "uuid": "odd3", "parentUuid": "odd2", "message": {"content": 7}}]
+        store, key = self.store_with(entries)
+        self.assertTrue(asyncio.run(store.prepare(key, max_tokens=135_000)))
+        loaded = asyncio.run(store.load(key))
+        self.assertLessEqual(flower.estimate_tokens(loaded), 135_000)
+        self.assertEqual([e["uuid"] for e in loaded[-3:]], ["odd1", "odd2", "odd3"])   # kept as they are
+
     def test_prepare_says_when_nothing_can_make_it_fit(self):
         b = Builder(random.Random(1))
         b.prompt("x" * 600_000)                              # a prompt no trimming can shorten
