@@ -2188,7 +2188,8 @@ def _prune(entries: Iterable[dict], policy: PrunePolicy, consume: bool = False, 
     "unavailable" or "use"; the result is as if they had been there; read once the entries are), and
     the stored verdicts of lone Bash calls
     (position in ``entries`` -> "1" read-only or "0"). With a ``plan`` (:func:`plan_leavers`) a row
-    naming one of the tool ids it left out raises :class:`PlanBroken`."""
+    naming one of the tool ids it left out raises :class:`PlanBroken`, as does any entry with the uuid
+    of a row in ``left``."""
     st = _drop_api_errors(entries, policy, consume, left, marks, plan)
     if consume and isinstance(entries, list):
         entries.clear()
@@ -2288,7 +2289,9 @@ def _drop_api_errors(entries: Iterable[dict], policy: PrunePolicy, own: bool = F
             continue
         work.append(entry)
         pars.append(parent)
+    gone = []   # the uuids of the rows left out
     for uid, parent, chars, what in left:
+        gone.append(uid)
         if what == "error":
             _drop_error(st, None, uid, parent, chars)
             continue
@@ -2302,7 +2305,10 @@ def _drop_api_errors(entries: Iterable[dict], policy: PrunePolicy, own: bool = F
         if uid.__class__ is str:
             st.drop.add(uid)
             st.parents[uid] = parent
-    if st.careful or len(set(uids)) != len(uids):   # a uuid twice: the last entry with it names its parent
+    seen = set(uids)
+    if gone and not seen.isdisjoint(gone):   # which of the two comes last (names the parent) is not known
+        raise PlanBroken("a row read has the uuid of a row left unread")
+    if st.careful or len(seen) != len(uids):   # a uuid twice: the last entry with it names its parent
         st.careful = True
         st.parents = _all_parents(st)
     return st
@@ -2803,6 +2809,29 @@ def batch_facts(entries: list[dict], stored: Callable[[list[str]], dict[str, dic
             parent = entry.get("parentUuid")
             facts[n] = _result_fact(entry, block, calls.get(parent) if parent.__class__ is str else None)
     return facts
+
+
+def refreshed_facts(rows: list[tuple]) -> list[tuple[str | None, int]]:
+    """(facts, seq) for each row (seq, uuid, payload, facts) of one stored session whose facts are not
+    those :func:`batch_facts` gives its payload now, every call looked up by its uuid column as an
+    append does. A row that holds no JSON object, or whose uuid column is not its entry's, has none."""
+    entries, seqs, by_uuid = [], [], {}
+    for seq, uid, payload, _ in rows:
+        try:
+            entry = json.loads(payload)
+        except (ValueError, TypeError):
+            entry = None
+        if uid is not None:
+            by_uuid[uid] = entry
+        own = entry.get("uuid") if isinstance(entry, dict) else None
+        if isinstance(entry, dict) and uid == (own if isinstance(own, str) else None):
+            entries.append(entry)
+            seqs.append(seq)
+    try:
+        facts = dict(zip(seqs, batch_facts(entries, lambda uuids: {u: by_uuid[u] for u in uuids if u in by_uuid})))
+    except Exception:   # rows no append would have stored: without facts, a load parses and judges them all
+        facts = {}
+    return [(facts.get(seq), seq) for seq, _, _, old in rows if facts.get(seq) != old]
 
 
 def _calls_as_stored(entries: list[dict], uuids: list, stored: Callable[[list[str]], dict[str, dict]] | None,
@@ -3401,16 +3430,20 @@ SQL_DELETE_AFTER = "DELETE FROM entries WHERE skey=? AND seq > ?"
 SQL_SESSION_KNOWN = "SELECT 1 FROM sessions WHERE skey=?"
 SQL_ENTRIES_BY_UUID = "SELECT uuid, payload FROM entries WHERE skey=? AND uuid IN ({marks})"
 SQL_LOAD_PAYLOADS = "SELECT payload FROM entries WHERE skey=? ORDER BY seq"
-# Facts describe the payload they were stored with: a payload changed by any writer (a hand edit, a
-# repair tool) loses them, so its row is parsed and judged again. That is what lets a load trust a row
+# Facts describe the payload they were stored with: a payload or uuid changed by any writer (a hand
+# edit, a repair tool) loses them, so its row is parsed and judged again (the facts column itself is
+# flower's: what a writer puts there is believed). That is what lets a load trust a row
 # it does not read (an API error, a planned leaver) to hold what its facts say, without checking it.
-SQL_FACTS_TRIGGER_KNOWN = "SELECT 1 FROM sqlite_master WHERE type='trigger' AND name='entries_facts_stale'"
-SQL_FACTS_TRIGGER = ("CREATE TRIGGER IF NOT EXISTS entries_facts_stale AFTER UPDATE OF payload ON entries "
-                     "WHEN NEW.facts IS NOT NULL BEGIN UPDATE entries SET facts = NULL WHERE seq = NEW.seq; END")
-# Once, when a store gets the trigger: rows damaged before it lose their facts (without JSON1: all rows do)
-SQL_UNTRUSTED_FACTS = ("UPDATE entries SET facts = NULL WHERE facts IS NOT NULL AND NOT "
-                       "(json_valid(payload) AND substr(payload, 1, 1) = '{')")
-SQL_DROP_FACTS = "UPDATE entries SET facts = NULL WHERE facts IS NOT NULL"
+FACTS_TRIGGER = "entries_facts_stale_2"
+SQL_FACTS_TRIGGER_KNOWN = f"SELECT 1 FROM sqlite_master WHERE type='trigger' AND name='{FACTS_TRIGGER}'"
+SQL_FACTS_TRIGGER = (f"CREATE TRIGGER IF NOT EXISTS {FACTS_TRIGGER} AFTER UPDATE OF payload, uuid ON entries "
+                     f"WHEN NEW.facts IS NOT NULL BEGIN UPDATE entries SET facts = NULL WHERE seq = NEW.seq; END")
+SQL_OLD_TRIGGERS = "DROP TRIGGER IF EXISTS entries_facts_stale"   # an older flower's: on payload only
+# Once, when a store gets the trigger (made before it, or another writer dropped it): every row's facts
+# are worked out again from the row as it is now, a session at a time
+SQL_FACT_SESSIONS = "SELECT DISTINCT skey FROM entries"
+SQL_FACT_ROWS = "SELECT seq, uuid, payload, facts FROM entries WHERE skey=? ORDER BY seq"
+SQL_SET_FACTS = "UPDATE entries SET facts=? WHERE seq=?"
 # The rows a load may leave unread, by their own index: lone denials and unavailable-tool errors (facts
 # "<version>d...", see plan_leavers) and API errors ("<version>e...", prune drops them)
 _LEFT = f"facts >= '{FACTS_VERSION}d' AND facts < '{FACTS_VERSION}f'"
@@ -3489,17 +3522,18 @@ class SqliteSessionStore:
 
     @staticmethod
     def _trust_facts(db: sqlite3.Connection) -> None:
-        """Give the store the trigger that clears a row's facts when its payload changes; a store made
-        before it first loses the facts of rows that do not hold a JSON object (one pass, once)."""
+        """Give the store the trigger that clears a row's facts when its payload or uuid changes. A store
+        without it (made before it, or a writer dropped it) first has every row's facts worked out again
+        (:func:`refreshed_facts`): whatever was done to its rows meanwhile, their facts then tell them."""
         if db.execute(SQL_FACTS_TRIGGER_KNOWN).fetchone():
             return
         db.execute("BEGIN IMMEDIATE")
         try:
-            try:
-                db.execute(SQL_UNTRUSTED_FACTS)
-            except sqlite3.OperationalError:   # an SQLite without json_valid: no stored fact is trusted
-                db.execute(SQL_DROP_FACTS)
-            db.execute(SQL_FACTS_TRIGGER)
+            if not db.execute(SQL_FACTS_TRIGGER_KNOWN).fetchone():   # not done by another process meanwhile
+                for (skey,) in db.execute(SQL_FACT_SESSIONS).fetchall():
+                    db.executemany(SQL_SET_FACTS, refreshed_facts(db.execute(SQL_FACT_ROWS, (skey,)).fetchall()))
+                db.execute(SQL_OLD_TRIGGERS)
+                db.execute(SQL_FACTS_TRIGGER)
             db.execute("COMMIT")
         except BaseException:
             db.execute("ROLLBACK")
@@ -3612,9 +3646,9 @@ class SqliteSessionStore:
             marks: dict[int, str] = {}
             with _gc_paused():
                 try:
+                    self._trust_facts(self._db)   # another connection may have dropped the trigger since
                     plan, left, rows = self._planned_rows(skey, policy)
-                    return _prune(self._fresh(rows, marks, plan.skip if plan else set()), policy, True, left,
-                                  marks, plan)
+                    return _prune(self._fresh(rows, marks, plan), policy, True, left, marks, plan)
                 except (ValueError, TypeError, IndexError, sqlite3.OperationalError):
                     pass   # PlanBroken, a damaged row or fact, or an SQLite without json_each
         entries = self.load_sync(key)
@@ -3636,17 +3670,21 @@ class SqliteSessionStore:
         return plan, left, self._db.execute(SQL_LOAD_WITH_FACTS, (skey,))
 
     @staticmethod
-    def _fresh(rows: Iterable[tuple], marks: dict, skip: set) -> Iterator[dict]:
-        """The entries of rows of SQL_LOAD_WITH_FACTS, parsed one at a time, but for those in ``skip``;
-        Bash verdicts go to ``marks`` (see :func:`_prune`)."""
+    def _fresh(rows: Iterable[tuple], marks: dict, plan: LeavePlan | None) -> Iterator[dict]:
+        """The entries of rows of SQL_LOAD_WITH_FACTS, parsed one at a time, but for the rows ``plan``
+        leaves unread; Bash verdicts go to ``marks`` (see :func:`_prune`). Raises PlanBroken when not
+        every row the plan leaves out came as the plan knew it (changed, deleted)."""
         # json.loads ends in this C scanner; called directly it spares json.loads' Python wrapper, about
         # a microsecond a row. A payload it does not read to the end (trailing space, damage) goes to
         # json.loads, which reads it or raises ValueError.
         loads, scan, version, n = json.loads, json.decoder.JSONDecoder().scan_once, FACTS_VERSION, 0
         not_an_object = SqliteSessionStore._not_an_object
+        skip = plan.skip if plan else None
+        unread = 0
         for payload, facts, uid in rows:
             if facts is not None and facts[:1] == version:
                 if skip and uid in skip:
+                    unread += 1
                     continue
                 if facts[1] == "b":
                     marks[n] = facts[2]
@@ -3658,6 +3696,10 @@ class SqliteSessionStore:
                 raise ValueError("not JSON") from None
             yield entry if end == len(payload) else loads(payload)
             n += 1
+        # A changed row of the plan lost its facts (the trigger: a call, whose facts the plan took from its
+        # result's), so it came without its uuid and was read, while the plan counts it gone
+        if skip and unread != len(skip):
+            raise PlanBroken("a row the plan leaves unread changed")
 
     @staticmethod
     def _not_an_object(payload: Any) -> dict:

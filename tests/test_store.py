@@ -551,9 +551,10 @@ class StoredFacts(unittest.TestCase):
         entries = random_transcript(8, size=150)
         store = self.stored(entries)
         path = store.path
+        as_stored = dict(store._db.execute("SELECT seq, facts FROM entries"))
         store.close()
         db = sqlite3.connect(path)
-        db.execute("DROP TRIGGER entries_facts_stale")   # as an older flower left it
+        db.execute(f"DROP TRIGGER {flower.FACTS_TRIGGER}")   # as an older flower left it
         db.execute("UPDATE entries SET payload = 'oops' WHERE facts LIKE '1e%' OR facts LIKE '1d%'")
         db.commit()
         damaged = db.execute("SELECT count(*) FROM entries WHERE payload = 'oops' AND facts IS NOT NULL").fetchone()[0]
@@ -562,11 +563,57 @@ class StoredFacts(unittest.TestCase):
         store = self.stored([], path)
         self.assertEqual(store._db.execute("SELECT count(*) FROM entries WHERE payload = 'oops' "
                                            "AND facts IS NOT NULL").fetchone(), (0,))
-        kept = store._db.execute("SELECT count(*) FROM entries WHERE facts IS NOT NULL").fetchone()[0]
-        self.assertGreater(kept, 20)   # the sound rows keep theirs
+        sound = dict(store._db.execute("SELECT seq, facts FROM entries WHERE payload != 'oops'"))
+        self.assertEqual(sound, {seq: as_stored[seq] for seq in sound})   # the sound rows: what append gave
+        self.assertGreater(sum(f is not None for f in sound.values()), 20)
         for policy in self.POLICIES:
             with self.subTest(policy=policy):
                 self.assertSameAsPrune(store, policy)
+
+    def test_rows_changed_or_deleted_by_another_writer_while_the_store_is_open(self):
+        # the plan trusts facts of rows it leaves unread; any row it names that another writer changed
+        # (a call whose facts came from its result's, a uuid another row now claims), deleted, or damaged
+        # after dropping the trigger must give what prune() of the stored rows gives
+        import random
+        import sqlite3
+        from tests.transcripts import random_transcript
+        rng = random.Random(16)
+        for trial in range(60):
+            store = self.stored(random_transcript(100 + trial, size=120))
+            other = sqlite3.connect(store.path, isolation_level=None)
+            self.addCleanup(other.close)
+            rows = other.execute("SELECT seq, uuid, payload, facts FROM entries").fetchall()
+            named = [r for r in rows if r[3] and r[3][:2] in ("1d", "1e", "1b", "1c")]
+            uuids = [r[1] for r in rows if r[1]]
+            if trial % 3 == 0:
+                other.execute(f"DROP TRIGGER {flower.FACTS_TRIGGER}")
+            for seq, uid, payload, facts in rng.sample(named, min(len(named), rng.randint(1, 4))):
+                entry = json.loads(payload)
+                how = rng.choice(["tool id", "uuid", "delete", "damage", "uuid column"])
+                if how == "delete":
+                    other.execute("DELETE FROM entries WHERE seq = ?", (seq,))
+                    continue
+                if how == "uuid column":   # the row stays, the store's key for it moves
+                    other.execute("UPDATE entries SET uuid = 'moved-' || uuid WHERE seq = ?", (seq,))
+                    continue
+                if how == "damage":
+                    text = "{\"x"
+                elif how == "uuid":
+                    entry["uuid"] = rng.choice(uuids)
+                    text = json.dumps(entry)
+                else:
+                    content = (entry.get("message") or {}).get("content")
+                    for block in content if isinstance(content, list) else []:
+                        if isinstance(block, dict):
+                            for field in ("id", "tool_use_id"):
+                                if field in block:
+                                    block[field] = "moved-" + str(block[field])
+                    text = json.dumps(entry)
+                other.execute("UPDATE entries SET payload = ? WHERE seq = ?", (text, seq))
+            for policy in self.POLICIES[:3]:
+                with self.subTest(trial=trial, policy=policy):
+                    self.assertSameAsPrune(store, policy)
+            self.assertTrue(other.execute(flower.SQL_FACTS_TRIGGER_KNOWN).fetchone())   # back, for later writes
 
     def test_payloads_with_trailing_space_or_damage_after_the_object(self):
         # the fast parse reads a payload's object and must not ignore what follows it
