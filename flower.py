@@ -2568,15 +2568,10 @@ def _expire(st: _Pruning, stale: list[tuple[int, str, str]]) -> None:
 
 
 def _turns_after(st: _Pruning, positions: list[int]) -> list[int]:
-    """For each entry position (newest first): how many distinct API calls of the chain come after it."""
-    import bisect
-    at, ids = st.call_at, st.call_ids
-    if not st.careful and len(set(ids)) == len(ids):
-        # every call distinct, and uuids unique: a call leaves the chain exactly when its entry does
-        after = bisect.bisect_right
-        gone = sorted(g for g in st.gone if at[min(bisect.bisect_left(at, g), len(at) - 1)] == g) if at else []
-        return [len(at) - after(at, i) - len(gone) + after(gone, i) for i in positions]
-    drop, uids = st.drop, st.call_uids
+    """For each entry position (newest first): how many distinct API calls of the chain come after it.
+    One walk back over the calls (a bisect over their positions measured no faster: the walk's steps
+    are few and cheap)."""
+    at, ids, drop, uids = st.call_at, st.call_ids, st.drop, st.call_uids
     c, seen, out = len(at) - 1, set(), []
     for i in positions:
         while c >= 0 and at[c] > i:
