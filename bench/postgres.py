@@ -12,7 +12,7 @@ import os
 import tempfile
 import uuid
 
-from common import compare, report
+from common import paired, report
 
 import flower
 from tests.pgserver import HAVE_PG, SKIP, PgServer
@@ -58,7 +58,7 @@ def append_bench(label, dsn, tmp, entries, batch=100):
                     for e in entries[i:i + batch]]
             with raw.transaction(), raw.cursor() as cur:
                 cur.executemany(RAW_INSERT, rows)
-    report(f"(a) {label}: append {len(entries)} in batches of {batch}", *compare(ours, baseline, 5 if len(entries) < 50_000 else 3),
+    report(f"(a) {label}: append {len(entries)} in batches of {batch}", *paired(ours, baseline, 5 if len(entries) < 50_000 else 3),
            goal=1.3)
     raw.close()
     state.close()
@@ -80,7 +80,7 @@ def load_bench(label, dsn, tmp, entries):
         return [json.loads(p) for (p,) in raw.execute("SELECT payload FROM flower.entries WHERE ws=%s AND pk=%s "
                                                       "AND sid=%s AND sub='' ORDER BY id", ("bench", "p", key["session_id"]))]
     assert len(floor()) == len(entries)
-    report(f"(b) {label}: load+prune {len(entries)}", *compare(ours, floor, 7 if len(entries) < 50_000 else 5), goal=1.3)
+    report(f"(b) {label}: load+prune {len(entries)}", *paired(ours, floor, 7 if len(entries) < 50_000 else 5), goal=1.3)
     raw.close()
     loop.close()
     state.close()
