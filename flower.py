@@ -29,10 +29,8 @@ import contextlib
 import functools
 import gc
 import importlib
-import json
 import os
 import re
-import signal
 import sys
 import time
 
@@ -119,8 +117,10 @@ _RECORD_LOCK = _thread.allocate_lock()
 _dt = _OnFirstUse("_dt", "datetime")
 dataclasses = _OnFirstUse("dataclasses", "dataclasses")
 hashlib = _OnFirstUse("hashlib", "hashlib")
+json = _OnFirstUse("json", "json")
 random = _OnFirstUse("random", "random")
 shlex = _OnFirstUse("shlex", "shlex")
+signal = _OnFirstUse("signal", "signal")
 socket = _OnFirstUse("socket", "socket")
 sqlite3 = _OnFirstUse("sqlite3", "sqlite3")
 threading = _OnFirstUse("threading", "threading")
@@ -758,20 +758,20 @@ _NOT_ALNUM_BEFORE = r"(?<![A-Za-z0-9])"
 # (literal markers, pattern): a pattern runs only when one of its markers occurs in the text, so the
 # common case (no secret at all) costs a few substring searches instead of a regex scan per pattern.
 _SECRET_PATTERNS = [
-    (("PRIVATE KEY-----",), re.compile(
+    (("PRIVATE KEY-----",), _lazy_re(
         r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----(?:[\s\S]*?-----END [A-Z0-9 ]*PRIVATE KEY-----"
         r"|(?:[ \t]*(?:\\n|\r?\n)[ \t]*(?:(?:Proc-Type|DEK-Info):[^\n\\]*|[A-Za-z0-9+/=]{8,}))*)")),
-    (("sk-",), re.compile(_NOT_ALNUM_BEFORE + r"sk-(?:ant-|proj-|svcacct-)?[A-Za-z0-9_\-]{16,}")),
-    (("sk_", "rk_", "pk_"), re.compile(_NOT_ALNUM_BEFORE + r"[srp]k_(?:live|test)_[A-Za-z0-9]{10,}")),
-    (("ghp_", "gho_", "ghu_", "ghs_", "ghr_"), re.compile(_NOT_ALNUM_BEFORE + r"gh[pousr]_[A-Za-z0-9]{20,}")),
-    (("github_pat_",), re.compile(_NOT_ALNUM_BEFORE + r"github_pat_[A-Za-z0-9_]{20,}")),
-    (("glpat-",), re.compile(_NOT_ALNUM_BEFORE + r"glpat-[A-Za-z0-9_\-]{20,}")),
-    (("npm_",), re.compile(_NOT_ALNUM_BEFORE + r"npm_[A-Za-z0-9]{30,}")),
-    (("AKIA", "ASIA", "AGPA", "AIDA", "AROA"), re.compile(
+    (("sk-",), _lazy_re(_NOT_ALNUM_BEFORE + r"sk-(?:ant-|proj-|svcacct-)?[A-Za-z0-9_\-]{16,}")),
+    (("sk_", "rk_", "pk_"), _lazy_re(_NOT_ALNUM_BEFORE + r"[srp]k_(?:live|test)_[A-Za-z0-9]{10,}")),
+    (("ghp_", "gho_", "ghu_", "ghs_", "ghr_"), _lazy_re(_NOT_ALNUM_BEFORE + r"gh[pousr]_[A-Za-z0-9]{20,}")),
+    (("github_pat_",), _lazy_re(_NOT_ALNUM_BEFORE + r"github_pat_[A-Za-z0-9_]{20,}")),
+    (("glpat-",), _lazy_re(_NOT_ALNUM_BEFORE + r"glpat-[A-Za-z0-9_\-]{20,}")),
+    (("npm_",), _lazy_re(_NOT_ALNUM_BEFORE + r"npm_[A-Za-z0-9]{30,}")),
+    (("AKIA", "ASIA", "AGPA", "AIDA", "AROA"), _lazy_re(
         _NOT_ALNUM_BEFORE + r"(?:AKIA|ASIA|AGPA|AIDA|AROA)[A-Z0-9]{16}(?![A-Za-z0-9])")),
-    (("xox",), re.compile(_NOT_ALNUM_BEFORE + r"xox[abposr]-[A-Za-z0-9\-]{10,}")),
-    (("AIza",), re.compile(_NOT_ALNUM_BEFORE + r"AIza[0-9A-Za-z_\-]{30,}")),
-    (("eyJ",), re.compile(_NOT_ALNUM_BEFORE + r"eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}")),
+    (("xox",), _lazy_re(_NOT_ALNUM_BEFORE + r"xox[abposr]-[A-Za-z0-9\-]{10,}")),
+    (("AIza",), _lazy_re(_NOT_ALNUM_BEFORE + r"AIza[0-9A-Za-z_\-]{30,}")),
+    (("eyJ",), _lazy_re(_NOT_ALNUM_BEFORE + r"eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}")),
 ]
 # ``Authorization: Bearer x`` (any scheme) and a bare ``Bearer <long token>``: the scheme word stays
 _AUTH_HEADER = _lazy_re(r"(?i)\b((?:proxy-)?authorization[\"']?\s*[:=]\s*[\"']?(?:(?:bearer|basic|token|bot|digest)\s+)?)"
@@ -3033,10 +3033,14 @@ _FENCE = _lazy_re(r"^[ \t]*(```|~~~)")
 _PLACEHOLDERS = _lazy_re(r"(?i)^\s*(?:todo|tbd|n/?a|same as above|同上|待定|无内容|\.\.\.|…)\s*\.?\s*$")
 
 
+_NUMBERING = _lazy_re(r"^\s*(?:\d+[.)]|[-*])\s*")
+_SPACES = _lazy_re(r"\s+")
+
+
 def _norm_heading(title: str) -> str:
-    title = re.sub(r"^\s*(?:\d+[.)]|[-*])\s*", "", title)
+    title = _NUMBERING.sub("", title)
     title = title.strip().strip("*_`").strip().rstrip(":：").strip()
-    return re.sub(r"\s+", " ", title.lower())
+    return _SPACES.sub(" ", title.lower())
 
 
 def parse_sections(markdown: str, aliases: dict[str, str]) -> tuple[dict[str, str], str | None]:
@@ -3067,7 +3071,8 @@ def parse_sections(markdown: str, aliases: dict[str, str]) -> tuple[dict[str, st
 
 
 def _alias_table(pairs: dict[str, Iterable[str]]) -> dict[str, str]:
-    return {_norm_heading(alias): key for key, names in pairs.items() for alias in names}
+    # aliases are written as _norm_heading gives them (a test checks): none is normalised at import
+    return {alias: key for key, names in pairs.items() for alias in names}
 
 
 def _is_empty(body: str | None) -> bool:
@@ -4068,7 +4073,7 @@ def cli_transcripts(project_key_: str, session_id: str, env: dict[str, str] | No
     return sorted(existing, key=lambda p: os.stat(p).st_mtime_ns)
 
 
-_UUID_KEY = re.compile(r'"uuid":\s*"([^"]+)"')
+_UUID_KEY = _lazy_re(r'"uuid":\s*"([^"]+)"')
 
 
 def missing_entries(lines: Iterable[str], known: set) -> list[dict]:
@@ -7478,28 +7483,74 @@ def _global_options(parser: argparse.ArgumentParser) -> None:
 EXIT_CODES_HELP = ("exit codes: 0 done · 1 a step failed · 2 usage error · 3 setup problem or credentials "
                    "rejected · 4 network down past the wait · 5 another flower drives this workspace · "
                    "130 interrupted · 128+N stopped by signal N")
+COMMAND_SUMMARIES = {
+    "go": "run the job (the default command): clarify -> goal -> work, judged",
+    "once": "one ad-hoc session (no lineage)",
+    "status": "wake state, last steps, sessions (no SDK needed)",
+    "doctor": "check Python, SDK, CLI, credentials, settings, network, state",
+    "sessions": "list stored sessions",
+    "show": "a session as the model would be sent it on resume (pruned)",
+}
+
+
+def _help_width() -> int:
+    """The width argparse would get from ``shutil.get_terminal_size()`` (COLUMNS, else the terminal,
+    else 80; minus 2), without importing shutil: it pulls in bz2 and lzma, a tenth of ``--help``."""
+    try:
+        columns = int(os.environ.get("COLUMNS", "0"))
+    except ValueError:
+        columns = 0
+    if columns <= 0:
+        try:
+            columns = os.get_terminal_size(sys.__stdout__.fileno()).columns
+        except (AttributeError, ValueError, OSError):
+            columns = 0
+    return (columns or 80) - 2
+
+
+class _HelpFormatter(argparse.HelpFormatter):
+    """argparse's formatter, sized by :func:`_help_width`."""
+
+    def __init__(self, prog: str, indent_increment: int = 2, max_help_position: int = 24, width: int | None = None):
+        super().__init__(prog, indent_increment, max_help_position, _help_width() if width is None else width)
+
+
+class _RawHelpFormatter(argparse.RawDescriptionHelpFormatter, _HelpFormatter):
+    """The same, with the description and epilog kept as written (the top-level command table)."""
+
+
+def _top_epilog() -> str:
+    import textwrap
+    width = max(_help_width(), 40)
+    rows = [textwrap.fill(summary, width, initial_indent=f"  {name:<10}", subsequent_indent=" " * 12)
+            for name, summary in COMMAND_SUMMARIES.items()]
+    return "\n".join(["commands (COMMAND --help for its options):", *rows, "",
+                      textwrap.fill(EXIT_CODES_HELP, width, subsequent_indent="  ")])
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
-    """The argument parser (``go`` is the default subcommand). With ``only``, the other commands get
-    their name and summary but not their options (what ``--help`` and one command need: less to build
-    on every start)."""
+    """The argument parser (``go`` is the default subcommand). With ``only`` (a command name), the
+    parser of that one command alone is built; with ``only=""``, none (what ``--help`` and one command
+    need: less to build on every start). The top-level help lists the commands either way."""
     parser = _ArgParser(prog="flower.py", usage=(
         'python3 flower.py ["what should be done"]        (= go)\n'
         "       python3 flower.py COMMAND [options] ...      (COMMAND --help for its options)"),
         description="Keep a long agent job going with Claude. Run it again in the same directory and it carries on.",
-        epilog="commands: go (default) · once · status · doctor · sessions · show\n" + EXIT_CODES_HELP.replace(" · 3", "\n  · 3"),
-        formatter_class=argparse.RawDescriptionHelpFormatter)
+        epilog=_top_epilog(), formatter_class=_RawHelpFormatter)
     parser.add_argument("--version", action="version", version=f"flower.py {__version__}")
     _global_options(parser)
+    if only == "":
+        return parser
     sub = parser.add_subparsers(dest="command", parser_class=_ArgParser, prog="python3 flower.py",
-                                title="commands", metavar="COMMAND")
+                                help=argparse.SUPPRESS)
 
     def command(name: str, summary: str) -> argparse.ArgumentParser:
-        built = sub.add_parser(name, help=summary, description=summary, epilog=EXIT_CODES_HELP)
-        return built if only is None or only == name else _Unbuilt()
+        if only is not None and only != name:
+            return _Unbuilt()
+        return sub.add_parser(name, help=summary, description=summary, epilog=EXIT_CODES_HELP,
+                              formatter_class=_HelpFormatter)
 
-    go = command("go", "run the job (the default command): clarify -> goal -> work, judged")
+    go = command("go", COMMAND_SUMMARIES["go"])
     go.add_argument("ask", nargs="?", help="what should be done; in a used directory: something to add "
                                            "('-' reads it from stdin)")
     go.add_argument("--new", action="store_true", help="archive lineage, brief and goal; start a new task")
@@ -7515,7 +7566,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     go.add_argument("--model", default=None, help="model for every agent")
     _global_options(go)
 
-    once = command("once", "one ad-hoc session (no lineage)")
+    once = command("once", COMMAND_SUMMARIES["once"])
     once.add_argument("prompt", help="the prompt ('-' reads it from stdin)")
     once.add_argument("-t", "--tools", type=parse_tools, default=["Read", "Glob", "Grep"],
                       help="comma-separated tools, available and auto-approved (default Read,Glob,Grep)")
@@ -7527,12 +7578,12 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     once.add_argument("--model", default=None, help="model of the session")
     _global_options(once)
 
-    _global_options(command("status", "wake state, last steps, sessions (no SDK needed)"))
-    _global_options(command("doctor", "check Python, SDK, CLI, credentials, settings, network, state"))
-    sessions = command("sessions", "list stored sessions")
+    _global_options(command("status", COMMAND_SUMMARIES["status"]))
+    _global_options(command("doctor", COMMAND_SUMMARIES["doctor"]))
+    sessions = command("sessions", COMMAND_SUMMARIES["sessions"])
     sessions.add_argument("--all", action="store_true", help="every workspace, not just this one")
     _global_options(sessions)
-    show = command("show", "a session as the model would be sent it on resume (pruned)")
+    show = command("show", COMMAND_SUMMARIES["show"])
     show.add_argument("sid", help="session id (a unique prefix is enough)")
     show.add_argument("--raw", action="store_true", help="every entry exactly as stored (one JSON object a line)")
     _global_options(show)

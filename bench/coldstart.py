@@ -48,9 +48,11 @@ def used_workspace(tmp):
 
 
 def modules_after(args, cwd):
-    code = ("import sys, runpy; sys.argv = ['flower.py', *sys.argv[1:]]\n"
-            "try:\n    runpy.run_path(%r, run_name='__main__')\nexcept SystemExit:\n    pass\n"
-            "import json; sys.__stdout__.write('\\n' + json.dumps(sorted(sys.modules)))" % FLOWER)
+    # not runpy.run_path: its pkgutil imports typing, which flower itself never does
+    code = ("import sys; sys.argv = ['flower.py', *sys.argv[1:]]\n"
+            "try:\n    exec(compile(open(%r, encoding='utf-8').read(), %r, 'exec'), {'__name__': '__main__'})\n"
+            "except SystemExit:\n    pass\n"
+            "import json; sys.__stdout__.write('\\n' + json.dumps(sorted(sys.modules)))" % (FLOWER, FLOWER))
     out = subprocess.run([sys.executable, "-c", code, *args], cwd=cwd, capture_output=True, text=True).stdout
     return json.loads(out.strip().splitlines()[-1])
 

@@ -2,6 +2,7 @@
 
 import unittest
 
+import flower
 from flower import Brief, Goal, Verdict, Ledger
 
 BRIEF_EN = """Here is what I understood.
@@ -64,6 +65,16 @@ class BriefParser(unittest.TestCase):
     def test_aliases(self):
         text = "# Objective\nx\n# Acceptance criteria\ny\n# Scope\nz\n# Assumptions\nw\n"
         self.assertTrue(Brief.parse(text).complete)
+
+    def test_alias_tables_are_written_normalised(self):
+        # the tables are not normalised at import (start-up time): an alias written otherwise would
+        # never match the heading it names
+        tables = (flower._LEDGER_ALIASES, flower._BRIEF_ALIASES, flower._GOAL_ALIASES, flower._VERDICT_ALIASES)
+        for table in tables:
+            for alias in table:
+                self.assertEqual(flower._norm_heading(alias), alias)
+        self.assertEqual(flower.parse_sections("## 2. Current   Status:\nbusy\n", flower._LEDGER_ALIASES)[0],
+                         {"status": "busy"})
 
 
 class GoalParser(unittest.TestCase):
