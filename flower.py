@@ -846,7 +846,7 @@ def _env_secrets() -> list[str]:
             if len(v) >= 8 and k not in ("PWD", "OLDPWD") and (k in always or _secret_name(k))]
 
 
-def redact(value: str) -> str:
+def redact(value: str, env_secrets: list[str] | None = None) -> str:
     """Replace every credential in ``value`` with ``[REDACTED]``; everything else is left as it is.
 
     Redacted: the literal values of credential environment variables (see :func:`_env_secrets`);
@@ -858,12 +858,13 @@ def redact(value: str) -> str:
     assignment whose key is a secret name (``KEY=v``, ``key: v``, ``"key": "v"``; see
     :func:`_secret_name`) unless it cannot be a secret (a number, true/false/null, empty, a
     placeholder). Not redacted: secrets of a shape not listed here that are not assigned to a secret
-    name (a random password in prose, for example).
+    name (a random password in prose, for example). ``env_secrets``: what :func:`_env_secrets` returned,
+    for a caller that redacts many texts at once.
     """
     if not value:
         return value
     out = value
-    for secret in _env_secrets():
+    for secret in _env_secrets() if env_secrets is None else env_secrets:
         if secret in out:
             out = out.replace(secret, REDACTED)
     for markers, pattern in _SECRET_PATTERNS:
@@ -4003,6 +4004,7 @@ def write_spills(spills: dict[str, str]) -> None:
     can always be rebuilt from the store, so it is not worth a disk flush per file on the resume path."""
     made: set = set()
     present: dict[str, set | None] = {}
+    secrets = _env_secrets()   # once, not per file: reading os.environ is most of a small file's redact
     for path, full in spills.items():
         directory, name = os.path.split(path)
         directory = directory or "."
@@ -4017,7 +4019,7 @@ def write_spills(spills: dict[str, str]) -> None:
         tmp = f"{path}.{os.getpid()}.tmp"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w", encoding="utf-8", errors="surrogatepass") as fh:
-            fh.write(redact(full))
+            fh.write(redact(full, secrets))
         os.replace(tmp, path)
 
 

@@ -138,7 +138,10 @@ class Table(unittest.TestCase):
 
     def test_spill_files_are_redacted(self):
         secret = SHAPES[8][0]
-        big = ("line of output\n" * 200) + f"GITHUB_TOKEN={secret}\n" + "tail\n" * 10
+        from_env = "wq8Zr2Lm0Xp4Tn7Kd1Vb"   # no known shape: only the environment says it is a credential
+        os.environ["DEPLOY_PASSWORD"] = from_env
+        self.addCleanup(os.environ.pop, "DEPLOY_PASSWORD", None)
+        big = ("line of output\n" * 200) + f"GITHUB_TOKEN={secret}\nconnecting with {from_env} ...\n" + "tail\n" * 10
         entries = []
         for i in range(3):
             entries.append({"type": "assistant", "uuid": f"a{i}", "parentUuid": f"u{i - 1}" if i else None, "message": {
@@ -158,7 +161,9 @@ class Table(unittest.TestCase):
                 with open(os.path.join(tmp, name), encoding="utf-8") as fh:
                     body = fh.read()
                 self.assertNotIn(secret, body)
+                self.assertNotIn(from_env, body)
                 self.assertIn("GITHUB_TOKEN=[REDACTED]", body)
+                self.assertIn("connecting with [REDACTED] ...", body)
             self.assertIn(secret, json.dumps(inner.load_sync(key)))   # the store keeps entries as written
 
     def test_env_credentials_by_name(self):
