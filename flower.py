@@ -4006,7 +4006,11 @@ def write_spills(spills: dict[str, str]) -> None:
     present: dict[str, set | None] = {}
     secrets = _env_secrets()   # once, not per file: reading os.environ is most of a small file's redact
     for path, full in spills.items():
-        directory, name = os.path.split(path)
+        if os.altsep and os.altsep in path:
+            directory, name = os.path.split(path)
+        else:   # os.path.split costs half of a load that finds every file present
+            directory, sep, name = path.rpartition(os.sep)
+            directory = directory or sep
         directory = directory or "."
         if directory not in present:
             present[directory] = _existing_names(directory)

@@ -190,7 +190,7 @@ def first_trim_pairs(tmp, store, label, n, floor, trials=3):
             gc.collect()
             ours.append(time.perf_counter() - start)
             loop.close()
-            plain = os.path.join(tmp, f"plain-{trial}")
+            plain = os.path.join(tmp, f"plain-{label.split()[0]}-{n}-{trial}")
             os.mkdir(plain)
             gc.collect()
             start = time.perf_counter()
