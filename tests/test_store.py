@@ -238,8 +238,10 @@ def counting_parses():
             super().__init__(*a, **k)
             scan = self.scan_once
             self.scan_once = lambda text, i: calls.append(1) or scan(text, i)
-    with unittest.mock.patch.object(flower.json, "loads", lambda s, *a, **k: calls.append(1) or real_loads(s, *a, **k)), \
-            unittest.mock.patch.object(flower.json.decoder, "JSONDecoder", Counting):
+    # the json module itself, not flower.json: until flower first uses json that name is a stand-in,
+    # which then gives way to the module (a patch on the stand-in would count nothing)
+    with unittest.mock.patch.object(json, "loads", lambda s, *a, **k: calls.append(1) or real_loads(s, *a, **k)), \
+            unittest.mock.patch.object(json.decoder, "JSONDecoder", Counting):
         yield calls
 
 
