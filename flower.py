@@ -7231,7 +7231,15 @@ def starter_flow(ask: str | None, *, rt: Runtime, rounds: int = 3, use_goal: boo
 # --- CLI: go, once, status, doctor, sessions, show; progress, signals, exit codes ---
 
 MAX_PROMPT_BYTES = 256 * 1024
-SUBCOMMANDS = ("go", "once", "status", "doctor", "sessions", "show")
+COMMAND_SUMMARIES = {
+    "go": "run the job (the default command): clarify -> goal -> work, judged",
+    "once": "one ad-hoc session (no lineage)",
+    "status": "wake state, last steps, sessions (no SDK needed)",
+    "doctor": "check Python, SDK, CLI, credentials, settings, network, state",
+    "sessions": "list stored sessions",
+    "show": "a session as the model would be sent it on resume (pruned)",
+}
+SUBCOMMANDS = tuple(COMMAND_SUMMARIES)
 
 
 def _human_tokens(n: int | None) -> str:
@@ -7489,14 +7497,6 @@ def _global_options(parser: argparse.ArgumentParser) -> None:
 EXIT_CODES_HELP = ("exit codes: 0 done · 1 a step failed · 2 usage error · 3 setup problem or credentials "
                    "rejected · 4 network down past the wait · 5 another flower drives this workspace · "
                    "130 interrupted · 128+N stopped by signal N")
-COMMAND_SUMMARIES = {
-    "go": "run the job (the default command): clarify -> goal -> work, judged",
-    "once": "one ad-hoc session (no lineage)",
-    "status": "wake state, last steps, sessions (no SDK needed)",
-    "doctor": "check Python, SDK, CLI, credentials, settings, network, state",
-    "sessions": "list stored sessions",
-    "show": "a session as the model would be sent it on resume (pruned)",
-}
 
 
 def _help_width() -> int:
@@ -7550,13 +7550,14 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", parser_class=_ArgParser, prog="python3 flower.py",
                                 help=argparse.SUPPRESS)
 
-    def command(name: str, summary: str) -> argparse.ArgumentParser:
+    def command(name: str) -> argparse.ArgumentParser:
         if only is not None and only != name:
             return _Unbuilt()
+        summary = COMMAND_SUMMARIES[name]
         return sub.add_parser(name, help=summary, description=summary, epilog=EXIT_CODES_HELP,
                               formatter_class=_HelpFormatter)
 
-    go = command("go", COMMAND_SUMMARIES["go"])
+    go = command("go")
     go.add_argument("ask", nargs="?", help="what should be done; in a used directory: something to add "
                                            "('-' reads it from stdin)")
     go.add_argument("--new", action="store_true", help="archive lineage, brief and goal; start a new task")
@@ -7572,7 +7573,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     go.add_argument("--model", default=None, help="model for every agent")
     _global_options(go)
 
-    once = command("once", COMMAND_SUMMARIES["once"])
+    once = command("once")
     once.add_argument("prompt", help="the prompt ('-' reads it from stdin)")
     once.add_argument("-t", "--tools", type=parse_tools, default=["Read", "Glob", "Grep"],
                       help="comma-separated tools, available and auto-approved (default Read,Glob,Grep)")
@@ -7584,12 +7585,12 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     once.add_argument("--model", default=None, help="model of the session")
     _global_options(once)
 
-    _global_options(command("status", COMMAND_SUMMARIES["status"]))
-    _global_options(command("doctor", COMMAND_SUMMARIES["doctor"]))
-    sessions = command("sessions", COMMAND_SUMMARIES["sessions"])
+    _global_options(command("status"))
+    _global_options(command("doctor"))
+    sessions = command("sessions")
     sessions.add_argument("--all", action="store_true", help="every workspace, not just this one")
     _global_options(sessions)
-    show = command("show", COMMAND_SUMMARIES["show"])
+    show = command("show")
     show.add_argument("sid", help="session id (a unique prefix is enough)")
     show.add_argument("--raw", action="store_true", help="every entry exactly as stored (one JSON object a line)")
     _global_options(show)
