@@ -32,7 +32,7 @@ import tempfile
 import time
 import tracemalloc
 
-from common import QUICK, compare, paired, report
+from common import QUICK, paired, report
 
 import flower
 from tests.transcripts import anchor_transcript, replayed_fixtures, sized_transcript
