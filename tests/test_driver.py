@@ -346,6 +346,9 @@ class GoLock(Procs, unittest.TestCase):
             return None
         lock_file = wait_until(holder_step, timeout=30)
         self.assertTrue(lock_file, "the first go never reached its work step")
+        # the lock names the step just before that step's model call is logged: count after it
+        self.assertTrue(wait_until(lambda: os.path.exists(log) and '"work"' in open(log, encoding="utf-8").read(),
+                                   timeout=30), "the first go's work call was never logged")
         calls_before = open(log, encoding="utf-8").read().count("\n")
         p = self.go(["also tables"], mode="fake", env=env)
         err = p.stderr.decode()
