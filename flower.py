@@ -36,7 +36,7 @@ import time
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # names used only in (postponed) annotations: importing typing would cost start-up time
-    from typing import Any, Awaitable, Callable, Iterable, Iterator
+    from typing import Any, Awaitable, Callable, Iterable, Iterator, Sequence
 
 
 class _OnFirstUse:
@@ -2312,6 +2312,11 @@ def _drop_api_errors(entries: Iterable[dict], policy: PrunePolicy, own: bool = F
     if st.careful or len(seen) != len(uids):   # a uuid twice: the last entry with it names its parent
         st.careful = True
         st.parents = _all_parents(st)
+    if plan is not None and plan.cuts:   # rows read cut: trimmed already, as _trim would have
+        if st.careful:   # where entries may leave the chain unseen, the plan may be wrong
+            raise PlanBroken("rows read cut in a careful prune")
+        st.report.trimmed += len(plan.cuts)
+        st.report.chars_saved += plan.cut_saved
     return st
 
 
@@ -2754,7 +2759,11 @@ def _heal_after(out: list[dict], entry: dict, uid: str, blocks: list[dict], neut
 #   c                         an entry whose one block is another tool call
 #   d<Leaver fields>          an entry whose one block is a denial or an unavailable-tool error: that
 #                             result and its call as the store knew them (see fact_leaver)
-# The last three may be rows a plan leaves out (see plan_leavers): a store reads their uuids.
+#   t<chars>:<spans>          an entry whose one block is a big tool result: where its text and side
+#                             copy lie in the stored JSON (see cut_payload; a fact of the text, not
+#                             only of the entry, so only a store that writes the text can give it)
+# Rows with facts b, c or d may be rows a plan leaves out (see plan_leavers), rows with t rows a trim-on
+# load reads cut (see plan_cuts): a store reads their uuids.
 # Bump FACTS_VERSION whenever what a fact says changes meaning (is_api_error_entry or the read-only
 # rules): tests/test_transcript.py keeps a digest of the facts of a corpus that says when. Facts of
 # another version are not used.
@@ -2810,8 +2819,10 @@ def batch_facts(entries: list[dict], stored: Callable[[list[str]], dict[str, dic
 def refreshed_facts(rows: list[tuple]) -> list[tuple[str | None, int]]:
     """(facts, seq) for each row (seq, uuid, payload, facts) of one stored session whose facts are not
     those :func:`batch_facts` gives its payload now, every call looked up by its uuid column as an
-    append does. A row that holds no JSON object, or whose uuid column is not its entry's, has none."""
-    entries, seqs, by_uuid = [], [], {}
+    append does (or, for a row without such facts, its :func:`cut_payload` fact when that text is the
+    payload). A row that holds no JSON object, or whose uuid column is not its entry's, has none."""
+    entries, seqs, by_uuid, cuts = [], [], {}, {}
+    dumps = _compact_json()
     for seq, uid, payload, _ in rows:
         try:
             entry = json.loads(payload)
@@ -2823,10 +2834,15 @@ def refreshed_facts(rows: list[tuple]) -> list[tuple[str | None, int]]:
         if isinstance(entry, dict) and uid == (own if isinstance(own, str) else None):
             entries.append(entry)
             seqs.append(seq)
+            with contextlib.suppress(Exception):   # a cut fact only for the text an append would store
+                text, cut = cut_payload(entry, dumps)
+                if cut is not None and text == payload:
+                    cuts[seq] = cut
     try:
         facts = dict(zip(seqs, batch_facts(entries, lambda uuids: {u: by_uuid[u] for u in uuids if u in by_uuid})))
     except Exception:   # rows no append would have stored: without facts, a load parses and judges them all
         facts = {}
+    facts.update((seq, cut) for seq, cut in cuts.items() if facts.get(seq) is None)
     return [(facts.get(seq), seq) for seq, _, _, old in rows if facts.get(seq) != old]
 
 
@@ -2911,6 +2927,8 @@ class LeavePlan:
     left: list = field(default_factory=list)           # (uuid, parentUuid, chars, what) for _prune
     results: set = field(default_factory=set)          # tool ids no result in the scan may name
     uses: dict = field(default_factory=dict)           # tool id -> the only row that may use it (None: none)
+    cuts: dict = field(default_factory=dict)           # uuid -> the trim marker of a row read cut (plan_cuts)
+    cut_saved: int = 0                                 # what those markers save
 
 
 def plan_leavers(leavers: Iterable[Leaver], policy: PrunePolicy) -> LeavePlan:
@@ -3025,6 +3043,125 @@ def fact_leaver(uid: str, fact: str) -> Leaver:
         raise ValueError(f"bad fact {fact!r}")
     return Leaver(uid, kind, tool_id, _count(chars), opt(parent), opt(use_uuid), use_lone == "1",
                   _count(use_chars), opt(use_parent), opt(name))
+
+
+# A big tool result a trim-on load replaces by a pointer to its spill file need not be parsed once that
+# file exists: its "t" fact tells its length and where, in the stored JSON text, the result's text and
+# the CLI's side copy of it (toolUseResult) lie; the load parses the row without those two values
+# (usually most of its bytes) and puts the marker in. Only results the steps before trim never change
+# get the fact (not errors, not halted calls, not healing entries), and a load cuts only a row that
+# at least ``trim_keep`` newer big results of that kind follow: it is old whatever the other rows are.
+_CUT_FACT = FACTS_VERSION + "t"
+CUT_MIN_CHARS = 1000                     # the smallest trim_min_chars flower trims with (prepare's pass)
+_CUT_TEXT, _CUT_SIDE = "\ue000flower-cut-text\ue000", "\ue000flower-cut-side\ue000"   # placeholders
+_CUT_TEXT_JSON, _CUT_SIDE_JSON = f'"{_CUT_TEXT}"', f'"{_CUT_SIDE}"'   # as an encoder with ensure_ascii=False writes them
+
+
+def _cut_block(entry: dict) -> dict | None:
+    """The tool_result block a trim could cut unread: the one block of a user entry with a uuid a
+    spill file is named by, not an error, its text at least CUT_MIN_CHARS long, in an entry that is
+    neither a halted call nor a healing entry (the steps before trim look at those)."""
+    if entry.get("type") != "user":
+        return None
+    message, uid = entry.get("message"), entry.get("uuid")
+    content = message.get("content") if message.__class__ is dict else None
+    if content.__class__ is not list or len(content) != 1 or uid.__class__ is not str:
+        return None
+    block = content[0]
+    if block.__class__ is not dict or block.get("type") != "tool_result" or block.get("is_error"):
+        return None
+    said = block.get("content")
+    if said.__class__ is not str or len(said) < CUT_MIN_CHARS or entry.get("flowerHealed") or \
+            entry.get("toolUseResult") == _REJECTED or entry.get("toolDenialKind") == "interrupted":
+        return None
+    return block if _SPILL_UUID.fullmatch(uid) else None
+
+
+def stored_payloads(entries: list[dict], dumps: Callable[[Any], str]) -> tuple[list[str], list[str | None]]:
+    """``dumps`` of each entry (the text a store keeps), and the cut fact of each text (None for most):
+    see :func:`cut_payload`."""
+    payloads, cuts = [], [None] * len(entries)
+    for n, entry in enumerate(entries):
+        block = _cut_block(entry) if entry.get("type") == "user" else None
+        if block is None:
+            payloads.append(dumps(entry))
+        else:
+            text, cuts[n] = cut_payload(entry, dumps, block)
+            payloads.append(text)
+    return payloads, cuts
+
+
+def cut_payload(entry: dict, dumps: Callable[[Any], str], block: dict | None = None) -> tuple[str, str | None]:
+    """``dumps(entry)``, and its cut fact when a trim could cut the entry's result unread (``block``,
+    see :func:`_cut_block`): ``t<chars>:<a>:<b>[:<c>:<d>]``, the result's text being the JSON value
+    at [a, b) of the text and toolUseResult the one at [c, d). The text is joined from the pieces
+    ``dumps`` makes of the entry (encoded once), so it is the same text."""
+    block = _cut_block(entry) if block is None else block
+    if block is None:
+        return dumps(entry), None
+    said = block["content"]
+    skeleton = dict(entry)
+    skeleton["message"] = dict(entry["message"], content=[dict(block, content=_CUT_TEXT)])
+    side = "toolUseResult" in entry
+    if side:
+        skeleton["toolUseResult"] = _CUT_SIDE
+    text = dumps(skeleton)
+    at = text.find(_CUT_TEXT_JSON)
+    to = text.find(_CUT_SIDE_JSON) if side else len(text)
+    if at < 0 or to < 0 or text.find(_CUT_TEXT_JSON, at + 1) >= 0 or side and text.find(_CUT_SIDE_JSON, to + 1) >= 0:
+        return dumps(entry), None   # an entry that holds a placeholder itself (or another encoder)
+    body = dumps(said)
+    fact = f"{_CUT_FACT}{len(said)}:{at}:{at + len(body)}"
+    if not side:
+        return text[:at] + body + text[at + len(_CUT_TEXT_JSON):], fact
+    copy = dumps(entry["toolUseResult"])
+    if at < to:
+        c = to + len(body) - len(_CUT_TEXT_JSON)
+        return (f"{text[:at]}{body}{text[at + len(_CUT_TEXT_JSON):to]}{copy}{text[to + len(_CUT_SIDE_JSON):]}",
+                f"{fact}:{c}:{c + len(copy)}")
+    a = at + len(copy) - len(_CUT_SIDE_JSON)
+    return (f"{text[:to]}{copy}{text[to + len(_CUT_SIDE_JSON):at]}{body}{text[at + len(_CUT_TEXT_JSON):]}",
+            f"{_CUT_FACT}{len(said)}:{a}:{a + len(body)}:{to}:{to + len(copy)}")
+
+
+def cut_text(payload: str, fact: str) -> str:
+    """``payload`` with the values its cut fact locates replaced: the result's text by "" and
+    toolUseResult by null (ValueError on a fact that does not fit the text)."""
+    fields = fact[2:].split(":")
+    if len(fields) not in (3, 5):
+        raise ValueError(f"bad cut fact {fact!r}")
+    spans = sorted((_count(fields[k]), _count(fields[k + 1]), '""' if k == 1 else "null") for k in (1, 3)[:len(fields) // 2])
+    pieces, pos = [], 0
+    for a, b, value in spans:
+        if a < pos or b < a or b > len(payload):
+            raise ValueError(f"bad cut fact {fact!r}")
+        pieces += (payload[pos:a], value)
+        pos = b
+    pieces.append(payload[pos:])
+    return "".join(pieces)
+
+
+def plan_cuts(plan: LeavePlan, rows: Iterable[tuple[Any, str]], policy: PrunePolicy, present: set | None) -> None:
+    """Which rows with cut facts (``rows``: (uuid, fact), oldest first) a load with ``policy`` reads cut,
+    into ``plan``: those :func:`_trim` would trim for sure, whose spill file is among ``present`` (the
+    names in the spill dir). A result is sure to be big at trim time when it is at least
+    ``trim_min_chars`` long and too long to expire as a glance; one that ``trim_keep`` such results
+    follow is old (the other results can only add to those). ValueError on a fact that does not parse."""
+    if not policy.trim or not present:
+        return
+    least = max(policy.trim_min_chars, policy.glance_max_chars + 1 if policy.expire_glances else 0)
+    folder = os.path.join(policy.spill_dir or ".flower/spill", "")
+    template = text("trimmed_result", policy.lang)
+    newer = 0   # sure-big results after the row at hand
+    for uid, fact in reversed(list(rows)):
+        chars = _count(fact[2:].partition(":")[0])
+        if chars < least:
+            continue
+        if newer >= policy.trim_keep and uid.__class__ is str and f"{uid}-0.txt" in present:
+            marker = template.format(n=chars, path=f"{folder}{uid}-0.txt")
+            plan.cuts[uid] = marker
+            plan.cut_saved += chars - len(marker)
+        newer += 1
 
 
 # --- Notes (pure): markdown sections, brief, goal, verdict, handoff ledger ---
@@ -3448,9 +3585,17 @@ SQL_SET_FACTS = "UPDATE entries SET facts=? WHERE seq=?"
 # The rows a load may leave unread, by their own index: lone denials and unavailable-tool errors (facts
 # "<version>d...", see plan_leavers) and API errors ("<version>e...", prune drops them)
 _LEFT = f"facts >= '{FACTS_VERSION}d' AND facts < '{FACTS_VERSION}f'"
-SQL_LEFT_INDEX = f"CREATE INDEX IF NOT EXISTS entries_left_{FACTS_VERSION} ON entries(skey, seq) WHERE {_LEFT}"
-SQL_OLD_INDEXES = f"DROP INDEX IF EXISTS entries_leavers_{FACTS_VERSION}"   # the d rows only: an older flower's
+# Both indexes hold the uuid and facts they are read for: else each row read from the table would be
+# read past its payload (the facts column comes after it), a big one's overflow pages and all
+SQL_LEFT_INDEX = (f"CREATE INDEX IF NOT EXISTS entries_left_rows_{FACTS_VERSION} ON entries(skey, seq, uuid, facts) "
+                  f"WHERE {_LEFT}")
+SQL_OLD_INDEXES = (f"DROP INDEX IF EXISTS entries_leavers_{FACTS_VERSION}",   # an older flower's: the d rows only,
+                   f"DROP INDEX IF EXISTS entries_left_{FACTS_VERSION}")      # then without uuid and facts
 SQL_LEFT_ROWS = f"SELECT uuid, facts FROM entries WHERE skey=? AND {_LEFT} ORDER BY seq"
+# The rows a trim-on load may read cut (facts "<version>t...", see plan_cuts), by their own index
+_CUTS = f"facts >= '{FACTS_VERSION}t' AND facts < '{FACTS_VERSION}u'"
+SQL_CUT_INDEX = f"CREATE INDEX IF NOT EXISTS entries_cut_{FACTS_VERSION} ON entries(skey, seq, uuid, facts) WHERE {_CUTS}"
+SQL_CUT_ROWS = f"SELECT uuid, facts FROM entries WHERE skey=? AND {_CUTS} ORDER BY seq"
 # (payload, facts, uuid) of every other row; the uuid only where a plan may leave the row out (facts b,
 # c, d: a lone call, or a denial the plan keeps)
 SQL_LOAD_WITH_FACTS = (f"SELECT payload, facts, CASE WHEN facts >= '{FACTS_VERSION}b' THEN uuid END FROM entries "
@@ -3515,7 +3660,9 @@ class SqliteSessionStore:
                         raise
             SqliteSessionStore._trust_facts(db)
             db.execute(SQL_LEFT_INDEX)
-            db.execute(SQL_OLD_INDEXES)
+            db.execute(SQL_CUT_INDEX)
+            for statement in SQL_OLD_INDEXES:
+                db.execute(statement)
         except BaseException:
             db.close()
             raise
@@ -3552,13 +3699,13 @@ class SqliteSessionStore:
             return
         skey = _key_string(key)
         dumps = _compact_json()
-        payloads = [dumps(e) for e in entries]
+        payloads, cuts = stored_payloads(entries, dumps)
         context = entry_context(entries) if not key.get("subpath") else None
         uuids = [uid if isinstance(uid := e.get("uuid"), str) else None for e in entries]
         with self._lock:
             self._db.execute("BEGIN IMMEDIATE")
             try:   # facts inside the transaction: they describe the rows as this batch leaves them
-                self._insert_with_facts(skey, entries, uuids, payloads)
+                self._insert_with_facts(skey, entries, uuids, payloads, cuts)
                 mtime = self._next_mtime()
                 self._db.execute(
                     "INSERT INTO sessions(skey, project_key, session_id, subpath, mtime, context) "
@@ -3587,16 +3734,18 @@ class SqliteSessionStore:
                 self._db.execute("ROLLBACK")
                 raise
 
-    def _insert_with_facts(self, skey: str, entries: list[dict], uuids: list, payloads: list[str]) -> None:
+    def _insert_with_facts(self, skey: str, entries: list[dict], uuids: list, payloads: Sequence[str],
+                           cuts: Sequence[str | None]) -> None:
         """Insert the batch's rows with their facts, inside the caller's transaction. Facts are first
         worked out as if every row were new (the batch's own calls as they are, only the others
         looked up); when the insert shows that a row was stored already (a batch sent again, a reused
         uuid: the first row stays), the rows it added are taken out again and inserted with every
         call looked up. (A SAVEPOINT would do the same, but costs its statement journal on every
-        batch; reading the session's last seq from its index costs a few microseconds.)"""
+        batch; reading the session's last seq from its index costs a few microseconds.) A row without
+        facts of its entry gets its cut fact, if any (``cuts``: see :func:`cut_payload`)."""
         def insert(facts: list[str | None]) -> int:
-            return self._db.executemany(SQL_APPEND_ENTRY, [
-                (skey, uid, payload, fact) for uid, payload, fact in zip(uuids, payloads, facts)]).rowcount
+            return self._db.executemany(SQL_APPEND_ENTRY, [(skey, uid, payload, fact or cut) for uid, payload, fact, cut
+                                                           in zip(uuids, payloads, facts, cuts)]).rowcount
         stored = functools.partial(self._stored_entries, skey)
         before = self._db.execute(SQL_LAST_SEQ, (skey,)).fetchone()[0]
         if insert(batch_facts(entries, stored, batch_first=True)) < len(entries):
@@ -3637,7 +3786,8 @@ class SqliteSessionStore:
     def load_pruned(self, key: dict, policy: PrunePolicy | None = None) -> tuple[list[dict], PruneReport] | None:
         """``_prune`` of the session with ``policy`` (None when the key was never written), fed row by
         row: each entry is indexed right after it is parsed, while it is fresh in the CPU cache; the
-        API-error rows are not even read, and lone Bash calls come with their stored verdicts. A
+        API-error rows are not even read, lone Bash calls come with their stored verdicts, and old
+        big results whose spill files exist are read without their text (see :func:`plan_cuts`). A
         damaged row or fact: the plain load (which skips damaged rows), then the prune."""
         policy = policy or PrunePolicy()
         skey = _key_string(key)
@@ -3667,21 +3817,28 @@ class SqliteSessionStore:
             else:
                 leavers.append(fact_leaver(uid, facts))
         plan = plan_leavers(leavers, policy) if leavers else None
+        if policy.trim:
+            cuts = self._db.execute(SQL_CUT_ROWS, (skey,)).fetchall()
+            if cuts:
+                plan = plan or LeavePlan()
+                plan_cuts(plan, cuts, policy, _existing_names(policy.spill_dir or ".flower/spill"))
         left = plan.left + errors if plan else errors
         return plan, left, self._db.execute(SQL_LOAD_WITH_FACTS, (skey,))
 
     @staticmethod
     def _fresh(rows: Iterable[tuple], marks: dict, plan: LeavePlan | None) -> Iterator[dict]:
         """The entries of rows of SQL_LOAD_WITH_FACTS, parsed one at a time, but for the rows ``plan``
-        leaves unread; Bash verdicts go to ``marks`` (see :func:`_prune`). Raises PlanBroken when not
-        every row the plan leaves out came as the plan knew it (changed, deleted)."""
+        leaves unread, and those it reads cut; Bash verdicts go to ``marks`` (see :func:`_prune`).
+        Raises PlanBroken when not every row the plan leaves out or cuts came as the plan knew it
+        (changed, deleted)."""
         # json.loads ends in this C scanner; called directly it spares json.loads' Python wrapper, about
         # a microsecond a row. A payload it does not read to the end (trailing space, damage) goes to
         # json.loads, which reads it or raises ValueError.
         loads, scan, version, n = json.loads, json.decoder.JSONDecoder().scan_once, FACTS_VERSION, 0
         not_an_object = SqliteSessionStore._not_an_object
         skip = plan.skip if plan else None
-        unread = 0
+        cuts = plan.cuts if plan else None
+        unread = cut = 0
         for payload, facts, uid in rows:
             if facts is not None and facts[:1] == version:
                 if skip and uid in skip:
@@ -3689,6 +3846,11 @@ class SqliteSessionStore:
                     continue
                 if facts[1] == "b":
                     marks[n] = facts[2]
+                elif cuts and uid in cuts:
+                    yield SqliteSessionStore._read_cut(payload, facts, uid, cuts[uid])
+                    cut += 1
+                    n += 1
+                    continue
             if payload[:1] != "{":
                 not_an_object(payload)
             try:
@@ -3701,6 +3863,22 @@ class SqliteSessionStore:
         # result's), so it came without its uuid and was read, while the plan counts it gone
         if skip and unread != len(skip):
             raise PlanBroken("a row the plan leaves unread changed")
+        if cuts and cut != len(cuts):
+            raise PlanBroken("a row the plan reads cut changed")
+
+    @staticmethod
+    def _read_cut(payload: str, facts: str, uid: str, marker: str) -> dict:
+        """The entry of a row read cut (see :func:`plan_cuts`), its result being ``marker`` and without
+        toolUseResult, as :func:`_trim` leaves it. PlanBroken when the row is not what its fact told."""
+        entry = json.loads(cut_text(payload, facts))
+        message = entry.get("message") if entry.__class__ is dict and entry.get("uuid") == uid else None
+        content = message.get("content") if message.__class__ is dict else None
+        block = content[0] if content.__class__ is list and len(content) == 1 else None
+        if block.__class__ is not dict or block.get("content") != "" or block.get("type") != "tool_result" or \
+                entry.pop("toolUseResult", None) is not None:
+            raise PlanBroken("a row read cut is not what its fact told")
+        block["content"] = marker
+        return entry
 
     @staticmethod
     def _not_an_object(payload: Any) -> dict:

@@ -1,6 +1,7 @@
 """Session stores: SQLite store semantics, concurrency, corrupt files, project keys, conformance."""
 
 import asyncio
+import dataclasses
 import importlib.util
 import json
 import os
@@ -265,14 +266,19 @@ class StoredFacts(unittest.TestCase):
         return store
 
     def assertSameAsPrune(self, store, policy, label=""):
+        if policy.trim:   # loaded twice: the first load writes the spill files, the second reads rows cut
+            policy = dataclasses.replace(policy, spill_dir=tempfile.mkdtemp(dir=self.tmp.name))
         want, report = flower.prune(store.load_sync(KEY), policy)
         wrapped = PruningSessionStore(store, policy=policy)
-        got = asyncio.run(wrapped.load(KEY))
-        self.assertEqual(got, want, label)
-        self.assertEqual(wrapped.last_report.as_dict(), report.as_dict(), label)
+        for _ in range(2 if policy.trim else 1):
+            got = asyncio.run(wrapped.load(KEY))
+            self.assertEqual(json.dumps(got), json.dumps(want), label)   # the same keys in the same order too
+            self.assertEqual(wrapped.last_report.as_dict(), report.as_dict(), label)
 
     POLICIES = (flower.PrunePolicy(), flower.PrunePolicy(keep_denials=0, keep_unavailable=0, keep_glances=0),
-                flower.PrunePolicy(keep_denials=3, keep_unavailable=2), flower.PrunePolicy(drop_api_errors=False))
+                flower.PrunePolicy(keep_denials=3, keep_unavailable=2), flower.PrunePolicy(drop_api_errors=False),
+                flower.PrunePolicy(trim=True), flower.PrunePolicy(trim=True, trim_keep=1, trim_min_chars=1000, keep_glances=0),
+                flower.PrunePolicy(trim=True, trim_keep=0, expire_glances=False, lang="zh"))
 
     def test_same_as_prune_on_every_mix(self):
         from tests.transcripts import anchor_transcript, random_transcript, replayed_fixtures, sized_transcript
@@ -284,6 +290,153 @@ class StoredFacts(unittest.TestCase):
             for policy in self.POLICIES:
                 with self.subTest(label, policy=policy):
                     self.assertSameAsPrune(store, policy, label)
+
+    def test_spill_files_another_policy_wrote_change_nothing(self):
+        # a row is read cut only when the policy at hand trims it: a spill file that a harder policy wrote
+        # (prepare's pass), or one that trimmed a glance this policy expires, changes nothing
+        import random
+        from tests.transcripts import Builder, anchor_transcript
+        b = Builder(random.Random(3))
+        b.prompt("go")
+        for i in range(120):
+            name, args = (("Bash", {"command": f"cat f{i}.txt"}), ("Bash", {"command": f"make t{i}"}),
+                                     ("Read", {"file_path": f"/w/{i}.py"}))[i % 3]
+            b.tool(name, args, "x\n" * (600 + 37 * (i % 40)))   # 1,200-4,080 chars: glances and bulk
+        policies = [flower.PrunePolicy(trim=True), flower.PrunePolicy(trim=True, trim_keep=1, trim_min_chars=1000, keep_glances=0),
+                    flower.PrunePolicy(trim=True, trim_min_chars=1000, expire_glances=False, trim_keep=3)]
+        cut = []
+        real = SqliteSessionStore._read_cut
+        with unittest.mock.patch.object(SqliteSessionStore, "_read_cut", staticmethod(lambda *a: (real(*a), cut.append(1))[0])):
+            for label, entries in (("mixed sizes", b.entries), ("anchor", anchor_transcript(2000))):
+                store = self.stored(entries)
+                for order in ((0, 1, 2, 0), (1, 0, 2, 1), (2, 0, 1, 2)):
+                    spill = tempfile.mkdtemp(dir=self.tmp.name)
+                    for k in order:
+                        policy = dataclasses.replace(policies[k], spill_dir=spill)
+                        want, report = flower.prune(store.load_sync(KEY), policy)
+                        wrapped = PruningSessionStore(store, policy=policy)
+                        with self.subTest(label, order=order, policy=k):
+                            self.assertEqual(json.dumps(asyncio.run(wrapped.load(KEY))), json.dumps(want))
+                            self.assertEqual(wrapped.last_report.as_dict(), report.as_dict())
+        self.assertGreater(len(cut), 500)   # rows were read cut: the case this test is about
+
+    def test_cut_facts_locate_the_result_and_its_side_copy_in_the_very_text_stored(self):
+        from tests.transcripts import anchor_transcript, replayed_fixtures, sized_transcript
+        dumps = flower._compact_json()
+        big = "é\n\"\\\u2028" * 400 + "\ud800"   # escapes, non-ASCII, a lone surrogate
+        def result(**extra):
+            return {"type": "user", "uuid": "u-1", "message": {"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": "t", "content": big}]}, **extra}
+        crafted = [result(), result(toolUseResult={"stdout": big, "n": [1, 2.5]}),
+                   {"toolUseResult": big, **result()},   # the side copy first
+                   result(note=flower._CUT_TEXT), result(note=flower._CUT_SIDE, toolUseResult="x"),
+                   result(toolUseResult="User rejected tool use"), result(uuid="a/b"), result(uuid=7)]
+        cut = 0
+        for entry in crafted + anchor_transcript(800) + sized_transcript(800) + replayed_fixtures(400):
+            text, fact = flower.cut_payload(entry, dumps)
+            self.assertEqual(text, dumps(entry))
+            if fact is None:
+                continue
+            cut += 1
+            within = json.loads(flower.cut_text(text, fact))
+            expected = json.loads(text)
+            expected["message"]["content"][0]["content"] = ""
+            if "toolUseResult" in expected:
+                expected["toolUseResult"] = None
+            self.assertEqual(json.dumps(within), json.dumps(expected))
+            self.assertEqual(fact, f"{flower._CUT_FACT}{len(entry['message']['content'][0]['content'])}" + fact[fact.index(":"):])
+        self.assertEqual([flower.cut_payload(e, dumps)[1] is not None for e in crafted],
+                         [True, True, True, False, False, False, False, False])
+        self.assertGreater(cut, 50)
+        for bad in ("1t5:9:3", "1t5:0:2:1:4", "1t5:0:99999999", "1t5:x:2", "1t5"):
+            with self.assertRaises(ValueError):
+                flower.cut_text('{"a":"bcdef"}', bad)
+
+    def test_the_rows_a_load_plans_from_are_read_from_their_indexes_alone(self):
+        # a row read from the table is read past its payload to its facts (overflow pages and all):
+        # the plan's queries use covering indexes, and an older flower's indexes are replaced
+        import sqlite3
+        store = self.stored([entry("a")])
+        path = store.path
+        store.close()
+        db = sqlite3.connect(path)
+        for statement in flower.SQL_OLD_INDEXES:
+            db.execute(statement)
+        db.execute(f"CREATE INDEX entries_left_{flower.FACTS_VERSION} ON entries(skey, seq) WHERE {flower._LEFT}")
+        db.commit()
+        db.close()
+        store = self.stored([], path)
+        names = {r[0] for r in store._db.execute("SELECT name FROM sqlite_master WHERE type='index'")}
+        self.assertNotIn(f"entries_left_{flower.FACTS_VERSION}", names)
+        for query in (flower.SQL_LEFT_ROWS, flower.SQL_CUT_ROWS):
+            plan = " ".join(str(r[-1]) for r in store._db.execute("EXPLAIN QUERY PLAN " + query, ("k",)))
+            self.assertIn("COVERING INDEX", plan, query)
+
+    def test_a_careful_prune_takes_no_rows_read_cut(self):
+        # a uuid that is not a string makes the prune careful: the rows it let leave are not known
+        # beforehand, so a plan that read rows cut does not hold
+        entries = [{"type": "user", "uuid": 7, "message": {"content": "hi"}},
+                   {"type": "user", "uuid": "u1", "message": {"content": [{"type": "tool_result", "tool_use_id": "t",
+                                                                           "content": "[tool result archived"}]}}]
+        plan = flower.LeavePlan(cuts={"u1": "[tool result archived"})
+        with self.assertRaises(flower.PlanBroken):
+            flower._prune(entries, flower.PrunePolicy(trim=True), plan=plan)
+        entries[0]["uuid"] = "u0"
+        pruned, report = flower._prune(entries, flower.PrunePolicy(trim=True), plan=plan)
+        self.assertEqual(report.trimmed, 1)
+
+    def test_big_results_prune_looks_at_before_trim_are_never_read_cut(self):
+        # errors (unavailable-tool ones are dropped), halted calls (neutral text), healing entries and
+        # rows whose uuid comes twice (a careful prune): the steps before trim decide on those, so a load
+        # reads them whole even when a spill file for them exists
+        import random
+        from tests.transcripts import Builder
+        policies = [flower.PrunePolicy(trim=True, trim_keep=2, keep_unavailable=0, keep_denials=0),
+                    flower.PrunePolicy(trim=True, trim_keep=0, trim_min_chars=1000, keep_glances=0, keep_denials=0)]
+        for trial in range(40):
+            rng = random.Random(trial)
+            b = Builder(rng, sid=f"s-{trial}")
+            b.prompt("go")
+            for i in range(30):
+                if rng.random() < 0.15:
+                    b.api_error(rng.randint(0, 1))
+                b.tool(rng.choice(["Bash", "Read"]), {"command": f"make {i}"}, "y\n" * rng.randint(600, 3000))
+            errors = [e["uuid"] for e in b.entries if e.get("isApiErrorMessage")]
+            entries = []
+            for e in b.entries:
+                entries.append(e)
+                if e["type"] != "user" or not isinstance(e["message"]["content"], list) or rng.random() < 0.5:
+                    continue
+                block = e["message"]["content"][0]
+                twist = rng.choice(["error", "unavailable", "odd unavailable", "healed", "rejected", "interrupted",
+                                    "twice", "denial twice"])
+                if twist == "error":
+                    block["is_error"] = True
+                elif twist.endswith("unavailable"):   # an odd parent: no fact of it can be stored
+                    block.update(is_error=True, content="<tool_use_error>Error: No such tool available: X " + block["content"])
+                    if twist == "odd unavailable":
+                        e["parentUuid"] += "\x1f"
+                elif twist == "denial twice":   # an old denial with the same uuid, which no plan leaves out
+                    entries.append({"type": "user", "uuid": e["uuid"], "parentUuid": e["uuid"], "toolDenialKind": "user-rejected",
+                                    "permissionDecision": {"decision": "reject"}, "message": {"role": "user", "content": [
+                                        {"type": "tool_result", "tool_use_id": "nowhere", "content": "no", "is_error": True}]}})
+                elif twist == "healed":
+                    e["flowerHealed"] = True
+                elif twist == "rejected":
+                    e["toolUseResult"] = "User rejected tool use"
+                elif twist == "interrupted":
+                    e["toolDenialKind"] = "interrupted"
+                elif errors:
+                    e["uuid"] = rng.choice(errors)
+            store = self.stored(entries)
+            spill = tempfile.mkdtemp(dir=self.tmp.name)
+            for k in (1, 0, 1):   # the harder policy writes a spill file for every big result first
+                policy = dataclasses.replace(policies[k], spill_dir=spill)
+                want, report = flower.prune(store.load_sync(KEY), policy)
+                wrapped = PruningSessionStore(store, policy=policy)
+                with self.subTest(trial=trial, policy=k):
+                    self.assertEqual(json.dumps(asyncio.run(wrapped.load(KEY))), json.dumps(want))
+                    self.assertEqual(wrapped.last_report.as_dict(), report.as_dict())
 
     def test_same_as_prune_on_hostile_rows(self):
         import random
@@ -360,8 +513,9 @@ class StoredFacts(unittest.TestCase):
         from tests.transcripts import random_transcript
 
         class LooksEverythingUp(SqliteSessionStore):
-            def _insert_with_facts(self, skey, entries, uuids, payloads):
+            def _insert_with_facts(self, skey, entries, uuids, payloads, cuts):
                 facts = flower.batch_facts(entries, functools.partial(self._stored_entries, skey))
+                facts = [fact or cut for fact, cut in zip(facts, cuts)]
                 self._db.executemany(flower.SQL_APPEND_ENTRY, list(zip([skey] * len(entries), uuids, payloads, facts)))
 
         def denial(u, parent, tool_id):
