@@ -3079,49 +3079,59 @@ def _cut_block(entry: dict) -> dict | None:
 
 def stored_payloads(entries: list[dict], dumps: Callable[[Any], str]) -> tuple[list[str], list[str | None]]:
     """``dumps`` of each entry (the text a store keeps), and the cut fact of each text (None for most):
-    see :func:`cut_payload`."""
-    payloads, cuts = [], [None] * len(entries)
-    for n, entry in enumerate(entries):
-        block = _cut_block(entry) if entry.get("type") == "user" else None
-        if block is None:
-            payloads.append(dumps(entry))
-        else:
-            text, cuts[n] = cut_payload(entry, dumps, block)
-            payloads.append(text)
+    see :func:`cut_fact`."""
+    payloads = [dumps(e) for e in entries]
+    cuts: list[str | None] = [None] * len(entries)
+    for n in [n for n, text in enumerate(payloads) if len(text) > CUT_MIN_CHARS]:
+        cuts[n] = cut_fact(entries[n], payloads[n], dumps)
     return payloads, cuts
 
 
-def cut_payload(entry: dict, dumps: Callable[[Any], str], block: dict | None = None) -> tuple[str, str | None]:
-    """``dumps(entry)``, and its cut fact when a trim could cut the entry's result unread (``block``,
-    see :func:`_cut_block`): ``t<chars>:<a>:<b>[:<c>:<d>]``, the result's text being the JSON value
-    at [a, b) of the text and toolUseResult the one at [c, d). The text is joined from the pieces
-    ``dumps`` makes of the entry (encoded once), so it is the same text."""
-    block = _cut_block(entry) if block is None else block
+def cut_payload(entry: dict, dumps: Callable[[Any], str]) -> tuple[str, str | None]:
+    """``dumps(entry)`` and its cut fact (see :func:`cut_fact`)."""
+    text = dumps(entry)
+    return text, cut_fact(entry, text, dumps)
+
+
+def cut_fact(entry: dict, text: str, dumps: Callable[[Any], str]) -> str | None:
+    """The cut fact of ``text`` (``dumps(entry)``) when a trim could cut the entry's result unread (see
+    :func:`_cut_block`): ``t<chars>:<a>:<b>[:<c>:<d>]``, the result's text being the JSON value at
+    [a, b) of the text and toolUseResult, which must come after it, the one at [c, d). Found from the
+    entry's shape without them (the big values are not encoded again): what comes before the first and
+    after the last is known, and the piece between the two starts right after the only unescaped quote
+    that can close the first (a JSON string holds no other)."""
+    block = _cut_block(entry)
     if block is None:
-        return dumps(entry), None
-    said = block["content"]
+        return None
     skeleton = dict(entry)
     skeleton["message"] = dict(entry["message"], content=[dict(block, content=_CUT_TEXT)])
     side = "toolUseResult" in entry
     if side:
         skeleton["toolUseResult"] = _CUT_SIDE
-    text = dumps(skeleton)
-    at = text.find(_CUT_TEXT_JSON)
-    to = text.find(_CUT_SIDE_JSON) if side else len(text)
-    if at < 0 or to < 0 or text.find(_CUT_TEXT_JSON, at + 1) >= 0 or side and text.find(_CUT_SIDE_JSON, to + 1) >= 0:
-        return dumps(entry), None   # an entry that holds a placeholder itself (or another encoder)
-    body = dumps(said)
-    fact = f"{_CUT_FACT}{len(said)}:{at}:{at + len(body)}"
+    shape = dumps(skeleton)
+    at = shape.find(_CUT_TEXT_JSON)
+    to = shape.find(_CUT_SIDE_JSON) if side else at
+    if at < 0 or to < at or shape.find(_CUT_TEXT_JSON, at + 1) >= 0 or side and shape.find(_CUT_SIDE_JSON, to + 1) >= 0:
+        return None   # the side copy first, an entry that holds a placeholder itself, another encoder
+    tail = shape[to + len(_CUT_SIDE_JSON if side else _CUT_TEXT_JSON):]
+    if not (text.startswith(shape[:at]) and text.endswith(tail)):
+        return None
+    end, chars = len(text) - len(tail), len(block["content"])
     if not side:
-        return text[:at] + body + text[at + len(_CUT_TEXT_JSON):], fact
-    copy = dumps(entry["toolUseResult"])
-    if at < to:
-        c = to + len(body) - len(_CUT_TEXT_JSON)
-        return (f"{text[:at]}{body}{text[at + len(_CUT_TEXT_JSON):to]}{copy}{text[to + len(_CUT_SIDE_JSON):]}",
-                f"{fact}:{c}:{c + len(copy)}")
-    a = at + len(copy) - len(_CUT_SIDE_JSON)
-    return (f"{text[:to]}{copy}{text[to + len(_CUT_SIDE_JSON):at]}{body}{text[at + len(_CUT_TEXT_JSON):]}",
-            f"{_CUT_FACT}{len(said)}:{a}:{a + len(body)}:{to}:{to + len(copy)}")
+        return f"{_CUT_FACT}{chars}:{at}:{end}"
+    middle = shape[at + len(_CUT_TEXT_JSON):to]
+    b = text.find(middle, at + 2)
+    if b < 0 or text[b - 1] != '"' or _escaped(text, b - 1) or b + len(middle) > end:
+        return None
+    return f"{_CUT_FACT}{chars}:{at}:{b}:{b + len(middle)}:{end}"
+
+
+def _escaped(text: str, i: int) -> bool:
+    """Whether the character at ``i`` follows an odd number of backslashes."""
+    k = i - 1
+    while k >= 0 and text[k] == "\\":
+        k -= 1
+    return (i - 1 - k) % 2 == 1
 
 
 def cut_text(payload: str, fact: str) -> str:

@@ -330,7 +330,9 @@ class StoredFacts(unittest.TestCase):
         crafted = [result(), result(toolUseResult={"stdout": big, "n": [1, 2.5]}),
                    {"toolUseResult": big, **result()},   # the side copy first
                    result(note=flower._CUT_TEXT), result(note=flower._CUT_SIDE, toolUseResult="x"),
-                   result(toolUseResult="User rejected tool use"), result(uuid="a/b"), result(uuid=7)]
+                   result(toolUseResult="User rejected tool use"), result(uuid="a/b"), result(uuid=7),
+                   dict(result(toolUseResult={"stdout": "\\"}), message={"role": "user", "content": [
+                       {"type": "tool_result", "tool_use_id": "t", "content": big + '\\",\\"is_error\\":false}]},' + "\\"}]})]
         cut = 0
         for entry in crafted + anchor_transcript(800) + sized_transcript(800) + replayed_fixtures(400):
             text, fact = flower.cut_payload(entry, dumps)
@@ -346,7 +348,7 @@ class StoredFacts(unittest.TestCase):
             self.assertEqual(json.dumps(within), json.dumps(expected))
             self.assertEqual(fact, f"{flower._CUT_FACT}{len(entry['message']['content'][0]['content'])}" + fact[fact.index(":"):])
         self.assertEqual([flower.cut_payload(e, dumps)[1] is not None for e in crafted],
-                         [True, True, True, False, False, False, False, False])
+                         [True, True, False, False, False, False, False, False, True])   # not with the side copy first
         self.assertGreater(cut, 50)
         for bad in ("1t5:9:3", "1t5:0:2:1:4", "1t5:0:99999999", "1t5:x:2", "1t5"):
             with self.assertRaises(ValueError):
