@@ -2762,8 +2762,8 @@ def _heal_after(out: list[dict], entry: dict, uid: str, blocks: list[dict], neut
 #   t<chars>:<spans>          an entry whose one block is a big tool result: where its text and side
 #                             copy lie in the stored JSON (see cut_payload; a fact of the text, not
 #                             only of the entry, so only a store that writes the text can give it)
-# Rows with facts b, c or d may be rows a plan leaves out (see plan_leavers), rows with t rows a trim-on
-# load reads cut (see plan_cuts): a store reads their uuids.
+# Rows with facts b, c or d may be rows a plan leaves out (see plan_leavers), and rows with a t fact rows
+# a trim-on load reads cut (see plan_cuts): a store reads their uuids.
 # Bump FACTS_VERSION whenever what a fact says changes meaning (is_api_error_entry or the read-only
 # rules): tests/test_transcript.py keeps a digest of the facts of a corpus that says when. Facts of
 # another version are not used.
