@@ -2592,10 +2592,13 @@ def _turns_after(st: _Pruning, positions: list[int]) -> list[int]:
 def spill_name(entry: dict, index: int, full: str) -> str:
     """The spill file of a trimmed result: named by its entry's uuid and block index (stable, and no
     hashing of 100 KB on every load); a hash only for an entry without a uuid."""
-    uid = entry.get("uuid")
-    if isinstance(uid, str) and _SPILL_UUID.fullmatch(uid):
-        return f"{uid}-{index}.txt"
-    return hashlib.sha256(full.encode("utf-8", "surrogatepass")).hexdigest()[:16] + ".txt"
+    return _uuid_spill_name(entry.get("uuid"), index) or \
+        hashlib.sha256(full.encode("utf-8", "surrogatepass")).hexdigest()[:16] + ".txt"
+
+
+def _uuid_spill_name(uid: Any, index: int) -> str | None:
+    """The spill file name of block ``index`` of the entry with ``uid``, when a uuid can name it."""
+    return f"{uid}-{index}.txt" if isinstance(uid, str) and _SPILL_UUID.fullmatch(uid) else None
 
 
 _SPILL_UUID = _lazy_re(r"[A-Za-z0-9-]{1,80}")
@@ -3074,7 +3077,7 @@ def _cut_block(entry: dict) -> dict | None:
     if said.__class__ is not str or len(said) < CUT_MIN_CHARS or entry.get("flowerHealed") or \
             entry.get("toolUseResult") == _REJECTED or entry.get("toolDenialKind") == "interrupted":
         return None
-    return block if _SPILL_UUID.fullmatch(uid) else None
+    return block if _uuid_spill_name(uid, 0) else None
 
 
 def stored_payloads(entries: list[dict], dumps: Callable[[Any], str]) -> tuple[list[str], list[str | None]]:
@@ -3167,8 +3170,9 @@ def plan_cuts(plan: LeavePlan, rows: Iterable[tuple[Any, str]], policy: PrunePol
         chars = _count(fact[2:].partition(":")[0])
         if chars < least:
             continue
-        if newer >= policy.trim_keep and uid.__class__ is str and f"{uid}-0.txt" in present:
-            marker = template.format(n=chars, path=f"{folder}{uid}-0.txt")
+        name = _uuid_spill_name(uid, 0) if newer >= policy.trim_keep else None
+        if name in present:
+            marker = template.format(n=chars, path=folder + name)
             plan.cuts[uid] = marker
             plan.cut_saved += chars - len(marker)
         newer += 1
