@@ -2762,11 +2762,8 @@ def _heal_after(out: list[dict], entry: dict, uid: str, blocks: list[dict], neut
 #   c                         an entry whose one block is another tool call
 #   d<Leaver fields>          an entry whose one block is a denial or an unavailable-tool error: that
 #                             result and its call as the store knew them (see fact_leaver)
-#   t<chars>:<spans>          an entry whose one block is a big tool result: where its text and side
-#                             copy lie in the stored JSON (see cut_payload; a fact of the text, not
-#                             only of the entry, so only a store that writes the text can give it)
-# Rows with facts b, c or d may be rows a plan leaves out (see plan_leavers), and rows with a t fact rows
-# a trim-on load reads cut (see plan_cuts): a store reads their uuids.
+# Rows with facts b, c or d may be rows a plan leaves out (see plan_leavers): a store reads their uuids.
+# (The "t" facts of big results, which a trim-on load reads cut, are kept apart: see cut_fact.)
 # Bump FACTS_VERSION whenever what a fact says changes meaning (is_api_error_entry or the read-only
 # rules): tests/test_transcript.py keeps a digest of the facts of a corpus that says when. Facts of
 # another version are not used.
@@ -2822,10 +2819,8 @@ def batch_facts(entries: list[dict], stored: Callable[[list[str]], dict[str, dic
 def refreshed_facts(rows: list[tuple]) -> list[tuple[str | None, int]]:
     """(facts, seq) for each row (seq, uuid, payload, facts) of one stored session whose facts are not
     those :func:`batch_facts` gives its payload now, every call looked up by its uuid column as an
-    append does (or, for a row without such facts, its :func:`cut_payload` fact when that text is the
-    payload). A row that holds no JSON object, or whose uuid column is not its entry's, has none."""
-    entries, seqs, by_uuid, cuts = [], [], {}, {}
-    dumps = _compact_json()
+    append does. A row that holds no JSON object, or whose uuid column is not its entry's, has none."""
+    entries, seqs, by_uuid = [], [], {}
     for seq, uid, payload, _ in rows:
         try:
             entry = json.loads(payload)
@@ -2837,15 +2832,10 @@ def refreshed_facts(rows: list[tuple]) -> list[tuple[str | None, int]]:
         if isinstance(entry, dict) and uid == (own if isinstance(own, str) else None):
             entries.append(entry)
             seqs.append(seq)
-            with contextlib.suppress(Exception):   # a cut fact only for the text an append would store
-                text, cut = cut_payload(entry, dumps)
-                if cut is not None and text == payload:
-                    cuts[seq] = cut
     try:
         facts = dict(zip(seqs, batch_facts(entries, lambda uuids: {u: by_uuid[u] for u in uuids if u in by_uuid})))
     except Exception:   # rows no append would have stored: without facts, a load parses and judges them all
         facts = {}
-    facts.update((seq, cut) for seq, cut in cuts.items() if facts.get(seq) is None)
     return [(facts.get(seq), seq) for seq, _, _, old in rows if facts.get(seq) != old]
 
 
@@ -2930,8 +2920,9 @@ class LeavePlan:
     left: list = field(default_factory=list)           # (uuid, parentUuid, chars, what) for _prune
     results: set = field(default_factory=set)          # tool ids no result in the scan may name
     uses: dict = field(default_factory=dict)           # tool id -> the only row that may use it (None: none)
-    cuts: dict = field(default_factory=dict)           # uuid -> the trim marker of a row read cut (plan_cuts)
+    cuts: dict = field(default_factory=dict)           # seq -> (uuid, fact, trim marker) of a row read cut (plan_cuts)
     cut_saved: int = 0                                 # what those markers save
+    noted: set | None = None                           # seqs of the rows with a cut fact (None: note none)
 
 
 def plan_leavers(leavers: Iterable[Leaver], policy: PrunePolicy) -> LeavePlan:
@@ -3054,6 +3045,8 @@ def fact_leaver(uid: str, fact: str) -> Leaver:
 # (usually most of its bytes) and puts the marker in. Only results the steps before trim never change
 # get the fact (not errors, not halted calls, not healing entries), and a load cuts only a row that
 # at least ``trim_keep`` newer big results of that kind follow: it is old whatever the other rows are.
+# The first trim-on load that reads such a row whole notes its fact (a store keeps it beside the row,
+# gone when the row changes): append does not pay for it, and only sessions that are resumed do.
 _CUT_FACT = FACTS_VERSION + "t"
 CUT_MIN_CHARS = 1000                     # the smallest trim_min_chars flower trims with (prepare's pass)
 _CUT_TEXT, _CUT_SIDE = "\ue000flower-cut-text\ue000", "\ue000flower-cut-side\ue000"   # placeholders
@@ -3080,29 +3073,14 @@ def _cut_block(entry: dict) -> dict | None:
     return block if _uuid_spill_name(uid, 0) else None
 
 
-def stored_payloads(entries: list[dict], dumps: Callable[[Any], str]) -> tuple[list[str], list[str | None]]:
-    """``dumps`` of each entry (the text a store keeps), and the cut fact of each text (None for most):
-    see :func:`cut_fact`."""
-    payloads = [dumps(e) for e in entries]
-    cuts: list[str | None] = [None] * len(entries)
-    for n in [n for n, text in enumerate(payloads) if len(text) > CUT_MIN_CHARS]:
-        cuts[n] = cut_fact(entries[n], payloads[n], dumps)
-    return payloads, cuts
-
-
-def cut_payload(entry: dict, dumps: Callable[[Any], str]) -> tuple[str, str | None]:
-    """``dumps(entry)`` and its cut fact (see :func:`cut_fact`)."""
-    text = dumps(entry)
-    return text, cut_fact(entry, text, dumps)
-
-
 def cut_fact(entry: dict, text: str, dumps: Callable[[Any], str]) -> str | None:
-    """The cut fact of ``text`` (``dumps(entry)``) when a trim could cut the entry's result unread (see
-    :func:`_cut_block`): ``t<chars>:<a>:<b>[:<c>:<d>]``, the result's text being the JSON value at
-    [a, b) of the text and toolUseResult, which must come after it, the one at [c, d). Found from the
-    entry's shape without them (the big values are not encoded again): what comes before the first and
-    after the last is known, and the piece between the two starts right after the only unescaped quote
-    that can close the first (a JSON string holds no other)."""
+    """The cut fact of ``text``, the stored JSON text of ``entry``, when a trim could cut the entry's
+    result unread (see :func:`_cut_block`) and ``text`` is what ``dumps`` makes of the entry's shape:
+    ``<version>t<chars>:<a>:<b>[:<c>:<d>]``, the result's text being the JSON value at [a, b) of the
+    text and toolUseResult, which must come after it, the one at [c, d). Found from the entry's shape
+    without them (the big values are not encoded again): what comes before the first and after the
+    last is known, and the piece between the two starts right after the only unescaped quote that can
+    close the first (a JSON string holds no other)."""
     block = _cut_block(entry)
     if block is None:
         return None
@@ -3154,11 +3132,11 @@ def cut_text(payload: str, fact: str) -> str:
     return "".join(pieces)
 
 
-def plan_cuts(plan: LeavePlan, rows: Iterable[tuple[Any, str]], policy: PrunePolicy, present: set | None) -> None:
-    """Which rows with cut facts (``rows``: (uuid, fact), oldest first) a load with ``policy`` reads cut,
-    into ``plan``: those :func:`_trim` would trim for sure, whose spill file is among ``present`` (the
-    names in the spill dir). A result is sure to be big at trim time when it is at least
-    ``trim_min_chars`` long and too long to expire as a glance; one that ``trim_keep`` such results
+def plan_cuts(plan: LeavePlan, rows: Iterable[tuple[int, Any, str]], policy: PrunePolicy, present: set | None) -> None:
+    """Which rows with cut facts (``rows``: (seq, uuid, fact), oldest first) a load with ``policy``
+    reads cut, into ``plan``: those :func:`_trim` would trim for sure, whose spill file is among
+    ``present`` (the names in the spill dir). A result is sure to be big at trim time when it is at
+    least ``trim_min_chars`` long and too long to expire as a glance; one that ``trim_keep`` such results
     follow is old (the other results can only add to those). ValueError on a fact that does not parse."""
     if not policy.trim or not present:
         return
@@ -3166,14 +3144,14 @@ def plan_cuts(plan: LeavePlan, rows: Iterable[tuple[Any, str]], policy: PrunePol
     folder = os.path.join(policy.spill_dir or ".flower/spill", "")
     template = text("trimmed_result", policy.lang)
     newer = 0   # sure-big results after the row at hand
-    for uid, fact in reversed(list(rows)):
+    for seq, uid, fact in reversed(list(rows)):
         chars = _count(fact[2:].partition(":")[0])
         if chars < least:
             continue
         name = _uuid_spill_name(uid, 0) if newer >= policy.trim_keep else None
         if name in present:
             marker = template.format(n=chars, path=folder + name)
-            plan.cuts[uid] = marker
+            plan.cuts[seq] = (uid, fact, marker)
             plan.cut_saved += chars - len(marker)
         newer += 1
 
@@ -3555,6 +3533,13 @@ CREATE TABLE IF NOT EXISTS entries (
 );
 CREATE UNIQUE INDEX IF NOT EXISTS entries_uuid ON entries(skey, uuid) WHERE uuid IS NOT NULL;
 CREATE INDEX IF NOT EXISTS entries_key ON entries(skey, seq);
+CREATE TABLE IF NOT EXISTS cut_facts (
+    skey TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    uuid TEXT NOT NULL,
+    fact TEXT NOT NULL,
+    PRIMARY KEY (skey, seq)
+) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS sessions (
     skey TEXT PRIMARY KEY,
     project_key TEXT NOT NULL,
@@ -3576,9 +3561,16 @@ CREATE TABLE IF NOT EXISTS summaries (
 SQL_ENTRY_COLUMNS = "PRAGMA table_info(entries)"
 SQL_ADD_FACTS = "ALTER TABLE entries ADD COLUMN facts TEXT"
 SQL_APPEND_ENTRY = "INSERT OR IGNORE INTO entries(skey, uuid, payload, facts) VALUES (?,?,?,?)"
-# A session's last seq, and its rows after one (those a batch just added: the write lock is held)
-SQL_LAST_SEQ = "SELECT MAX(seq) FROM entries WHERE skey=?"
-SQL_DELETE_AFTER = "DELETE FROM entries WHERE skey=? AND seq > ?"
+# The newest n rows of a session: those a batch just added, inside its transaction (a new row's seq is
+# above every seq in the table, with or without AUTOINCREMENT, and the write lock is held)
+SQL_DELETE_NEWEST = "DELETE FROM entries WHERE seq IN (SELECT seq FROM entries WHERE skey=? ORDER BY seq DESC LIMIT ?)"
+# A session touched by a batch, its mtime later than every other session's (listing order)
+SQL_TOUCH_SESSION = ("INSERT INTO sessions(skey, project_key, session_id, subpath, mtime, context) "
+                     "VALUES (?1, ?2, ?3, ?4, max(?5, COALESCE((SELECT MAX(mtime) FROM sessions), 0) + 1), ?6) "
+                     "ON CONFLICT(skey) DO UPDATE SET mtime=excluded.mtime, "
+                     "context=COALESCE(excluded.context, sessions.context) RETURNING mtime")
+SQL_SUMMARY = "SELECT data FROM summaries WHERE project_key=? AND session_id=?"
+SQL_PUT_SUMMARY = "INSERT OR REPLACE INTO summaries(project_key, session_id, mtime, data) VALUES (?,?,?,?)"
 SQL_SESSION_KNOWN = "SELECT 1 FROM sessions WHERE skey=?"
 SQL_ENTRIES_BY_UUID = "SELECT uuid, payload FROM entries WHERE skey=? AND uuid IN ({marks})"
 SQL_LOAD_PAYLOADS = "SELECT payload FROM entries WHERE skey=? ORDER BY seq"
@@ -3591,6 +3583,22 @@ SQL_FACTS_TRIGGER_KNOWN = f"SELECT 1 FROM sqlite_master WHERE type='trigger' AND
 SQL_FACTS_TRIGGER = (f"CREATE TRIGGER IF NOT EXISTS {FACTS_TRIGGER} AFTER UPDATE OF payload, uuid ON entries "
                      f"WHEN NEW.facts IS NOT NULL BEGIN UPDATE entries SET facts = NULL WHERE seq = NEW.seq; END")
 SQL_OLD_TRIGGERS = "DROP TRIGGER IF EXISTS entries_facts_stale"   # an older flower's: on payload only
+# The cut facts of big results (see plan_cuts) are noted by the load that first reads their rows whole,
+# in a table of their own (an update of the row would rewrite its payload): a row changed or deleted by
+# any writer takes its cut fact with it
+CUT_TRIGGERS = {
+    "cut_facts_stale_1": "AFTER UPDATE OF payload, uuid, skey, seq ON entries",
+    "cut_facts_gone_1": "AFTER DELETE ON entries",
+}
+SQL_CUT_TRIGGER = ("CREATE TRIGGER IF NOT EXISTS {name} {when} BEGIN "
+                   "DELETE FROM cut_facts WHERE skey = OLD.skey AND seq = OLD.seq; END")
+SQL_TRIGGERS_KNOWN = (f"SELECT name FROM sqlite_master WHERE type='trigger' AND name IN "
+                      f"('{FACTS_TRIGGER}', {', '.join(repr(n) for n in CUT_TRIGGERS)})")
+SQL_FORGET_CUTS = "DELETE FROM cut_facts"
+SQL_CUT_ROWS = (f"SELECT seq, uuid, fact FROM cut_facts WHERE skey=? AND fact >= '{FACTS_VERSION}t' "
+                f"AND fact < '{FACTS_VERSION}u' ORDER BY seq")   # of another version: noted again, replaced
+SQL_NOTE_CUT = "INSERT OR REPLACE INTO cut_facts(skey, seq, uuid, fact) VALUES (?,?,?,?)"
+SQL_DATA_VERSION = "PRAGMA data_version"
 # Once, when a store gets the trigger (made before it, or another writer dropped it): every row's facts
 # are worked out again from the row as it is now, a session at a time
 SQL_FACT_SESSIONS = "SELECT DISTINCT skey FROM entries"
@@ -3604,20 +3612,18 @@ _LEFT = f"facts >= '{FACTS_VERSION}d' AND facts < '{FACTS_VERSION}f'"
 SQL_LEFT_INDEX = (f"CREATE INDEX IF NOT EXISTS entries_left_rows_{FACTS_VERSION} ON entries(skey, seq, uuid, facts) "
                   f"WHERE {_LEFT}")
 SQL_OLD_INDEXES = (f"DROP INDEX IF EXISTS entries_leavers_{FACTS_VERSION}",   # an older flower's: the d rows only,
-                   f"DROP INDEX IF EXISTS entries_left_{FACTS_VERSION}")      # then without uuid and facts
+                   f"DROP INDEX IF EXISTS entries_left_{FACTS_VERSION}",      # then without uuid and facts,
+                   f"DROP INDEX IF EXISTS entries_cut_{FACTS_VERSION}")       # and its cut facts in the row
 SQL_LEFT_ROWS = f"SELECT uuid, facts FROM entries WHERE skey=? AND {_LEFT} ORDER BY seq"
-# The rows a trim-on load may read cut (facts "<version>t...", see plan_cuts), by their own index
-_CUTS = f"facts >= '{FACTS_VERSION}t' AND facts < '{FACTS_VERSION}u'"
-SQL_CUT_INDEX = f"CREATE INDEX IF NOT EXISTS entries_cut_{FACTS_VERSION} ON entries(skey, seq, uuid, facts) WHERE {_CUTS}"
-SQL_CUT_ROWS = f"SELECT uuid, facts FROM entries WHERE skey=? AND {_CUTS} ORDER BY seq"
-# (payload, facts, uuid) of every other row; the uuid only where a plan may leave the row out (facts b,
-# c, d: a lone call, or a denial the plan keeps)
-SQL_LOAD_WITH_FACTS = (f"SELECT payload, facts, CASE WHEN facts >= '{FACTS_VERSION}b' THEN uuid END FROM entries "
-                       f"WHERE skey=? AND (facts IS NULL OR facts < '{FACTS_VERSION}e' OR facts >= '{FACTS_VERSION}f') "
-                       f"ORDER BY seq")
+# (payload, facts, uuid, seq) of every other row; the uuid only where a plan may leave the row out (facts
+# b, c, d: a lone call, or a denial the plan keeps). (An older flower kept cut facts in the row: "t"
+# facts, which tell nothing here.)
+SQL_LOAD_WITH_FACTS = (f"SELECT payload, facts, CASE WHEN facts >= '{FACTS_VERSION}b' THEN uuid END, seq "
+                       f"FROM entries WHERE skey=? AND (facts IS NULL OR facts < '{FACTS_VERSION}e' "
+                       f"OR facts >= '{FACTS_VERSION}f') ORDER BY seq")
 # Every payload, with the Bash verdicts only (for a prune that keeps API errors)
 SQL_LOAD_KEEPING_ERRORS = (f"SELECT payload, CASE WHEN facts >= '{FACTS_VERSION}b' AND facts < '{FACTS_VERSION}c' "
-                           f"THEN facts END, NULL FROM entries WHERE skey=? ORDER BY seq")
+                           f"THEN facts END, NULL, seq FROM entries WHERE skey=? ORDER BY seq")
 
 class SqliteSessionStore:
     """The SDK ``SessionStore`` protocol on one SQLite file (WAL), plus sync extras for flower.
@@ -3674,7 +3680,6 @@ class SqliteSessionStore:
                         raise
             SqliteSessionStore._trust_facts(db)
             db.execute(SQL_LEFT_INDEX)
-            db.execute(SQL_CUT_INDEX)
             for statement in SQL_OLD_INDEXES:
                 db.execute(statement)
         except BaseException:
@@ -3684,18 +3689,24 @@ class SqliteSessionStore:
 
     @staticmethod
     def _trust_facts(db: sqlite3.Connection) -> None:
-        """Give the store the trigger that clears a row's facts when its payload or uuid changes. A store
-        without it (made before it, or a writer dropped it) first has every row's facts worked out again
-        (:func:`refreshed_facts`): whatever was done to its rows meanwhile, their facts then tell them."""
-        if db.execute(SQL_FACTS_TRIGGER_KNOWN).fetchone():
+        """Give the store the triggers that clear a row's facts and its cut fact when the row changes. A
+        store without the first (made before it, or a writer dropped it) first has every row's facts
+        worked out again (:func:`refreshed_facts`), one without the others forgets its cut facts (the
+        next trim-on load notes them again): whatever was done to the rows meanwhile, facts then tell them."""
+        if len(db.execute(SQL_TRIGGERS_KNOWN).fetchall()) == 1 + len(CUT_TRIGGERS):
             return
         db.execute("BEGIN IMMEDIATE")
         try:
-            if not db.execute(SQL_FACTS_TRIGGER_KNOWN).fetchone():   # not done by another process meanwhile
+            known = {name for (name,) in db.execute(SQL_TRIGGERS_KNOWN)}   # as now, not as before the lock
+            if FACTS_TRIGGER not in known:
                 for (skey,) in db.execute(SQL_FACT_SESSIONS).fetchall():
                     db.executemany(SQL_SET_FACTS, refreshed_facts(db.execute(SQL_FACT_ROWS, (skey,)).fetchall()))
                 db.execute(SQL_OLD_TRIGGERS)
                 db.execute(SQL_FACTS_TRIGGER)
+            if not known.issuperset(CUT_TRIGGERS):
+                db.execute(SQL_FORGET_CUTS)
+                for name, when in CUT_TRIGGERS.items():
+                    db.execute(SQL_CUT_TRIGGER.format(name=name, when=when))
             db.execute("COMMIT")
         except BaseException:
             db.execute("ROLLBACK")
@@ -3703,67 +3714,61 @@ class SqliteSessionStore:
 
     # -- sync core (also used by the async protocol methods) --
 
-    def _next_mtime(self) -> int:
-        row = self._db.execute("SELECT MAX(mtime) FROM sessions").fetchone()
-        return max(int(time.time() * 1000), (row[0] or 0) + 1)
-
     def append_sync(self, key: dict, entries: list[dict]) -> None:
         """Append entries under ``key`` in one transaction (duplicates by uuid are ignored)."""
         if not entries:
             return
         skey = _key_string(key)
         dumps = _compact_json()
-        payloads, cuts = stored_payloads(entries, dumps)
+        payloads = [dumps(e) for e in entries]
         context = entry_context(entries) if not key.get("subpath") else None
         uuids = [uid if isinstance(uid := e.get("uuid"), str) else None for e in entries]
         with self._lock:
             self._db.execute("BEGIN IMMEDIATE")
             try:   # facts inside the transaction: they describe the rows as this batch leaves them
-                self._insert_with_facts(skey, entries, uuids, payloads, cuts)
-                mtime = self._next_mtime()
-                self._db.execute(
-                    "INSERT INTO sessions(skey, project_key, session_id, subpath, mtime, context) "
-                    "VALUES (?,?,?,?,?,?) ON CONFLICT(skey) DO UPDATE SET mtime=excluded.mtime, "
-                    "context=COALESCE(excluded.context, sessions.context)",
-                    (skey, key["project_key"], key["session_id"], key.get("subpath"), mtime, context))
-                fold = None if key.get("subpath") else _summary_fold()
-                if fold is not None:
-                    row = self._db.execute("SELECT data FROM summaries WHERE project_key=? AND session_id=?",
-                                           (key["project_key"], key["session_id"])).fetchone()
-                    try:
-                        prev = json.loads(row[0]) if row else None
-                    except ValueError:
-                        prev = None  # a damaged summary is folded anew, never a reason to lose the batch
-                    folded = fold(prev, {"project_key": key["project_key"], "session_id": key["session_id"]},
-                                  entries)
-                    if folded is not None:
-                        folded = dict(folded)
-                        folded["mtime"] = mtime
-                        self._db.execute(
-                            "INSERT OR REPLACE INTO summaries(project_key, session_id, mtime, data) "
-                            "VALUES (?,?,?,?)", (key["project_key"], key["session_id"], mtime,
-                                                 json.dumps(folded, ensure_ascii=False)))
+                self._insert_with_facts(skey, entries, uuids, payloads)
+                mtime = self._db.execute(SQL_TOUCH_SESSION, (skey, key["project_key"], key["session_id"],
+                                                             key.get("subpath"), int(time.time() * 1000),
+                                                             context)).fetchone()[0]
+                if not key.get("subpath"):
+                    self._fold_summary(key, entries, mtime)
                 self._db.execute("COMMIT")
             except BaseException:
                 self._db.execute("ROLLBACK")
                 raise
 
-    def _insert_with_facts(self, skey: str, entries: list[dict], uuids: list, payloads: Sequence[str],
-                           cuts: Sequence[str | None]) -> None:
+    def _fold_summary(self, key: dict, entries: list[dict], mtime: int) -> None:
+        """Fold a batch into its session's summary (the SDK's, when it is installed), inside the
+        caller's transaction."""
+        fold = _summary_fold()
+        if fold is None:
+            return
+        names = (key["project_key"], key["session_id"])
+        row = self._db.execute(SQL_SUMMARY, names).fetchone()
+        try:
+            prev = json.loads(row[0]) if row else None
+        except ValueError:
+            prev = None  # a damaged summary is folded anew, never a reason to lose the batch
+        folded = fold(prev, {"project_key": names[0], "session_id": names[1]}, entries)
+        if folded is not None:
+            folded = dict(folded, mtime=mtime)
+            self._db.execute(SQL_PUT_SUMMARY, (*names, mtime, json.dumps(folded, ensure_ascii=False)))
+
+    def _insert_with_facts(self, skey: str, entries: list[dict], uuids: list, payloads: Sequence[str]) -> None:
         """Insert the batch's rows with their facts, inside the caller's transaction. Facts are first
         worked out as if every row were new (the batch's own calls as they are, only the others
         looked up); when the insert shows that a row was stored already (a batch sent again, a reused
         uuid: the first row stays), the rows it added are taken out again and inserted with every
         call looked up. (A SAVEPOINT would do the same, but costs its statement journal on every
-        batch; reading the session's last seq from its index costs a few microseconds.) A row without
-        facts of its entry gets its cut fact, if any (``cuts``: see :func:`cut_payload`)."""
+        batch; the rows a batch added are the session's newest, as many as the insert counts.)"""
         def insert(facts: list[str | None]) -> int:
-            return self._db.executemany(SQL_APPEND_ENTRY, [(skey, uid, payload, fact or cut) for uid, payload, fact, cut
-                                                           in zip(uuids, payloads, facts, cuts)]).rowcount
+            return self._db.executemany(SQL_APPEND_ENTRY, [(skey, uid, payload, fact) for uid, payload, fact
+                                                           in zip(uuids, payloads, facts)]).rowcount
         stored = functools.partial(self._stored_entries, skey)
-        before = self._db.execute(SQL_LAST_SEQ, (skey,)).fetchone()[0]
-        if insert(batch_facts(entries, stored, batch_first=True)) < len(entries):
-            self._db.execute(SQL_DELETE_AFTER, (skey, before or 0))
+        added = insert(batch_facts(entries, stored, batch_first=True))
+        if added < len(entries):
+            if added:
+                self._db.execute(SQL_DELETE_NEWEST, (skey, added))
             insert(batch_facts(entries, stored))
 
     def _stored_entries(self, skey: str, uuids: list[str]) -> dict[str, Any]:
@@ -3801,8 +3806,9 @@ class SqliteSessionStore:
         """``_prune`` of the session with ``policy`` (None when the key was never written), fed row by
         row: each entry is indexed right after it is parsed, while it is fresh in the CPU cache; the
         API-error rows are not even read, lone Bash calls come with their stored verdicts, and old
-        big results whose spill files exist are read without their text (see :func:`plan_cuts`). A
-        damaged row or fact: the plain load (which skips damaged rows), then the prune."""
+        big results whose spill files exist are read without their text (see :func:`plan_cuts`); a
+        trim-on load notes the cut facts of the big results it read whole. A damaged row or fact: the
+        plain load (which skips damaged rows), then the prune."""
         policy = policy or PrunePolicy()
         skey = _key_string(key)
         with self._lock:
@@ -3811,17 +3817,22 @@ class SqliteSessionStore:
             marks: dict[int, str] = {}
             with _gc_paused():
                 try:
-                    self._trust_facts(self._db)   # another connection may have dropped the trigger since
+                    self._trust_facts(self._db)   # another connection may have dropped a trigger since
+                    version = self._db.execute(SQL_DATA_VERSION).fetchone()[0]
                     plan, left, rows = self._planned_rows(skey, policy)
-                    return _prune(self._fresh(rows, marks, plan), policy, True, left, marks, plan)
+                    found: list[tuple] = []
+                    done = _prune(self._fresh(rows, marks, plan, found), policy, True, left, marks, plan)
                 except (ValueError, TypeError, IndexError, sqlite3.OperationalError):
                     pass   # PlanBroken, a damaged row or fact, or an SQLite without json_each
+                else:
+                    self._note_cuts(skey, found, version)
+                    return done
         entries = self.load_sync(key)
         return None if entries is None else _prune(entries, policy, True)
 
     def _planned_rows(self, skey: str, policy: PrunePolicy) -> tuple[LeavePlan | None, list, Any]:
-        """The plan of what leaves unread (None: no plan), what leaves (``left`` of :func:`_prune`) and
-        the rows to read."""
+        """The plan of what leaves unread and what is read cut (None: no plan), what leaves (``left`` of
+        :func:`_prune`) and the rows to read."""
         if not policy.drop_api_errors:
             return None, [], self._db.execute(SQL_LOAD_KEEPING_ERRORS, (skey,))
         leavers, errors = [], []
@@ -3832,19 +3843,21 @@ class SqliteSessionStore:
                 leavers.append(fact_leaver(uid, facts))
         plan = plan_leavers(leavers, policy) if leavers else None
         if policy.trim:
+            plan = plan or LeavePlan()
             cuts = self._db.execute(SQL_CUT_ROWS, (skey,)).fetchall()
+            plan.noted = {seq for seq, _, _ in cuts}
             if cuts:
-                plan = plan or LeavePlan()
                 plan_cuts(plan, cuts, policy, _existing_names(policy.spill_dir or ".flower/spill"))
         left = plan.left + errors if plan else errors
         return plan, left, self._db.execute(SQL_LOAD_WITH_FACTS, (skey,))
 
     @staticmethod
-    def _fresh(rows: Iterable[tuple], marks: dict, plan: LeavePlan | None) -> Iterator[dict]:
+    def _fresh(rows: Iterable[tuple], marks: dict, plan: LeavePlan | None, found: list) -> Iterator[dict]:
         """The entries of rows of SQL_LOAD_WITH_FACTS, parsed one at a time, but for the rows ``plan``
-        leaves unread, and those it reads cut; Bash verdicts go to ``marks`` (see :func:`_prune`).
-        Raises PlanBroken when not every row the plan leaves out or cuts came as the plan knew it
-        (changed, deleted)."""
+        leaves unread, and those it reads cut; Bash verdicts go to ``marks`` (see :func:`_prune`), and
+        (seq, uuid, fact) of the big results read whole without a noted cut fact to ``found``, when the
+        plan notes them. Raises PlanBroken when not every row the plan leaves out or cuts came as the
+        plan knew it (changed, deleted)."""
         # json.loads ends in this C scanner; called directly it spares json.loads' Python wrapper, about
         # a microsecond a row. A payload it does not read to the end (trailing space, damage) goes to
         # json.loads, which reads it or raises ValueError.
@@ -3852,26 +3865,35 @@ class SqliteSessionStore:
         not_an_object = SqliteSessionStore._not_an_object
         skip = plan.skip if plan else None
         cuts = plan.cuts if plan else None
+        noted = plan.noted if plan else None
+        dumps = _compact_json()
         unread = cut = 0
-        for payload, facts, uid in rows:
+        for payload, facts, uid, seq in rows:
             if facts is not None and facts[:1] == version:
                 if skip and uid in skip:
                     unread += 1
                     continue
                 if facts[1] == "b":
                     marks[n] = facts[2]
-                elif cuts and uid in cuts:
-                    yield SqliteSessionStore._read_cut(payload, facts, uid, cuts[uid])
-                    cut += 1
-                    n += 1
-                    continue
+            if cuts and seq in cuts:
+                yield SqliteSessionStore._read_cut(payload, *cuts[seq])
+                cut += 1
+                n += 1
+                continue
             if payload[:1] != "{":
                 not_an_object(payload)
             try:
                 entry, end = scan(payload, 0)
             except StopIteration:   # in a generator it would become a RuntimeError
                 raise ValueError("not JSON") from None
-            yield entry if end == len(payload) else loads(payload)
+            if end != len(payload):
+                entry = loads(payload)
+            if noted is not None and len(payload) > CUT_MIN_CHARS and seq not in noted and \
+                    (facts is None or facts[:2] == _CUT_FACT):
+                fact = cut_fact(entry, payload, dumps)   # before prune changes the entry
+                if fact is not None:
+                    found.append((seq, entry["uuid"], fact))
+            yield entry
             n += 1
         # A changed row of the plan lost its facts (the trigger: a call, whose facts the plan took from its
         # result's), so it came without its uuid and was read, while the plan counts it gone
@@ -3881,10 +3903,10 @@ class SqliteSessionStore:
             raise PlanBroken("a row the plan reads cut changed")
 
     @staticmethod
-    def _read_cut(payload: str, facts: str, uid: str, marker: str) -> dict:
+    def _read_cut(payload: str, uid: str, fact: str, marker: str) -> dict:
         """The entry of a row read cut (see :func:`plan_cuts`), its result being ``marker`` and without
         toolUseResult, as :func:`_trim` leaves it. PlanBroken when the row is not what its fact told."""
-        entry = json.loads(cut_text(payload, facts))
+        entry = json.loads(cut_text(payload, fact))
         message = entry.get("message") if entry.__class__ is dict and entry.get("uuid") == uid else None
         content = message.get("content") if message.__class__ is dict else None
         block = content[0] if content.__class__ is list and len(content) == 1 else None
@@ -3893,6 +3915,28 @@ class SqliteSessionStore:
             raise PlanBroken("a row read cut is not what its fact told")
         block["content"] = marker
         return entry
+
+    def _note_cuts(self, skey: str, found: list[tuple], version: int) -> None:
+        """Keep the cut facts a load ``found`` (see :meth:`_fresh`), unless another connection wrote since
+        the load began (``version``: its data_version), which may have changed those rows. Best effort:
+        a store busy for more than a moment, or read-only, is left as it is (a later load notes them)."""
+        if not found:
+            return
+        db = self._db
+        wait = db.execute("PRAGMA busy_timeout").fetchone()[0]
+        db.execute("PRAGMA busy_timeout=100")
+        try:
+            db.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError:
+            return
+        finally:
+            db.execute(f"PRAGMA busy_timeout={int(wait)}")
+        try:
+            if db.execute(SQL_DATA_VERSION).fetchone()[0] == version:
+                db.executemany(SQL_NOTE_CUT, [(skey, seq, uid, fact) for seq, uid, fact in found])
+            db.execute("COMMIT")
+        except sqlite3.OperationalError:
+            db.execute("ROLLBACK")
 
     @staticmethod
     def _not_an_object(payload: Any) -> dict:

@@ -335,8 +335,8 @@ class StoredFacts(unittest.TestCase):
                        {"type": "tool_result", "tool_use_id": "t", "content": big + '\\",\\"is_error\\":false}]},' + "\\"}]})]
         cut = 0
         for entry in crafted + anchor_transcript(800) + sized_transcript(800) + replayed_fixtures(400):
-            text, fact = flower.cut_payload(entry, dumps)
-            self.assertEqual(text, dumps(entry))
+            text = dumps(entry)
+            fact = flower.cut_fact(entry, text, dumps)
             if fact is None:
                 continue
             cut += 1
@@ -347,12 +347,201 @@ class StoredFacts(unittest.TestCase):
                 expected["toolUseResult"] = None
             self.assertEqual(json.dumps(within), json.dumps(expected))
             self.assertEqual(fact, f"{flower._CUT_FACT}{len(entry['message']['content'][0]['content'])}" + fact[fact.index(":"):])
-        self.assertEqual([flower.cut_payload(e, dumps)[1] is not None for e in crafted],
+        self.assertEqual([flower.cut_fact(e, dumps(e), dumps) is not None for e in crafted],
                          [True, True, False, False, False, False, False, False, True])   # not with the side copy first
         self.assertGreater(cut, 50)
         for bad in ("1t5:9:3", "1t5:0:2:1:4", "1t5:0:99999999", "1t5:x:2", "1t5"):
             with self.assertRaises(ValueError):
                 flower.cut_text('{"a":"bcdef"}', bad)
+
+    def big_results(self, seed=3, n=90):
+        import random
+        from tests.transcripts import Builder
+        b = Builder(random.Random(seed))
+        b.prompt("go")
+        for i in range(n):
+            b.tool("Bash" if i % 2 else "Read", {"command": f"make t{i}"}, "y\n" * (600 + 41 * (i % 30)))
+        return b.entries
+
+    def cut_facts(self, store):
+        return {(skey, seq): (uid, fact) for skey, seq, uid, fact in store._db.execute("SELECT * FROM cut_facts")}
+
+    def true_cut_facts(self, store):
+        """The cut fact of every row of the session (KEY) that can have one, worked out from the row
+        as it is now."""
+        dumps = flower._compact_json()
+        facts = {}
+        skey = flower._key_string(KEY)
+        for seq, payload in store._db.execute("SELECT seq, payload FROM entries WHERE skey = ?", (skey,)):
+            try:
+                entry = json.loads(payload)
+            except ValueError:
+                continue
+            fact = flower.cut_fact(entry, payload, dumps) if isinstance(entry, dict) else None
+            if fact is not None:
+                facts[skey, seq] = (entry["uuid"], fact)
+        return facts
+
+    def test_append_notes_no_cut_facts_the_first_trim_on_load_notes_them(self):
+        store = self.stored(self.big_results())
+        self.assertEqual(self.cut_facts(store), {})   # append pays nothing for them
+        self.assertEqual(store._db.execute("SELECT count(*) FROM entries WHERE facts LIKE '1t%'").fetchone(), (0,))
+        asyncio.run(PruningSessionStore(store).load(KEY))   # trim off: nothing noted
+        self.assertEqual(self.cut_facts(store), {})
+        policy = flower.PrunePolicy(trim=True, spill_dir=tempfile.mkdtemp(dir=self.tmp.name))
+        want, report = flower.prune(store.load_sync(KEY), policy)
+        wrapped = PruningSessionStore(store, policy=policy)
+        cut = []
+        real = SqliteSessionStore._read_cut
+        with unittest.mock.patch.object(SqliteSessionStore, "_read_cut", staticmethod(lambda *a: (real(*a), cut.append(1))[0])):
+            for load in range(3):
+                self.assertEqual(json.dumps(asyncio.run(wrapped.load(KEY))), json.dumps(want))
+                self.assertEqual(wrapped.last_report.as_dict(), report.as_dict())
+                noted = self.cut_facts(store)
+                self.assertEqual(noted, self.true_cut_facts(store))   # every one, and each as the row tells it
+                self.assertGreater(len(noted), 80)
+                self.assertEqual(len(cut), load * (report.trimmed))   # the first load read every row whole
+
+    def test_cut_facts_go_with_rows_another_writer_changes_or_deletes(self):
+        import random
+        import sqlite3
+        rng = random.Random(21)
+        policies = [flower.PrunePolicy(trim=True), flower.PrunePolicy(trim=True, trim_keep=1, trim_min_chars=1000, keep_glances=0)]
+        for trial in range(30):
+            store = self.stored(self.big_results(seed=trial, n=40))
+            spill = tempfile.mkdtemp(dir=self.tmp.name)
+            for policy in policies:
+                asyncio.run(PruningSessionStore(store, policy=dataclasses.replace(policy, spill_dir=spill)).load(KEY))
+            noted = self.cut_facts(store)
+            self.assertGreater(len(noted), 20)
+            other = sqlite3.connect(store.path, isolation_level=None)   # knowing nothing of flower
+            self.addCleanup(other.close)
+            if trial % 5 == 0:   # a writer drops a trigger too: the next load forgets every cut fact
+                other.execute(f"DROP TRIGGER {rng.choice(list(flower.CUT_TRIGGERS))}")
+            hows = []
+            for _, seq in rng.sample(sorted(noted), rng.randint(1, 6)):
+                how = rng.choice(["longer", "error", "delete", "uuid column", "payload uuid", "damage", "session"])
+                hows.append(how)
+                payload = other.execute("SELECT payload FROM entries WHERE seq = ?", (seq,)).fetchone()[0]
+                entry = json.loads(payload)
+                block = entry["message"]["content"][0]
+                if how == "delete":
+                    other.execute("DELETE FROM entries WHERE seq = ?", (seq,))
+                    continue
+                if how == "uuid column":
+                    other.execute("UPDATE entries SET uuid = 'moved-' || uuid WHERE seq = ?", (seq,))
+                    continue
+                if how == "session":
+                    other.execute("UPDATE entries SET skey = 'proj/elsewhere' WHERE seq = ?", (seq,))
+                    continue
+                if how == "longer":
+                    block["content"] += "z" * 3000
+                elif how == "error":   # an unavailable-tool error now: the steps before trim drop it
+                    block.update(is_error=True, content="<tool_use_error>Error: No such tool available: X</tool_use_error>" + block["content"])
+                elif how == "payload uuid":
+                    entry["uuid"] = "other-" + entry["uuid"]
+                text = "{\"x" if how == "damage" else json.dumps(entry, ensure_ascii=False, separators=(",", ":"))
+                other.execute("UPDATE entries SET payload = ? WHERE seq = ?", (text, seq))
+            for policy in policies:
+                with self.subTest(trial=trial, policy=policy):
+                    self.assertSameAsPrune(store, dataclasses.replace(policy, spill_dir=spill))
+                    noted, true = self.cut_facts(store), self.true_cut_facts(store)
+                    self.assertEqual({k: true.get(k) for k in noted}, noted)   # none stale
+                    if "damage" not in hows:   # (a damaged row: every load takes the plain path, which notes nothing)
+                        self.assertEqual(noted, true)   # and every row read whole noted
+            self.assertEqual({r[0] for r in other.execute(flower.SQL_TRIGGERS_KNOWN)},
+                             {flower.FACTS_TRIGGER, *flower.CUT_TRIGGERS})   # back, for later writes
+
+    def test_cut_facts_of_another_version_are_not_used_and_noted_again(self):
+        store = self.stored(self.big_results())
+        policy = flower.PrunePolicy(trim=True, spill_dir=tempfile.mkdtemp(dir=self.tmp.name))
+        want = json.dumps(flower.prune(store.load_sync(KEY), policy)[0])
+        wrapped = PruningSessionStore(store, policy=policy)
+        asyncio.run(wrapped.load(KEY))
+        true = self.true_cut_facts(store)
+        store._db.execute("UPDATE cut_facts SET fact = '0' || substr(fact, 2)")   # of version 0
+        cut = []
+        real = SqliteSessionStore._read_cut
+        with unittest.mock.patch.object(SqliteSessionStore, "_read_cut", staticmethod(lambda *a: (real(*a), cut.append(1))[0])):
+            self.assertEqual(json.dumps(asyncio.run(wrapped.load(KEY))), want)
+            self.assertEqual(cut, [])   # not used: each row was read whole
+            self.assertEqual(self.cut_facts(store), true)   # and its fact noted anew
+            self.assertEqual(json.dumps(asyncio.run(wrapped.load(KEY))), want)
+            self.assertEqual(len(cut), wrapped.last_report.trimmed)   # every row trimmed was read cut
+            self.assertGreater(len(cut), 30)
+
+    def test_a_row_changed_while_a_load_reads_it_gets_no_stale_cut_fact(self):
+        # the load reads a snapshot: a row another writer changes meanwhile was read as it was, and a
+        # cut fact worked out from that must not be noted for the row as it is now
+        import sqlite3
+        store = self.stored(self.big_results())
+        other = sqlite3.connect(store.path, isolation_level=None, check_same_thread=False)   # the load runs in a worker thread
+        self.addCleanup(other.close)
+        seq, payload = other.execute("SELECT seq, payload FROM entries WHERE length(payload) > 1500 "
+                                     "ORDER BY seq DESC LIMIT 1").fetchone()
+        changed = json.loads(payload)
+        changed["message"]["content"][0]["content"] += "w" * 5000
+        real, calls = flower.cut_fact, []
+
+        def meanwhile(*args):
+            if not calls:
+                other.execute("UPDATE entries SET payload = ? WHERE seq = ?", (json.dumps(changed, ensure_ascii=False, separators=(",", ":")), seq))
+            calls.append(1)
+            return real(*args)
+        policy = flower.PrunePolicy(trim=True, spill_dir=tempfile.mkdtemp(dir=self.tmp.name))
+        with unittest.mock.patch.object(flower, "cut_fact", meanwhile):
+            asyncio.run(PruningSessionStore(store, policy=policy).load(KEY))
+        self.assertGreater(len(calls), 20)
+        self.assertEqual(self.cut_facts(store), {})   # nothing of that snapshot is trusted
+        asyncio.run(PruningSessionStore(store, policy=policy).load(KEY))
+        self.assertEqual(self.cut_facts(store), self.true_cut_facts(store))   # the next load notes them
+        self.assertIn((flower._key_string(KEY), seq), self.cut_facts(store))
+        self.assertSameAsPrune(store, policy)
+
+    def test_a_busy_or_read_only_store_loads_all_the_same_and_notes_later(self):
+        import sqlite3
+        store = self.stored(self.big_results())
+        policy = flower.PrunePolicy(trim=True, spill_dir=tempfile.mkdtemp(dir=self.tmp.name))
+        want = flower.prune(store.load_sync(KEY), policy)[0]
+        wait = store._db.execute("PRAGMA busy_timeout").fetchone()[0]
+        other = sqlite3.connect(store.path, isolation_level=None)
+        self.addCleanup(other.close)
+        other.execute("BEGIN IMMEDIATE")   # another writer holds the store
+        try:
+            self.assertEqual(json.dumps(asyncio.run(PruningSessionStore(store, policy=policy).load(KEY))), json.dumps(want))
+        finally:
+            other.execute("ROLLBACK")
+        self.assertEqual(self.cut_facts(store), {})
+        self.assertEqual(store._db.execute("PRAGMA busy_timeout").fetchone()[0], wait)   # as it was
+        readonly = SqliteSessionStore("file:" + store.path + "?mode=ro")   # not a path: a URI is not opened as one
+        readonly.close()
+        asyncio.run(PruningSessionStore(store, policy=policy).load(KEY))
+        self.assertEqual(self.cut_facts(store), self.true_cut_facts(store))
+
+    def test_a_store_an_older_flower_wrote_with_cut_facts_in_its_rows(self):
+        # that flower stored "t" facts in the facts column and had no cut_facts table: those facts tell
+        # nothing now (the rows are read whole, once), and its rows get their facts noted here
+        import sqlite3
+        entries = self.big_results()
+        store = self.stored(entries)
+        path = store.path
+        store.close()
+        db = sqlite3.connect(path)
+        dumps = flower._compact_json()
+        rows = db.execute("SELECT seq, payload FROM entries").fetchall()
+        old = [(flower.cut_fact(json.loads(p), p, dumps), seq) for seq, p in rows]
+        db.executemany("UPDATE entries SET facts = ? WHERE seq = ? AND facts IS NULL", [o for o in old if o[0]])
+        for name in flower.CUT_TRIGGERS:
+            db.execute(f"DROP TRIGGER {name}")
+        db.execute("DROP TABLE cut_facts")
+        db.commit()
+        db.close()
+        store = self.stored([], path)
+        self.assertGreater(store._db.execute("SELECT count(*) FROM entries WHERE facts LIKE '1t%'").fetchone()[0], 80)
+        for policy in self.POLICIES:
+            with self.subTest(policy=policy):
+                self.assertSameAsPrune(store, policy)
+        self.assertEqual(self.cut_facts(store), self.true_cut_facts(store))
 
     def test_the_rows_a_load_plans_from_are_read_from_their_indexes_alone(self):
         # a row read from the table is read past its payload to its facts (overflow pages and all):
@@ -365,14 +554,17 @@ class StoredFacts(unittest.TestCase):
         for statement in flower.SQL_OLD_INDEXES:
             db.execute(statement)
         db.execute(f"CREATE INDEX entries_left_{flower.FACTS_VERSION} ON entries(skey, seq) WHERE {flower._LEFT}")
+        db.execute(f"CREATE INDEX entries_cut_{flower.FACTS_VERSION} ON entries(skey, seq, uuid, facts) "
+                   f"WHERE facts >= '1t' AND facts < '1u'")   # an older flower's, when cut facts were in the row
         db.commit()
         db.close()
         store = self.stored([], path)
         names = {r[0] for r in store._db.execute("SELECT name FROM sqlite_master WHERE type='index'")}
         self.assertNotIn(f"entries_left_{flower.FACTS_VERSION}", names)
-        for query in (flower.SQL_LEFT_ROWS, flower.SQL_CUT_ROWS):
+        self.assertNotIn(f"entries_cut_{flower.FACTS_VERSION}", names)
+        for query, way in ((flower.SQL_LEFT_ROWS, "COVERING INDEX"), (flower.SQL_CUT_ROWS, "USING PRIMARY KEY")):
             plan = " ".join(str(r[-1]) for r in store._db.execute("EXPLAIN QUERY PLAN " + query, ("k",)))
-            self.assertIn("COVERING INDEX", plan, query)
+            self.assertIn(way, plan, query)   # the cut facts' table is its primary key: nothing else to read
 
     def test_a_careful_prune_takes_no_rows_read_cut(self):
         # a uuid that is not a string makes the prune careful: the rows it let leave are not known
@@ -515,9 +707,8 @@ class StoredFacts(unittest.TestCase):
         from tests.transcripts import random_transcript
 
         class LooksEverythingUp(SqliteSessionStore):
-            def _insert_with_facts(self, skey, entries, uuids, payloads, cuts):
+            def _insert_with_facts(self, skey, entries, uuids, payloads):
                 facts = flower.batch_facts(entries, functools.partial(self._stored_entries, skey))
-                facts = [fact or cut for fact, cut in zip(facts, cuts)]
                 self._db.executemany(flower.SQL_APPEND_ENTRY, list(zip([skey] * len(entries), uuids, payloads, facts)))
 
         def denial(u, parent, tool_id):
