@@ -3028,15 +3028,20 @@ def fact_leaver(uid: str, fact: str) -> Leaver:
     """The Leaver a ``d`` fact tells (see :func:`_result_fact`), ``uid`` being its row's uuid: kind,
     chars, tool id, parent, then the call's uuid, whether it is the call's only block, its chars, its
     parent and the tool's name, joined by FACT_SEP (ValueError when it does not parse)."""
-    def opt(value: str) -> str | None:
-        if value[:1] not in ("n", "s"):
-            raise ValueError(f"bad fact field {value!r}")
-        return None if value == "n" else value[1:]
     kind, chars, tool_id, parent, use_uuid, use_lone, use_chars, use_parent, name = fact[2:].split(FACT_SEP)
     if kind not in ("d", "u") or use_lone not in ("0", "1") or not tool_id or not isinstance(uid, str):
         raise ValueError(f"bad fact {fact!r}")
-    return Leaver(uid, kind, tool_id, _count(chars), opt(parent), opt(use_uuid), use_lone == "1",
-                  _count(use_chars), opt(use_parent), opt(name))
+    return Leaver(uid, kind, tool_id, _count(chars), _fact_opt(parent), _fact_opt(use_uuid), use_lone == "1",
+                  _count(use_chars), _fact_opt(use_parent), _fact_opt(name))
+
+
+def _fact_opt(value: str) -> str | None:
+    """An optional field of a fact (see :func:`_opt`); ValueError when it is neither."""
+    if value == "n":
+        return None
+    if value[:1] != "s":
+        raise ValueError(f"bad fact field {value!r}")
+    return value[1:]
 
 
 # A big tool result a trim-on load replaces by a pointer to its spill file need not be parsed once that
@@ -3142,18 +3147,20 @@ def plan_cuts(plan: LeavePlan, rows: Iterable[tuple[int, Any, str]], policy: Pru
         return
     least = max(policy.trim_min_chars, policy.glance_max_chars + 1 if policy.expire_glances else 0)
     folder = os.path.join(policy.spill_dir or ".flower/spill", "")
-    template = text("trimmed_result", policy.lang)
+    template, keep, cuts, saved = text("trimmed_result", policy.lang).format, policy.trim_keep, plan.cuts, 0
     newer = 0   # sure-big results after the row at hand
     for seq, uid, fact in reversed(list(rows)):
         chars = _count(fact[2:].partition(":")[0])
         if chars < least:
             continue
-        name = _uuid_spill_name(uid, 0) if newer >= policy.trim_keep else None
-        if name in present:
-            marker = template.format(n=chars, path=folder + name)
-            plan.cuts[seq] = (uid, fact, marker)
-            plan.cut_saved += chars - len(marker)
+        if newer >= keep and uid.__class__ is str:
+            name = uid + "-0.txt"   # the spill name of a uuid; one found in the listing is a plain name there
+            if name in present:
+                marker = template(n=chars, path=folder + name)
+                cuts[seq] = (uid, fact, marker)
+                saved += chars - len(marker)
         newer += 1
+    plan.cut_saved += saved
 
 
 # --- Notes (pure): markdown sections, brief, goal, verdict, handoff ledger ---
@@ -3935,8 +3942,10 @@ class SqliteSessionStore:
             if db.execute(SQL_DATA_VERSION).fetchone()[0] == version:
                 db.executemany(SQL_NOTE_CUT, [(skey, seq, uid, fact) for seq, uid, fact in found])
             db.execute("COMMIT")
-        except sqlite3.OperationalError:
+        except BaseException as exc:   # never a transaction left open, whatever stopped it
             db.execute("ROLLBACK")
+            if not isinstance(exc, sqlite3.OperationalError):
+                raise
 
     @staticmethod
     def _not_an_object(payload: Any) -> dict:

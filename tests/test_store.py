@@ -470,6 +470,23 @@ class StoredFacts(unittest.TestCase):
             self.assertEqual(len(cut), wrapped.last_report.trimmed)   # every row trimmed was read cut
             self.assertGreater(len(cut), 30)
 
+    def test_cut_facts_naming_other_rows_or_odd_files_change_nothing(self):
+        # the facts' table is flower's, but what it says of a row is checked against the row read
+        store = self.stored(self.big_results())
+        policy = flower.PrunePolicy(trim=True, spill_dir=tempfile.mkdtemp(dir=self.tmp.name))
+        want = json.dumps(flower.prune(store.load_sync(KEY), policy)[0])
+        asyncio.run(PruningSessionStore(store, policy=policy).load(KEY))
+        seqs = [seq for _, seq in sorted(self.cut_facts(store))]
+        for name in ("..-0.txt", "7-0.txt", "x-0.txt"):
+            open(os.path.join(policy.spill_dir, name), "w").close()
+        store._db.execute("UPDATE cut_facts SET uuid = '..' WHERE seq = ?", (seqs[0],))
+        store._db.execute("UPDATE cut_facts SET uuid = 7 WHERE seq = ?", (seqs[1],))
+        store._db.execute("UPDATE cut_facts SET uuid = 'x' WHERE seq = ?", (seqs[2],))
+        store._db.execute("UPDATE cut_facts SET fact = (SELECT fact FROM cut_facts WHERE seq = ?) WHERE seq = ?",
+                          (seqs[4], seqs[3]))   # another row's offsets
+        for _ in range(2):
+            self.assertEqual(json.dumps(asyncio.run(PruningSessionStore(store, policy=policy).load(KEY))), want)
+
     def test_a_row_changed_while_a_load_reads_it_gets_no_stale_cut_fact(self):
         # the load reads a snapshot: a row another writer changes meanwhile was read as it was, and a
         # cut fact worked out from that must not be noted for the row as it is now
