@@ -3623,14 +3623,17 @@ SQL_OLD_INDEXES = (f"DROP INDEX IF EXISTS entries_leavers_{FACTS_VERSION}",   # 
                    f"DROP INDEX IF EXISTS entries_cut_{FACTS_VERSION}")       # and its cut facts in the row
 SQL_LEFT_ROWS = f"SELECT uuid, facts FROM entries WHERE skey=? AND {_LEFT} ORDER BY seq"
 # (payload, facts, uuid, seq) of every other row; the uuid only where a plan may leave the row out (facts
-# b, c, d: a lone call, or a denial the plan keeps). (An older flower kept cut facts in the row: "t"
-# facts, which tell nothing here.)
-SQL_LOAD_WITH_FACTS = (f"SELECT payload, facts, CASE WHEN facts >= '{FACTS_VERSION}b' THEN uuid END, seq "
-                       f"FROM entries WHERE skey=? AND (facts IS NULL OR facts < '{FACTS_VERSION}e' "
-                       f"OR facts >= '{FACTS_VERSION}f') ORDER BY seq")
+# b, c, d: a lone call, or a denial the plan keeps), the seq only where a trim-on load may read the row
+# cut or note its cut fact (no facts of this version; an older flower kept "t" facts in the row, which
+# tell nothing here). Each column a row brings costs (about 0.15 us a row for a seq), hence NULLs.
+_LOAD_ROWS = (f"SELECT payload, facts, CASE WHEN facts >= '{FACTS_VERSION}b' THEN uuid END, {{seq}} "
+              f"FROM entries WHERE skey=? AND (facts IS NULL OR facts < '{FACTS_VERSION}e' "
+              f"OR facts >= '{FACTS_VERSION}f') ORDER BY seq")
+SQL_LOAD_WITH_FACTS = _LOAD_ROWS.format(seq="NULL")
+SQL_LOAD_TRIMMING = _LOAD_ROWS.format(seq=f"CASE WHEN facts IS NULL OR facts >= '{FACTS_VERSION}t' THEN seq END")
 # Every payload, with the Bash verdicts only (for a prune that keeps API errors)
 SQL_LOAD_KEEPING_ERRORS = (f"SELECT payload, CASE WHEN facts >= '{FACTS_VERSION}b' AND facts < '{FACTS_VERSION}c' "
-                           f"THEN facts END, NULL, seq FROM entries WHERE skey=? ORDER BY seq")
+                           f"THEN facts END, NULL, NULL FROM entries WHERE skey=? ORDER BY seq")
 
 class SqliteSessionStore:
     """The SDK ``SessionStore`` protocol on one SQLite file (WAL), plus sync extras for flower.
@@ -3856,7 +3859,7 @@ class SqliteSessionStore:
             if cuts:
                 plan_cuts(plan, cuts, policy, _existing_names(policy.spill_dir or ".flower/spill"))
         left = plan.left + errors if plan else errors
-        return plan, left, self._db.execute(SQL_LOAD_WITH_FACTS, (skey,))
+        return plan, left, self._db.execute(SQL_LOAD_TRIMMING if policy.trim else SQL_LOAD_WITH_FACTS, (skey,))
 
     @staticmethod
     def _fresh(rows: Iterable[tuple], marks: dict, plan: LeavePlan | None, found: list) -> Iterator[dict]:
@@ -3882,7 +3885,7 @@ class SqliteSessionStore:
                     continue
                 if facts[1] == "b":
                     marks[n] = facts[2]
-            if cuts and seq in cuts:
+            if seq is not None and cuts and seq in cuts:
                 yield SqliteSessionStore._read_cut(payload, *cuts[seq])
                 cut += 1
                 n += 1
@@ -3895,8 +3898,7 @@ class SqliteSessionStore:
                 raise ValueError("not JSON") from None
             if end != len(payload):
                 entry = loads(payload)
-            if noted is not None and len(payload) > CUT_MIN_CHARS and seq not in noted and \
-                    (facts is None or facts[:2] == _CUT_FACT):
+            if seq is not None and noted is not None and len(payload) > CUT_MIN_CHARS and seq not in noted:
                 fact = cut_fact(entry, payload, dumps)   # before prune changes the entry
                 if fact is not None:
                     found.append((seq, entry["uuid"], fact))
