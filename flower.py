@@ -3568,9 +3568,10 @@ CREATE TABLE IF NOT EXISTS summaries (
 SQL_ENTRY_COLUMNS = "PRAGMA table_info(entries)"
 SQL_ADD_FACTS = "ALTER TABLE entries ADD COLUMN facts TEXT"
 SQL_APPEND_ENTRY = "INSERT OR IGNORE INTO entries(skey, uuid, payload, facts) VALUES (?,?,?,?)"
-# The newest n rows of a session: those a batch just added, inside its transaction (a new row's seq is
-# above every seq in the table, with or without AUTOINCREMENT, and the write lock is held)
+# The newest n rows of a session: those a batch just added, inside its transaction (with AUTOINCREMENT a
+# new row's seq is above every seq the table ever held, and the write lock is held)
 SQL_DELETE_NEWEST = "DELETE FROM entries WHERE seq IN (SELECT seq FROM entries WHERE skey=? ORDER BY seq DESC LIMIT ?)"
+SQL_ENTRIES_TABLE = "SELECT sql FROM sqlite_master WHERE type='table' AND name='entries'"
 # A session touched by a batch, its mtime later than every other session's (listing order)
 SQL_TOUCH_SESSION = ("INSERT INTO sessions(skey, project_key, session_id, subpath, mtime, context) "
                      "VALUES (?1, ?2, ?3, ?4, max(?5, COALESCE((SELECT MAX(mtime) FROM sessions), 0) + 1), ?6) "
@@ -3592,7 +3593,10 @@ SQL_FACTS_TRIGGER = (f"CREATE TRIGGER IF NOT EXISTS {FACTS_TRIGGER} AFTER UPDATE
 SQL_OLD_TRIGGERS = "DROP TRIGGER IF EXISTS entries_facts_stale"   # an older flower's: on payload only
 # The cut facts of big results (see plan_cuts) are noted by the load that first reads their rows whole,
 # in a table of their own (an update of the row would rewrite its payload): a row changed or deleted by
-# any writer takes its cut fact with it
+# any writer takes its cut fact with it. Not a row another writer replaces (INSERT OR REPLACE fires no
+# delete trigger unless that writer turned recursive_triggers on): a fact that then misleads a load makes
+# it fall back and forget the session's facts, and one that still fits the new text is believed, as
+# what a writer puts in the facts column is.
 CUT_TRIGGERS = {
     "cut_facts_stale_1": "AFTER UPDATE OF payload, uuid, skey, seq ON entries",
     "cut_facts_gone_1": "AFTER DELETE ON entries",
@@ -3602,6 +3606,7 @@ SQL_CUT_TRIGGER = ("CREATE TRIGGER IF NOT EXISTS {name} {when} BEGIN "
 SQL_TRIGGERS_KNOWN = (f"SELECT name FROM sqlite_master WHERE type='trigger' AND name IN "
                       f"('{FACTS_TRIGGER}', {', '.join(repr(n) for n in CUT_TRIGGERS)})")
 SQL_FORGET_CUTS = "DELETE FROM cut_facts"
+SQL_FORGET_SESSION_CUTS = "DELETE FROM cut_facts WHERE skey=?"
 SQL_CUT_ROWS = (f"SELECT seq, uuid, fact FROM cut_facts WHERE skey=? AND fact >= '{FACTS_VERSION}t' "
                 f"AND fact < '{FACTS_VERSION}u' ORDER BY seq")   # of another version: noted again, replaced
 SQL_NOTE_CUT = "INSERT OR REPLACE INTO cut_facts(skey, seq, uuid, fact) VALUES (?,?,?,?)"
@@ -3671,6 +3676,10 @@ class SqliteSessionStore:
             except sqlite3.DatabaseError as exc:
                 raise FlowerError(f"{path} is not a usable session store ({exc}); it was left untouched: "
                                   f"move it aside or use another --run-dir", EXIT_SETUP) from None
+        # A table made without AUTOINCREMENT (by hand) may give a new row a lower seq than an old one
+        # (past the largest rowid, SQLite picks free ones at random): its batches take the careful way
+        schema = self._db.execute(SQL_ENTRIES_TABLE).fetchone()
+        self._rising = bool(schema) and "AUTOINCREMENT" in schema[0].upper()
 
     @staticmethod
     def _connect(path: str, busy_timeout: float) -> sqlite3.Connection:
@@ -3769,17 +3778,24 @@ class SqliteSessionStore:
         worked out as if every row were new (the batch's own calls as they are, only the others
         looked up); when the insert shows that a row was stored already (a batch sent again, a reused
         uuid: the first row stays), the rows it added are taken out again and inserted with every
-        call looked up. (A SAVEPOINT would do the same, but costs its statement journal on every
-        batch; the rows a batch added are the session's newest, as many as the insert counts.)"""
+        call looked up. The rows a batch added are the session's newest, as many as the insert counts;
+        where seqs need not rise, a SAVEPOINT undoes the insert instead (it costs its statement journal
+        on every batch, hence not always)."""
         def insert(facts: list[str | None]) -> int:
             return self._db.executemany(SQL_APPEND_ENTRY, [(skey, uid, payload, fact) for uid, payload, fact
                                                            in zip(uuids, payloads, facts)]).rowcount
         stored = functools.partial(self._stored_entries, skey)
+        if not self._rising:
+            self._db.execute("SAVEPOINT batch")
         added = insert(batch_facts(entries, stored, batch_first=True))
         if added < len(entries):
-            if added:
+            if not self._rising:
+                self._db.execute("ROLLBACK TO batch")
+            elif added:
                 self._db.execute(SQL_DELETE_NEWEST, (skey, added))
             insert(batch_facts(entries, stored))
+        if not self._rising:
+            self._db.execute("RELEASE batch")
 
     def _stored_entries(self, skey: str, uuids: list[str]) -> dict[str, Any]:
         """uuid -> the entry stored under it (None for a row that does not parse), of ``uuids``."""
@@ -3825,6 +3841,7 @@ class SqliteSessionStore:
             if not self._db.execute(SQL_SESSION_KNOWN, (skey,)).fetchone():
                 return None
             marks: dict[int, str] = {}
+            plan = None
             with _gc_paused():
                 try:
                     self._trust_facts(self._db)   # another connection may have dropped a trigger since
@@ -3833,9 +3850,11 @@ class SqliteSessionStore:
                     found: list[tuple] = []
                     done = _prune(self._fresh(rows, marks, plan, found), policy, True, left, marks, plan)
                 except (ValueError, TypeError, IndexError, sqlite3.OperationalError):
-                    pass   # PlanBroken, a damaged row or fact, or an SQLite without json_each
+                    if plan is not None and plan.cuts:   # e.g. a row another writer replaced under its fact
+                        self._best_effort(lambda db: db.execute(SQL_FORGET_SESSION_CUTS, (skey,)))
                 else:
-                    self._note_cuts(skey, found, version)
+                    if found:
+                        self._best_effort(lambda db: self._note_cuts(db, skey, found, version))
                     return done
         entries = self.load_sync(key)
         return None if entries is None else _prune(entries, policy, True)
@@ -3925,29 +3944,35 @@ class SqliteSessionStore:
         block["content"] = marker
         return entry
 
-    def _note_cuts(self, skey: str, found: list[tuple], version: int) -> None:
+    @staticmethod
+    def _note_cuts(db: sqlite3.Connection, skey: str, found: list[tuple], version: int) -> None:
         """Keep the cut facts a load ``found`` (see :meth:`_fresh`), unless another connection wrote since
-        the load began (``version``: its data_version), which may have changed those rows. Best effort:
-        a store busy for more than a moment, or read-only, is left as it is (a later load notes them)."""
-        if not found:
-            return
+        the load began (``version``: its data_version), which may have changed those rows."""
+        if db.execute(SQL_DATA_VERSION).fetchone()[0] == version:
+            db.executemany(SQL_NOTE_CUT, [(skey, seq, uid, fact) for seq, uid, fact in found])
+
+    def _best_effort(self, write: Callable[[sqlite3.Connection], Any]) -> bool:
+        """``write(db)`` in a transaction of its own, for what a load keeps of what it learned (cut facts
+        found, or forgotten when they misled it): a store busy for more than a moment, or read-only, is
+        left as it is (a later load tries again). False when nothing was written."""
         db = self._db
         wait = db.execute("PRAGMA busy_timeout").fetchone()[0]
         db.execute("PRAGMA busy_timeout=100")
         try:
             db.execute("BEGIN IMMEDIATE")
         except sqlite3.OperationalError:
-            return
+            return False
         finally:
             db.execute(f"PRAGMA busy_timeout={int(wait)}")
         try:
-            if db.execute(SQL_DATA_VERSION).fetchone()[0] == version:
-                db.executemany(SQL_NOTE_CUT, [(skey, seq, uid, fact) for seq, uid, fact in found])
+            write(db)
             db.execute("COMMIT")
+            return True
         except BaseException as exc:   # never a transaction left open, whatever stopped it
             db.execute("ROLLBACK")
             if not isinstance(exc, sqlite3.OperationalError):
                 raise
+            return False
 
     @staticmethod
     def _not_an_object(payload: Any) -> dict:

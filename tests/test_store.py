@@ -487,6 +487,43 @@ class StoredFacts(unittest.TestCase):
         for _ in range(2):
             self.assertEqual(json.dumps(asyncio.run(PruningSessionStore(store, policy=policy).load(KEY))), want)
 
+    def test_a_fact_that_misleads_a_load_is_forgotten_not_kept_forever(self):
+        # INSERT OR REPLACE through the uuid index deletes the old row without firing delete triggers
+        # (SQLite fires them then only with recursive_triggers on): its fact is left naming a seq that is
+        # gone; the load that meets it falls back once, forgets the session's facts, and the next ones
+        # note them again and read rows cut
+        import sqlite3
+        store = self.stored(self.big_results())
+        policy = flower.PrunePolicy(trim=True, trim_keep=1, trim_min_chars=1000, expire_glances=False,
+                                    spill_dir=tempfile.mkdtemp(dir=self.tmp.name))   # every old result read cut
+        wrapped = PruningSessionStore(store, policy=policy)
+        for _ in range(2):
+            asyncio.run(wrapped.load(KEY))
+        seq = min(seq for _, seq in self.cut_facts(store))
+        other = sqlite3.connect(store.path, isolation_level=None)
+        self.addCleanup(other.close)
+        other.execute("INSERT OR REPLACE INTO entries(skey, uuid, payload) SELECT skey, uuid, payload FROM entries WHERE seq=?", (seq,))
+        self.assertIn((flower._key_string(KEY), seq), self.cut_facts(store))   # the orphan the test is about
+        want = json.dumps(flower.prune(store.load_sync(KEY), policy)[0])
+        broken, cut = [], []
+        real_fresh, real_cut = SqliteSessionStore._fresh, SqliteSessionStore._read_cut
+
+        def fresh(*args):
+            try:
+                yield from real_fresh(*args)
+            except flower.PlanBroken:
+                broken.append(1)
+                raise
+        with unittest.mock.patch.object(SqliteSessionStore, "_fresh", staticmethod(fresh)), \
+                unittest.mock.patch.object(SqliteSessionStore, "_read_cut", staticmethod(lambda *a: (real_cut(*a), cut.append(1))[0])):
+            for load in range(3):
+                cut.clear()
+                self.assertEqual(json.dumps(asyncio.run(wrapped.load(KEY))), want)
+        self.assertEqual(len(broken), 1)   # once, not on every load
+        self.assertEqual(self.cut_facts(store), self.true_cut_facts(store))
+        self.assertEqual(len(cut), wrapped.last_report.trimmed)   # and rows are read cut again
+        self.assertGreater(len(cut), 50)
+
     def test_a_row_changed_while_a_load_reads_it_gets_no_stale_cut_fact(self):
         # the load reads a snapshot: a row another writer changes meanwhile was read as it was, and a
         # cut fact worked out from that must not be noted for the row as it is now
@@ -791,6 +828,16 @@ class StoredFacts(unittest.TestCase):
         store = self.stored([entry("a")], path)
         store.append_sync(KEY, [entry("a"), entry("b")])
         self.assertEqual([e["uuid"] for e in store.load_sync(KEY)], ["a", "b"])
+        # past the largest rowid SQLite picks free seqs at random: a new row may come before old ones
+        db = sqlite3.connect(path)
+        db.execute("INSERT INTO entries(seq, skey, uuid, payload) VALUES (9223372036854775807, 'other', 'z', '{}')")
+        db.commit()
+        db.close()
+        store = self.stored([], path)
+        sent = [entry(f"u{i}") for i in range(40)]
+        for k in range(0, 40, 2):
+            store.append_sync(KEY, sent[max(0, k - 3):k + 2])   # each batch sends three rows again
+        self.assertEqual(sorted(e["uuid"] for e in store.load_sync(KEY)), sorted(["a", "b"] + [e["uuid"] for e in sent]))
 
     def test_a_reused_tool_id_falls_back_to_the_full_prune(self):
         # a plan made from what was noted at append time would drop the wrong call when a later row
