@@ -1636,10 +1636,8 @@ def block_text(block: Any) -> str:
         return ""
     if block.get("type") == "text":
         return str(block.get("text", ""))
-    if block.get("type") == "tool_result":
-        return block_text(block.get("content"))
-    if block.get("type") is None and "content" in block:
-        return block_text(block.get("content"))
+    if block.get("type") == "tool_result" or block.get("type") is None and "content" in block:
+        return _content_text(block.get("content"))   # a string, or a list of blocks (a subagent's report)
     return ""
 
 
@@ -1700,6 +1698,62 @@ def entry_context(entries: Iterable[dict]) -> int | None:
             if value:
                 return value
     return None
+
+
+def estimate_tokens(entries: list[dict]) -> int:
+    """A conservative token estimate of what a transcript sends (text, tool inputs and results at
+    about 3.5 characters a token, an image at its most): errs on the side of a handoff, never an
+    overflow."""
+    chars = 0
+    inputs = []
+    for entry in entries:
+        kind = entry.get("type")
+        if kind != "user" and kind != "assistant":
+            continue
+        message = entry.get("message")
+        content = message.get("content") if isinstance(message, dict) else None
+        if content.__class__ is str:
+            chars += len(content)
+        elif isinstance(content, list):
+            for block in content:
+                if isinstance(block, dict):
+                    kind = block.get("type")
+                    if kind == "tool_use":
+                        inputs.append(block.get("input"))
+                    elif kind == "tool_result" or kind == "text":
+                        said = block.get("content" if kind == "tool_result" else "text")
+                        chars += len(said) if said.__class__ is str else _rich_chars(block)
+                    else:
+                        chars += _other_chars(block)
+        elif isinstance(content, str):
+            chars += len(content)
+    return _tokens(chars, inputs)
+
+
+def _tokens(chars: int, inputs: list) -> int:
+    """:func:`estimate_tokens` of ``chars`` characters of text and these tool inputs (the JSON text of
+    each, from one encoding of all: "[" + ", ".join(...) + "]")."""
+    chars += len(_json_text(inputs)) - 2 * len(inputs) if inputs else 0
+    return int(chars / 3.5)
+
+
+# An image costs at most about 1,600 tokens (the API scales it to ~1.15 megapixels; pixels / 750),
+# whatever its base64 text weighs: counted as that many tokens' characters.
+_IMAGE_CHARS = 1_600 * 7 // 2
+
+
+def _rich_chars(block: dict) -> int:
+    """What a text or tool_result block whose text is not a plain string weighs: its text, and every
+    image in it (a subagent's report and a read image come as lists of blocks)."""
+    content = block.get("content") if block.get("type") == "tool_result" else None
+    images = sum(1 for b in content if isinstance(b, dict) and b.get("type") == "image") \
+        if isinstance(content, list) else 0
+    return len(block_text(block)) + images * _IMAGE_CHARS
+
+
+def _other_chars(block: dict) -> int:
+    """What a block that is neither text, a tool use nor a result weighs (thinking, an image)."""
+    return _IMAGE_CHARS if block.get("type") == "image" else len(str(block.get("thinking", "")))
 
 
 def _is_denial(entry: dict) -> bool:
@@ -2615,6 +2669,8 @@ def _trim(st: _Pruning) -> None:
             continue
         now = block.get("content")
         if now.__class__ is not str:
+            if not _text_only(now):   # an image in it would not come back from a spill file
+                continue
             now = block_text(block)
         if len(now) >= least:
             big.append((k, now))
@@ -2631,6 +2687,12 @@ def _trim(st: _Pruning) -> None:
         st.set_result(k, marker).pop("toolUseResult", None)
     st.report.trimmed += len(old)
     st.report.chars_saved += saved
+
+
+def _text_only(content: Any) -> bool:
+    """Whether a result's content is all text (a string, or a list of strings and text blocks)."""
+    return not isinstance(content, list) or all(b.__class__ is str or isinstance(b, dict) and b.get("type") == "text"
+                                                for b in content)
 
 
 def _heal_id(tool_use_id: Any) -> str:
@@ -4238,37 +4300,6 @@ class PruningSessionStore:
 
 
 _THREADED_LOADS: set = set()   # SessionStore.load methods that only run load_sync in a worker thread
-
-
-def estimate_tokens(entries: list[dict]) -> int:
-    """A conservative token estimate of what a transcript sends (text, tool inputs and results at
-    about 3.5 characters a token): errs on the side of a handoff, never an overflow."""
-    chars = 0
-    inputs = []
-    for entry in entries:
-        kind = entry.get("type")
-        if kind != "user" and kind != "assistant":
-            continue
-        message = entry.get("message")
-        content = message.get("content") if isinstance(message, dict) else None
-        if content.__class__ is str:
-            chars += len(content)
-        elif isinstance(content, list):
-            for block in content:
-                if isinstance(block, dict):
-                    kind = block.get("type")
-                    if kind == "tool_use":
-                        inputs.append(block.get("input"))
-                    elif kind == "tool_result" or kind == "text":
-                        said = block.get("content" if kind == "tool_result" else "text")
-                        chars += len(said) if said.__class__ is str else len(block_text(block))
-                    else:
-                        chars += len(str(block.get("thinking", "")))
-        elif isinstance(content, str):
-            chars += len(content)
-    # the JSON text of every tool input, from one encoding of all ("[" + ", ".join(...) + "]")
-    chars += len(_json_text(inputs)) - 2 * len(inputs) if inputs else 0
-    return int(chars / 3.5)
 
 
 def write_spills(spills: dict[str, str]) -> None:

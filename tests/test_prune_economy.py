@@ -100,10 +100,6 @@ class Trim(unittest.TestCase):
             self.assertEqual(oct(os.stat(os.path.join(tmp, names[0])).st_mode & 0o777), "0o600")
 
 
-if __name__ == "__main__":
-    unittest.main()
-
-
 class Fits(unittest.TestCase):
     """What a resume sends stays under the handoff threshold, or the step hands off instead."""
 
@@ -202,3 +198,56 @@ class OneLoad(unittest.TestCase):
         self.assertEqual(entries, kept)
         self.assertEqual(len(pruned), len(kept) - 1)
         self.assertTrue(__import__("gc").isenabled())
+
+
+def report_session(n: int, size: int, image: bool = False) -> list[dict]:
+    """Subagent reports: tool results whose content is a list of text blocks (and an image)."""
+    b = Builder(random.Random(5))
+    b.prompt("survey the code")
+    for i in range(n):
+        b.tool("Task", {"description": f"part {i}", "prompt": "look"}, "")
+        blocks = [{"type": "text", "text": f"{i:05d}" + "r" * size}]
+        if image:
+            blocks.append({"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "A" * 400_000}})
+        b.entries[-1]["message"]["content"][0]["content"] = blocks
+        b.entries[-1]["toolUseResult"] = {"content": blocks, "status": "completed"}
+    return b.entries
+
+
+class RichResults(unittest.TestCase):
+    """Results that come as lists of blocks (a subagent's report, a read image) count, and trim, as text."""
+
+    def test_the_estimate_counts_their_text_and_an_image_at_its_most(self):
+        report = report_session(1, 50_000)
+        self.assertGreaterEqual(flower.estimate_tokens(report), 50_000 / 3.5)   # it counted 0
+        self.assertEqual(flower.block_text(report[-1]["message"]["content"][0]), "00000" + "r" * 50_000)
+        pictured = report_session(1, 10, image=True)
+        tokens = flower.estimate_tokens(pictured)
+        self.assertGreaterEqual(tokens, 1_600)                # what the API charges for an image at most
+        self.assertLess(tokens, 2_000)                        # not its 400 KB of base64
+        alone = [{"type": "user", "message": {"role": "user", "content": [{"type": "image", "source": {}}]}}]
+        self.assertEqual(flower.estimate_tokens(alone), 1_600)
+
+    def test_prepare_trims_old_reports_until_the_resume_fits(self):
+        inner = flower.SqliteSessionStore(":memory:")
+        key = {"project_key": "p", "session_id": "s"}
+        inner.append_sync(key, report_session(60, 20_000))   # ~1.2 MB of reports: ~340K tokens
+        with tempfile.TemporaryDirectory() as tmp:
+            store = flower.PruningSessionStore(inner, policy=flower.PrunePolicy(spill_dir=tmp))
+            self.assertTrue(asyncio.run(store.prepare(key, max_tokens=135_000)))
+            loaded = asyncio.run(store.load(key))
+            self.assertLess(len(json.dumps(loaded, ensure_ascii=False)), 135_000 * 3.5)   # what is sent, measured apart
+            self.assertEqual(sum("archived" in json.dumps(e) for e in loaded), 59)
+            texts = set()
+            for name in os.listdir(tmp):
+                with open(os.path.join(tmp, name), encoding="utf-8") as fh:
+                    texts.add(fh.read())
+            self.assertEqual(texts, {f"{i:05d}" + "r" * 20_000 for i in range(59)})   # each report's text, whole
+
+    def test_a_result_with_an_image_is_never_trimmed(self):
+        entries = report_session(30, 5_000, image=True)
+        with tempfile.TemporaryDirectory() as tmp:
+            pruned, report = flower.prune(entries, flower.PrunePolicy(trim=True, trim_keep=1, trim_min_chars=1000,
+                                                                      spill_dir=tmp))
+        self.assertEqual(report.trimmed, 0)                   # a spill file could not bring the image back
+        self.assertEqual(pruned, flower.prune(entries)[0])
