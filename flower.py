@@ -1703,7 +1703,7 @@ def entry_context(entries: Iterable[dict]) -> int | None:
 def estimate_tokens(entries: list[dict]) -> int:
     """A conservative token estimate of what a transcript sends (text, tool inputs and results at
     about 3.5 characters a token, an image at its most): errs on the side of a handoff, never an
-    overflow."""
+    overflow. (:func:`prune` can tell it for what it returns without this walk: ``estimate=True``.)"""
     chars = 0
     inputs = []
     for entry in entries:
@@ -2068,10 +2068,11 @@ class PruneReport:
     healed: int = 0
     chars_saved: int = 0
     spills: dict[str, str] = field(default_factory=dict)
+    tokens: int | None = None   # estimate_tokens() of what the prune returned, when asked for and known
 
     def as_dict(self) -> dict:
-        """The counts, for events and logs (without the spill texts)."""
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "spills"}
+        """The counts, for events and logs (without the spill texts and the estimate)."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in ("spills", "tokens")}
 
 
 def _survivors(drop_uuids: set, parent_of: dict) -> Callable[[str | None], str | None]:
@@ -2179,7 +2180,8 @@ class _Pruning:
     Later steps look only at what the scan indexed, never at every entry again."""
 
     __slots__ = ("policy", "own", "report", "work", "pars", "parents", "drop", "gone", "results", "uses", "errors",
-                 "call_at", "call_ids", "call_uids", "bash", "empty", "halted", "healed", "careful", "marks", "dropped", "planned")
+                 "call_at", "call_ids", "call_uids", "bash", "empty", "halted", "healed", "careful", "marks", "dropped", "planned",
+                 "chars", "extra", "recount")
 
     def __init__(self, policy: PrunePolicy, own: bool = False):
         self.policy = policy
@@ -2209,6 +2211,9 @@ class _Pruning:
         self.planned = False                                # old results a store left out (plan_leavers)
         self.dropped: list[tuple] = []                      # API-error entries the scan dropped: (len(work) then,
                                                             # uuid, parentUuid), for a careful re-link
+        self.chars = 0                                      # what estimate_tokens counts of ``work`` but for
+        self.extra: list = []                               # ``results`` and ``uses``; the inputs of the tool
+        self.recount = False                                # uses not in ``uses``; whether only a walk can tell
 
     def set_result(self, k: int, new_content: str, is_error: bool | None = None) -> dict:
         """Row ``k`` of ``results`` gets ``new_content`` (its entry copied unless the entries are ours);
@@ -2234,7 +2239,8 @@ class _Pruning:
 
 
 def _prune(entries: Iterable[dict], policy: PrunePolicy, consume: bool = False, left: Iterable[tuple] = (),
-           marks: dict[int, str] | None = None, plan: LeavePlan | None = None) -> tuple[list[dict], PruneReport]:
+           marks: dict[int, str] | None = None, plan: LeavePlan | None = None,
+           estimate: bool = False) -> tuple[list[dict], PruneReport]:
     """:func:`prune`; ``consume``: the entries are the caller's to give away (fresh from a load): they
     are changed in place instead of copied, and a list of them is emptied (what leaves is freed early).
     ``entries`` may be an iterator that parses them one by one: each is then indexed while it is still
@@ -2244,7 +2250,8 @@ def _prune(entries: Iterable[dict], policy: PrunePolicy, consume: bool = False, 
     the stored verdicts of lone Bash calls
     (position in ``entries`` -> "1" read-only or "0"). With a ``plan`` (:func:`plan_leavers`) a row
     naming one of the tool ids it left out raises :class:`PlanBroken`, as does any entry with the uuid
-    of a row in ``left``."""
+    of a row in ``left``. ``estimate``: the report's ``tokens`` is :func:`estimate_tokens` of what it
+    returns, told from what the scan counted (None where only a walk can tell)."""
     st = _drop_api_errors(entries, policy, consume, left, marks, plan)
     if consume and isinstance(entries, list):
         entries.clear()
@@ -2257,7 +2264,28 @@ def _prune(entries: Iterable[dict], policy: PrunePolicy, consume: bool = False, 
         _expire_glances(st)
     if policy.trim:
         _trim(st)
-    return _relink_and_heal(st), st.report
+    out = _relink_and_heal(st)
+    if estimate:
+        st.report.tokens = _estimate(st)
+    return out, st.report
+
+
+def _estimate(st: _Pruning) -> int | None:
+    """:func:`estimate_tokens` of what the prune returns: what the scan counted of the entries kept,
+    plus the results and the indexed tool uses as the steps left them, plus the healing entries. None
+    where entries may have left unseen (careful) or a tool use is not indexed once (an id twice)."""
+    if st.careful or st.recount:
+        return None
+    chars = st.chars + st.report.healed * len(text("interrupted_result", st.policy.lang))
+    for _, _, block, _ in st.results:
+        said = block.get("content")
+        chars += len(said) if said.__class__ is str else _rich_chars(block)
+    inputs = [use[1].get("input") for use in st.uses.values()]
+    inputs += st.extra
+    try:
+        return _tokens(chars, inputs)
+    except (TypeError, ValueError, RecursionError):   # not JSON (prune's own callers): the walk raises it
+        return None
 
 
 _REJECTED = "User rejected tool use"
@@ -2276,6 +2304,9 @@ def _drop_api_errors(entries: Iterable[dict], policy: PrunePolicy, own: bool = F
     drop_errors = policy.drop_api_errors
     uids = []   # every string uuid: a set of them tells whether one comes twice (cheaper than a map of all)
     st.marks = marks
+    chars = 0   # what estimate_tokens counts of the entries kept, but for results and indexed tool uses
+    extra = st.extra   # the inputs of the tool uses not indexed in ``uses``
+    indexed = 0        # tool uses indexed (more than ``uses`` holds: an id came twice)
     for entry in entries:
         get = entry.get
         uid = get("uuid")
@@ -2301,18 +2332,34 @@ def _drop_api_errors(entries: Iterable[dict], policy: PrunePolicy, own: bool = F
                         empty.append(i)
                     alone = len(content) == 1
                     for block in content:   # tool uses: the last use of an id decides
-                        if isinstance(block, dict) and block.get("type") == "tool_use":
+                        if not isinstance(block, dict):
+                            continue
+                        btype = block.get("type")
+                        if btype == "tool_use":
                             tool_id = block.get("id")
                             if tool_id and tool_id.__class__ is str:   # a bad row stays as it is
                                 if watched_uses and tool_id in watched_uses and watched_uses[tool_id] != uid:
                                     raise PlanBroken(tool_id)
                                 uses[tool_id] = (i, block, alone)
+                                indexed += 1
                                 if block.get("name") == "Bash":   # its command, read while the row is at hand
                                     args = block.get("input")
                                     command = args.get("command") if isinstance(args, dict) else None
                                     bash[tool_id] = (i, command if isinstance(command, str) else None)
                                 elif bash:
                                     bash.pop(tool_id, None)
+                            else:
+                                extra.append(block.get("input"))
+                        elif btype == "text":
+                            said = block.get("text")
+                            chars += len(said) if said.__class__ is str else _rich_chars(block)
+                        elif btype == "tool_result":   # in an assistant entry: no step looks at it
+                            said = block.get("content")
+                            chars += len(said) if said.__class__ is str else _rich_chars(block)
+                        else:
+                            chars += _other_chars(block)
+                elif content.__class__ is str:
+                    chars += len(content)
                 if model != SYNTHETIC_MODEL and not get("isSidechain"):
                     call = message.get("id") or uid
                     call_at.append(i)
@@ -2327,23 +2374,37 @@ def _drop_api_errors(entries: Iterable[dict], policy: PrunePolicy, own: bool = F
                     empty.append(i)
                 found = len(results)
                 for j, block in enumerate(content):
-                    if isinstance(block, dict) and block.get("type") == "tool_result":
+                    if not isinstance(block, dict):
+                        continue
+                    btype = block.get("type")
+                    if btype == "tool_result":   # counted once the steps are done with it
                         tool_id = block.get("tool_use_id")
                         if watched_results and tool_id.__class__ is str and tool_id in watched_results:
                             raise PlanBroken(tool_id)
                         results.append((i, j, block, tool_id if tool_id.__class__ is str else None))
                         if block.get("is_error"):
                             errors.append((i, j, block, _is_denial(entry)))   # while the entry is at hand
+                    elif btype == "text":
+                        said = block.get("text")
+                        chars += len(said) if said.__class__ is str else _rich_chars(block)
+                    elif btype == "tool_use":   # in a user entry: no step looks at it
+                        extra.append(block.get("input"))
+                    else:
+                        chars += _other_chars(block)
                 if found != len(results):
                     if get("toolUseResult") == _REJECTED or get("toolDenialKind") == "interrupted":
                         st.halted.add(i)
                     if get("flowerHealed"):
                         st.healed.add(i)
+            elif content.__class__ is str:
+                chars += len(content)
         elif kind == "system" and drop_errors and get("subtype") == "api_error":
             _drop_error(st, entry, uid, parent)
             continue
         work.append(entry)
         pars.append(parent)
+    st.chars = chars
+    st.recount = indexed != len(uses)
     gone = []   # the uuids of the rows left out
     for uid, parent, chars, what in left:
         gone.append(uid)
@@ -3890,13 +3951,14 @@ class SqliteSessionStore:
             cursor = self._db.execute(SQL_LOAD_PAYLOADS, (skey,))
             return self._parse_skipping(skey, cursor)
 
-    def load_pruned(self, key: dict, policy: PrunePolicy | None = None) -> tuple[list[dict], PruneReport] | None:
+    def load_pruned(self, key: dict, policy: PrunePolicy | None = None,
+                    estimate: bool = False) -> tuple[list[dict], PruneReport] | None:
         """``_prune`` of the session with ``policy`` (None when the key was never written), fed row by
         row: each entry is indexed right after it is parsed, while it is fresh in the CPU cache; the
         API-error rows are not even read, lone Bash calls come with their stored verdicts, and old
         big results whose spill files exist are read without their text (see :func:`plan_cuts`); a
         trim-on load notes the cut facts of the big results it read whole. A damaged row or fact: the
-        plain load (which skips damaged rows), then the prune."""
+        plain load (which skips damaged rows), then the prune. ``estimate``: as for :func:`_prune`."""
         policy = policy or PrunePolicy()
         skey = _key_string(key)
         with self._lock:
@@ -3910,7 +3972,7 @@ class SqliteSessionStore:
                     version = self._db.execute(SQL_DATA_VERSION).fetchone()[0]
                     plan, left, rows = self._planned_rows(skey, policy)
                     found: list[tuple] = []
-                    done = _prune(self._fresh(rows, marks, plan, found), policy, True, left, marks, plan)
+                    done = _prune(self._fresh(rows, marks, plan, found), policy, True, left, marks, plan, estimate)
                 except (ValueError, TypeError, IndexError, sqlite3.OperationalError):
                     if plan is not None and plan.cuts:   # e.g. a row another writer replaced under its fact
                         self._best_effort(lambda db: db.execute(SQL_FORGET_SESSION_CUTS, (skey,)))
@@ -3919,7 +3981,7 @@ class SqliteSessionStore:
                         self._best_effort(lambda db: self._note_cuts(db, skey, found, version))
                     return done
         entries = self.load_sync(key)
-        return None if entries is None else _prune(entries, policy, True)
+        return None if entries is None else _prune(entries, policy, True, estimate=estimate)
 
     def _planned_rows(self, skey: str, policy: PrunePolicy) -> tuple[LeavePlan | None, list, Any]:
         """The plan of what leaves unread and what is read cut (None: no plan), what leaves (``left`` of
@@ -4190,9 +4252,10 @@ class PruningSessionStore:
             return prepared
         return await self._with_pruner(key, lambda pruned: pruned(self.policy))
 
-    async def _with_pruner(self, key: dict, body: Callable[[Callable[[PrunePolicy], list[dict] | None]], Any]) -> Any:
-        """``body(pruned)``, where ``pruned(policy)`` is the session of ``key`` pruned with ``policy``
-        (None when the store has no such key), loading and pruning under one GC pause: in the store's
+    async def _with_pruner(self, key: dict, body: Callable[[Callable[..., list[dict] | None]], Any]) -> Any:
+        """``body(pruned)``, where ``pruned(policy, estimate=False)`` is the session of ``key`` pruned with
+        ``policy`` (None when the store has no such key; with ``estimate``, ``last_report.tokens`` tells
+        its size as :func:`_prune` does), loading and pruning under one GC pause: in the store's
         worker thread when the store loads in one (the SQLite and PostgreSQL stores), so that the
         cyclic GC neither walks the growing heap nor runs a deferred collection between the load and
         the prune."""
@@ -4201,24 +4264,24 @@ class PruningSessionStore:
 
             def work() -> Any:
                 with _gc_paused():
-                    return body(lambda policy: self._kept(self._owned_pruned(key, policy)))
+                    return body(lambda policy, estimate=False: self._kept(self._owned_pruned(key, policy, estimate)))
             return await asyncio.to_thread(work)
         entries = await self.inner.load(key)
 
-        def pruned(policy: PrunePolicy) -> list[dict] | None:
+        def pruned(policy: PrunePolicy, estimate: bool = False) -> list[dict] | None:
             if entries is None:
                 return None
             with _gc_paused():   # another store's list: it may keep it (never emptied here)
-                return self._kept(_prune(entries, policy))
+                return self._kept(_prune(entries, policy, estimate=estimate))
         return body(pruned)
 
-    def _owned_pruned(self, key: dict, policy: PrunePolicy) -> tuple[list[dict], PruneReport] | None:
+    def _owned_pruned(self, key: dict, policy: PrunePolicy, estimate: bool) -> tuple[list[dict], PruneReport] | None:
         """Prune a fresh load nobody else holds (changed in place and freed on the way: a lower peak),
         with the stored facts when the store keeps them."""
         if hasattr(self.inner, "load_pruned"):
-            return self.inner.load_pruned(key, policy)
+            return self.inner.load_pruned(key, policy, estimate)
         entries = self.inner.load_sync(key)
-        return None if entries is None else _prune(entries, policy, True)
+        return None if entries is None else _prune(entries, policy, True, estimate=estimate)
 
     def _kept(self, done: tuple[list[dict], PruneReport] | None) -> list[dict] | None:
         """The pruned entries, once the spill files their trimmed results want are written."""
@@ -4234,23 +4297,28 @@ class PruningSessionStore:
         """Make the next ``load(key)`` fit under ``max_tokens`` (estimated): when the pruned session is
         bigger, trim harder (every older big result, then every older glance). True when it fits;
         False means a resume would send an overflowing request (the caller hands off instead)."""
-        def fit(pruned: Callable[[PrunePolicy], list[dict] | None]) -> tuple[list[dict], int] | None:
-            entries = pruned(self.policy)
+        def fit(pruned: Callable[..., list[dict] | None]) -> tuple[list[dict], int] | None:
+            entries = pruned(self.policy, True)
             if entries is None:
                 return None
-            tokens = estimate_tokens(entries)
+            tokens = self._size(entries)
             if tokens > max_tokens:
                 harder = dataclasses.replace(self.policy, trim=True, trim_keep=1, trim_min_chars=1000, keep_glances=0,
                                              spill_dir=self.policy.spill_dir or ".flower/spill")
-                again = pruned(harder)
+                again = pruned(harder, True)
                 if again is not None:
-                    entries, tokens = again, estimate_tokens(again)
+                    entries, tokens = again, self._size(again)
             return entries, tokens
         done = await self._with_pruner(key, fit)
         if done is None:
             return True
         self._prepared[_key_string(key)] = done[0]
         return done[1] <= max_tokens
+
+    def _size(self, entries: list[dict]) -> int:
+        """The token estimate of ``entries``, just pruned: as the prune told it, else by a walk."""
+        told = self.last_report.tokens if self.last_report is not None else None
+        return estimate_tokens(entries) if told is None else told
 
     async def load_raw(self, key: dict) -> list[dict] | None:
         """The entries exactly as stored."""

@@ -11,7 +11,7 @@ import unittest.mock
 
 import flower
 from flower import PrunePolicy, prune, relink, is_read_only_command
-from tests.transcripts import Builder, random_transcript, DENIAL_TEXT, hostile_entry
+from tests.transcripts import Builder, random_transcript, DENIAL_TEXT, hostile_entry, with_odd_entries
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures")
 NEUTRAL = flower.text("interrupted_result")
@@ -92,6 +92,54 @@ class PruneProperties(unittest.TestCase):
             self.assertEqual(store.load_sync(key), entries)
             self.assertEqual(asyncio.run(wrapped.load_raw(key)), entries)
             check_invariants(self, entries, pruned)
+
+
+class ToldSize(unittest.TestCase):
+    """A prune asked for it tells estimate_tokens() of what it returns from its own scan (prepare()
+    then need not walk the result again): the walk's figure to the token, or None, never another."""
+
+    POLICIES = (PrunePolicy(), PrunePolicy(keep_denials=0, keep_unavailable=0, keep_glances=0),
+                PrunePolicy(drop_api_errors=False, neutralize_interrupts=False),
+                PrunePolicy(trim=True, trim_keep=2, trim_min_chars=100, spill_dir="/spill"),
+                PrunePolicy(trim=True, trim_keep=0, keep_glances=0, spill_dir="/spill", lang="zh"))
+
+    def assertTold(self, entries, label):
+        told = 0
+        for policy in self.POLICIES:
+            for own in (True, False):   # entries changed in place, or copied where they change
+                out, report = flower._prune(json.loads(json.dumps(entries)), policy, own, estimate=True)
+                with self.subTest(label, policy=policy, own=own):
+                    if report.tokens is not None:
+                        self.assertEqual(report.tokens, flower.estimate_tokens(out))
+                        told += 1
+        return told
+
+    def test_the_same_as_the_walk_on_odd_contents(self):
+        import random
+        rng = random.Random(6)
+        told = 0
+        for seed in range(300):
+            entries = with_odd_entries(rng, random_transcript(seed, size=10 + seed % 70), str(seed), rng.randint(1, 8))
+            told += self.assertTold(entries, seed)
+        self.assertGreater(told, 0.6 * 300 * 10)   # None only where a tool id comes twice (a quarter)
+
+    def test_the_same_as_the_walk_on_every_mix(self):
+        from tests.transcripts import anchor_transcript, replayed_fixtures, sized_transcript
+        for label, entries in (("anchor", anchor_transcript(2000)), ("dense", sized_transcript(2000)),
+                               ("real", replayed_fixtures(1000))):
+            self.assertEqual(self.assertTold(entries, label), 10, label)
+
+    def test_never_another_figure_on_hostile_rows(self):
+        import random
+        rng = random.Random(8)
+        for trial in range(600):
+            entries = random_transcript(trial, size=20)
+            for _ in range(rng.randint(1, 4)):
+                entries.insert(rng.randint(0, len(entries)), hostile_entry(rng, rng.randint(0, 30)))
+            self.assertTold(entries, trial)
+
+    def test_without_asking_nothing_is_told(self):
+        self.assertIsNone(prune(random_transcript(1, size=50))[1].tokens)
 
 
 class HostileRows(unittest.TestCase):

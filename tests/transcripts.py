@@ -239,3 +239,49 @@ def hostile_entry(rng, i: int) -> dict:
         entry["isApiErrorMessage"] = pick([True, "yes"])
         entry["message"] = {"content": "API Error"}
     return entry
+
+
+def odd_entry(rng, i: int, sid: str) -> dict:
+    """A user or assistant entry with a unique uuid whose content is of every shape the API and the CLI
+    allow, and some they do not: text that is not a string, thinking, images, results as lists of
+    blocks, tool uses with bad ids or in a user entry, typeless blocks, bare strings and numbers."""
+    pick = rng.choice
+
+    def block() -> object:
+        return pick([
+            {"type": "text", "text": pick(["hi", 5, None, ["x"], "y" * 3000])},
+            {"type": "thinking", "thinking": pick(["deep " * 50, 3, None])},
+            {"type": "image", "source": {"type": "base64", "data": "A" * 5000}},
+            {"type": "tool_use", "id": pick([f"odd{sid}-{i}", "", None, 7]), "name": pick(["Bash", "Read"]),
+             "input": pick([{"command": "ls"}, None, [1, "é"]])},
+            {"type": "tool_result", "tool_use_id": pick([f"odd{sid}-{i}", f"toolu_x{i}", None]), "is_error": pick([True, False]),
+             "content": pick(["r" * pick([10, 2500]), [{"type": "text", "text": "t" * pick([10, 3000])}],
+                              [{"type": "text", "text": "a"}, {"type": "image"}], ["raw", 3], None, 5])},
+            {"type": "redacted_thinking", "data": "zz"}, {"content": "typeless " * 10}, "junk", 4,
+        ])
+    kind = pick(["user", "assistant"])
+    content = pick([[block() for _ in range(rng.randint(0, 3))], "plain text " * rng.randint(0, 30), None, 5])
+    entry = {"type": kind, "uuid": f"odd-{sid}-{i}", "parentUuid": None, "message": {"role": kind, "content": content}}
+    if kind == "assistant":
+        entry["message"].update(model="claude-opus-5-5", id=f"msg_odd{i}")
+    return entry
+
+
+def with_odd_entries(rng, entries: list[dict], sid: str, n: int) -> list[dict]:
+    """``entries`` with ``n`` odd entries (see :func:`odd_entry`) put in at random, each chained after
+    the entry before it (or, one in ten, with a parent that cannot be hashed); one in four times a
+    tool use of the entries is used again by a copy of its entry."""
+    out = list(entries)
+    for k in range(n):
+        at = rng.randint(0, len(out))
+        entry = odd_entry(rng, k, sid)
+        if rng.random() < 0.1:
+            entry["parentUuid"] = ["not", "hashable"]
+        elif at and isinstance(out[at - 1].get("uuid"), str):
+            entry["parentUuid"] = out[at - 1]["uuid"]
+        out.insert(at, entry)
+    calls = [e for e in out if e.get("type") == "assistant" and "tool_use" in str(e.get("message"))]
+    if calls and rng.random() < 0.25:
+        again = dict(rng.choice(calls), uuid=f"again-{sid}")
+        out.insert(rng.randint(0, len(out)), again)
+    return out
