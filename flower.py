@@ -2762,11 +2762,13 @@ def _heal_id(tool_use_id: Any) -> str:
 
 def _orphans(st: _Pruning) -> dict[str, list[dict]]:
     """uuid of a surviving entry -> its tool_use blocks that have no result anywhere."""
-    answered = {row[3] for row in st.results}
+    uses = st.uses
+    unanswered = uses.keys() - {row[3] for row in st.results}   # usually few: only they are looked at
     orphans: dict[str, list[dict]] = {}
     work, drop = st.work, st.drop
-    for tool_id, (i, block, _) in st.uses.items():
-        if tool_id not in answered and isinstance(work[i].get("uuid"), str) and work[i]["uuid"] not in drop:
+    for tool_id in [t for t in uses if t in unanswered] if unanswered else ():   # in the order of the uses
+        i, block, _ = uses[tool_id]
+        if isinstance(work[i].get("uuid"), str) and work[i]["uuid"] not in drop:
             orphans.setdefault(work[i]["uuid"], []).append(block)
     return orphans
 
@@ -3246,18 +3248,22 @@ def _escaped(text: str, i: int) -> bool:
 def cut_text(payload: str, fact: str) -> str:
     """``payload`` with the values its cut fact locates replaced: the result's text by "" and
     toolUseResult by null (ValueError on a fact that does not fit the text)."""
-    fields = fact[2:].split(":")
-    if len(fields) not in (3, 5):
+    spans = _CUT_SPANS.fullmatch(fact, 2)
+    if spans is None:
         raise ValueError(f"bad cut fact {fact!r}")
-    spans = sorted((_count(fields[k]), _count(fields[k + 1]), '""' if k == 1 else "null") for k in (1, 3)[:len(fields) // 2])
-    pieces, pos = [], 0
-    for a, b, value in spans:
-        if a < pos or b < a or b > len(payload):
+    a, b, c, d = spans.groups()
+    a, b = int(a), int(b)
+    if c is None:
+        if not a <= b <= len(payload):
             raise ValueError(f"bad cut fact {fact!r}")
-        pieces += (payload[pos:a], value)
-        pos = b
-    pieces.append(payload[pos:])
-    return "".join(pieces)
+        return payload[:a] + '""' + payload[b:]
+    c, d = int(c), int(d)
+    if not a <= b <= c <= d <= len(payload):   # the side copy after the text, as cut_fact finds them
+        raise ValueError(f"bad cut fact {fact!r}")
+    return payload[:a] + '""' + payload[b:c] + "null" + payload[d:]
+
+
+_CUT_SPANS = _lazy_re(r"[0-9]+:([0-9]+):([0-9]+)(?::([0-9]+):([0-9]+))?")   # after "<version>t"
 
 
 def plan_cuts(plan: LeavePlan, rows: Iterable[tuple[int, Any, str]], policy: PrunePolicy, present: set | None) -> None:
@@ -4029,7 +4035,7 @@ class SqliteSessionStore:
                 if facts[1] == "b":
                     marks[n] = facts[2]
             if seq is not None and cuts and seq in cuts:
-                yield SqliteSessionStore._read_cut(payload, *cuts[seq])
+                yield SqliteSessionStore._read_cut(payload, *cuts[seq], scan)
                 cut += 1
                 n += 1
                 continue
@@ -4055,10 +4061,17 @@ class SqliteSessionStore:
             raise PlanBroken("a row the plan reads cut changed")
 
     @staticmethod
-    def _read_cut(payload: str, uid: str, fact: str, marker: str) -> dict:
+    def _read_cut(payload: str, uid: str, fact: str, marker: str, scan: Callable) -> dict:
         """The entry of a row read cut (see :func:`plan_cuts`), its result being ``marker`` and without
-        toolUseResult, as :func:`_trim` leaves it. PlanBroken when the row is not what its fact told."""
-        entry = json.loads(cut_text(payload, fact))
+        toolUseResult, as :func:`_trim` leaves it, parsed by ``scan`` (a JSON scanner's ``scan_once``, as
+        in :meth:`_fresh`). PlanBroken when the row is not what its fact told."""
+        text = cut_text(payload, fact)
+        try:
+            entry, end = scan(text, 0)
+        except StopIteration:
+            raise PlanBroken("a row read cut is not JSON") from None
+        if end != len(text):
+            entry = json.loads(text)
         message = entry.get("message") if entry.__class__ is dict and entry.get("uuid") == uid else None
         content = message.get("content") if message.__class__ is dict else None
         block = content[0] if content.__class__ is list and len(content) == 1 else None
