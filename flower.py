@@ -1642,11 +1642,21 @@ def block_text(block: Any) -> str:
 
 
 def _content_text(content: Any) -> str:
+    """The text of a result's content: a string, or the strings and text blocks of a list. Nothing
+    deeper: the API takes no results within results, and a row nested a few hundred levels deep must
+    not exhaust the stack."""
     if isinstance(content, str):
         return content
     if isinstance(content, list):
-        return "\n".join(block_text(b) for b in content if isinstance(b, (dict, str)))
-    return ""
+        return "\n".join(_leaf_text(b) for b in content if isinstance(b, (dict, str)))
+    return _leaf_text(content)
+
+
+def _leaf_text(block: Any) -> str:
+    """A string, or the text of a text block ("" for anything else)."""
+    if isinstance(block, str):
+        return block
+    return str(block.get("text", "")) if isinstance(block, dict) and block.get("type") == "text" else ""
 
 
 def entry_text(entry: dict) -> str:
@@ -2288,6 +2298,11 @@ def _estimate(st: _Pruning) -> int | None:
         return None
 
 
+def _size(done: tuple[list[dict], PruneReport]) -> int:
+    """The token estimate of what a prune returned (entries, report): as it told it, else by a walk."""
+    return estimate_tokens(done[0]) if done[1].tokens is None else done[1].tokens
+
+
 _REJECTED = "User rejected tool use"
 
 
@@ -2585,7 +2600,7 @@ def _drop_old_uses(st: _Pruning, tool_ids: set) -> None:
     for k, ids in by_entry.items():
         content = work[k]["message"]["content"]
         for tool_id in ids:
-            content = [b for b in content if not (isinstance(b, dict) and b.get("id") == tool_id)]
+            content = [b for b in content if not _is_use(b, tool_id)]
         if not _leaves(st, k, content):
             st.set_content(k, content)
     for k in lone:
@@ -4263,12 +4278,13 @@ class PruningSessionStore:
         prepared = self._prepared.pop(_key_string(key), None)
         if prepared is not None:
             return prepared
-        return await self._with_pruner(key, lambda pruned: pruned(self.policy))
+        done = await self._with_pruner(key, lambda pruned: pruned(self.policy))
+        return None if done is None else done[0]
 
-    async def _with_pruner(self, key: dict, body: Callable[[Callable[..., list[dict] | None]], Any]) -> Any:
+    async def _with_pruner(self, key: dict, body: Callable[[Callable[..., tuple[list[dict], PruneReport] | None]], Any]) -> Any:
         """``body(pruned)``, where ``pruned(policy, estimate=False)`` is the session of ``key`` pruned with
-        ``policy`` (None when the store has no such key; with ``estimate``, ``last_report.tokens`` tells
-        its size as :func:`_prune` does), loading and pruning under one GC pause: in the store's
+        ``policy`` and its report (None when the store has no such key; with ``estimate``, the report
+        tells its size, as :func:`_prune` does), loading and pruning under one GC pause: in the store's
         worker thread when the store loads in one (the SQLite and PostgreSQL stores), so that the
         cyclic GC neither walks the growing heap nor runs a deferred collection between the load and
         the prune."""
@@ -4281,7 +4297,7 @@ class PruningSessionStore:
             return await asyncio.to_thread(work)
         entries = await self.inner.load(key)
 
-        def pruned(policy: PrunePolicy, estimate: bool = False) -> list[dict] | None:
+        def pruned(policy: PrunePolicy, estimate: bool = False) -> tuple[list[dict], PruneReport] | None:
             if entries is None:
                 return None
             with _gc_paused():   # another store's list: it may keep it (never emptied here)
@@ -4296,42 +4312,38 @@ class PruningSessionStore:
         entries = self.inner.load_sync(key)
         return None if entries is None else _prune(entries, policy, True, estimate=estimate)
 
-    def _kept(self, done: tuple[list[dict], PruneReport] | None) -> list[dict] | None:
-        """The pruned entries, once the spill files their trimmed results want are written."""
+    def _kept(self, done: tuple[list[dict], PruneReport] | None) -> tuple[list[dict], PruneReport] | None:
+        """The pruned entries and their report, once the spill files their trimmed results want are
+        written."""
         if done is None:
             return None
-        pruned, report = done
+        report = done[1]
         write_spills(report.spills)
         report.spills = {}   # written: the texts are not kept (a 2,000 x 100 KB session held 150 MB here)
         self.last_report = report
-        return pruned
+        return done
 
     async def prepare(self, key: dict, max_tokens: int) -> bool:
         """Make the next ``load(key)`` fit under ``max_tokens`` (estimated): when the pruned session is
         bigger, trim harder (every older big result, then every older glance). True when it fits;
         False means a resume would send an overflowing request (the caller hands off instead)."""
-        def fit(pruned: Callable[..., list[dict] | None]) -> tuple[list[dict], int] | None:
-            entries = pruned(self.policy, True)
-            if entries is None:
+        def fit(pruned: Callable[..., tuple[list[dict], PruneReport] | None]) -> tuple[list[dict], int] | None:
+            done = pruned(self.policy, True)
+            if done is None:
                 return None
-            tokens = self._size(entries)
+            entries, tokens = done[0], _size(done)
             if tokens > max_tokens:
                 harder = dataclasses.replace(self.policy, trim=True, trim_keep=1, trim_min_chars=1000, keep_glances=0,
                                              spill_dir=self.policy.spill_dir or ".flower/spill")
                 again = pruned(harder, True)
                 if again is not None:
-                    entries, tokens = again, self._size(again)
+                    entries, tokens = again[0], _size(again)
             return entries, tokens
         done = await self._with_pruner(key, fit)
         if done is None:
             return True
         self._prepared[_key_string(key)] = done[0]
         return done[1] <= max_tokens
-
-    def _size(self, entries: list[dict]) -> int:
-        """The token estimate of ``entries``, just pruned: as the prune told it, else by a walk."""
-        told = self.last_report.tokens if self.last_report is not None else None
-        return estimate_tokens(entries) if told is None else told
 
     async def load_raw(self, key: dict) -> list[dict] | None:
         """The entries exactly as stored."""

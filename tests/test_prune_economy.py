@@ -251,3 +251,43 @@ class RichResults(unittest.TestCase):
                                                                       spill_dir=tmp))
         self.assertEqual(report.trimmed, 0)                   # a spill file could not bring the image back
         self.assertEqual(pruned, flower.prune(entries)[0])
+
+    def test_a_result_nested_hundreds_of_levels_deep_is_stored_and_loaded(self):
+        # block_text() recursed into lists once they counted: a row 250 levels deep exhausted the stack
+        deep = "boom"
+        for _ in range(300):
+            deep = [{"content": deep}]
+        row = {"type": "user", "uuid": "r", "parentUuid": None, "message": {"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": "T", "is_error": True, "content": deep}]}}
+        store = flower.SqliteSessionStore(":memory:")
+        key = {"project_key": "p", "session_id": "s"}
+        store.append_sync(key, [row])
+        self.assertEqual(asyncio.run(flower.PruningSessionStore(store).load(key)), [row])
+        self.assertEqual(flower.block_text(row["message"]["content"][0]), "")
+
+
+class SharedWrapper(unittest.TestCase):
+    def test_two_prepares_at_once_each_tell_their_own_size(self):
+        # prepare() read the size from the wrapper's last_report, which a prepare of another session in
+        # the other worker thread could replace in between: "fits" for a session 500 times too big
+        import threading
+        inner = flower.SqliteSessionStore(":memory:")
+        small, big = {"project_key": "p", "session_id": "small"}, {"project_key": "p", "session_id": "big"}
+        inner.append_sync(small, big_session(1, 10))
+        inner.append_sync(big, big_session(30, 20_000))
+        wrapped = flower.PruningSessionStore(inner)
+        real, small_kept = wrapped._kept, threading.Event()
+
+        def kept(done):   # the big session's prune waits until the small one's report is the last
+            out = real(done)
+            if len(out[0]) > 40:
+                small_kept.wait(10)
+            else:
+                small_kept.set()
+            return out
+        wrapped._kept = kept
+
+        async def both():
+            return await asyncio.gather(wrapped.prepare(big, 1_000), wrapped.prepare(small, 1_000))
+        self.assertEqual(asyncio.run(both()), [False, True])
+        self.assertTrue(small_kept.is_set())

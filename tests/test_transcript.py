@@ -138,6 +138,27 @@ class ToldSize(unittest.TestCase):
                 entries.insert(rng.randint(0, len(entries)), hostile_entry(rng, rng.randint(0, 30)))
             self.assertTold(entries, trial)
 
+    def test_a_block_that_is_no_tool_use_stays_when_a_use_with_its_id_leaves(self):
+        # step 2 took every block with the id of a call it dropped, text included, which the scan had
+        # counted: the size told was not the walk's
+        entries = [
+            {"type": "user", "uuid": "u1", "parentUuid": None, "message": {"role": "user", "content": "go"}},
+            {"type": "assistant", "uuid": "a1", "parentUuid": "u1", "message": {"id": "m1", "role": "assistant", "content": [
+                {"type": "tool_use", "id": "T1", "name": "Foo", "input": {}}, {"type": "text", "text": "x" * 700, "id": "T1"}]}},
+            {"type": "user", "uuid": "r1", "parentUuid": "a1", "message": {"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": "T1", "is_error": True,
+                 "content": "<tool_use_error>Error: No such tool available: Foo</tool_use_error>"}]}},
+            {"type": "assistant", "uuid": "a2", "parentUuid": "r1", "message": {"id": "m2", "role": "assistant", "content": [
+                {"type": "tool_use", "id": "T2", "name": "Foo", "input": {}}]}},
+            {"type": "user", "uuid": "r2", "parentUuid": "a2", "message": {"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": "T2", "is_error": True,
+                 "content": "<tool_use_error>Error: No such tool available: Foo</tool_use_error>"}]}}]
+        out, report = flower._prune(json.loads(json.dumps(entries)), PrunePolicy(), True, estimate=True)
+        self.assertEqual(report.unavailable_dropped, 1)
+        self.assertEqual(out[1]["message"]["content"], [{"type": "text", "text": "x" * 700, "id": "T1"}])
+        self.assertEqual(report.tokens, flower.estimate_tokens(out))
+        self.assertEqual(self.assertTold(entries, "a text block with a call's id"), 10)
+
     def test_without_asking_nothing_is_told(self):
         self.assertIsNone(prune(random_transcript(1, size=50))[1].tokens)
 
