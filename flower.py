@@ -2904,10 +2904,12 @@ def _heal_after(out: list[dict], entry: dict, uid: str, blocks: list[dict], neut
 #                             result and its call as the store knew them (see fact_leaver)
 # Rows with facts b, c or d may be rows a plan leaves out (see plan_leavers): a store reads their uuids.
 # (The "t" facts of big results, which a trim-on load reads cut, are kept apart: see cut_fact.)
-# Bump FACTS_VERSION whenever what a fact says changes meaning (is_api_error_entry or the read-only
-# rules): tests/test_transcript.py keeps a digest of the facts of a corpus that says when. Facts of
-# another version are not used.
-FACTS_VERSION = "1"
+# Bump FACTS_VERSION whenever what a fact says changes meaning (is_api_error_entry, the read-only
+# rules, what a result's text is): tests/test_transcript.py keeps a digest of the facts of a corpus that
+# says when. Facts of another version are not used; a store opened by a flower of another version has
+# every row's facts worked out again, once (see FACTS_TRIGGER). Version 2: a result that is a list of
+# blocks has its text (version 1 took it for "").
+FACTS_VERSION = "2"
 
 
 def entry_facts(entry: dict) -> str | None:
@@ -3730,11 +3732,13 @@ SQL_LOAD_PAYLOADS = "SELECT payload FROM entries WHERE skey=? ORDER BY seq"
 # edit, a repair tool) loses them, so its row is parsed and judged again (the facts column itself is
 # flower's: what a writer puts there is believed). That is what lets a load trust a row
 # it does not read (an API error, a planned leaver) to hold what its facts say, without checking it.
-FACTS_TRIGGER = "entries_facts_stale_2"
+FACTS_TRIGGER = f"entries_facts_stale_v{FACTS_VERSION}"   # named by the version its facts are of
 SQL_FACTS_TRIGGER_KNOWN = f"SELECT 1 FROM sqlite_master WHERE type='trigger' AND name='{FACTS_TRIGGER}'"
 SQL_FACTS_TRIGGER = (f"CREATE TRIGGER IF NOT EXISTS {FACTS_TRIGGER} AFTER UPDATE OF payload, uuid ON entries "
                      f"WHEN NEW.facts IS NOT NULL BEGIN UPDATE entries SET facts = NULL WHERE seq = NEW.seq; END")
-SQL_OLD_TRIGGERS = "DROP TRIGGER IF EXISTS entries_facts_stale"   # an older flower's: on payload only
+# Older flowers' (on payload only; then on payload and uuid, for facts of version 1): a store that has
+# one was written by such a flower since, with facts of its own version
+OLD_FACTS_TRIGGERS = ("entries_facts_stale", "entries_facts_stale_2")
 # The cut facts of big results (see plan_cuts) are noted by the load that first reads their rows whole,
 # in a table of their own (an update of the row would rewrite its payload): a row changed or deleted by
 # any writer takes its cut fact with it. Not a row another writer replaces (INSERT OR REPLACE fires no
@@ -3748,7 +3752,8 @@ CUT_TRIGGERS = {
 SQL_CUT_TRIGGER = ("CREATE TRIGGER IF NOT EXISTS {name} {when} BEGIN "
                    "DELETE FROM cut_facts WHERE skey = OLD.skey AND seq = OLD.seq; END")
 SQL_TRIGGERS_KNOWN = (f"SELECT name FROM sqlite_master WHERE type='trigger' AND name IN "
-                      f"('{FACTS_TRIGGER}', {', '.join(repr(n) for n in CUT_TRIGGERS)})")
+                      f"({', '.join(repr(n) for n in (FACTS_TRIGGER, *CUT_TRIGGERS, *OLD_FACTS_TRIGGERS))})")
+SQL_DROP_TRIGGER = "DROP TRIGGER IF EXISTS {name}"
 SQL_FORGET_CUTS = "DELETE FROM cut_facts"
 SQL_FORGET_SESSION_CUTS = "DELETE FROM cut_facts WHERE skey=?"
 SQL_CUT_ROWS = (f"SELECT seq, uuid, fact FROM cut_facts WHERE skey=? AND fact >= '{FACTS_VERSION}t' "
@@ -3767,9 +3772,10 @@ _LEFT = f"facts >= '{FACTS_VERSION}d' AND facts < '{FACTS_VERSION}f'"
 # read past its payload (the facts column comes after it), a big one's overflow pages and all
 SQL_LEFT_INDEX = (f"CREATE INDEX IF NOT EXISTS entries_left_rows_{FACTS_VERSION} ON entries(skey, seq, uuid, facts) "
                   f"WHERE {_LEFT}")
-SQL_OLD_INDEXES = (f"DROP INDEX IF EXISTS entries_leavers_{FACTS_VERSION}",   # an older flower's: the d rows only,
-                   f"DROP INDEX IF EXISTS entries_left_{FACTS_VERSION}",      # then without uuid and facts,
-                   f"DROP INDEX IF EXISTS entries_cut_{FACTS_VERSION}")       # and its cut facts in the row
+SQL_OLD_INDEXES = ("DROP INDEX IF EXISTS entries_leavers_1",   # older flowers': the d rows only,
+                   "DROP INDEX IF EXISTS entries_left_1",      # then without uuid and facts,
+                   "DROP INDEX IF EXISTS entries_cut_1",       # and its cut facts in the row;
+                   "DROP INDEX IF EXISTS entries_left_rows_1")   # facts of version 1
 SQL_LEFT_ROWS = f"SELECT uuid, facts FROM entries WHERE skey=? AND {_LEFT} ORDER BY seq"
 # (payload, facts, uuid, seq) of every other row; the uuid only where a plan may leave the row out (facts
 # b, c, d: a lone call, or a denial the plan keeps), the seq only where a trim-on load may read the row
@@ -3856,15 +3862,17 @@ class SqliteSessionStore:
         store without the first (made before it, or a writer dropped it) first has every row's facts
         worked out again (:func:`refreshed_facts`), one without the others forgets its cut facts (the
         next trim-on load notes them again): whatever was done to the rows meanwhile, facts then tell them."""
-        if len(db.execute(SQL_TRIGGERS_KNOWN).fetchall()) == 1 + len(CUT_TRIGGERS):
+        wanted = {FACTS_TRIGGER, *CUT_TRIGGERS}
+        if {name for (name,) in db.execute(SQL_TRIGGERS_KNOWN)} == wanted:
             return
         db.execute("BEGIN IMMEDIATE")
         try:
             known = {name for (name,) in db.execute(SQL_TRIGGERS_KNOWN)}   # as now, not as before the lock
-            if FACTS_TRIGGER not in known:
+            if FACTS_TRIGGER not in known or known - wanted:   # an older flower wrote facts of its own since
                 for (skey,) in db.execute(SQL_FACT_SESSIONS).fetchall():
                     db.executemany(SQL_SET_FACTS, refreshed_facts(db.execute(SQL_FACT_ROWS, (skey,)).fetchall()))
-                db.execute(SQL_OLD_TRIGGERS)
+                for name in OLD_FACTS_TRIGGERS:
+                    db.execute(SQL_DROP_TRIGGER.format(name=name))
                 db.execute(SQL_FACTS_TRIGGER)
             if not known.issuperset(CUT_TRIGGERS):
                 db.execute(SQL_FORGET_CUTS)

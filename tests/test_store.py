@@ -18,6 +18,7 @@ from flower import SqliteSessionStore, PruningSessionStore, FlowerError
 HAVE_SDK = importlib.util.find_spec("claude_agent_sdk") is not None
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 KEY = {"project_key": "proj", "session_id": "s1"}
+LEAVING = (flower.FACTS_VERSION + "e%", flower.FACTS_VERSION + "d%")   # facts of rows a load may leave unread
 
 
 def entry(uid, n=0, **extra):
@@ -390,7 +391,7 @@ class StoredFacts(unittest.TestCase):
     def test_append_notes_no_cut_facts_the_first_trim_on_load_notes_them(self):
         store = self.stored(self.big_results())
         self.assertEqual(self.cut_facts(store), {})   # append pays nothing for them
-        self.assertEqual(store._db.execute("SELECT count(*) FROM entries WHERE facts LIKE '1t%'").fetchone(), (0,))
+        self.assertEqual(store._db.execute("SELECT count(*) FROM entries WHERE facts LIKE ?", (flower.FACTS_VERSION + "t%",)).fetchone(), (0,))
         asyncio.run(PruningSessionStore(store).load(KEY))   # trim off: nothing noted
         self.assertEqual(self.cut_facts(store), {})
         policy = flower.PrunePolicy(trim=True, spill_dir=tempfile.mkdtemp(dir=self.tmp.name))
@@ -598,7 +599,7 @@ class StoredFacts(unittest.TestCase):
         db.commit()
         db.close()
         store = self.stored([], path)
-        self.assertGreater(store._db.execute("SELECT count(*) FROM entries WHERE facts LIKE '1t%'").fetchone()[0], 80)
+        self.assertGreater(store._db.execute("SELECT count(*) FROM entries WHERE facts LIKE ?", (flower.FACTS_VERSION + "t%",)).fetchone()[0], 80)
         for policy in self.POLICIES:
             with self.subTest(policy=policy):
                 self.assertSameAsPrune(store, policy)
@@ -614,15 +615,16 @@ class StoredFacts(unittest.TestCase):
         db = sqlite3.connect(path)
         for statement in flower.SQL_OLD_INDEXES:
             db.execute(statement)
-        db.execute(f"CREATE INDEX entries_left_{flower.FACTS_VERSION} ON entries(skey, seq) WHERE {flower._LEFT}")
-        db.execute(f"CREATE INDEX entries_cut_{flower.FACTS_VERSION} ON entries(skey, seq, uuid, facts) "
-                   f"WHERE facts >= '1t' AND facts < '1u'")   # an older flower's, when cut facts were in the row
+        db.execute("CREATE INDEX entries_left_1 ON entries(skey, seq) WHERE facts >= '1d' AND facts < '1f'")
+        db.execute("CREATE INDEX entries_cut_1 ON entries(skey, seq, uuid, facts) "
+                   "WHERE facts >= '1t' AND facts < '1u'")   # an older flower's, when cut facts were in the row
+        db.execute("CREATE INDEX entries_left_rows_1 ON entries(skey, seq, uuid, facts) "
+                   "WHERE facts >= '1d' AND facts < '1f'")   # facts of version 1
         db.commit()
         db.close()
         store = self.stored([], path)
         names = {r[0] for r in store._db.execute("SELECT name FROM sqlite_master WHERE type='index'")}
-        self.assertNotIn(f"entries_left_{flower.FACTS_VERSION}", names)
-        self.assertNotIn(f"entries_cut_{flower.FACTS_VERSION}", names)
+        self.assertFalse(names & {"entries_left_1", "entries_cut_1", "entries_left_rows_1"}, names)
         for query, way in ((flower.SQL_LEFT_ROWS, "COVERING INDEX"), (flower.SQL_CUT_ROWS, "USING PRIMARY KEY")):
             plan = " ".join(str(r[-1]) for r in store._db.execute("EXPLAIN QUERY PLAN " + query, ("k",)))
             self.assertIn(way, plan, query)   # the cut facts' table is its primary key: nothing else to read
@@ -892,7 +894,7 @@ class StoredFacts(unittest.TestCase):
             "a damaged row a plan leaves out": ([[go, call("a", "p", "t1"), denial("d", "a", "t1")]],
                                                 "UPDATE entries SET payload = '{\"x' WHERE uuid = 'd'"),
             "a damaged API-error row": ([[go, error]], "UPDATE entries SET payload = 'oops' WHERE uuid = 'e'"),
-            "a count in a fact that int() would take": ([[go, error]], "UPDATE entries SET facts = '1e-3' WHERE uuid = 'e'"),
+            "a count in a fact that int() would take": ([[go, error]], f"UPDATE entries SET facts = '{flower.FACTS_VERSION}e-3' WHERE uuid = 'e'"),
         }
         for label, (batches, damage) in cases.items():
             store = self.stored([])
@@ -925,19 +927,20 @@ class StoredFacts(unittest.TestCase):
         for _ in range(8):
             b.tool("Bash", {"command": "ls"}, "a b c", level=1000)
         store = self.stored(b.entries)
-        store._db.execute("UPDATE entries SET facts = '0b1' WHERE facts = '1b0'")   # a lie, of version 0
+        store._db.execute(f"UPDATE entries SET facts = '0b1' WHERE facts = '{flower.FACTS_VERSION}b0'")   # a lie, of version 0
         pruned, _ = store.load_pruned(KEY)
         sent = lambda: json.dumps([b for e in pruned for b in flower.blocks_of(e)])  # noqa: E731
         self.assertIn("removed", sent())   # the writing command's result is kept
-        store._db.execute("UPDATE entries SET facts = '1b1' WHERE facts = '0b1'")   # the same lie, current
+        store._db.execute(f"UPDATE entries SET facts = '{flower.FACTS_VERSION}b1' WHERE facts = '0b1'")   # the same lie, current
         pruned, _ = store.load_pruned(KEY)
         self.assertNotIn("removed", sent())   # shows the facts are what decides
 
     def test_damaged_facts_or_rows_fall_back_to_the_plain_load(self):
         from tests.transcripts import random_transcript
         entries = random_transcript(4, size=120)
-        for damage in ("UPDATE entries SET facts = '1eXY' WHERE facts LIKE '1e%'",
-                       "UPDATE entries SET facts = '1' WHERE facts LIKE '1b%'",
+        v = flower.FACTS_VERSION
+        for damage in (f"UPDATE entries SET facts = '{v}eXY' WHERE facts LIKE '{v}e%'",
+                       f"UPDATE entries SET facts = '{v}' WHERE facts LIKE '{v}b%'",
                        "UPDATE entries SET payload = 'not json' WHERE seq = 7",
                        "UPDATE entries SET payload = '[1, 2]' WHERE seq = 9"):
             with self.subTest(damage):
@@ -955,7 +958,7 @@ class StoredFacts(unittest.TestCase):
         other = sqlite3.connect(store.path)   # another writer, knowing nothing of flower
         self.addCleanup(other.close)
         with other:
-            other.execute("UPDATE entries SET payload = '{\"x' WHERE facts LIKE '1e%' OR facts LIKE '1d%'")
+            other.execute("UPDATE entries SET payload = '{\"x' WHERE facts LIKE ? OR facts LIKE ?", LEAVING)
             other.execute("UPDATE entries SET facts = facts WHERE seq = 2")   # facts alone: kept
         left = other.execute("SELECT count(*) FROM entries WHERE payload = '{\"x' AND facts IS NOT NULL").fetchone()
         self.assertEqual(left, (0,))
@@ -964,6 +967,41 @@ class StoredFacts(unittest.TestCase):
             with self.subTest(policy=policy):
                 self.assertSameAsPrune(store, policy)
         self.assertGreater(store.skipped.get(flower._key_string(KEY)), 3)   # told as unreadable, not dropped
+
+    def test_a_store_a_flower_of_another_version_wrote_has_its_facts_worked_out_again(self):
+        # version 1 told a result that is a list of blocks as "": its facts of such rows say what this
+        # flower's would not, so a store it wrote (or wrote to since) has every row's facts worked out
+        # again when this one opens it, its trigger and index are replaced, and loads are prune's
+        import random
+        import sqlite3
+        from tests.transcripts import random_transcript
+        listed = random_transcript(31, size=150)
+        for e in listed:
+            for block in flower.blocks_of(e):
+                if isinstance(block, dict) and block.get("type") == "tool_result" and random.Random(e["uuid"]).random() < 0.5:
+                    block["content"] = [{"type": "text", "text": block["content"] + " as a list"}]
+        store = self.stored(listed)
+        path = store.path
+        as_appended = dict(store._db.execute("SELECT seq, facts FROM entries"))
+        store.close()
+        for round_trip in range(2):
+            db = sqlite3.connect(path)   # as a flower of version 1 leaves it: its facts, trigger and index
+            db.execute("UPDATE entries SET facts = '1' || substr(facts, 2) WHERE facts IS NOT NULL")
+            if round_trip == 0:
+                db.execute(f"DROP TRIGGER {flower.FACTS_TRIGGER}")
+            db.execute("CREATE TRIGGER entries_facts_stale_2 AFTER UPDATE OF payload, uuid ON entries BEGIN SELECT 1; END")
+            db.execute("CREATE INDEX entries_left_rows_1 ON entries(skey, seq, uuid, facts) WHERE facts >= '1d' AND facts < '1f'")
+            db.commit()
+            db.close()
+            store = self.stored([], path)
+            self.assertEqual(dict(store._db.execute("SELECT seq, facts FROM entries")), as_appended, round_trip)
+            names = {r[0] for r in store._db.execute("SELECT name FROM sqlite_master")}
+            self.assertIn(flower.FACTS_TRIGGER, names)
+            self.assertFalse(names & {"entries_facts_stale_2", "entries_left_rows_1"}, names)
+            for policy in self.POLICIES[:3]:
+                with self.subTest(round_trip=round_trip, policy=policy):
+                    self.assertSameAsPrune(store, policy)
+            store.close()
 
     def test_a_store_made_before_the_trigger_sets_aside_the_facts_of_damaged_rows_once(self):
         import sqlite3
@@ -975,7 +1013,7 @@ class StoredFacts(unittest.TestCase):
         store.close()
         db = sqlite3.connect(path)
         db.execute(f"DROP TRIGGER {flower.FACTS_TRIGGER}")   # as an older flower left it
-        db.execute("UPDATE entries SET payload = 'oops' WHERE facts LIKE '1e%' OR facts LIKE '1d%'")
+        db.execute("UPDATE entries SET payload = 'oops' WHERE facts LIKE ? OR facts LIKE ?", LEAVING)
         db.commit()
         damaged = db.execute("SELECT count(*) FROM entries WHERE payload = 'oops' AND facts IS NOT NULL").fetchone()[0]
         db.close()
@@ -1003,7 +1041,7 @@ class StoredFacts(unittest.TestCase):
             other = sqlite3.connect(store.path, isolation_level=None)
             self.addCleanup(other.close)
             rows = other.execute("SELECT seq, uuid, payload, facts FROM entries").fetchall()
-            named = [r for r in rows if r[3] and r[3][:2] in ("1d", "1e", "1b", "1c")]
+            named = [r for r in rows if r[3] and r[3][:2] in [flower.FACTS_VERSION + k for k in "debc"]]
             uuids = [r[1] for r in rows if r[1]]
             if trial % 3 == 0:
                 other.execute(f"DROP TRIGGER {flower.FACTS_TRIGGER}")
