@@ -2091,7 +2091,7 @@ def _survivors(drop_uuids: set, parent_of: dict) -> Callable[[str | None], str |
 
     def survivor(uid: str | None) -> str | None:
         chain = []
-        while uid is not None and uid in drop_uuids:
+        while uid.__class__ is str and uid in drop_uuids:   # only string uuids ever leave
             if uid in resolved:
                 uid = resolved[uid]
                 break
@@ -2567,8 +2567,8 @@ def _drop_old_results(st: _Pruning) -> None:
         if _leaves(st, i, kept):
             continue
         st.set_content(i, kept).pop("toolUseResult", None)
-        fresh[i] = [(i, j, b, b.get("tool_use_id")) for j, b in enumerate(kept)
-                    if isinstance(b, dict) and b.get("type") == "tool_result"]
+        fresh[i] = [(i, j, b, tid if (tid := b.get("tool_use_id")).__class__ is str else None)   # as the scan
+                    for j, b in enumerate(kept) if isinstance(b, dict) and b.get("type") == "tool_result"]
     _drop_old_uses(st, {b.get("tool_use_id") for _, _, b in old})
     for k in st.empty:   # an entry that came with no content leaves the chain too
         _leaves(st, k, work[k]["message"]["content"])
@@ -3303,8 +3303,9 @@ def plan_cuts(plan: LeavePlan, rows: Iterable[tuple[int, Any, str]], policy: Pru
             name = uid + "-0.txt"   # the spill name of a uuid; one found in the listing is a plain name there
             if name in present:
                 marker = template(n=chars, path=folder + name)
-                cuts[seq] = (uid, fact, marker)
-                saved += chars - len(marker)
+                if len(marker) < policy.trim_min_chars:   # else _trim would take the marker for a big result
+                    cuts[seq] = (uid, fact, marker)
+                    saved += chars - len(marker)
         newer += 1
     plan.cut_saved += saved
 

@@ -281,6 +281,20 @@ class StoredFacts(unittest.TestCase):
             self.assertEqual(told.tokens, flower.estimate_tokens(got), label)
         return told.tokens
 
+    def test_a_marker_long_enough_to_be_trimmed_itself_is_not_read_cut(self):
+        # with trim_min_chars under a marker's length, a row read cut came with its marker, which _trim
+        # then took for a big result and archived again ("145 chars"): the load was not prune's
+        from tests.transcripts import Builder
+        import random
+        b = Builder(random.Random(6))
+        b.prompt("read")
+        for i in range(12):
+            b.tool("Read", {"file_path": f"/w/{i}"}, "x" * 3000)
+        store = self.stored(b.entries)
+        for least in (100, 200, 1000):
+            with self.subTest(trim_min_chars=least):
+                self.assertSameAsPrune(store, flower.PrunePolicy(trim=True, trim_keep=0, trim_min_chars=least))
+
     POLICIES = (flower.PrunePolicy(), flower.PrunePolicy(keep_denials=0, keep_unavailable=0, keep_glances=0),
                 flower.PrunePolicy(keep_denials=3, keep_unavailable=2), flower.PrunePolicy(drop_api_errors=False),
                 flower.PrunePolicy(trim=True), flower.PrunePolicy(trim=True, trim_keep=1, trim_min_chars=1000, keep_glances=0),

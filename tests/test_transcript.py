@@ -186,6 +186,24 @@ class HostileRows(unittest.TestCase):
                             1 for e in out if e.get("flowerHealed")))
 
 
+    def test_unhashable_ids_and_parents_where_rows_leave(self):
+        # a result with a list for its tool id beside a denial that leaves, and an API error with a list
+        # for its parent: both raised TypeError (a resume that fails) before
+        beside = [
+            {"type": "assistant", "uuid": "a1", "parentUuid": None, "message": {"id": "m1", "role": "assistant", "content": [
+                {"type": "tool_use", "id": "T1", "name": "Write", "input": {}}]}},
+            {"type": "user", "uuid": "r1", "parentUuid": "a1", "toolDenialKind": "user-rejected", "permissionDecision": {},
+             "message": {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "T1", "is_error": True, "content": "no"},
+                                                     {"type": "tool_result", "tool_use_id": ["x"], "content": "other"}]}}]
+        out, report = prune(beside, PrunePolicy(keep_denials=0))
+        self.assertEqual(report.denials_dropped, 1)
+        self.assertEqual(out[-1]["message"]["content"], [{"type": "tool_result", "tool_use_id": ["x"], "content": "other"}])
+        orphaned = [{"type": "system", "subtype": "api_error", "uuid": "e", "parentUuid": ["not", "hashable"], "error": {}},
+                    {"type": "user", "uuid": "u", "parentUuid": "e", "message": {"role": "user", "content": "hi"}}]
+        out, report = prune(orphaned)
+        self.assertEqual((report.dropped_errors, [e["uuid"] for e in out]), (1, ["u"]))
+
+
 class ReusedEncoders(unittest.TestCase):
     """The encoders flower builds once (every appended row goes through one) write exactly what
     json.dumps writes, and raise where it raises; without json's C encoder, json's own method."""
