@@ -2319,7 +2319,7 @@ def _drop_api_errors(entries: Iterable[dict], policy: PrunePolicy, own: bool = F
     drop_errors = policy.drop_api_errors
     uids = []   # every string uuid: a set of them tells whether one comes twice (cheaper than a map of all)
     st.marks = marks
-    chars = 0   # what estimate_tokens counts of the entries kept, but for results and indexed tool uses
+    counted = 0   # what estimate_tokens counts of the entries kept, but for results and indexed tool uses
     extra = st.extra   # the inputs of the tool uses not indexed in ``uses``
     indexed = 0        # tool uses indexed (more than ``uses`` holds: an id came twice)
     for entry in entries:
@@ -2367,14 +2367,14 @@ def _drop_api_errors(entries: Iterable[dict], policy: PrunePolicy, own: bool = F
                                 extra.append(block.get("input"))
                         elif btype == "text":
                             said = block.get("text")
-                            chars += len(said) if said.__class__ is str else _rich_chars(block)
+                            counted += len(said) if said.__class__ is str else _rich_chars(block)
                         elif btype == "tool_result":   # in an assistant entry: no step looks at it
                             said = block.get("content")
-                            chars += len(said) if said.__class__ is str else _rich_chars(block)
+                            counted += len(said) if said.__class__ is str else _rich_chars(block)
                         else:
-                            chars += _other_chars(block)
+                            counted += _other_chars(block)
                 elif content.__class__ is str:
-                    chars += len(content)
+                    counted += len(content)
                 if model != SYNTHETIC_MODEL and not get("isSidechain"):
                     call = message.get("id") or uid
                     call_at.append(i)
@@ -2401,24 +2401,24 @@ def _drop_api_errors(entries: Iterable[dict], policy: PrunePolicy, own: bool = F
                             errors.append((i, j, block, _is_denial(entry)))   # while the entry is at hand
                     elif btype == "text":
                         said = block.get("text")
-                        chars += len(said) if said.__class__ is str else _rich_chars(block)
+                        counted += len(said) if said.__class__ is str else _rich_chars(block)
                     elif btype == "tool_use":   # in a user entry: no step looks at it
                         extra.append(block.get("input"))
                     else:
-                        chars += _other_chars(block)
+                        counted += _other_chars(block)
                 if found != len(results):
                     if get("toolUseResult") == _REJECTED or get("toolDenialKind") == "interrupted":
                         st.halted.add(i)
                     if get("flowerHealed"):
                         st.healed.add(i)
             elif content.__class__ is str:
-                chars += len(content)
+                counted += len(content)
         elif kind == "system" and drop_errors and get("subtype") == "api_error":
             _drop_error(st, entry, uid, parent)
             continue
         work.append(entry)
         pars.append(parent)
-    st.chars = chars
+    st.chars = counted
     st.recount = indexed != len(uses)
     gone = []   # the uuids of the rows left out
     for uid, parent, chars, what in left:
