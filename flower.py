@@ -3860,8 +3860,9 @@ class SqliteSessionStore:
     @staticmethod
     def _trust_facts(db: sqlite3.Connection) -> None:
         """Give the store the triggers that clear a row's facts and its cut fact when the row changes. A
-        store without the first (made before it, or a writer dropped it) first has every row's facts
-        worked out again (:func:`refreshed_facts`), one without the others forgets its cut facts (the
+        store without the first (made before it, by a flower of another FACTS_VERSION, or a writer
+        dropped it), or with an older flower's, first has every row's facts worked out again
+        (:func:`refreshed_facts`), one without the others forgets its cut facts (the
         next trim-on load notes them again): whatever was done to the rows meanwhile, facts then tell them."""
         wanted = {FACTS_TRIGGER, *CUT_TRIGGERS}
         if {name for (name,) in db.execute(SQL_TRIGGERS_KNOWN)} == wanted:
@@ -4290,7 +4291,8 @@ class PruningSessionStore:
         done = await self._with_pruner(key, lambda pruned: pruned(self.policy))
         return None if done is None else done[0]
 
-    async def _with_pruner(self, key: dict, body: Callable[[Callable[..., tuple[list[dict], PruneReport] | None]], Any]) -> Any:
+    async def _with_pruner(self, key: dict,
+                           body: Callable[[Callable[..., tuple[list[dict], PruneReport] | None]], Any]) -> Any:
         """``body(pruned)``, where ``pruned(policy, estimate=False)`` is the session of ``key`` pruned with
         ``policy`` and its report (None when the store has no such key; with ``estimate``, the report
         tells its size, as :func:`_prune` does), loading and pruning under one GC pause: in the store's
