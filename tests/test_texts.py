@@ -56,6 +56,10 @@ class ChineseCli(unittest.TestCase):
 
     def test_display_width(self):
         self.assertEqual(flower.display_width("工作区"), 6)
+        self.assertEqual(flower.display_width("ab c"), 4)
+        self.assertEqual(flower.display_width("a工b"), 4)
+        self.assertEqual(flower.display_width("\uff21"), 2)  # full-width A
+        self.assertEqual(flower.display_width("\u00e9"), 1)
         self.assertEqual(flower.pad("目标", 6), "目标  ")
         self.assertEqual(flower.pad("goal", 6), "goal  ")
 

@@ -1,6 +1,7 @@
 """Utilities: atomic write, file lock, safe names, redaction, JSON state files."""
 
 import os
+import re
 import stat
 import subprocess
 import sys
@@ -64,6 +65,25 @@ class SafeName(unittest.TestCase):
             self.assertFalse(name.startswith("."))
         self.assertNotEqual(flower.safe_name("a/b"), flower.safe_name("a_b"))
         self.assertNotEqual(flower.safe_name("a" * 300), flower.safe_name("a" * 301))
+
+    def test_kept_characters_are_exactly_the_documented_set(self):
+        # the documented set, as the regex it once was: every code point is kept or replaced alike
+        rule = re.compile(r"[A-Za-z0-9\-_.\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
+        points = [*range(0x10000), *range(0x10000, 0x110000, 97)]
+        differ = [hex(c) for c in points if flower._safe_char(chr(c)) != bool(rule.fullmatch(chr(c)))]
+        self.assertEqual(differ, [])
+        for edge in ("\u33ff", "\u3400", "\u4dbf", "\u4dc0", "\u4dff", "\u4e00", "\u9fff", "\ua000",
+                     "\uf8ff", "\uf900", "\ufaff", "\ufb00", "/", "@", "[", "`", "{"):
+            self.assertEqual(flower.safe_name(f"x{edge}") == f"x{edge}", bool(rule.fullmatch(edge)), hex(ord(edge)))
+
+
+class ProjectKey(unittest.TestCase):
+    def test_composed_and_decomposed_names_share_one_key(self):
+        # the SDK keys by the NFC form: a decomposed path (as macOS hands them out) must meet the same key
+        composed, decomposed = "/tmp/caf\u00e9-\u5de5\u4f5c", "/tmp/cafe\u0301-\u5de5\u4f5c"
+        self.assertEqual(flower.project_key(decomposed), flower.project_key(composed))
+        self.assertEqual(flower.project_key(composed), "-tmp-caf----")
+        self.assertEqual(flower.project_key("/tmp/plain ascii"), "-tmp-plain-ascii")
 
 
 SECRETS = [
