@@ -48,7 +48,7 @@ CPU = time.process_time   # work in this process: CPU time, steadier than wall t
 def reps(n: int) -> int:
     if QUICK:
         return 3 if n >= 50_000 else 5
-    return {1_000: 101, 10_000: 21, 50_000: 15}.get(n, 5)   # small loads are quick, and noisy: more pairs
+    return {1_000: 101, 10_000: 21, 50_000: 15}.get(n, 9)   # small loads are quick, and noisy: more pairs
 
 
 def append_bench(tmp, entries, batch=100, label="dense mix"):
