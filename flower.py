@@ -5627,20 +5627,47 @@ def _entry_rows(entries: list[dict], ascii_only: bool = False) -> tuple[list, li
     return uuids, payloads
 
 
-def _parse_payloads(rows: Iterable[tuple]) -> tuple[list[dict], int]:
-    """The stored payloads as entries, and how many rows were unreadable (skipped)."""
-    entries, bad = [], 0
-    with _gc_paused():
-        for (payload,) in rows:
+def _parsed_payloads(rows: Iterable[tuple], bad: list[int]) -> Iterator[dict]:
+    """The entries of rows of one payload each, one at a time; a row that is not a JSON object is
+    skipped and counted in ``bad[0]``. Parsed by the JSON scanner itself where it reads the whole
+    payload (as :meth:`SqliteSessionStore._fresh` does), else by ``json.loads``."""
+    scan = json.decoder.JSONDecoder().scan_once
+    for (payload,) in rows:
+        try:
             try:
+                entry, end = scan(payload, 0)
+            except (StopIteration, TypeError):   # e.g. leading white space, or bytes: json.loads takes them
+                entry, end = None, -1
+            if end != len(payload):
                 entry = json.loads(payload)
-            except (ValueError, TypeError):
-                entry = None
-            if type(entry) is dict:
-                entries.append(entry)
-            else:
-                bad += 1
-    return entries, bad
+        except (ValueError, TypeError):
+            entry = None
+        if entry.__class__ is dict:
+            yield entry
+        else:
+            bad[0] += 1
+
+
+def _and_spooled(entries: Iterable[dict], waiting: list[dict]) -> Iterator[dict]:
+    """``entries``, then those of the spooled append operations ``waiting`` whose uuid is not among
+    them yet (a batch may be both stored and still spooled)."""
+    if not waiting:
+        yield from entries
+        return
+    seen: set[str] = set()
+    for entry in entries:
+        uid = entry.get("uuid")
+        if isinstance(uid, str):
+            seen.add(uid)
+        yield entry
+    for op in waiting:
+        for entry in op["entries"]:
+            uid = entry.get("uuid")
+            if isinstance(uid, str):
+                if uid in seen:
+                    continue
+                seen.add(uid)
+            yield entry
 
 
 def latest_rows(rows: Iterable[dict]) -> list[dict]:
@@ -6211,19 +6238,34 @@ class PostgresSessionStore:
 
     def load_sync(self, key: dict) -> list[dict] | None:
         """All entries of ``key`` in append order (spooled ones included), None when never written."""
+        rows, waiting = self._stored(key)
+        bad = [0]
+        with _gc_paused():
+            entries = list(_and_spooled(_parsed_payloads(rows, bad), waiting))
+        self.skipped[f"{key['project_key']}/{key['session_id']}"] = bad[0]
+        return entries if entries or bad[0] else None
+
+    def load_pruned(self, key: dict, policy: PrunePolicy | None = None,
+                    estimate: bool = False) -> tuple[list[dict], PruneReport] | None:
+        """``_prune`` of the session with ``policy`` (None when never written), fed entry by entry: each
+        is indexed right after it is parsed, while it is fresh in the CPU cache (parsing all first, then
+        pruning, walks them again once they are cold). Rows are skipped and counted as by
+        :meth:`load_sync`. ``estimate``: as for :func:`_prune`."""
+        rows, waiting = self._stored(key)
+        if not rows and not waiting:
+            return None
+        bad = [0]
+        with _gc_paused():
+            done = _prune(_and_spooled(_parsed_payloads(rows, bad), waiting), policy or PrunePolicy(), True,
+                          estimate=estimate)
+        self.skipped[f"{key['project_key']}/{key['session_id']}"] = bad[0]
+        return done
+
+    def _stored(self, key: dict) -> tuple[list[tuple], list[dict]]:
+        """The session's rows in the database, then its operations still waiting in the spool."""
         ws, pk, sid, sub = self._key(key)
-        entries, bad = _parse_payloads(self.state._read(PG_LOAD, (ws, pk, sid, sub)))
-        self.skipped[f"{key['project_key']}/{sid}"] = bad
-        waiting = self.state._spooled("entries", ws=ws, pk=pk, sid=sid, sub=sub)
-        if waiting:
-            seen = {e.get("uuid") for e in entries if isinstance(e.get("uuid"), str)}
-            for op in waiting:
-                for entry in op["entries"]:
-                    uid = entry.get("uuid")
-                    if not (isinstance(uid, str) and uid in seen):
-                        entries.append(entry)
-                        seen.add(uid)
-        return entries if entries or bad else None
+        rows = self.state._read(PG_LOAD, (ws, pk, sid, sub))
+        return rows, self.state._spooled("entries", ws=ws, pk=pk, sid=sid, sub=sub)
 
     # -- the SDK SessionStore protocol --
 

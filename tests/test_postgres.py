@@ -14,7 +14,9 @@ import stat
 import subprocess
 import sys
 import tempfile
+import time
 import unittest
+import unittest.mock
 import uuid
 
 import flower
@@ -189,6 +191,106 @@ class Store(PgCase):
         self.sql("UPDATE flower.entries SET payload='{not json' WHERE uuid='u1'")
         self.assertEqual(a.session_store().load_sync(key), [entry("u2")])
         self.assertEqual(a.session_store().skipped["p/s"], 1)
+
+
+@unittest.skipUnless(HAVE_PG, SKIP)
+class Loads(PgCase):
+    """A resume's load: the rows streamed into the prune (load_pruned), exactly prune() of load_sync()."""
+
+    KEY = {"project_key": "p", "session_id": "s"}
+
+    def stored(self, entries, sid="s"):
+        store = self.machine().session_store()
+        key = dict(self.KEY, session_id=sid)
+        for i in range(0, len(entries), 100):   # in batches, as the SDK flushes
+            store.append_sync(key, entries[i:i + 100])
+        return store, key
+
+    def assertSameAsPrune(self, store, key, policy, label):
+        want, report = flower.prune(store.load_sync(key), policy)
+        got, told = store.load_pruned(key, policy, estimate=True)
+        self.assertEqual(json.dumps(got), json.dumps(want), label)   # the same keys in the same order too
+        self.assertEqual(told.as_dict(), report.as_dict(), label)
+        if told.tokens is not None:
+            self.assertEqual(told.tokens, flower.estimate_tokens(got), label)
+        wrapped = flower.PruningSessionStore(store, policy=policy)
+        self.assertEqual(json.dumps(asyncio.run(wrapped.load(key))), json.dumps(want), label)
+        self.assertEqual(wrapped.last_report.as_dict(), report.as_dict(), label)
+
+    def test_same_as_prune_on_every_mix(self):
+        import random
+        from tests.transcripts import anchor_transcript, hostile_entry, random_transcript, replayed_fixtures, sized_transcript
+        rng = random.Random(8)
+        mixes = [(f"random {seed}", random_transcript(seed, size=120)) for seed in range(8)]
+        for trial in range(6):   # wrong shapes among the rows
+            entries = random_transcript(100 + trial, size=40)
+            for i in range(rng.randint(1, 6)):
+                entries.insert(rng.randrange(len(entries) + 1), hostile_entry(rng, i))
+            mixes.append((f"hostile {trial}", json.loads(json.dumps(entries))))
+        mixes += [("anchor", anchor_transcript(1500)), ("dense", sized_transcript(1500)), ("real", replayed_fixtures(800))]
+        policies = (flower.PrunePolicy(), flower.PrunePolicy(keep_denials=0, keep_unavailable=0, keep_glances=0),
+                    flower.PrunePolicy(drop_api_errors=False),
+                    flower.PrunePolicy(trim=True, trim_keep=1, trim_min_chars=1000, keep_glances=0, lang="zh",
+                                       spill_dir=os.path.join(self.tmp.name, "spill")))
+        for k, (label, entries) in enumerate(mixes):
+            store, key = self.stored(entries, sid=f"s{k}")
+            for policy in policies:
+                with self.subTest(label, policy=policy):
+                    self.assertSameAsPrune(store, key, policy, label)
+
+    def test_rows_that_are_not_objects_are_skipped_and_counted_as_load_sync_does(self):
+        from tests.transcripts import random_transcript
+        entries = random_transcript(4, size=60)
+        store, key = self.stored(entries)
+        ids = [r[0] for r in self.sql("SELECT id FROM flower.entries ORDER BY id")]
+        odd = {ids[3]: "{not json", ids[7]: "[1, 2]", ids[11]: '{"type": "user"} and more', ids[13]: "",
+               ids[17]: '  {"type": "user", "uuid": "lead"}', ids[19]: '{"type": "user", "uuid": "trail"}\n '}
+        for row, payload in odd.items():   # json.loads takes white space around an object: so does the load
+            self.sql("UPDATE flower.entries SET payload=%s WHERE id=%s", payload, row)
+        plain = store.load_sync(key)
+        self.assertEqual(store.skipped["p/s"], 4)
+        self.assertEqual([e.get("uuid") for e in plain if e.get("uuid") in ("lead", "trail")], ["lead", "trail"])
+        self.assertEqual(len(plain), len(entries) - 4)
+        store.skipped.clear()
+        got, report = store.load_pruned(key)
+        self.assertEqual(store.skipped["p/s"], 4)
+        self.assertEqual((got, report.as_dict()), (lambda p: (p[0], p[1].as_dict()))(flower.prune(plain)))
+
+    def test_spooled_entries_come_after_the_stored_ones_once_each(self):
+        from tests.transcripts import random_transcript
+        entries = random_transcript(6, size=80)
+        a = self.machine()
+        store = a.session_store()
+        store.append_sync(self.KEY, entries[:50])
+        self.server.stop("immediate")
+        try:   # batches kept locally, one of them both stored and spooled (written before a lost commit)
+            store.append_sync(self.KEY, entries[45:60])
+            store.append_sync(self.KEY, entries[55:] + [{"type": "last-prompt"}])
+        finally:
+            self.server.start()
+        time.sleep(1.2)   # past the pause after a lost connection; the spool stays until the next ready()
+        self.assertTrue(os.path.exists(a.spool.path))
+        want = entries + [{"type": "last-prompt"}]
+        self.assertEqual(store.load_sync(self.KEY), want)
+        got, report = store.load_pruned(self.KEY)
+        self.assertEqual((got, report.as_dict()), (lambda p: (p[0], p[1].as_dict()))(flower.prune(want)))
+        self.assertTrue(os.path.exists(a.spool.path))   # a load reads the spool, it never writes it
+
+    def test_a_key_never_written_is_none(self):
+        store = self.machine().session_store()
+        self.assertIsNone(store.load_pruned({"project_key": "p", "session_id": "none"}))
+        self.assertIsNone(asyncio.run(flower.PruningSessionStore(store).load({"project_key": "p", "session_id": "none"})))
+
+    def test_a_resume_streams_the_rows_into_the_prune(self):
+        # the pruning store takes load_pruned: the entries are not first parsed into a list of their own
+        from tests.transcripts import random_transcript
+        store, key = self.stored(random_transcript(7, size=80))
+        want = flower.prune(store.load_sync(key))[0]
+        wrapped = flower.PruningSessionStore(store)
+        with unittest.mock.patch.object(type(store), "load_sync", side_effect=AssertionError("parsed whole first")):
+            self.assertEqual(asyncio.run(wrapped.load(key)), want)
+            self.assertTrue(asyncio.run(wrapped.prepare(key, 10**9)))
+        self.assertEqual(asyncio.run(wrapped.load(key)), want)
 
 
 @unittest.skipUnless(HAVE_PG, SKIP)
