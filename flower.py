@@ -3803,6 +3803,28 @@ SQL_LOAD_TRIMMING = _LOAD_ROWS.format(seq=f"CASE WHEN facts IS NULL OR facts >= 
 SQL_LOAD_KEEPING_ERRORS = (f"SELECT payload, CASE WHEN facts >= '{FACTS_VERSION}b' AND facts < '{FACTS_VERSION}c' "
                            f"THEN facts END, NULL, NULL FROM entries WHERE skey=? ORDER BY seq")
 
+def _encodable(text: str) -> bool:
+    """Whether ``text`` can be written as UTF-8 (a lone surrogate cannot: SQLite and PostgreSQL refuse it)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _storable_json(value: Any) -> str:
+    """``json.dumps(value, ensure_ascii=False)``, or \\u-escaped where that text holds a lone surrogate
+    (a summary folds the first prompt in: a session would otherwise fail it on every later batch)."""
+    text = json.dumps(value, ensure_ascii=False)
+    return text if _encodable(text) else json.dumps(value)
+
+
+def _storable_uuid(uid: str | None) -> str | None:
+    """A uuid as a store's uuid column can hold it: as it is, or \\u-escaped where it holds a lone
+    surrogate (the same uuid always gives the same text, so a batch sent again is still recognised)."""
+    return uid if uid is None or _encodable(uid) else json.dumps(uid)[1:-1]
+
+
 class SqliteSessionStore:
     """The SDK ``SessionStore`` protocol on one SQLite file (WAL), plus sync extras for flower.
 
@@ -3903,15 +3925,25 @@ class SqliteSessionStore:
         """Append entries under ``key`` in one transaction (duplicates by uuid are ignored)."""
         if not entries:
             return
+        try:
+            self._append(key, entries, ascii_only=False)
+        except UnicodeEncodeError:   # a lone surrogate (an output cut inside a UTF-16 pair): SQLite takes no
+            self._append(key, entries, ascii_only=True)   # such text; the batch \u-escaped is the same JSON
+
+    def _append(self, key: dict, entries: list[dict], ascii_only: bool) -> None:
+        """:meth:`append_sync`; ``ascii_only``: every text written is JSON with non-ASCII \\u-escaped, and
+        a uuid or fact that cannot be encoded is stored as :func:`_storable_uuid` tells, or left out."""
         skey = _key_string(key)
-        dumps = _compact_json()
+        dumps = (lambda e: json.dumps(e, separators=(",", ":"))) if ascii_only else _compact_json()
         payloads = [dumps(e) for e in entries]
         context = entry_context(entries) if not key.get("subpath") else None
         uuids = [uid if isinstance(uid := e.get("uuid"), str) else None for e in entries]
+        if ascii_only:
+            uuids = [_storable_uuid(uid) for uid in uuids]
         with self._lock:
             self._db.execute("BEGIN IMMEDIATE")
             try:   # facts inside the transaction: they describe the rows as this batch leaves them
-                self._insert_with_facts(skey, entries, uuids, payloads)
+                self._insert_with_facts(skey, entries, uuids, payloads, ascii_only)
                 mtime = self._db.execute(SQL_TOUCH_SESSION, (skey, key["project_key"], key["session_id"],
                                                              key.get("subpath"), int(time.time() * 1000),
                                                              context)).fetchone()[0]
@@ -3937,9 +3969,10 @@ class SqliteSessionStore:
         folded = fold(prev, {"project_key": names[0], "session_id": names[1]}, entries)
         if folded is not None:
             folded = dict(folded, mtime=mtime)
-            self._db.execute(SQL_PUT_SUMMARY, (*names, mtime, json.dumps(folded, ensure_ascii=False)))
+            self._db.execute(SQL_PUT_SUMMARY, (*names, mtime, _storable_json(folded)))
 
-    def _insert_with_facts(self, skey: str, entries: list[dict], uuids: list, payloads: Sequence[str]) -> None:
+    def _insert_with_facts(self, skey: str, entries: list[dict], uuids: list, payloads: Sequence[str],
+                           ascii_only: bool = False) -> None:
         """Insert the batch's rows with their facts, inside the caller's transaction. Facts are first
         worked out as if every row were new (the batch's own calls as they are, only the others
         looked up); when the insert shows that a row was stored already (a batch sent again, a reused
@@ -3948,6 +3981,8 @@ class SqliteSessionStore:
         where seqs need not rise, a SAVEPOINT undoes the insert instead (it costs its statement journal
         on every batch, hence not always)."""
         def insert(facts: list[str | None]) -> int:
+            if ascii_only:   # a fact that holds a lone surrogate: the row is judged when it is loaded
+                facts = [fact if fact is None or _encodable(fact) else None for fact in facts]
             return self._db.executemany(SQL_APPEND_ENTRY, [(skey, uid, payload, fact) for uid, payload, fact
                                                            in zip(uuids, payloads, facts)]).rowcount
         stored = functools.partial(self._stored_entries, skey)
@@ -5987,15 +6022,15 @@ class PostgresState(StateBackend):
                 prev = None
             folded = _fold_summary(prev, {"project_key": op["key_pk"], "session_id": sid}, entries)
             if folded is not None:
-                summary = json.dumps(dict(folded, mtime=mtime), ensure_ascii=False)
+                summary = _storable_json(dict(folded, mtime=mtime))
         args = {"ws": ws, "pk": pk, "sid": sid, "sub": sub, "mtime": mtime, "context": op.get("context"),
                 "summary": summary}
         uuids, payloads = _entry_rows(entries)
         try:   # arrays go in binary (%b): the text format would escape every element
             cur.execute(PG_APPEND, dict(args, uuids=uuids, payloads=payloads))
-        except UnicodeEncodeError:   # a lone surrogate: store that batch \u-escaped (same JSON value)
+        except UnicodeEncodeError:   # a lone surrogate: store that batch \u-escaped (same JSON values)
             uuids, payloads = _entry_rows(entries, ascii_only=True)
-            cur.execute(PG_APPEND, dict(args, uuids=uuids, payloads=payloads))
+            cur.execute(PG_APPEND, dict(args, uuids=[_storable_uuid(u) for u in uuids], payloads=payloads))
 
     def _spooled(self, kind: str, **match: Any) -> list[dict]:
         """Waiting operations of one kind (and matching fields), oldest first."""

@@ -184,6 +184,23 @@ class Store(PgCase):
         a.session_store().append_sync(key, odd)
         self.assertEqual(a.session_store().load_sync(key), odd)
 
+    def test_lone_surrogates_are_stored_not_lost(self):
+        # the batch was \u-escaped, but not its folded summary nor its uuids: the insert still raised
+        a = self.machine()
+        store = a.session_store()
+        key = {"project_key": "p", "session_id": "s"}
+        batch = [{"type": "user", "uuid": "u1", "message": {"role": "user", "content": "look at \ud83d"}},
+                 entry("u2\udc00", 2, parentUuid="u1"), entry("u3", 3, text="half \udfff")]
+        store.append_sync(key, batch)
+        store.append_sync(key, batch[1:])   # sent again: recognised by uuid, surrogate and all
+        store.append_sync(key, [entry("u4", 4, text="é")])
+        self.assertEqual(store.load_sync(key), batch + [entry("u4", 4, text="é")])
+        self.assertEqual(store.load_pruned(key)[0], flower.prune(batch + [entry("u4", 4, text="é")])[0])
+        self.assertIn("é", self.sql("SELECT payload FROM flower.entries WHERE uuid='u4'")[0][0])   # only that batch escaped
+        if HAVE_SDK:
+            summary = asyncio.run(store.list_session_summaries("p"))
+            self.assertEqual([s["data"].get("first_prompt") for s in summary], ["look at \ud83d"])
+
     def test_an_unreadable_row_is_skipped_not_fatal(self):
         a = self.machine()
         key = {"project_key": "p", "session_id": "s"}

@@ -42,6 +42,36 @@ class SqliteStore(unittest.TestCase):
         loaded = asyncio.run(self.store.load(KEY))
         self.assertEqual([e.get("uuid") for e in loaded], ["b", "a", None, "c", None])
 
+    def test_lone_surrogates_are_stored_not_lost(self):
+        # an output cut inside a UTF-16 pair (the CLI counts in UTF-16) holds a lone surrogate, which SQLite
+        # cannot take as text: the whole batch was refused, and after the SDK's three tries it was lost
+        from tests.transcripts import Builder
+        import random
+        b = Builder(random.Random(2))
+        b.prompt("look at \ud83d")   # the first prompt: the SDK's summary folds it in
+        b.tool("Bash", {"command": "cat \udc00.txt"}, "half a pair \ud83d" * 300)
+        for i in range(4):
+            b.tool("Read", {"file_path": f"/w/{i}"}, "x" * 3000 + "\udfff")
+            b.tool("Wr\udc00te", {}, "", kind="disallowed")   # its stored fact names the tool
+        odd = dict(entry("u\ud800", 9), parentUuid="p\udc01", text="é")   # in a uuid and a parent too
+        batch = b.entries + [odd]
+        asyncio.run(self.store.append(KEY, batch))
+        asyncio.run(self.store.append(KEY, [odd]))   # sent again: recognised by its uuid, surrogate and all
+        asyncio.run(self.store.append(KEY, [entry("plain", 1, text="é")]))
+        self.assertEqual(json.dumps(asyncio.run(self.store.load(KEY))), json.dumps(batch + [entry("plain", 1, text="é")]))
+        stored = self.store._db.execute("SELECT payload FROM entries ORDER BY seq").fetchall()
+        self.assertIn("é", stored[-1][0])   # only the batch that needs it is \u-escaped
+        self.assertNotIn("é", stored[-2][0])
+        for policy in (flower.PrunePolicy(), flower.PrunePolicy(trim=True, trim_keep=1, spill_dir=self.tmp.name + "/sp")):
+            want = flower.prune(self.store.load_sync(KEY), policy)
+            wrapped = PruningSessionStore(self.store, policy=policy)
+            for _ in range(2):   # the second trim-on load finds the spill files
+                self.assertEqual(json.dumps(asyncio.run(wrapped.load(KEY))), json.dumps(want[0]))
+                self.assertEqual(wrapped.last_report.as_dict(), want[1].as_dict())
+        if HAVE_SDK:   # the summary is folded with the SDK's own fold
+            summary = asyncio.run(self.store.list_session_summaries("proj"))
+            self.assertEqual([s["data"].get("first_prompt") for s in summary], ["look at \ud83d"])
+
     def test_unknown_key_is_none_and_subpaths_are_separate(self):
         self.assertIsNone(asyncio.run(self.store.load(KEY)))
         sub = dict(KEY, subpath="subagents/agent-1")
@@ -784,7 +814,7 @@ class StoredFacts(unittest.TestCase):
         from tests.transcripts import random_transcript
 
         class LooksEverythingUp(SqliteSessionStore):
-            def _insert_with_facts(self, skey, entries, uuids, payloads):
+            def _insert_with_facts(self, skey, entries, uuids, payloads, ascii_only=False):
                 facts = flower.batch_facts(entries, functools.partial(self._stored_entries, skey))
                 self._db.executemany(flower.SQL_APPEND_ENTRY, list(zip([skey] * len(entries), uuids, payloads, facts)))
 
