@@ -6287,7 +6287,8 @@ class PostgresSessionStore:
         pruning, walks them again once they are cold). Rows are skipped and counted as by
         :meth:`load_sync`. ``estimate``: as for :func:`_prune`."""
         rows, waiting = self._stored(key)
-        if not rows and not waiting:
+        if not rows and not any(op["entries"] for op in waiting):   # as load_sync tells it
+            self.skipped[f"{key['project_key']}/{key['session_id']}"] = 0
             return None
         bad = [0]
         with _gc_paused():
