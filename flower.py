@@ -3803,6 +3803,7 @@ SQL_LOAD_TRIMMING = _LOAD_ROWS.format(seq=f"CASE WHEN facts IS NULL OR facts >= 
 SQL_LOAD_KEEPING_ERRORS = (f"SELECT payload, CASE WHEN facts >= '{FACTS_VERSION}b' AND facts < '{FACTS_VERSION}c' "
                            f"THEN facts END, NULL, NULL FROM entries WHERE skey=? ORDER BY seq")
 
+
 def _encodable(text: str) -> bool:
     """Whether ``text`` can be written as UTF-8 (a lone surrogate cannot: SQLite and PostgreSQL refuse it)."""
     try:
@@ -3823,6 +3824,17 @@ def _storable_uuid(uid: str | None) -> str | None:
     """A uuid as a store's uuid column can hold it: as it is, or \\u-escaped where it holds a lone
     surrogate (the same uuid always gives the same text, so a batch sent again is still recognised)."""
     return uid if uid is None or _encodable(uid) else json.dumps(uid)[1:-1]
+
+
+def _entry_rows(entries: list[dict], ascii_only: bool = False) -> tuple[list, list]:
+    """``(uuids, payloads)`` of a batch, as both stores write it: each entry as compact JSON, exactly as
+    appended. ``ascii_only`` (for a batch holding a lone surrogate, which no store takes as text): the
+    JSON \\u-escaped, the same values, and the uuids as :func:`_storable_uuid` tells."""
+    uuids = [uid if isinstance(uid := e.get("uuid"), str) else None for e in entries]
+    if ascii_only:
+        return [_storable_uuid(uid) for uid in uuids], [json.dumps(e, separators=(",", ":")) for e in entries]
+    dumps = _compact_json()
+    return uuids, [dumps(e) for e in entries]
 
 
 class SqliteSessionStore:
@@ -3931,15 +3943,11 @@ class SqliteSessionStore:
             self._append(key, entries, ascii_only=True)   # such text; the batch \u-escaped is the same JSON
 
     def _append(self, key: dict, entries: list[dict], ascii_only: bool) -> None:
-        """:meth:`append_sync`; ``ascii_only``: every text written is JSON with non-ASCII \\u-escaped, and
-        a uuid or fact that cannot be encoded is stored as :func:`_storable_uuid` tells, or left out."""
+        """:meth:`append_sync`; ``ascii_only``: the rows as :func:`_entry_rows` writes such a batch, and a
+        fact that cannot be encoded left out."""
         skey = _key_string(key)
-        dumps = (lambda e: json.dumps(e, separators=(",", ":"))) if ascii_only else _compact_json()
-        payloads = [dumps(e) for e in entries]
+        uuids, payloads = _entry_rows(entries, ascii_only)
         context = entry_context(entries) if not key.get("subpath") else None
-        uuids = [uid if isinstance(uid := e.get("uuid"), str) else None for e in entries]
-        if ascii_only:
-            uuids = [_storable_uuid(uid) for uid in uuids]
         with self._lock:
             self._db.execute("BEGIN IMMEDIATE")
             try:   # facts inside the transaction: they describe the rows as this batch leaves them
@@ -5654,14 +5662,6 @@ class Offline(FlowerError):
         super().__init__(message, EXIT_OFFLINE)
 
 
-def _entry_rows(entries: list[dict], ascii_only: bool = False) -> tuple[list, list]:
-    """``(uuids, payloads)`` of a batch: each entry as compact JSON, exactly as appended."""
-    uuids = [e.get("uuid") if isinstance(e.get("uuid"), str) else None for e in entries]
-    dumps = (lambda e: json.dumps(e, separators=(",", ":"))) if ascii_only else _compact_json()
-    payloads = [dumps(e) for e in entries]
-    return uuids, payloads
-
-
 def _parsed_payloads(rows: Iterable[tuple], bad: list[int]) -> Iterator[dict]:
     """The entries of rows of one payload each, one at a time; a row that is not a JSON object is
     skipped and counted in ``bad[0]``. Parsed by the JSON scanner itself where it reads the whole
@@ -6030,7 +6030,7 @@ class PostgresState(StateBackend):
             cur.execute(PG_APPEND, dict(args, uuids=uuids, payloads=payloads))
         except UnicodeEncodeError:   # a lone surrogate: store that batch \u-escaped (same JSON values)
             uuids, payloads = _entry_rows(entries, ascii_only=True)
-            cur.execute(PG_APPEND, dict(args, uuids=[_storable_uuid(u) for u in uuids], payloads=payloads))
+            cur.execute(PG_APPEND, dict(args, uuids=uuids, payloads=payloads))
 
     def _spooled(self, kind: str, **match: Any) -> list[dict]:
         """Waiting operations of one kind (and matching fields), oldest first."""
