@@ -3193,15 +3193,16 @@ def _fact_opt(value: str) -> str | None:
     return value[1:]
 
 
-# A big tool result a trim-on load replaces by a pointer to its spill file need not be parsed once that
-# file exists: its "t" fact tells its length and where, in the stored JSON text, the result's text and
-# the CLI's side copy of it (toolUseResult) lie; the load parses the row without those two values
-# (usually most of its bytes) and puts the marker in. Only results the steps before trim never change
-# get the fact (not errors, not halted calls, not healing entries), and a load cuts only a row that
-# at least ``trim_keep`` newer big results of that kind follow: it is old whatever the other rows are.
+# A big tool result a trim-on load replaces by a pointer to its spill file need not be read once that
+# file exists: its "s" fact tells its length and holds its skeleton, the stored JSON text without the
+# result's text and the CLI's side copy of it (toolUseResult), usually a few hundred of its bytes; the
+# load parses the skeleton instead of the row (whose payload it does not even fetch) and puts the marker
+# in. Only results the steps before trim never change get the fact (not errors, not halted calls, not
+# healing entries), and a load cuts only a row that at least ``trim_keep`` newer big results of that
+# kind follow: it is old whatever the other rows are.
 # The first trim-on load that reads such a row whole notes its fact (a store keeps it beside the row,
 # gone when the row changes): append does not pay for it, and only sessions that are resumed do.
-_CUT_FACT = FACTS_VERSION + "t"
+_CUT_FACT = FACTS_VERSION + "s"   # (an older flower's "t" facts told only where the values lay: noted again)
 CUT_MIN_CHARS = 1000                     # the smallest trim_min_chars flower trims with (prepare's pass)
 _CUT_TEXT, _CUT_SIDE = "\ue000flower-cut-text\ue000", "\ue000flower-cut-side\ue000"   # placeholders
 _CUT_TEXT_JSON, _CUT_SIDE_JSON = f'"{_CUT_TEXT}"', f'"{_CUT_SIDE}"'   # as an encoder with ensure_ascii=False writes them
@@ -3230,11 +3231,11 @@ def _cut_block(entry: dict) -> dict | None:
 def cut_fact(entry: dict, text: str, dumps: Callable[[Any], str]) -> str | None:
     """The cut fact of ``text``, the stored JSON text of ``entry``, when a trim could cut the entry's
     result unread (see :func:`_cut_block`) and ``text`` is what ``dumps`` makes of the entry's shape:
-    ``<version>t<chars>:<a>:<b>[:<c>:<d>]``, the result's text being the JSON value at [a, b) of the
-    text and toolUseResult, which must come after it, the one at [c, d). Found from the entry's shape
-    without them (the big values are not encoded again): what comes before the first and after the
-    last is known, and the piece between the two starts right after the only unescaped quote that can
-    close the first (a JSON string holds no other)."""
+    ``<version>s<chars>|<skeleton>``, the skeleton being ``text`` with the result's text replaced by ""
+    and toolUseResult (which must come after it) by null. Where the two values lie is found from the
+    entry's shape without them (the big values are not encoded again): what comes before the first and
+    after the last is known, and the piece between the two starts right after the only unescaped quote
+    that can close the first (a JSON string holds no other)."""
     block = _cut_block(entry)
     if block is None:
         return None
@@ -3251,14 +3252,14 @@ def cut_fact(entry: dict, text: str, dumps: Callable[[Any], str]) -> str | None:
     tail = shape[to + len(_CUT_SIDE_JSON if side else _CUT_TEXT_JSON):]
     if not (text.startswith(shape[:at]) and text.endswith(tail)):
         return None
-    end, chars = len(text) - len(tail), len(block["content"])
+    end, fact = len(text) - len(tail), f"{_CUT_FACT}{len(block['content'])}|{text[:at]}\"\""
     if not side:
-        return f"{_CUT_FACT}{chars}:{at}:{end}"
+        return fact + text[end:]
     middle = shape[at + len(_CUT_TEXT_JSON):to]
     b = text.find(middle, at + 2)
     if b < 0 or text[b - 1] != '"' or _escaped(text, b - 1) or b + len(middle) > end:
         return None
-    return f"{_CUT_FACT}{chars}:{at}:{b}:{b + len(middle)}:{end}"
+    return fact + middle + "null" + text[end:]
 
 
 def _escaped(text: str, i: int) -> bool:
@@ -3267,27 +3268,6 @@ def _escaped(text: str, i: int) -> bool:
     while k >= 0 and text[k] == "\\":
         k -= 1
     return (i - 1 - k) % 2 == 1
-
-
-def cut_text(payload: str, fact: str) -> str:
-    """``payload`` with the values its cut fact locates replaced: the result's text by "" and
-    toolUseResult by null (ValueError on a fact that does not fit the text)."""
-    spans = _CUT_SPANS.fullmatch(fact, 2)
-    if spans is None:
-        raise ValueError(f"bad cut fact {fact!r}")
-    a, b, c, d = spans.groups()
-    a, b = int(a), int(b)
-    if c is None:
-        if not a <= b <= len(payload):
-            raise ValueError(f"bad cut fact {fact!r}")
-        return payload[:a] + '""' + payload[b:]
-    c, d = int(c), int(d)
-    if not a <= b <= c <= d <= len(payload):   # the side copy after the text, as cut_fact finds them
-        raise ValueError(f"bad cut fact {fact!r}")
-    return payload[:a] + '""' + payload[b:c] + "null" + payload[d:]
-
-
-_CUT_SPANS = _lazy_re(r"[0-9]+:([0-9]+):([0-9]+)(?::([0-9]+):([0-9]+))?")   # after "<version>t"
 
 
 def plan_cuts(plan: LeavePlan, rows: Iterable[tuple[int, Any, str]], policy: PrunePolicy, present: set | None) -> None:
@@ -3303,7 +3283,7 @@ def plan_cuts(plan: LeavePlan, rows: Iterable[tuple[int, Any, str]], policy: Pru
     template, keep, cuts, saved = text("trimmed_result", policy.lang).format, policy.trim_keep, plan.cuts, 0
     newer = 0   # sure-big results after the row at hand
     for seq, uid, fact in reversed(list(rows)):
-        chars = _count(fact[2:].partition(":")[0])
+        chars = _count(fact[2:].partition("|")[0])
         if chars < least:
             continue
         if newer >= keep and uid.__class__ is str:
@@ -3755,9 +3735,10 @@ OLD_FACTS_TRIGGERS = ("entries_facts_stale", "entries_facts_stale_2")
 # The cut facts of big results (see plan_cuts) are noted by the load that first reads their rows whole,
 # in a table of their own (an update of the row would rewrite its payload): a row changed or deleted by
 # any writer takes its cut fact with it. Not a row another writer replaces (INSERT OR REPLACE fires no
-# delete trigger unless that writer turned recursive_triggers on): a fact that then misleads a load makes
-# it fall back and forget the session's facts, and one that still fits the new text is believed, as
-# what a writer puts in the facts column is.
+# delete trigger unless that writer turned recursive_triggers on): a fact that then misleads a load (its
+# seq gone, or another uuid under it) makes it fall back and forget the session's facts; one put back
+# under the same seq and uuid is believed, as what a writer puts in the facts column is (a trigger on
+# every insert to rule that out would cost each append 1-4%).
 CUT_TRIGGERS = {
     "cut_facts_stale_1": "AFTER UPDATE OF payload, uuid, skey, seq ON entries",
     "cut_facts_gone_1": "AFTER DELETE ON entries",
@@ -3769,8 +3750,8 @@ SQL_TRIGGERS_KNOWN = (f"SELECT name FROM sqlite_master WHERE type='trigger' AND 
 SQL_DROP_TRIGGER = "DROP TRIGGER IF EXISTS {name}"
 SQL_FORGET_CUTS = "DELETE FROM cut_facts"
 SQL_FORGET_SESSION_CUTS = "DELETE FROM cut_facts WHERE skey=?"
-SQL_CUT_ROWS = (f"SELECT seq, uuid, fact FROM cut_facts WHERE skey=? AND fact >= '{FACTS_VERSION}t' "
-                f"AND fact < '{FACTS_VERSION}u' ORDER BY seq")   # of another version: noted again, replaced
+SQL_CUT_ROWS = (f"SELECT seq, uuid, fact FROM cut_facts WHERE skey=? AND fact >= '{_CUT_FACT}' "
+                f"AND fact < '{FACTS_VERSION}t' ORDER BY seq")   # of another version or kind: noted again, replaced
 SQL_NOTE_CUT = "INSERT OR REPLACE INTO cut_facts(skey, seq, uuid, fact) VALUES (?,?,?,?)"
 SQL_DATA_VERSION = "PRAGMA data_version"
 # Once, when a store gets the trigger (made before it, or another writer dropped it): every row's facts
@@ -3794,11 +3775,16 @@ SQL_LEFT_ROWS = f"SELECT uuid, facts FROM entries WHERE skey=? AND {_LEFT} ORDER
 # b, c, d: a lone call, or a denial the plan keeps), the seq only where a trim-on load may read the row
 # cut or note its cut fact (no facts of this version; an older flower kept "t" facts in the row, which
 # tell nothing here). Each column a row brings costs (about 0.15 us a row for a seq), hence NULLs.
-_LOAD_ROWS = (f"SELECT payload, facts, CASE WHEN facts >= '{FACTS_VERSION}b' THEN uuid END, {{seq}} "
-              f"FROM entries WHERE skey=? AND (facts IS NULL OR facts < '{FACTS_VERSION}e' "
+_LOAD_ROWS = (f"SELECT {{payload}}, facts, CASE WHEN facts >= '{FACTS_VERSION}b' THEN uuid END, {{seq}} "
+              f"FROM entries WHERE skey=?1 AND (facts IS NULL OR facts < '{FACTS_VERSION}e' "
               f"OR facts >= '{FACTS_VERSION}f') ORDER BY seq")
-SQL_LOAD_WITH_FACTS = _LOAD_ROWS.format(seq="NULL")
-SQL_LOAD_TRIMMING = _LOAD_ROWS.format(seq=f"CASE WHEN facts IS NULL OR facts >= '{FACTS_VERSION}t' THEN seq END")
+SQL_LOAD_WITH_FACTS = _LOAD_ROWS.format(payload="payload", seq="NULL")
+# A trim-on load also tells the seqs of the rows it reads cut (?2, a JSON array): those bring their uuid
+# in place of their payload, which SQLite then never reads (a row's big text lies in overflow pages)
+SQL_LOAD_TRIMMING = _LOAD_ROWS.format(
+    payload="CASE WHEN facts IS NULL AND seq IN (SELECT value FROM json_each(?2)) THEN uuid ELSE payload END",
+    seq=f"CASE WHEN facts IS NULL OR facts >= '{FACTS_VERSION}t' THEN seq END")
+SQL_JSON_EACH = "SELECT value FROM json_each('[1]')"   # fails where SQLite was built without JSON
 # Every payload, with the Bash verdicts only (for a prune that keeps API errors)
 SQL_LOAD_KEEPING_ERRORS = (f"SELECT payload, CASE WHEN facts >= '{FACTS_VERSION}b' AND facts < '{FACTS_VERSION}c' "
                            f"THEN facts END, NULL, NULL FROM entries WHERE skey=? ORDER BY seq")
@@ -3877,6 +3863,16 @@ class SqliteSessionStore:
         # (past the largest rowid, SQLite picks free ones at random): its batches take the careful way
         schema = self._db.execute(SQL_ENTRIES_TABLE).fetchone()
         self._rising = bool(schema) and "AUTOINCREMENT" in schema[0].upper()
+        self._json = self._has_json(self._db)   # without SQLite's JSON functions no row is read cut
+
+    @staticmethod
+    def _has_json(db: sqlite3.Connection) -> bool:
+        """Whether this SQLite has ``json_each`` (built in since 3.38; an older or trimmed build may not)."""
+        try:
+            db.execute(SQL_JSON_EACH).fetchall()
+            return True
+        except sqlite3.OperationalError:
+            return False
 
     @staticmethod
     def _connect(path: str, busy_timeout: float) -> sqlite3.Connection:
@@ -4081,14 +4077,15 @@ class SqliteSessionStore:
             else:
                 leavers.append(fact_leaver(uid, facts))
         plan = plan_leavers(leavers, policy) if leavers else None
-        if policy.trim:
-            plan = plan or LeavePlan()
-            cuts = self._db.execute(SQL_CUT_ROWS, (skey,)).fetchall()
-            plan.noted = {seq for seq, _, _ in cuts}
-            if cuts:
-                plan_cuts(plan, cuts, policy, _existing_names(policy.spill_dir or ".flower/spill"))
         left = plan.left + errors if plan else errors
-        return plan, left, self._db.execute(SQL_LOAD_TRIMMING if policy.trim else SQL_LOAD_WITH_FACTS, (skey,))
+        if not (policy.trim and self._json):
+            return plan, left, self._db.execute(SQL_LOAD_WITH_FACTS, (skey,))
+        plan = plan or LeavePlan()
+        cuts = self._db.execute(SQL_CUT_ROWS, (skey,)).fetchall()
+        plan.noted = {seq for seq, _, _ in cuts}
+        if cuts:
+            plan_cuts(plan, cuts, policy, _existing_names(policy.spill_dir or ".flower/spill"))
+        return plan, left, self._db.execute(SQL_LOAD_TRIMMING, (skey, _json_text(list(plan.cuts))))
 
     @staticmethod
     def _fresh(rows: Iterable[tuple], marks: dict, plan: LeavePlan | None, found: list) -> Iterator[dict]:
@@ -4114,7 +4111,7 @@ class SqliteSessionStore:
                     continue
                 if facts[1] == "b":
                     marks[n] = facts[2]
-            if seq is not None and cuts and seq in cuts:
+            if seq is not None and cuts and seq in cuts:   # the payload column holds the row's uuid
                 yield SqliteSessionStore._read_cut(payload, *cuts[seq], scan)
                 cut += 1
                 n += 1
@@ -4141,11 +4138,14 @@ class SqliteSessionStore:
             raise PlanBroken("a row the plan reads cut changed")
 
     @staticmethod
-    def _read_cut(payload: str, uid: str, fact: str, marker: str, scan: Callable) -> dict:
+    def _read_cut(row_uuid: Any, uid: str, fact: str, marker: str, scan: Callable) -> dict:
         """The entry of a row read cut (see :func:`plan_cuts`), its result being ``marker`` and without
-        toolUseResult, as :func:`_trim` leaves it, parsed by ``scan`` (a JSON scanner's ``scan_once``, as
-        in :meth:`_fresh`). PlanBroken when the row is not what its fact told."""
-        text = cut_text(payload, fact)
+        toolUseResult, as :func:`_trim` leaves it: the skeleton of its fact parsed by ``scan`` (a JSON
+        scanner's ``scan_once``, as in :meth:`_fresh`). PlanBroken when the row (whose uuid column is
+        ``row_uuid``) is not the one the fact was noted of, or the skeleton not what a fact holds."""
+        text = fact.partition("|")[2]
+        if row_uuid != uid:   # another entry put in its place under its seq
+            raise PlanBroken("a row read cut is not the row its fact tells")
         try:
             entry, end = scan(text, 0)
         except StopIteration:

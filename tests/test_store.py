@@ -390,19 +390,26 @@ class StoredFacts(unittest.TestCase):
             if fact is None:
                 continue
             cut += 1
-            within = json.loads(flower.cut_text(text, fact))
+            head, bar, skeleton = fact.partition("|")
+            within = json.loads(skeleton)
             expected = json.loads(text)
             expected["message"]["content"][0]["content"] = ""
             if "toolUseResult" in expected:
                 expected["toolUseResult"] = None
             self.assertEqual(json.dumps(within), json.dumps(expected))
-            self.assertEqual(fact, f"{flower._CUT_FACT}{len(entry['message']['content'][0]['content'])}" + fact[fact.index(":"):])
+            self.assertEqual(head + bar, f"{flower._CUT_FACT}{len(entry['message']['content'][0]['content'])}|")
+            self.assertLess(len(skeleton), len(text) - len(entry["message"]["content"][0]["content"]))   # the big values are out
         self.assertEqual([flower.cut_fact(e, dumps(e), dumps) is not None for e in crafted],
                          [True, True, False, False, False, False, False, False, True])   # not with the side copy first
         self.assertGreater(cut, 50)
-        for bad in ("1t5:9:3", "1t5:0:2:1:4", "1t5:0:99999999", "1t5:x:2", "1t5"):
-            with self.assertRaises(ValueError):
-                flower.cut_text('{"a":"bcdef"}', bad)
+        scan = json.decoder.JSONDecoder().scan_once
+        good = flower.cut_fact(crafted[1], dumps(crafted[1]), dumps)
+        self.assertEqual(SqliteSessionStore._read_cut("u-1", "u-1", good, "M", scan)["message"]["content"][0]["content"], "M")
+        for row_uuid, uid, bad in (("u-2", "u-1", good), ("u-1", "u-1", good.partition("|")[0]),
+                                   ("u-1", "u-1", good[:-1]), ("u-2", "u-2", good), (None, "u-1", good),
+                                   ("u-1", "u-1", good.replace('"content":""', '"content":"x"'))):
+            with self.assertRaises(ValueError):   # another row, no skeleton, a damaged or foreign one (the load falls back)
+                SqliteSessionStore._read_cut(row_uuid, uid, bad, "M", scan)
 
     def big_results(self, seed=3, n=90):
         import random
@@ -509,16 +516,19 @@ class StoredFacts(unittest.TestCase):
         wrapped = PruningSessionStore(store, policy=policy)
         asyncio.run(wrapped.load(KEY))
         true = self.true_cut_facts(store)
-        store._db.execute("UPDATE cut_facts SET fact = '0' || substr(fact, 2)")   # of version 0
-        cut = []
         real = SqliteSessionStore._read_cut
-        with unittest.mock.patch.object(SqliteSessionStore, "_read_cut", staticmethod(lambda *a: (real(*a), cut.append(1))[0])):
-            self.assertEqual(json.dumps(asyncio.run(wrapped.load(KEY))), want)
-            self.assertEqual(cut, [])   # not used: each row was read whole
-            self.assertEqual(self.cut_facts(store), true)   # and its fact noted anew
-            self.assertEqual(json.dumps(asyncio.run(wrapped.load(KEY))), want)
-            self.assertEqual(len(cut), wrapped.last_report.trimmed)   # every row trimmed was read cut
-            self.assertGreater(len(cut), 30)
+        # of version 0; an older flower's "t" facts (where the values lay, no skeleton)
+        for older in ("'0' || substr(fact, 2)", f"'{flower.FACTS_VERSION}t' || substr(fact, 3, instr(fact, '|') - 3) || ':1:2'"):
+            store._db.execute(f"UPDATE cut_facts SET fact = {older}")
+            self.assertNotIn(true, [self.cut_facts(store)])
+            cut = []
+            with unittest.mock.patch.object(SqliteSessionStore, "_read_cut", staticmethod(lambda *a: (real(*a), cut.append(1))[0])):
+                self.assertEqual(json.dumps(asyncio.run(wrapped.load(KEY))), want)
+                self.assertEqual(cut, [], older)   # not used: each row was read whole
+                self.assertEqual(self.cut_facts(store), true)   # and its fact noted anew
+                self.assertEqual(json.dumps(asyncio.run(wrapped.load(KEY))), want)
+                self.assertEqual(len(cut), wrapped.last_report.trimmed)   # every row trimmed was read cut
+                self.assertGreater(len(cut), 30)
 
     def test_cut_facts_naming_other_rows_or_odd_files_change_nothing(self):
         # the facts' table is flower's, but what it says of a row is checked against the row read
@@ -573,6 +583,65 @@ class StoredFacts(unittest.TestCase):
         self.assertEqual(self.cut_facts(store), self.true_cut_facts(store))
         self.assertEqual(len(cut), wrapped.last_report.trimmed)   # and rows are read cut again
         self.assertGreater(len(cut), 50)
+
+    def test_another_entry_put_under_the_seq_of_a_row_read_cut_is_read_as_it_is(self):
+        # a row read cut is not read at all, only its skeleton: an entry another writer puts in its place
+        # under its seq (INSERT OR REPLACE, no trigger) leaves the old fact, which names another uuid;
+        # the load falls back once, forgets the session's facts, and later ones note them again
+        import sqlite3
+        store = self.stored(self.big_results())
+        skey = flower._key_string(KEY)
+        policy = flower.PrunePolicy(trim=True, trim_keep=1, trim_min_chars=1000, expire_glances=False,
+                                    spill_dir=tempfile.mkdtemp(dir=self.tmp.name))   # every old result read cut
+        wrapped = PruningSessionStore(store, policy=policy)
+        for _ in range(2):
+            asyncio.run(wrapped.load(KEY))
+        seqs = sorted(seq for _, seq in self.cut_facts(store))
+        other = sqlite3.connect(store.path, isolation_level=None)
+        self.addCleanup(other.close)
+        for seq in seqs[:3]:
+            entry = json.loads(other.execute("SELECT payload FROM entries WHERE seq=?", (seq,)).fetchone()[0])
+            entry["uuid"] = f"put-in-place-{seq}"
+            entry["message"]["content"][0]["content"] = "a new text\n" * 300
+            other.execute("INSERT OR REPLACE INTO entries(seq, skey, uuid, payload) VALUES (?,?,?,?)",
+                          (seq, skey, entry["uuid"], json.dumps(entry, ensure_ascii=False, separators=(",", ":"))))
+        self.assertIn((skey, seqs[0]), self.cut_facts(store))   # the stale fact the test is about
+        want, report = flower.prune(store.load_sync(KEY), policy)
+        self.assertIn("put-in-place-", json.dumps(want))
+        for _ in range(3):
+            self.assertEqual(json.dumps(asyncio.run(wrapped.load(KEY))), json.dumps(want))
+            self.assertEqual(wrapped.last_report.as_dict(), report.as_dict())
+        self.assertEqual(self.cut_facts(store), self.true_cut_facts(store))
+
+    def test_a_trim_on_load_does_not_fetch_the_rows_it_reads_cut(self):
+        # their big texts lie in overflow pages: the load query brings each one's uuid instead
+        store = self.stored(self.big_results())
+        policy = flower.PrunePolicy(trim=True, spill_dir=tempfile.mkdtemp(dir=self.tmp.name))
+        asyncio.run(PruningSessionStore(store, policy=policy).load(KEY))
+        plan, _, rows = store._planned_rows(flower._key_string(KEY), policy)
+        rows = list(rows)
+        got = {seq: payload for payload, _, _, seq in rows if seq in plan.cuts}
+        self.assertGreater(len(got), 30)
+        self.assertEqual(set(got), set(plan.cuts))
+        self.assertEqual(got, {seq: uid for seq, (uid, _, _) in plan.cuts.items()})
+        self.assertTrue(all(payload[:1] == "{" for payload, _, _, seq in rows if seq not in plan.cuts))
+
+    def test_a_sqlite_without_json_functions_reads_no_row_cut(self):
+        import sqlite3
+        store = self.stored(self.big_results())
+        policy = flower.PrunePolicy(trim=True, spill_dir=tempfile.mkdtemp(dir=self.tmp.name))
+        want = json.dumps(flower.prune(store.load_sync(KEY), policy)[0])
+        store._json = False   # as _has_json finds on such a build
+        cut = []
+        real = SqliteSessionStore._read_cut
+        with unittest.mock.patch.object(SqliteSessionStore, "_read_cut", staticmethod(lambda *a: (real(*a), cut.append(1))[0])):
+            for _ in range(2):
+                self.assertEqual(json.dumps(asyncio.run(PruningSessionStore(store, policy=policy).load(KEY))), want)
+        self.assertEqual((cut, self.cut_facts(store)), ([], {}))
+        self.assertTrue(SqliteSessionStore._has_json(store._db))
+        broken = unittest.mock.Mock()
+        broken.execute.side_effect = sqlite3.OperationalError("no such table: json_each")
+        self.assertFalse(SqliteSessionStore._has_json(broken))
 
     def test_a_row_changed_while_a_load_reads_it_gets_no_stale_cut_fact(self):
         # the load reads a snapshot: a row another writer changes meanwhile was read as it was, and a
@@ -635,7 +704,7 @@ class StoredFacts(unittest.TestCase):
         db = sqlite3.connect(path)
         dumps = flower._compact_json()
         rows = db.execute("SELECT seq, payload FROM entries").fetchall()
-        old = [(flower.cut_fact(json.loads(p), p, dumps), seq) for seq, p in rows]
+        old = [(flower.FACTS_VERSION + "t" + f[2:], seq) for f, seq in ((flower.cut_fact(json.loads(p), p, dumps), seq) for seq, p in rows) if f]
         db.executemany("UPDATE entries SET facts = ? WHERE seq = ? AND facts IS NULL", [o for o in old if o[0]])
         for name in flower.CUT_TRIGGERS:
             db.execute(f"DROP TRIGGER {name}")
