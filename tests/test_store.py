@@ -547,21 +547,27 @@ class StoredFacts(unittest.TestCase):
         for _ in range(2):
             self.assertEqual(json.dumps(asyncio.run(PruningSessionStore(store, policy=policy).load(KEY))), want)
 
+    def read_cut_everywhere(self):
+        """A store of big results loaded twice with a policy that reads every old result cut: (store,
+        policy, its wrapper, another connection to the file, knowing nothing of flower)."""
+        import sqlite3
+        store = self.stored(self.big_results())
+        policy = flower.PrunePolicy(trim=True, trim_keep=1, trim_min_chars=1000, expire_glances=False,
+                                    spill_dir=tempfile.mkdtemp(dir=self.tmp.name))
+        wrapped = PruningSessionStore(store, policy=policy)
+        for _ in range(2):
+            asyncio.run(wrapped.load(KEY))
+        other = sqlite3.connect(store.path, isolation_level=None)
+        self.addCleanup(other.close)
+        return store, policy, wrapped, other
+
     def test_a_fact_that_misleads_a_load_is_forgotten_not_kept_forever(self):
         # INSERT OR REPLACE through the uuid index deletes the old row without firing delete triggers
         # (SQLite fires them then only with recursive_triggers on): its fact is left naming a seq that is
         # gone; the load that meets it falls back once, forgets the session's facts, and the next ones
         # note them again and read rows cut
-        import sqlite3
-        store = self.stored(self.big_results())
-        policy = flower.PrunePolicy(trim=True, trim_keep=1, trim_min_chars=1000, expire_glances=False,
-                                    spill_dir=tempfile.mkdtemp(dir=self.tmp.name))   # every old result read cut
-        wrapped = PruningSessionStore(store, policy=policy)
-        for _ in range(2):
-            asyncio.run(wrapped.load(KEY))
+        store, policy, wrapped, other = self.read_cut_everywhere()
         seq = min(seq for _, seq in self.cut_facts(store))
-        other = sqlite3.connect(store.path, isolation_level=None)
-        self.addCleanup(other.close)
         other.execute("INSERT OR REPLACE INTO entries(skey, uuid, payload) SELECT skey, uuid, payload FROM entries WHERE seq=?", (seq,))
         self.assertIn((flower._key_string(KEY), seq), self.cut_facts(store))   # the orphan the test is about
         want = json.dumps(flower.prune(store.load_sync(KEY), policy)[0])
@@ -588,17 +594,9 @@ class StoredFacts(unittest.TestCase):
         # a row read cut is not read at all, only its skeleton: an entry another writer puts in its place
         # under its seq (INSERT OR REPLACE, no trigger) leaves the old fact, which names another uuid;
         # the load falls back once, forgets the session's facts, and later ones note them again
-        import sqlite3
-        store = self.stored(self.big_results())
+        store, policy, wrapped, other = self.read_cut_everywhere()
         skey = flower._key_string(KEY)
-        policy = flower.PrunePolicy(trim=True, trim_keep=1, trim_min_chars=1000, expire_glances=False,
-                                    spill_dir=tempfile.mkdtemp(dir=self.tmp.name))   # every old result read cut
-        wrapped = PruningSessionStore(store, policy=policy)
-        for _ in range(2):
-            asyncio.run(wrapped.load(KEY))
         seqs = sorted(seq for _, seq in self.cut_facts(store))
-        other = sqlite3.connect(store.path, isolation_level=None)
-        self.addCleanup(other.close)
         for seq in seqs[:3]:
             entry = json.loads(other.execute("SELECT payload FROM entries WHERE seq=?", (seq,)).fetchone()[0])
             entry["uuid"] = f"put-in-place-{seq}"
