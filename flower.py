@@ -4090,9 +4090,9 @@ class SqliteSessionStore:
     @staticmethod
     def _fresh(rows: Iterable[tuple], marks: dict, plan: LeavePlan | None, found: list) -> Iterator[dict]:
         """The entries of rows of SQL_LOAD_WITH_FACTS or SQL_LOAD_TRIMMING, parsed one at a time, but for
-        the rows ``plan`` leaves unread, and those it reads cut (from their facts' skeletons); Bash verdicts go to ``marks`` (see :func:`_prune`), and
-        (seq, uuid, fact) of the big results read whole without a noted cut fact to ``found``, when the
-        plan notes them. Raises PlanBroken when not every row the plan leaves out or cuts came as the
+        the rows ``plan`` leaves unread, and those it reads cut (from their facts' skeletons); Bash
+        verdicts go to ``marks`` (see :func:`_prune`), and (seq, uuid, fact) of the big results read
+        whole without a noted cut fact to ``found``, when the plan notes them. Raises PlanBroken when not every row the plan leaves out or cuts came as the
         plan knew it (changed, deleted)."""
         # json.loads ends in this C scanner; called directly it spares json.loads' Python wrapper, about
         # a microsecond a row. A payload it does not read to the end (trailing space, damage) goes to
