@@ -3721,6 +3721,8 @@ SQL_PUT_SUMMARY = "INSERT OR REPLACE INTO summaries(project_key, session_id, mti
 SQL_SESSION_KNOWN = "SELECT 1 FROM sessions WHERE skey=?"
 SQL_ENTRIES_BY_UUID = "SELECT uuid, payload FROM entries WHERE skey=? AND uuid IN ({marks})"
 SQL_LOAD_PAYLOADS = "SELECT payload FROM entries WHERE skey=? ORDER BY seq"
+# A row past the first ?2 of a session (none: the session is small); walks ?2 entries of the index only
+SQL_ROW_PAST = "SELECT 1 FROM entries WHERE skey=?1 ORDER BY seq LIMIT 1 OFFSET ?2"
 # Facts describe the payload they were stored with: a payload or uuid changed by any writer (a hand
 # edit, a repair tool) loses them, so its row is parsed and judged again (the facts column itself is
 # flower's: what a writer puts there is believed). That is what lets a load trust a row
@@ -3830,6 +3832,12 @@ class SqliteSessionStore:
     several threads (one connection behind a lock) and several processes (WAL, busy timeout).
     ``":memory:"`` works for tests.
     """
+
+    # A session of at most this many rows is loaded in the caller's thread (see small_held): such a
+    # load pauses the event loop for about 15 ms, and the hop to a worker thread and back cost 0.2-0.35
+    # of a 1,000-row load's own time (CPU, measured through the SDK's path: the worker meets the rows
+    # in another core's cold cache)
+    quick_rows = 2000
 
     def __init__(self, path: str, *, busy_timeout: float = 30.0):
         self.path = path
@@ -4032,6 +4040,27 @@ class SqliteSessionStore:
                     pass  # a damaged row: take the slow path below, which skips it
             cursor = self._db.execute(SQL_LOAD_PAYLOADS, (skey,))
             return self._parse_skipping(skey, cursor)
+
+    @contextlib.contextmanager
+    def small_held(self, key: dict) -> Iterator[bool]:
+        """True, with the store's lock held until the block ends, when the session of ``key`` has at
+        most ``quick_rows`` rows and no other thread holds the store: a load that can run in the
+        caller's thread (the event loop's) without waiting. False, holding nothing, otherwise: a
+        bigger load, or one that would wait on another thread's write, belongs in a worker thread."""
+        small = False
+        if self._lock.acquire(blocking=False):
+            try:
+                small = self._db.execute(SQL_ROW_PAST, (_key_string(key), self.quick_rows)).fetchone() is None
+            except sqlite3.Error:
+                pass
+            finally:
+                if not small:
+                    self._lock.release()
+        try:
+            yield small
+        finally:
+            if small:
+                self._lock.release()
 
     def load_pruned(self, key: dict, policy: PrunePolicy | None = None,
                     estimate: bool = False) -> tuple[list[dict], PruneReport] | None:
@@ -4353,13 +4382,18 @@ class PruningSessionStore:
         tells its size, as :func:`_prune` does), loading and pruning under one GC pause: in the store's
         worker thread when the store loads in one (the SQLite and PostgreSQL stores), so that the
         cyclic GC neither walks the growing heap nor runs a deferred collection between the load and
-        the prune."""
+        the prune; in the caller's thread for a session the store says is small (``small_held``)."""
         if type(self.inner).load in _THREADED_LOADS and hasattr(self.inner, "load_sync"):
             import asyncio
 
             def work() -> Any:
                 with _gc_paused():
                     return body(lambda policy, estimate=False: self._kept(self._owned_pruned(key, policy, estimate)))
+            small_held = getattr(self.inner, "small_held", None)
+            if small_held is not None:
+                with small_held(key) as small:
+                    if small:
+                        return work()
             return await asyncio.to_thread(work)
         entries = await self.inner.load(key)
 

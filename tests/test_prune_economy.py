@@ -275,6 +275,7 @@ class SharedWrapper(unittest.TestCase):
         small, big = {"project_key": "p", "session_id": "small"}, {"project_key": "p", "session_id": "big"}
         inner.append_sync(small, big_session(1, 10))
         inner.append_sync(big, big_session(30, 20_000))
+        inner.quick_rows = 0   # both in worker threads (a small session is loaded in the loop's, one at a time)
         wrapped = flower.PruningSessionStore(inner)
         real, small_kept = wrapped._kept, threading.Event()
 

@@ -174,6 +174,74 @@ class Concurrency(unittest.TestCase):
                 store.close()
 
 
+class WhereALoadRuns(unittest.TestCase):
+    """A small session is loaded in the caller's thread (the hop to a worker cost more than the load);
+    a big one, or one whose store another thread holds, in a worker, so the event loop never waits."""
+
+    def setUp(self):
+        from tests.transcripts import sized_transcript
+        self.tmp = tempfile.TemporaryDirectory()
+        self.addCleanup(self.tmp.cleanup)
+        self.store = SqliteSessionStore(os.path.join(self.tmp.name, "s.db"))
+        self.addCleanup(self.store.close)
+        self.store.append_sync(KEY, sized_transcript(300))
+        self.rows = len(self.store.load_sync(KEY))
+        self.hops = []
+        real = asyncio.to_thread
+
+        async def counted(fn, *args):
+            self.hops.append(fn)
+            return await real(fn, *args)
+        patcher = unittest.mock.patch.object(asyncio, "to_thread", counted)
+        patcher.start()
+        self.addCleanup(patcher.stop)
+
+    def loaded(self, policy=None):
+        wrapped = PruningSessionStore(self.store, policy=policy)
+        want = json.dumps(flower.prune(self.store.load_sync(KEY), wrapped.policy)[0])
+        self.assertEqual(json.dumps(asyncio.run(wrapped.load(KEY))), want)
+        fits = asyncio.run(wrapped.prepare(KEY, 10**9))
+        self.assertEqual((fits, json.dumps(asyncio.run(wrapped.load(KEY)))), (True, want))
+
+    def test_a_session_of_at_most_quick_rows_is_loaded_without_a_worker_thread(self):
+        self.store.quick_rows = self.rows
+        self.loaded()
+        self.loaded(flower.PrunePolicy(trim=True, trim_min_chars=200, spill_dir=os.path.join(self.tmp.name, "spill")))
+        self.assertEqual(self.hops, [])
+        self.assertFalse(self.store._lock._is_owned())   # released after each load
+
+    def test_a_bigger_session_is_loaded_in_a_worker_thread(self):
+        self.store.quick_rows = self.rows - 1
+        self.loaded()
+        self.assertEqual(len(self.hops), 2)   # the load and the prepare
+        self.assertFalse(self.store._lock._is_owned())
+
+    def test_a_store_another_thread_holds_is_loaded_in_a_worker_and_the_loop_goes_on(self):
+        # an append in a worker thread holds the store while it waits for another process's write lock
+        # (up to the busy timeout): the loop must not wait on it
+        import threading
+        holding, release, told = threading.Event(), threading.Event(), []
+
+        def hold():
+            with self.store._lock:
+                holding.set()
+                told.append(release.wait(10))   # True: the loop ran on and released it
+        holder = threading.Thread(target=hold)
+        holder.start()
+        holding.wait(10)
+
+        async def meanwhile():
+            load = asyncio.ensure_future(PruningSessionStore(self.store).load(KEY))
+            await asyncio.sleep(0.05)
+            release.set()
+            return await load
+        entries = asyncio.run(meanwhile())
+        holder.join(10)
+        self.assertEqual(told, [True])
+        self.assertEqual(len(self.hops), 1)
+        self.assertEqual(json.dumps(entries), json.dumps(flower.prune(self.store.load_sync(KEY))[0]))
+
+
 class CorruptFile(unittest.TestCase):
     def test_non_sqlite_file_is_reported_and_left_alone(self):
         with tempfile.TemporaryDirectory() as tmp:
