@@ -3833,10 +3833,10 @@ class SqliteSessionStore:
     ``":memory:"`` works for tests.
     """
 
-    # A session of at most this many rows is loaded in the caller's thread (see small_held): such a
-    # load pauses the event loop for about 15 ms, and the hop to a worker thread and back cost 0.2-0.35
-    # of a 1,000-row load's own time (CPU, measured through the SDK's path: the worker meets the rows
-    # in another core's cold cache)
+    # A session of at most this many rows is loaded in the caller's thread (see small_held): with rows
+    # of ordinary size such a load pauses the event loop for about 15 ms (0.15 s for 2,000 rows of
+    # 60 KB), and the hop to a worker thread and back cost 0.2-0.35 of a 1,000-row load's own time (CPU,
+    # measured through the SDK's path: the worker meets the rows in another core's cold cache)
     quick_rows = 2000
 
     def __init__(self, path: str, *, busy_timeout: float = 30.0):
@@ -3914,9 +3914,9 @@ class SqliteSessionStore:
         dropped it), or with an older flower's, first has every row's facts worked out again
         (:func:`refreshed_facts`), one without the others forgets its cut facts (the
         next trim-on load notes them again): whatever was done to the rows meanwhile, facts then tell them."""
-        wanted = {FACTS_TRIGGER, *CUT_TRIGGERS}
-        if {name for (name,) in db.execute(SQL_TRIGGERS_KNOWN)} == wanted:
+        if SqliteSessionStore._facts_trusted(db):
             return
+        wanted = {FACTS_TRIGGER, *CUT_TRIGGERS}
         db.execute("BEGIN IMMEDIATE")
         try:
             known = {name for (name,) in db.execute(SQL_TRIGGERS_KNOWN)}   # as now, not as before the lock
@@ -3934,6 +3934,11 @@ class SqliteSessionStore:
         except BaseException:
             db.execute("ROLLBACK")
             raise
+
+    @staticmethod
+    def _facts_trusted(db: sqlite3.Connection) -> bool:
+        """Whether the store has exactly this flower's triggers (else :meth:`_trust_facts` must write)."""
+        return {name for (name,) in db.execute(SQL_TRIGGERS_KNOWN)} == {FACTS_TRIGGER, *CUT_TRIGGERS}
 
     # -- sync core (also used by the async protocol methods) --
 
@@ -4044,13 +4049,15 @@ class SqliteSessionStore:
     @contextlib.contextmanager
     def small_held(self, key: dict) -> Iterator[bool]:
         """True, with the store's lock held until the block ends, when the session of ``key`` has at
-        most ``quick_rows`` rows and no other thread holds the store: a load that can run in the
-        caller's thread (the event loop's) without waiting. False, holding nothing, otherwise: a
-        bigger load, or one that would wait on another thread's write, belongs in a worker thread."""
+        most ``quick_rows`` rows, no other thread holds the store and its triggers need no repair: a
+        load the caller's thread (the event loop's) can run without waiting on another thread or on
+        another process's write lock (but for noting cut facts, which waits 0.1 s at most). False,
+        holding nothing, otherwise: a bigger load, or one that may wait, belongs in a worker thread."""
         small = False
         if self._lock.acquire(blocking=False):
             try:
-                small = self._db.execute(SQL_ROW_PAST, (_key_string(key), self.quick_rows)).fetchone() is None
+                small = self._db.execute(SQL_ROW_PAST, (_key_string(key), self.quick_rows)).fetchone() is None \
+                    and self._facts_trusted(self._db)
             except sqlite3.Error:
                 pass
             finally:
@@ -4382,18 +4389,25 @@ class PruningSessionStore:
         tells its size, as :func:`_prune` does), loading and pruning under one GC pause: in the store's
         worker thread when the store loads in one (the SQLite and PostgreSQL stores), so that the
         cyclic GC neither walks the growing heap nor runs a deferred collection between the load and
-        the prune; in the caller's thread for a session the store says is small (``small_held``)."""
+        the prune; in the caller's thread for a session the store says is small (``small_held``), whose
+        spill files are then written in a worker thread, after the store is let go."""
         if type(self.inner).load in _THREADED_LOADS and hasattr(self.inner, "load_sync"):
             import asyncio
 
-            def work() -> Any:
+            def work(spills: dict | None = None) -> Any:
                 with _gc_paused():
-                    return body(lambda policy, estimate=False: self._kept(self._owned_pruned(key, policy, estimate)))
+                    return body(lambda policy, estimate=False:
+                                self._kept(self._owned_pruned(key, policy, estimate), spills))
             small_held = getattr(self.inner, "small_held", None)
             if small_held is not None:
+                spills: dict[str, str] = {}
                 with small_held(key) as small:
                     if small:
-                        return work()
+                        done = work(spills)
+                if small:   # the files are the disk's business: not on the loop, not under the store's lock
+                    if spills:
+                        await asyncio.to_thread(write_spills, spills)
+                    return done
             return await asyncio.to_thread(work)
         entries = await self.inner.load(key)
 
@@ -4412,13 +4426,17 @@ class PruningSessionStore:
         entries = self.inner.load_sync(key)
         return None if entries is None else _prune(entries, policy, True, estimate=estimate)
 
-    def _kept(self, done: tuple[list[dict], PruneReport] | None) -> tuple[list[dict], PruneReport] | None:
+    def _kept(self, done: tuple[list[dict], PruneReport] | None,
+              spills: dict[str, str] | None = None) -> tuple[list[dict], PruneReport] | None:
         """The pruned entries and their report, once the spill files their trimmed results want are
-        written."""
+        written (or added to ``spills``, for the caller to write before it returns them)."""
         if done is None:
             return None
         report = done[1]
-        write_spills(report.spills)
+        if spills is None:
+            write_spills(report.spills)
+        else:
+            spills.update(report.spills)
         report.spills = {}   # written: the texts are not kept (a 2,000 x 100 KB session held 150 MB here)
         self.last_report = report
         return done
@@ -4516,7 +4534,7 @@ def write_spills(spills: dict[str, str]) -> None:
         if directory not in made:
             ensure_private_dir(directory)
             made.add(directory)
-        tmp = f"{path}.{os.getpid()}.tmp"
+        tmp = f"{path}.{os.getpid()}-{threading.get_ident()}.tmp"   # two loads of a session may write at once
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w", encoding="utf-8", errors="surrogatepass") as fh:
             fh.write(redact(full, secrets))

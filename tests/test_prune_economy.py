@@ -279,8 +279,8 @@ class SharedWrapper(unittest.TestCase):
         wrapped = flower.PruningSessionStore(inner)
         real, small_kept = wrapped._kept, threading.Event()
 
-        def kept(done):   # the big session's prune waits until the small one's report is the last
-            out = real(done)
+        def kept(done, *spills):   # the big session's prune waits until the small one's report is the last
+            out = real(done, *spills)
             if len(out[0]) > 40:
                 small_kept.wait(10)
             else:

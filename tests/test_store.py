@@ -207,7 +207,8 @@ class WhereALoadRuns(unittest.TestCase):
         self.store.quick_rows = self.rows
         self.loaded()
         self.loaded(flower.PrunePolicy(trim=True, trim_min_chars=200, spill_dir=os.path.join(self.tmp.name, "spill")))
-        self.assertEqual(self.hops, [])
+        self.assertEqual([hop for hop in self.hops if hop is not flower.write_spills], [])   # files: see below
+        self.assertEqual(len(self.hops), 1)   # written by the first trim-on load, found by the others
         self.assertFalse(self.store._lock._is_owned())   # released after each load
 
     def test_a_bigger_session_is_loaded_in_a_worker_thread(self):
@@ -215,6 +216,64 @@ class WhereALoadRuns(unittest.TestCase):
         self.loaded()
         self.assertEqual(len(self.hops), 2)   # the load and the prepare
         self.assertFalse(self.store._lock._is_owned())
+
+    def test_a_small_loads_spill_files_are_written_off_the_loop_and_outside_the_stores_lock(self):
+        # a first trim-on load writes a file per old big result (redacted): seconds for a few hundred
+        # big rows, which the event loop must not wait for, nor another thread's append
+        from tests.test_prune_economy import big_session
+        import threading
+        store = SqliteSessionStore(os.path.join(self.tmp.name, "big.db"))
+        self.addCleanup(store.close)
+        store.append_sync(KEY, big_session(40, 3000))
+        spill = os.path.join(self.tmp.name, "spill")
+        seen, real = [], flower.write_spills
+
+        def watched(spills):
+            free = store._lock.acquire(blocking=False)
+            if free:
+                store._lock.release()
+            seen.append((threading.get_ident(), free, len(spills)))
+            real(spills)
+        with unittest.mock.patch.object(flower, "write_spills", watched):
+            self.assertTrue(asyncio.run(PruningSessionStore(store, policy=flower.PrunePolicy(
+                trim=True, spill_dir=spill)).prepare(KEY, 10**9)))
+        self.assertEqual(len(seen), 1)
+        worker, free, written = seen[0]
+        self.assertNotEqual(worker, threading.get_ident())
+        self.assertTrue(free)
+        self.assertEqual(self.hops, [watched])   # the spill writing only: the load ran inline
+        self.assertEqual(written, len(os.listdir(spill)))
+        self.assertEqual(written, 40 - flower.PrunePolicy().trim_keep)
+
+    def test_a_store_whose_triggers_need_repair_is_loaded_in_a_worker(self):
+        # the repair takes the write lock, waiting up to the busy timeout for another process's writer
+        import sqlite3
+        other = sqlite3.connect(self.store.path, isolation_level=None)
+        self.addCleanup(other.close)
+        other.execute(f"DROP TRIGGER {flower.FACTS_TRIGGER}")
+        self.store.quick_rows = self.rows
+        self.loaded()
+        self.assertEqual(len(self.hops), 1)   # the load repairs them; the prepare after it runs inline
+        self.assertTrue(SqliteSessionStore._facts_trusted(self.store._db))
+
+    def test_two_first_trim_on_loads_of_one_session_at_once_both_write_their_spills(self):
+        # each wrote its files through the same temporary name: one's rename took the other's file away
+        # (FileNotFoundError out of the load)
+        from tests.test_prune_economy import big_session
+        store = SqliteSessionStore(os.path.join(self.tmp.name, "big.db"))
+        self.addCleanup(store.close)
+        store.append_sync(KEY, big_session(300, 3000))
+        store.quick_rows = 0
+        for trial in range(3):
+            policy = flower.PrunePolicy(trim=True, spill_dir=os.path.join(self.tmp.name, f"spill{trial}"))
+
+            async def both():
+                return await asyncio.gather(PruningSessionStore(store, policy=policy).load(KEY),
+                                            PruningSessionStore(store, policy=policy).prepare(KEY, 10**9))
+            loaded, fits = asyncio.run(both())
+            self.assertTrue(fits)
+            self.assertEqual(json.dumps(loaded), json.dumps(flower.prune(store.load_sync(KEY), policy)[0]))
+            self.assertEqual(len(os.listdir(policy.spill_dir)), 300 - policy.trim_keep)
 
     def test_a_store_another_thread_holds_is_loaded_in_a_worker_and_the_loop_goes_on(self):
         # an append in a worker thread holds the store while it waits for another process's write lock
