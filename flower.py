@@ -4437,7 +4437,7 @@ class PruningSessionStore:
             write_spills(report.spills)
         else:
             spills.update(report.spills)
-        report.spills = {}   # written: the texts are not kept (a 2,000 x 100 KB session held 150 MB here)
+        report.spills = {}   # written or handed on: no texts kept (a 2,000 x 100 KB session held 150 MB here)
         self.last_report = report
         return done
 
