@@ -176,7 +176,8 @@ class Concurrency(unittest.TestCase):
 
 class WhereALoadRuns(unittest.TestCase):
     """A small session is loaded in the caller's thread (the hop to a worker cost more than the load);
-    a big one, or one whose store another thread holds, in a worker, so the event loop never waits."""
+    a big one, one whose store another thread holds or whose triggers need repair, in a worker, and a
+    small one's spill files are written in a worker: the event loop waits for no thread and no disk."""
 
     def setUp(self):
         from tests.transcripts import sized_transcript
