@@ -5,6 +5,7 @@ import dataclasses
 import importlib.util
 import json
 import os
+import re
 import stat
 import subprocess
 import sys
@@ -389,15 +390,20 @@ if __name__ == "__main__":
 
 @__import__("contextlib").contextmanager
 def counting_parses():
-    """Count the payloads flower parses (json.loads, and the C scanner it calls directly)."""
+    """Count the payloads flower parses (json.loads, and the C scanner it calls directly: on one payload,
+    or on a batch of them as flower.parsed_batch joins them, which counts as each of its rows)."""
     calls = []
     real_loads, real_decoder = json.loads, json.decoder.JSONDecoder
+
+    def rows(text):
+        batch = text.startswith("[") and re.search(r'\},("[0-9a-f]{16}"),\{', text)
+        return text.count("," + batch.group(1) + ",") + 1 if batch else 1
 
     class Counting(real_decoder):
         def __init__(self, *a, **k):
             super().__init__(*a, **k)
             scan = self.scan_once
-            self.scan_once = lambda text, i: calls.append(1) or scan(text, i)
+            self.scan_once = lambda text, i: calls.extend([1] * rows(text)) or scan(text, i)
     # the json module itself, not flower.json: until flower first uses json that name is a stand-in,
     # which then gives way to the module (a patch on the stand-in would count nothing)
     with unittest.mock.patch.object(json, "loads", lambda s, *a, **k: calls.append(1) or real_loads(s, *a, **k)), \
@@ -1346,3 +1352,161 @@ class StoredFacts(unittest.TestCase):
         self.assertSameAsPrune(store, flower.PrunePolicy())
         again = SqliteSessionStore(path)   # a second open: the column is there, nothing fails
         again.close()
+
+
+class BatchedParse(unittest.TestCase):
+    """Rows are parsed a batch at a time as one JSON text (flower.parsed_batch: the entries of a batch
+    share their key strings): what comes out is exactly what parsing each row alone gives, and a batch
+    holding a row that is not one JSON object is parsed row by row, which meets that row."""
+
+    GOOD = ['{"type":"user","uuid":"a","message":{"content":"h\\u00e9\\n\\"q\\"","n":[1,2.5,-3e4,true,null]}}',
+            '{}', '{"x":NaN,"y":Infinity}', '{"deep":[[[{"a":[]}]]],"s":"\\ud83d\\ude00 \\u4e2d"}',
+            '  {"spaced": 1}\n ', '{"type":"assistant","message":{"content":[{"type":"tool_use","id":"t","input":{}}]}}']
+    BAD = ['{not json', '[1, 2]', 'null', '"str"', '5', '', '{"a":1} and more', '{"a":1},{"b":2}', '{"a":1}]',
+           '{"unterminated":"', '{"a":[1', '{"a":1}}', '"}', ']']
+
+    def scan(self):
+        return json.decoder.JSONDecoder().scan_once
+
+    def test_a_batch_is_what_each_text_parses_to(self):
+        import random
+        from tests.transcripts import anchor_transcript, hostile_entry, random_transcript
+        rng = random.Random(8)
+        texts = [json.dumps(e, separators=(",", ":"), ensure_ascii=rng.random() < 0.5)
+                 for e in anchor_transcript(300) + random_transcript(2, size=100) +
+                 [hostile_entry(rng, i) for i in range(100)]] + self.GOOD
+        rng.shuffle(texts)
+        got = flower.parsed_batch(texts, self.scan())
+        self.assertEqual(json.dumps(got), json.dumps([json.loads(t) for t in texts]))
+        shared = {id(k) for entry in got for k in entry}   # what a batch is for: one string per key
+        self.assertLess(len(shared), 100)
+        self.assertEqual(list(flower.parsed_objects(texts)), got)
+
+    def test_a_text_that_is_not_one_object_fails_its_batch_wherever_it_lies(self):
+        good = [json.dumps({"type": "user", "uuid": f"u{i}"}) for i in range(5)]
+        for bad in self.BAD:
+            for at in (0, 2, 5):
+                texts = good[:at] + [bad] + good[at:]
+                with self.subTest(bad=bad, at=at):
+                    self.assertIsNone(flower.parsed_batch(texts, self.scan()))
+                    skipped = [0]
+                    self.assertEqual([e["uuid"] for e in flower.parsed_objects(texts, skipped)],
+                                     [f"u{i}" for i in range(5)])
+                    self.assertEqual(skipped, [1])
+                    with self.assertRaises(ValueError):
+                        list(flower.parsed_objects(texts))
+        self.assertIsNone(flower.parsed_batch(good + [b'{"bytes": 1}'], self.scan()))
+        self.assertEqual(list(flower.parsed_objects(good[:1] + [b'{"bytes": 1}'])), [{"type": "user", "uuid": "u0"}, {"bytes": 1}])
+
+    def test_damage_that_undoes_itself_still_fails_the_batch(self):
+        # one text that runs on into the next (two rows made one object) and one that holds two objects:
+        # the count is right, only the random string between the texts tells that the rows are not
+        # what they were; a text guessing at that string does not pass either
+        merge = ['{"a":[1', '{"b":2}]}']
+        for split in ('{"c":3},{"d":4}', '{"c":3},"0123456789abcdef",{"d":4}', '{"c":3},"",{"d":4}'):
+            for texts in (merge + [split], [split] + merge, [merge[0], split, merge[1]]):
+                with self.subTest(texts=texts):
+                    self.assertIsNone(flower.parsed_batch(texts, self.scan()))
+                    self.assertEqual(list(flower.parsed_objects(texts, [0])), [])
+
+    def test_damaged_rows_in_a_store_load_as_each_row_alone_gives(self):
+        import random
+        import sqlite3
+        from tests.transcripts import anchor_transcript
+        rng = random.Random(4)
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "s.db")
+            store = SqliteSessionStore(path)
+            self.addCleanup(store.close)
+            entries = anchor_transcript(700)
+            store.append_sync(KEY, entries)
+            db = sqlite3.connect(path, isolation_level=None)
+            seqs = [r[0] for r in db.execute("SELECT seq FROM entries ORDER BY seq")]
+            damaged = rng.sample(range(len(seqs)), 40)
+            for k in damaged:
+                db.execute("UPDATE entries SET payload=? WHERE seq=?", (rng.choice(self.BAD), seqs[k]))
+            blob = next(k for k in range(300, 700) if k not in damaged)   # a payload stored as bytes: read too
+            entries[blob] = {"type": "user", "uuid": "blob", "message": {"content": "from a blob"}}
+            db.execute("UPDATE entries SET payload=? WHERE seq=?", (json.dumps(entries[blob]).encode(), seqs[blob]))
+            db.close()
+            want = [e for k, e in enumerate(entries) if k not in damaged]
+            for rows in (1, 2, 3, 7, 256):
+                with self.subTest(batch_rows=rows), unittest.mock.patch.object(flower, "BATCH_ROWS", rows):
+                    store.skipped.clear()
+                    self.assertEqual(store.load_sync(KEY), want)
+                    self.assertEqual(store.skipped[flower._key_string(KEY)], 40)
+                    for policy in (flower.PrunePolicy(), flower.PrunePolicy(trim=True, spill_dir=os.path.join(tmp, "sp"))):
+                        got, report = store.load_pruned(KEY, policy)
+                        prune_want, prune_report = flower.prune(want, policy)
+                        self.assertEqual(json.dumps(got), json.dumps(prune_want))
+                        self.assertEqual(report.as_dict(), prune_report.as_dict())
+
+    def test_a_payload_stored_as_bytes_is_read_in_its_batch(self):
+        import sqlite3
+        from tests.transcripts import anchor_transcript
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "s.db")
+            store = SqliteSessionStore(path)
+            self.addCleanup(store.close)
+            entries = anchor_transcript(600)
+            store.append_sync(KEY, entries)
+            db = sqlite3.connect(path, isolation_level=None)
+            seqs = [r[0] for r in db.execute("SELECT seq FROM entries ORDER BY seq")]
+            for k in (5, 300, 301):
+                entries[k] = {"type": "user", "uuid": f"blob{k}", "message": {"content": "from a blob"}}
+                db.execute("UPDATE entries SET payload=? WHERE seq=?", (json.dumps(entries[k]).encode(), seqs[k]))
+            db.close()
+            with unittest.mock.patch.object(store, "load_sync", side_effect=AssertionError("fell back")):
+                got, report = store.load_pruned(KEY)
+            self.assertEqual(json.dumps(got), json.dumps(flower.prune(entries)[0]))
+
+    def test_a_batch_holds_at_most_batch_chars_and_a_row(self):
+        # never every payload at once: the joined text is bounded, whatever the rows weigh
+        from tests.transcripts import sized_transcript
+        entries = sized_transcript(800)
+        biggest = max(len(json.dumps(e, separators=(",", ":"), ensure_ascii=False)) for e in entries)
+        seen = []
+        real = json.decoder.JSONDecoder
+
+        class Watching(real):
+            def __init__(self, *a, **k):
+                super().__init__(*a, **k)
+                scan = self.scan_once
+                self.scan_once = lambda text, i: seen.append(len(text)) or scan(text, i)
+        with tempfile.TemporaryDirectory() as tmp:
+            store = SqliteSessionStore(os.path.join(tmp, "s.db"))
+            self.addCleanup(store.close)
+            store.append_sync(KEY, entries)
+            with unittest.mock.patch.object(json.decoder, "JSONDecoder", Watching), \
+                    unittest.mock.patch.object(flower, "BATCH_CHARS", 20_000):
+                got = store.load_pruned(KEY)[0]
+                self.assertEqual(store.load_sync(KEY), entries)
+        self.assertEqual(got, flower.prune(entries)[0])
+        self.assertGreater(len(seen), 2 * sum(len(json.dumps(e)) for e in entries) // 40_000)
+        self.assertLessEqual(max(seen), 20_000 + biggest + 30 * flower.BATCH_ROWS)
+
+    def test_batches_of_any_size_load_as_prune_of_the_rows(self):
+        # rows left unread, rows read cut and rows whose cut facts are noted, across batch ends
+        from tests.transcripts import anchor_transcript, sized_transcript
+        real_cut, reads = SqliteSessionStore._read_cut, {}
+        for name, entries in (("anchor", anchor_transcript(1200)), ("dense", sized_transcript(600))):
+            with tempfile.TemporaryDirectory() as tmp:
+                store = SqliteSessionStore(os.path.join(tmp, "s.db"))
+                self.addCleanup(store.close)
+                store.append_sync(KEY, entries)
+                for rows, chars in ((1, 1 << 20), (5, 1 << 20), (64, 1 << 20), (256, 3000)):
+                    policies = (flower.PrunePolicy(), flower.PrunePolicy(trim=True, trim_keep=1, trim_min_chars=1000,
+                                                                         spill_dir=os.path.join(tmp, f"sp{rows}")))
+                    for policy in policies:
+                        want, report = flower.prune(entries, policy)
+                        with self.subTest(name, rows=rows, chars=chars, trim=policy.trim), \
+                                unittest.mock.patch.object(flower, "BATCH_ROWS", rows), \
+                                unittest.mock.patch.object(flower, "BATCH_CHARS", chars):
+                            wrapped = PruningSessionStore(store, policy=policy)
+                            for load in range(2):   # a trim-on load notes cut facts; the next reads rows cut
+                                with unittest.mock.patch.object(SqliteSessionStore, "_read_cut", wraps=real_cut) as cut:
+                                    self.assertEqual(json.dumps(asyncio.run(wrapped.load(KEY))), json.dumps(want))
+                                self.assertEqual(wrapped.last_report.as_dict(), report.as_dict())
+                                if policy.trim and load:   # the same rows at every batch size, most trimmed ones
+                                    self.assertEqual(reads.setdefault(name, cut.call_count), cut.call_count)
+                                    self.assertGreater(cut.call_count, report.trimmed * 0.8)
