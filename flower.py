@@ -3647,7 +3647,7 @@ def _key_string(key: dict) -> str:
     return "/".join(parts)
 
 
-BATCH_ROWS = 256            # rows parsed as one JSON text (see parsed_batch)
+BATCH_ROWS = 256            # rows parsed together (see parsed_batch)
 BATCH_CHARS = 1 << 20       # and at most this much of their text
 
 
@@ -3658,9 +3658,11 @@ def parsed_batch(texts: list[str], scan: Callable) -> list[dict] | None:
 
     Why one text: the scanner shares the keys of one document, so the entries of a batch share one
     string per key (each entry's ~20 keys are otherwise strings of their own): 10-15% less time than
-    parsing row by row, and less memory. Why it is exact: the texts go into one array with a random
-    string between each two, a value no text can hold but by a 2**-64 chance. Only if each text is
-    one value does the array hold a value, the random string, a value, ... in that order."""
+    parsing row by row, and less memory. For ASCII texts only (:func:`parsed_objects`): one wide
+    character would make the whole joined text wide, and its parse slower than the texts' one by one.
+    Why it is exact: the texts go into one array with a random string between each two, a value no
+    text can hold but by a 2**-64 chance. Only if each text is one value does the array hold a value,
+    the random string, a value, ... in that order."""
     nonce = os.urandom(8).hex()
     try:
         joined = "[" + f',"{nonce}",'.join(texts) + "]"
@@ -3676,55 +3678,59 @@ def parsed_batch(texts: list[str], scan: Callable) -> list[dict] | None:
 
 
 def parsed_objects(texts: Iterable[Any], bad: list[int] | None = None) -> Iterator[dict]:
-    """The JSON objects of ``texts``, in order, parsed a batch at a time (:func:`parsed_batch`): never
-    all texts and all objects at once. A text that holds no object raises ValueError, or with ``bad``
-    is skipped and counted in ``bad[0]``."""
+    """The JSON objects of ``texts``, in order, the ASCII ones parsed a batch at a time
+    (:func:`parsed_batch`), the others one by one; never all texts and all objects at once. A text
+    that holds no object raises ValueError, or with ``bad`` is skipped and counted in ``bad[0]``."""
     scan = json.decoder.JSONDecoder().scan_once
-    batch: list = []
+    slots: list = []
+    batch: list[str] = []
     chars = 0
     for text in texts:
-        batch.append(text)
-        try:
+        if text.__class__ is str and text.isascii():
+            slots.append(text)
+            batch.append(text)
             chars += len(text)
-        except TypeError:   # None, a number: parsed_one rejects it
-            pass
-        if len(batch) >= BATCH_ROWS or chars >= BATCH_CHARS:
-            yield from _batch_objects(batch, scan, bad)
-            batch, chars = [], 0
-    yield from _batch_objects(batch, scan, bad)
-
-
-def _batch_objects(texts: list, scan: Callable, bad: list[int] | None) -> list[dict]:
-    """One batch of :func:`parsed_objects`: as one text, else one by one."""
-    entries = parsed_batch(texts, scan) if len(texts) > 1 else None
-    if entries is not None:
-        return entries
-    entries = []
-    for text in texts:
-        try:
-            entry = parsed_one(text, scan)
-        except (ValueError, TypeError):
-            if bad is None:
-                raise ValueError("not a JSON object") from None
-            bad[0] += 1
         else:
-            entries.append(entry)
-    return entries
+            slots.append(parsed_alone(text, scan, bad))
+        if len(slots) >= BATCH_ROWS or chars >= BATCH_CHARS:
+            yield from filled_slots(slots, batch, scan, bad)
+            slots, batch, chars = [], [], 0
+    yield from filled_slots(slots, batch, scan, bad)
 
 
-def parsed_one(text: Any, scan: Callable) -> dict:
+def filled_slots(slots: list, batch: list[str], scan: Callable, bad: list[int] | None = None) -> list:
+    """``slots`` (objects, and texts to parse: those of ``batch``, in order) with each text replaced
+    by its object: the batch parsed as one, else one by one (:func:`parsed_alone`; a text skipped
+    with ``bad`` leaves its slot None, and the Nones are left out)."""
+    if not batch:
+        return [slot for slot in slots if slot is not None]
+    values = parsed_batch(batch, scan) if len(batch) > 1 else None
+    if values is None:
+        values = [parsed_alone(text, scan, bad) for text in batch]
+    at = iter(values).__next__
+    slots = [at() if slot.__class__ is str else slot for slot in slots]
+    return slots if bad is None or all(slot is not None for slot in slots) else [s for s in slots if s is not None]
+
+
+def parsed_alone(text: Any, scan: Callable, bad: list[int] | None = None) -> dict | None:
     """The object ``text`` holds, by ``scan`` where it reads the whole text (sparing json.loads' Python
-    wrapper), else by json.loads (e.g. white space around it, or bytes); ValueError when it holds
-    something else or nothing."""
+    wrapper), else by json.loads (e.g. white space around it, or bytes). A text that holds something
+    else or nothing raises ValueError, or with ``bad`` is counted in ``bad[0]`` and gives None."""
     try:
-        entry, end = scan(text, 0)
-    except (StopIteration, TypeError):
-        entry, end = None, -1
-    if end != len(text):
-        entry = json.loads(text)
-    if entry.__class__ is not dict:
+        try:
+            entry, end = scan(text, 0)
+        except (StopIteration, TypeError):
+            entry, end = None, -1
+        if end != len(text):
+            entry = json.loads(text)
+    except (ValueError, TypeError):
+        entry = None
+    if entry.__class__ is dict:
+        return entry
+    if bad is None:
         raise ValueError("not a JSON object")
-    return entry
+    bad[0] += 1
+    return None
 
 
 _FOLD: list = []  # [fold_session_summary or None], looked up once per process
@@ -4215,8 +4221,8 @@ class SqliteSessionStore:
         cuts = plan.cuts if plan else None
         noted = plan.noted if plan else None
         unread = cut = chars = 0
-        slots: list = []    # in row order: a payload to parse, or an entry read cut (a dict)
-        texts: list = []
+        slots: list = []    # in row order: an entry (read cut, or parsed alone), or a payload to parse
+        texts: list[str] = []   # those payloads
         notes: list[tuple[int, int, str]] = []   # (slot, seq, payload) of the big results to note
         for payload, facts, uid, seq in rows:
             if facts is not None and facts[:1] == version:
@@ -4232,10 +4238,13 @@ class SqliteSessionStore:
                 continue
             if seq is not None and noted is not None and len(payload) > CUT_MIN_CHARS and seq not in noted:
                 notes.append((len(slots), seq, payload))
-            slots.append(payload)
-            texts.append(payload)
-            chars += len(payload)
-            if len(texts) >= BATCH_ROWS or chars >= BATCH_CHARS:
+            if payload.__class__ is str and payload.isascii():   # see parsed_objects
+                slots.append(payload)
+                texts.append(payload)
+                chars += len(payload)
+            else:
+                slots.append(parsed_alone(payload, scan))
+            if len(slots) >= BATCH_ROWS or chars >= BATCH_CHARS:
                 yield from SqliteSessionStore._parsed_slots(slots, texts, notes, found, scan)
                 slots, texts, notes, chars = [], [], [], 0
         yield from SqliteSessionStore._parsed_slots(slots, texts, notes, found, scan)
@@ -4252,9 +4261,7 @@ class SqliteSessionStore:
         """The entries of one batch of :meth:`_fresh` in order: its ``texts`` parsed (as one, else one
         by one: ValueError at a text that holds no JSON object) in their ``slots``; the cut facts of
         the ``notes`` rows to ``found``, before prune changes their entries."""
-        if texts:
-            at = iter(_batch_objects(texts, scan, None)).__next__
-            slots = [slot if slot.__class__ is dict else at() for slot in slots]
+        slots = filled_slots(slots, texts, scan)
         if notes:
             dumps = _compact_json()
             for k, seq, payload in notes:

@@ -1485,6 +1485,37 @@ class BatchedParse(unittest.TestCase):
         self.assertGreater(len(seen), 2 * sum(len(json.dumps(e)) for e in entries) // 40_000)
         self.assertLessEqual(max(seen), 20_000 + biggest + 30 * flower.BATCH_ROWS)
 
+    def test_rows_with_wide_characters_are_parsed_alone_in_their_place(self):
+        # one emoji would make a whole joined batch a text of 4 bytes a character, slower to parse than
+        # its rows one by one (real CLI shapes: 21% of rows, 86% of the bytes)
+        import random
+        from tests.transcripts import anchor_transcript
+        rng = random.Random(2)
+        entries = anchor_transcript(900)
+        for k in rng.sample(range(len(entries)), 150):
+            if entries[k].get("type") == "user" and isinstance(entries[k].get("message", {}).get("content"), str):
+                entries[k]["message"]["content"] += rng.choice(["é", "中文", "\U0001F916", "\u2713"])
+            else:
+                entries[k]["note"] = rng.choice(["é", "中文", "\U0001F916", "\u2713"])
+        batches = []
+        real = json.decoder.JSONDecoder
+
+        class Watching(real):
+            def __init__(self, *a, **k):
+                super().__init__(*a, **k)
+                scan = self.scan_once
+                self.scan_once = lambda text, i: (text.startswith("[") and batches.append(text)) or scan(text, i)
+        with tempfile.TemporaryDirectory() as tmp:
+            store = SqliteSessionStore(os.path.join(tmp, "s.db"))
+            self.addCleanup(store.close)
+            store.append_sync(KEY, entries)
+            with unittest.mock.patch.object(json.decoder, "JSONDecoder", Watching):
+                self.assertEqual(store.load_sync(KEY), entries)
+                got = store.load_pruned(KEY)[0]
+        self.assertEqual(json.dumps(got), json.dumps(flower.prune(entries)[0]))
+        self.assertGreater(len(batches), 6)
+        self.assertTrue(all(text.isascii() for text in batches))
+
     def test_batches_of_any_size_load_as_prune_of_the_rows(self):
         # rows left unread, rows read cut and rows whose cut facts are noted, across batch ends
         from tests.transcripts import anchor_transcript, sized_transcript
