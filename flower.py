@@ -3647,8 +3647,9 @@ def _key_string(key: dict) -> str:
     return "/".join(parts)
 
 
-BATCH_ROWS = 256            # rows parsed together (see parsed_batch)
-BATCH_CHARS = 1 << 20       # and at most this much of their text
+BATCH_ROWS = 256            # rows parsed together (see parsed_batch), handed on together: at most
+BATCH_CHARS = 1 << 20       # this many, and the row that reaches this much text is the last
+BATCH_ROW_CHARS = 1 << 16   # a longer row is parsed alone: sharing its keys saves nothing worth a copy
 
 
 def parsed_batch(texts: list[str], scan: Callable) -> list[dict] | None:
@@ -3660,6 +3661,7 @@ def parsed_batch(texts: list[str], scan: Callable) -> list[dict] | None:
     string per key (each entry's ~20 keys are otherwise strings of their own): 10-15% less time than
     parsing row by row, and less memory. For ASCII texts only (:func:`parsed_objects`): one wide
     character would make the whole joined text wide, and its parse slower than the texts' one by one.
+    (Each batch fresh in the CPU's caches: 1 MB of text is a few MB of objects, which prune indexes next.)
     Why it is exact: the texts go into one array with a random string between each two, a value no
     text can hold but by a 2**-64 chance. Only if each text is one value does the array hold a value,
     the random string, a value, ... in that order."""
@@ -3667,8 +3669,8 @@ def parsed_batch(texts: list[str], scan: Callable) -> list[dict] | None:
     try:
         joined = "[" + f',"{nonce}",'.join(texts) + "]"
         values, end = scan(joined, 0)
-    except (StopIteration, ValueError, TypeError):   # TypeError: a text that is not a str
-        return None
+    except (StopIteration, ValueError, TypeError, RecursionError):   # TypeError: a text that is not a
+        return None   # str; RecursionError: the array is one level deeper than its texts
     entries = values[::2]
     n = len(texts)
     if end != len(joined) or len(values) != 2 * n - 1 or values[1::2].count(nonce) != n - 1 or \
@@ -3678,20 +3680,24 @@ def parsed_batch(texts: list[str], scan: Callable) -> list[dict] | None:
 
 
 def parsed_objects(texts: Iterable[Any], bad: list[int] | None = None) -> Iterator[dict]:
-    """The JSON objects of ``texts``, in order, the ASCII ones parsed a batch at a time
-    (:func:`parsed_batch`), the others one by one; never all texts and all objects at once. A text
-    that holds no object raises ValueError, or with ``bad`` is skipped and counted in ``bad[0]``."""
+    """The JSON objects of ``texts``, in order, a batch at a time (at most BATCH_ROWS, BATCH_CHARS): its
+    ASCII texts parsed as one (:func:`parsed_batch`), the others alone in their place. A text that
+    holds no object raises ValueError, or with ``bad`` is skipped and counted in ``bad[0]``."""
     scan = json.decoder.JSONDecoder().scan_once
     slots: list = []
     batch: list[str] = []
     chars = 0
     for text in texts:
-        if text.__class__ is str and text.isascii():
+        try:
+            size = len(text)
+        except TypeError:   # None, a number: parsed_alone rejects it
+            size = 0
+        if text.__class__ is str and size < BATCH_ROW_CHARS and text.isascii():
             slots.append(text)
             batch.append(text)
-            chars += len(text)
         else:
             slots.append(parsed_alone(text, scan, bad))
+        chars += size
         if len(slots) >= BATCH_ROWS or chars >= BATCH_CHARS:
             yield from filled_slots(slots, batch, scan, bad)
             slots, batch, chars = [], [], 0
@@ -4238,12 +4244,13 @@ class SqliteSessionStore:
                 continue
             if seq is not None and noted is not None and len(payload) > CUT_MIN_CHARS and seq not in noted:
                 notes.append((len(slots), seq, payload))
-            if payload.__class__ is str and payload.isascii():   # see parsed_objects
+            size = len(payload)
+            if payload.__class__ is str and size < BATCH_ROW_CHARS and payload.isascii():   # see parsed_objects
                 slots.append(payload)
                 texts.append(payload)
-                chars += len(payload)
             else:
                 slots.append(parsed_alone(payload, scan))
+            chars += size
             if len(slots) >= BATCH_ROWS or chars >= BATCH_CHARS:
                 yield from SqliteSessionStore._parsed_slots(slots, texts, notes, found, scan)
                 slots, texts, notes, chars = [], [], [], 0
