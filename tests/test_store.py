@@ -1410,26 +1410,34 @@ class BatchedParse(unittest.TestCase):
                     self.assertIsNone(flower.parsed_batch(texts, self.scan()))
                     self.assertEqual(list(flower.parsed_objects(texts, [0])), [])
 
+    def stored_with_rows(self, tmp, entries, rows):
+        """A store of ``entries`` in ``tmp`` whose row k then holds ``rows[k]`` (a text, or bytes: a BLOB),
+        written past flower; ``entries`` changed to what each bytes row holds."""
+        import sqlite3
+        path = os.path.join(tmp, "s.db")
+        store = SqliteSessionStore(path)
+        self.addCleanup(store.close)
+        store.append_sync(KEY, entries)
+        db = sqlite3.connect(path, isolation_level=None)
+        seqs = [r[0] for r in db.execute("SELECT seq FROM entries ORDER BY seq")]
+        for k, payload in rows.items():
+            db.execute("UPDATE entries SET payload=? WHERE seq=?", (payload, seqs[k]))
+            if isinstance(payload, bytes):
+                entries[k] = json.loads(payload)
+        db.close()
+        return store
+
     def test_damaged_rows_in_a_store_load_as_each_row_alone_gives(self):
         import random
-        import sqlite3
         from tests.transcripts import anchor_transcript
         rng = random.Random(4)
         with tempfile.TemporaryDirectory() as tmp:
-            path = os.path.join(tmp, "s.db")
-            store = SqliteSessionStore(path)
-            self.addCleanup(store.close)
             entries = anchor_transcript(700)
-            store.append_sync(KEY, entries)
-            db = sqlite3.connect(path, isolation_level=None)
-            seqs = [r[0] for r in db.execute("SELECT seq FROM entries ORDER BY seq")]
-            damaged = rng.sample(range(len(seqs)), 40)
-            for k in damaged:
-                db.execute("UPDATE entries SET payload=? WHERE seq=?", (rng.choice(self.BAD), seqs[k]))
+            damaged = rng.sample(range(len(entries)), 40)
             blob = next(k for k in range(300, 700) if k not in damaged)   # a payload stored as bytes: read too
-            entries[blob] = {"type": "user", "uuid": "blob", "message": {"content": "from a blob"}}
-            db.execute("UPDATE entries SET payload=? WHERE seq=?", (json.dumps(entries[blob]).encode(), seqs[blob]))
-            db.close()
+            rows = {k: rng.choice(self.BAD) for k in damaged}
+            rows[blob] = b'{"type": "user", "uuid": "blob", "message": {"content": "from a blob"}}'
+            store = self.stored_with_rows(tmp, entries, rows)
             want = [e for k, e in enumerate(entries) if k not in damaged]
             for rows in (1, 2, 3, 7, 256):
                 with self.subTest(batch_rows=rows), unittest.mock.patch.object(flower, "BATCH_ROWS", rows):
@@ -1443,20 +1451,11 @@ class BatchedParse(unittest.TestCase):
                         self.assertEqual(report.as_dict(), prune_report.as_dict())
 
     def test_a_payload_stored_as_bytes_is_read_in_its_batch(self):
-        import sqlite3
         from tests.transcripts import anchor_transcript
         with tempfile.TemporaryDirectory() as tmp:
-            path = os.path.join(tmp, "s.db")
-            store = SqliteSessionStore(path)
-            self.addCleanup(store.close)
             entries = anchor_transcript(600)
-            store.append_sync(KEY, entries)
-            db = sqlite3.connect(path, isolation_level=None)
-            seqs = [r[0] for r in db.execute("SELECT seq FROM entries ORDER BY seq")]
-            for k in (5, 300, 301):
-                entries[k] = {"type": "user", "uuid": f"blob{k}", "message": {"content": "from a blob"}}
-                db.execute("UPDATE entries SET payload=? WHERE seq=?", (json.dumps(entries[k]).encode(), seqs[k]))
-            db.close()
+            store = self.stored_with_rows(tmp, entries, {k: f'{{"type": "user", "uuid": "blob{k}"}}'.encode()
+                                                         for k in (5, 300, 301)})
             with unittest.mock.patch.object(store, "load_sync", side_effect=AssertionError("fell back")):
                 got, report = store.load_pruned(KEY)
             self.assertEqual(json.dumps(got), json.dumps(flower.prune(entries)[0]))
@@ -1534,6 +1533,37 @@ class BatchedParse(unittest.TestCase):
         self.assertLessEqual(max(batches), 20_000 + 5_000 + 30 * flower.BATCH_ROWS)
         self.assertEqual(sorted(n for n in alone if n >= 5_000), sorted(2 * [n for n in sizes if n >= 5_000]))
         self.assertGreater(len(alone), 40)   # each long row, once by load_sync and once by load_pruned
+
+    def test_rows_with_wide_characters_are_parsed_alone_in_their_place(self):
+        # one emoji would make a whole joined batch a text of 4 bytes a character, slower to parse than
+        # its rows one by one (real CLI shapes: 21% of rows, 86% of the bytes)
+        import random
+        from tests.transcripts import anchor_transcript
+        rng = random.Random(2)
+        entries = anchor_transcript(900)
+        for k in rng.sample(range(len(entries)), 150):
+            if entries[k].get("type") == "user" and isinstance(entries[k].get("message", {}).get("content"), str):
+                entries[k]["message"]["content"] += rng.choice(["é", "中文", "\U0001F916", "\u2713"])
+            else:
+                entries[k]["note"] = rng.choice(["é", "中文", "\U0001F916", "\u2713"])
+        batches = []
+        real = json.decoder.JSONDecoder
+
+        class Watching(real):
+            def __init__(self, *a, **k):
+                super().__init__(*a, **k)
+                scan = self.scan_once
+                self.scan_once = lambda text, i: (text.startswith("[") and batches.append(text)) or scan(text, i)
+        with tempfile.TemporaryDirectory() as tmp:
+            store = SqliteSessionStore(os.path.join(tmp, "s.db"))
+            self.addCleanup(store.close)
+            store.append_sync(KEY, entries)
+            with unittest.mock.patch.object(json.decoder, "JSONDecoder", Watching):
+                self.assertEqual(store.load_sync(KEY), entries)
+                got = store.load_pruned(KEY)[0]
+        self.assertEqual(json.dumps(got), json.dumps(flower.prune(entries)[0]))
+        self.assertGreater(len(batches), 6)
+        self.assertTrue(all(text.isascii() for text in batches))
 
     def test_batches_of_any_size_load_as_prune_of_the_rows(self):
         # rows left unread, rows read cut and rows whose cut facts are noted, across batch ends
