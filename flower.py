@@ -3680,28 +3680,32 @@ def parsed_batch(texts: list[str], scan: Callable) -> list[dict] | None:
 
 
 def parsed_objects(texts: Iterable[Any], bad: list[int] | None = None) -> Iterator[dict]:
-    """The JSON objects of ``texts``, in order, a batch at a time (at most BATCH_ROWS, BATCH_CHARS): its
-    ASCII texts parsed as one (:func:`parsed_batch`), the others alone in their place. A text that
-    holds no object raises ValueError, or with ``bad`` is skipped and counted in ``bad[0]``."""
+    """The JSON objects of ``texts``, in order (see :func:`parsed_batches`)."""
+    for batch in parsed_batches(texts, bad):
+        yield from batch
+
+
+def parsed_batches(texts: Iterable[Any], bad: list[int] | None = None) -> Iterator[list[dict]]:
+    """The JSON objects of ``texts``, in order, a list a batch (at most BATCH_ROWS, BATCH_CHARS): its
+    ASCII texts parsed as one (:func:`parsed_batch`), the others alone in their place; a dict among
+    them (an entry parsed already) passes in its place. A text that holds no object raises ValueError,
+    or with ``bad`` is skipped and counted in ``bad[0]``."""
     scan = json.decoder.JSONDecoder().scan_once
     slots: list = []
     batch: list[str] = []
     chars = 0
     for text in texts:
-        try:
-            size = len(text)
-        except TypeError:   # None, a number: parsed_alone rejects it
-            size = 0
-        if text.__class__ is str and size < BATCH_ROW_CHARS and text.isascii():
-            slots.append(text)
+        if text.__class__ is str and len(text) < BATCH_ROW_CHARS and text.isascii():
             batch.append(text)
-        else:
-            slots.append(parsed_alone(text, scan, bad))
-        chars += size
+            chars += len(text)
+        elif text.__class__ is not dict:
+            chars += len(text) if isinstance(text, (str, bytes)) else 0
+            text = parsed_alone(text, scan, bad)
+        slots.append(text)
         if len(slots) >= BATCH_ROWS or chars >= BATCH_CHARS:
-            yield from filled_slots(slots, batch, scan, bad)
+            yield filled_slots(slots, batch, scan, bad)
             slots, batch, chars = [], [], 0
-    yield from filled_slots(slots, batch, scan, bad)
+    yield filled_slots(slots, batch, scan, bad)
 
 
 def filled_slots(slots: list, batch: list[str], scan: Callable, bad: list[int] | None = None) -> list:
@@ -3714,8 +3718,7 @@ def filled_slots(slots: list, batch: list[str], scan: Callable, bad: list[int] |
     if values is None:
         values = [parsed_alone(text, scan, bad) for text in batch]
     at = iter(values).__next__
-    slots = [at() if slot.__class__ is str else slot for slot in slots]
-    return slots if bad is None or all(slot is not None for slot in slots) else [s for s in slots if s is not None]
+    return [slot for slot in (at() if slot.__class__ is str else slot for slot in slots) if slot is not None]
 
 
 def parsed_alone(text: Any, scan: Callable, bad: list[int] | None = None) -> dict | None:
@@ -4127,14 +4130,14 @@ class SqliteSessionStore:
         with self._lock:
             if not self._db.execute(SQL_SESSION_KNOWN, (skey,)).fetchone():
                 return None
-            cursor = self._db.execute(SQL_LOAD_PAYLOADS, (skey,))
+            # a row that holds no object is skipped and counted (the stored row stays as it is: the rest
+            # of the session still loads, and a retry would meet the same row again)
+            bad = [0]
+            rows = self._db.execute(SQL_LOAD_PAYLOADS, (skey,))
             with _gc_paused():
-                try:
-                    return list(parsed_objects(payload for (payload,) in cursor))
-                except ValueError:
-                    pass  # a damaged row: take the slow path below, which skips it
-            cursor = self._db.execute(SQL_LOAD_PAYLOADS, (skey,))
-            return self._parse_skipping(skey, cursor)
+                entries = list(parsed_objects((payload for (payload,) in rows), bad))
+            self.skipped[skey] = bad[0]
+            return entries
 
     @contextlib.contextmanager
     def small_held(self, key: dict) -> Iterator[bool]:
@@ -4216,66 +4219,54 @@ class SqliteSessionStore:
     @staticmethod
     def _fresh(rows: Iterable[tuple], marks: dict, plan: LeavePlan | None, found: list) -> Iterator[dict]:
         """The entries of rows of SQL_LOAD_WITH_FACTS or SQL_LOAD_TRIMMING, in order, parsed a batch at a
-        time (:func:`parsed_batch`; a batch fresh in the CPU cache while prune indexes it), but for the
+        time (:func:`parsed_objects`; a batch fresh in the CPU cache while prune indexes it), but for the
         rows ``plan`` leaves unread, and those it reads cut (from their facts' skeletons); Bash verdicts
         go to ``marks`` (see :func:`_prune`), and (seq, uuid, fact) of the big results read whole
         without a noted cut fact to ``found``, when the plan notes them. Raises ValueError at a row
         that holds no JSON object, and PlanBroken when not every row the plan leaves out or cuts came
         as the plan knew it (changed, deleted)."""
-        scan, version, n = json.decoder.JSONDecoder().scan_once, FACTS_VERSION, 0
+        version, scan = FACTS_VERSION, json.decoder.JSONDecoder().scan_once
         skip = plan.skip if plan else None
         cuts = plan.cuts if plan else None
         noted = plan.noted if plan else None
-        unread = cut = chars = 0
-        slots: list = []    # in row order: an entry (read cut, or parsed alone), or a payload to parse
-        texts: list[str] = []   # those payloads
-        notes: list[tuple[int, int, str]] = []   # (slot, seq, payload) of the big results to note
-        for payload, facts, uid, seq in rows:
-            if facts is not None and facts[:1] == version:
-                if skip and uid in skip:
-                    unread += 1
-                    continue
-                if facts[1] == "b":
-                    marks[n] = facts[2]
-            n += 1
-            if seq is not None and cuts and seq in cuts:   # the payload column holds the row's uuid
-                slots.append(SqliteSessionStore._read_cut(payload, *cuts[seq], scan))
-                cut += 1
-                continue
-            if seq is not None and noted is not None and len(payload) > CUT_MIN_CHARS and seq not in noted:
-                notes.append((len(slots), seq, payload))
-            size = len(payload)
-            if payload.__class__ is str and size < BATCH_ROW_CHARS and payload.isascii():   # see parsed_objects
-                slots.append(payload)
-                texts.append(payload)
-            else:
-                slots.append(parsed_alone(payload, scan))
-            chars += size
-            if len(slots) >= BATCH_ROWS or chars >= BATCH_CHARS:
-                yield from SqliteSessionStore._parsed_slots(slots, texts, notes, found, scan)
-                slots, texts, notes, chars = [], [], [], 0
-        yield from SqliteSessionStore._parsed_slots(slots, texts, notes, found, scan)
+        unread = cut = 0
+        notes: list = []   # (position, seq, payload) of the big results to note (None once noted)
+
+        def texts() -> Iterator[Any]:
+            nonlocal unread, cut
+            n = 0
+            for payload, facts, uid, seq in rows:
+                if facts is not None and facts[:1] == version:
+                    if skip and uid in skip:
+                        unread += 1
+                        continue
+                    if facts[1] == "b":
+                        marks[n] = facts[2]
+                if seq is not None and cuts and seq in cuts:   # the payload column holds the row's uuid
+                    payload = SqliteSessionStore._read_cut(payload, *cuts[seq], scan)   # an entry: passed on
+                    cut += 1
+                elif seq is not None and noted is not None and len(payload) > CUT_MIN_CHARS and seq not in noted:
+                    notes.append((n, seq, payload))
+                n += 1
+                yield payload
+        first = noting = 0   # the position of a batch's first entry; the next of ``notes``
+        for batch in parsed_batches(texts()):
+            while noting < len(notes) and notes[noting][0] < first + len(batch):   # before prune changes it
+                at, seq, payload = notes[noting]
+                notes[noting] = None   # its payload is kept no longer than its batch
+                noting += 1
+                entry = batch[at - first]
+                fact = cut_fact(entry, payload, _compact_json())
+                if fact is not None:
+                    found.append((seq, entry["uuid"], fact))
+            first += len(batch)
+            yield from batch
         # A changed row of the plan lost its facts (the trigger: a call, whose facts the plan took from its
         # result's), so it came without its uuid and was read, while the plan counts it gone
         if skip and unread != len(skip):
             raise PlanBroken("a row the plan leaves unread changed")
         if cuts and cut != len(cuts):
             raise PlanBroken("a row the plan reads cut changed")
-
-    @staticmethod
-    def _parsed_slots(slots: list, texts: list[str], notes: list[tuple[int, int, str]], found: list,
-                      scan: Callable) -> list[dict]:
-        """The entries of one batch of :meth:`_fresh` in order: its ``texts`` parsed (as one, else one
-        by one: ValueError at a text that holds no JSON object) in their ``slots``; the cut facts of
-        the ``notes`` rows to ``found``, before prune changes their entries."""
-        slots = filled_slots(slots, texts, scan)
-        if notes:
-            dumps = _compact_json()
-            for k, seq, payload in notes:
-                fact = cut_fact(slots[k], payload, dumps)
-                if fact is not None:
-                    found.append((seq, slots[k]["uuid"], fact))
-        return slots
 
     @staticmethod
     def _read_cut(row_uuid: Any, uid: str, fact: str, marker: str, scan: Callable) -> dict:
@@ -4330,23 +4321,6 @@ class SqliteSessionStore:
             if not isinstance(exc, sqlite3.OperationalError):
                 raise
             return False
-
-    def _parse_skipping(self, skey: str, cursor: Any) -> list[dict]:
-        """Rows that parse to objects; the others are counted in ``skipped`` (the stored row stays as
-        it is: the rest of the session still loads, and a retry would meet the same row again)."""
-        entries = []
-        bad = 0
-        for (payload,) in cursor:
-            try:
-                entry = json.loads(payload)
-            except (ValueError, TypeError):
-                entry = None
-            if isinstance(entry, dict):
-                entries.append(entry)
-            else:
-                bad += 1
-        self.skipped[skey] = bad
-        return entries
 
     # -- the SDK SessionStore protocol --
 
