@@ -26,11 +26,13 @@ from __future__ import annotations
 import _thread
 import argparse
 import contextlib
+import errno
 import functools
 import gc
 import importlib
 import os
 import re
+import stat
 import sys
 import time
 
@@ -349,6 +351,7 @@ TEXTS: dict[str, dict[str, str]] = {
         "info_write_failed": "could not write {path} ({error}); the work goes on, continuity is degraded",
         "info_skipped_rows": "{n} unreadable stored entr(y/ies) of session {sid} skipped",
         "ui_degraded": "continuity degraded: {n} problem(s), see above",
+        "info_answer_lost": "the final answer could not be printed on stdout (closed or full); the manifest keeps its first 4000 characters",
         "info_unverifiable": "{n} check(s) cannot be verified here",
         "unreachable_question": "The judge says the goal is unreachable: {reason}",
         "choice_accept": "accept the work as it is: the step passes",
@@ -535,6 +538,7 @@ TEXTS: dict[str, dict[str, str]] = {
         "info_write_failed": "无法写入 {path}({error});工作继续,接续能力受损",
         "info_skipped_rows": "会话 {sid} 有 {n} 条无法读取的存储记录,已跳过",
         "ui_degraded": "接续能力受损:{n} 个问题,见上文",
+        "info_answer_lost": "最终回答无法输出到标准输出(已关闭或已满);清单里保存了它的前 4000 个字符",
         "info_unverifiable": "{n} 条检查在这里无法验证",
         "unreachable_question": "判定者认为目标无法达成:{reason}",
         "choice_accept": "按现状接受这份工作:这一步通过",
@@ -923,24 +927,59 @@ def set_aside(path: str) -> str:
     return target
 
 
+class NotRegularFile(OSError):
+    """A FIFO, device or socket where flower expects a regular file: reading it could block forever."""
+
+
+def open_regular(path: str, mode: str = "rb", **kwargs: Any) -> Any:
+    """``open(path, mode)`` for reading, but only a regular file: the open itself never blocks (a FIFO
+    in place of a state file or a note waits for a writer that never comes), and anything else raises
+    :class:`NotRegularFile` (a directory: IsADirectoryError)."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    try:
+        kind = os.fstat(fd).st_mode
+        if stat.S_ISDIR(kind):
+            raise IsADirectoryError(errno.EISDIR, "is a directory", path)
+        if not stat.S_ISREG(kind):
+            raise NotRegularFile(errno.EINVAL, "not a regular file", path)
+        return os.fdopen(fd, mode, **kwargs)
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def json_value(raw: str | bytes) -> Any:
+    """``json.loads``, with a text nested too deep for the parser (RecursionError) as a ValueError:
+    a damaged file like any other."""
+    try:
+        return json.loads(raw)
+    except RecursionError:
+        raise ValueError("JSON nested too deep") from None
+
+
 def read_json(path: str, default: Any, *, expect: type | None = None,
               valid: Callable[[Any], bool] | None = None,
               notify: Callable[[str], None] | None = None, lang: str = "en") -> Any:
-    """Read a JSON state file. Missing -> ``default``. Unparsable, of the wrong type, or rejected by
-    ``valid`` (the shape check: field types, not just syntax) -> the file is set aside as
-    ``<name>.corrupt-<ts>``, ``notify`` is told once, and ``default`` is returned.
+    """Read a JSON state file. Missing -> ``default``. Unparsable (or nested too deep), of the wrong
+    type, rejected by ``valid`` (the shape check: field types, not just syntax), or not a regular file
+    (a FIFO) -> the file is set aside as ``<name>.corrupt-<ts>``, ``notify`` is told once, and
+    ``default`` is returned.
     """
     try:
-        with open(path, "rb") as fh:
+        with open_regular(path) as fh:
             raw = fh.read()
     except FileNotFoundError:
         return default
     except IsADirectoryError:
         raise FlowerError(f"{path} is a directory, expected a JSON file", EXIT_SETUP) from None
+    except NotRegularFile:
+        raw = None
     except OSError as exc:
         raise FlowerError(f"cannot read {path}: {exc.strerror or exc}", EXIT_SETUP) from None
     try:
-        value = json.loads(raw.decode("utf-8"))
+        if raw is None:
+            raise ValueError("not a regular file")
+        value = json_value(raw.decode("utf-8"))
         if expect is not None and not isinstance(value, expect):
             raise ValueError(f"expected {expect.__name__}")
         if valid is not None and not valid(value):
@@ -956,16 +995,16 @@ def read_json(path: str, default: Any, *, expect: type | None = None,
 def _peek_json(path: str) -> Any:
     """A JSON file's value without side effects (None when missing or unreadable)."""
     try:
-        with open(path, "r", encoding="utf-8") as fh:
-            return json.load(fh)
+        with open_regular(path, "r", encoding="utf-8") as fh:
+            return json_value(fh.read())
     except (OSError, ValueError):
         return None
 
 
 def _read_text(path: str) -> str | None:
-    """A text file's content without side effects (None when missing or not UTF-8)."""
+    """A text file's content without side effects (None when missing, not a regular file, or not UTF-8)."""
     try:
-        with open(path, "r", encoding="utf-8") as fh:
+        with open_regular(path, "r", encoding="utf-8") as fh:
             return fh.read()
     except (OSError, UnicodeDecodeError):
         return None
@@ -973,9 +1012,10 @@ def _read_text(path: str) -> str | None:
 
 def check_text_file(path: str, notify: Callable[[str], None] | None = None, lang: str = "en") -> bool:
     """False (after setting the file aside, with one info line) when ``path`` exists but is not UTF-8
-    text: a note flower cannot read is kept for the human, never read as missing and overwritten."""
+    text in a regular file: a note flower cannot read is kept for the human, never read as missing and
+    overwritten."""
     try:
-        with open(path, "rb") as fh:
+        with open_regular(path) as fh:
             fh.read().decode("utf-8")
         return True
     except FileNotFoundError:
@@ -3732,7 +3772,7 @@ def parsed_alone(text: Any, scan: Callable, bad: list[int] | None = None) -> dic
             entry, end = None, -1
         if end != len(text):
             entry = json.loads(text)
-    except (ValueError, TypeError):
+    except (ValueError, TypeError, RecursionError):   # RecursionError: nested too deep to parse
         entry = None
     if entry.__class__ is dict:
         return entry
@@ -5013,9 +5053,9 @@ class Manifest:
         """Move an older flower's ``manifest.json`` rows in front of ``manifest.jsonl`` (once; a file
         that cannot be read, or holds wrong-shaped rows, is set aside with one line, the good rows kept)."""
         try:
-            with open(legacy, "r", encoding="utf-8") as fh:
+            with open_regular(legacy, "r", encoding="utf-8") as fh:
                 raw = fh.read()
-            rows = json.loads(raw) if raw.strip() else []
+            rows = json_value(raw) if raw.strip() else []
             if not isinstance(rows, list):
                 raise ValueError
         except (OSError, UnicodeDecodeError, ValueError):
@@ -5045,7 +5085,7 @@ class Manifest:
         for line in lines:
             if line.strip():
                 with contextlib.suppress(ValueError):
-                    row = json.loads(line)
+                    row = json_value(line)
                     if _valid_row(row):
                         rows.append(row)
         return rows
@@ -5057,7 +5097,7 @@ class Manifest:
         legacy = _peek_json(os.path.join(run_dir, Manifest.LEGACY))
         versions = [r for r in legacy if _valid_row(r)] if isinstance(legacy, list) else []
         try:
-            with open(os.path.join(run_dir, Manifest.FILE), "r", encoding="utf-8", errors="replace") as fh:
+            with open_regular(os.path.join(run_dir, Manifest.FILE), "r", encoding="utf-8", errors="replace") as fh:
                 versions += Manifest._parse(fh)
         except OSError:
             pass
@@ -5071,7 +5111,7 @@ class Manifest:
         if os.path.exists(os.path.join(run_dir, Manifest.LEGACY)):
             return Manifest.read(run_dir)[-n:]
         try:
-            fh = open(os.path.join(run_dir, Manifest.FILE), "rb")
+            fh = open_regular(os.path.join(run_dir, Manifest.FILE))
         except OSError:
             return []
         with fh:
@@ -5158,9 +5198,10 @@ def model_window(model: str | None) -> int | None:
 
 
 def _valid_windows(data: Any) -> bool:
-    """The shape of window.json: ``{"<base>|<model>": {"window": positive int, "source": str}}``."""
+    """The shape of window.json: ``{"<base>|<model>": {"window": int >= MIN_WINDOW, "source": str}}`` (a
+    smaller window could not hold one request: a run would hand over at every answer)."""
     return isinstance(data, dict) and all(
-        isinstance(v, dict) and type(v.get("window")) is int and v["window"] > 0
+        isinstance(v, dict) and type(v.get("window")) is int and v["window"] >= MIN_WINDOW
         and isinstance(v.get("source", ""), str) for v in data.values())
 
 
@@ -5178,11 +5219,11 @@ class WindowBook:
         return f"{self.base}|{model or 'default'}"
 
     def get(self, model: str | None) -> int | None:
-        """The learned window for ``model``, if any."""
+        """The learned window for ``model``, if any (one below MIN_WINDOW is not believed)."""
         data = _peek_json(self.path)
         value = data.get(self._key(model)) if isinstance(data, dict) else None
         window = value.get("window") if isinstance(value, dict) else None
-        return window if type(window) is int and window > 0 else None
+        return window if type(window) is int and window >= MIN_WINDOW else None
 
     @staticmethod
     def rule(current: dict, window: int, source: str, lower_only: bool) -> dict | None:
@@ -5192,7 +5233,7 @@ class WindowBook:
             return None
         if not lower_only and current.get("source") == "overflow":
             return None
-        return {"window": int(window), "source": source}
+        return {"window": max(int(window), MIN_WINDOW), "source": source}
 
     def _put(self, model: str | None, window: int, source: str, lower_only: bool) -> None:
         with self._lock:
@@ -6578,7 +6619,7 @@ class PgWindowBook(WindowBook):
             value = self.state.window_get(self._key(model)).get("window")
         except FlowerError:
             return None
-        return value if isinstance(value, int) else None
+        return value if isinstance(value, int) and value >= MIN_WINDOW else None
 
     def _put(self, model: str | None, window: int, source: str, lower_only: bool) -> None:
         key = self._key(model)
@@ -7886,6 +7927,21 @@ def _tilde(path: str) -> str:
     return "~" + path[len(home):] if home != "/" and (path == home or path.startswith(home + os.sep)) else path
 
 
+def print_line(line: str, stream: Any) -> bool:
+    """Print ``line`` to ``stream`` and flush; False when the stream cannot take it (a closed pipe, a
+    full disk), which then writes to /dev/null from here on (nothing left buffered fails again at
+    exit). What a run could print never decides how it ended."""
+    try:
+        print(line, file=stream, flush=True)
+        return True
+    except (OSError, ValueError):
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            null = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(null, stream.fileno())
+            os.close(null)
+        return False
+
+
 class Reporter:
     """Turns events into what a person (or a CI job) sees: a live status line on a TTY, plain lines
     otherwise, JSON lines on stdout with ``--json``. Human text goes to stderr."""
@@ -7915,11 +7971,12 @@ class Reporter:
         if self.quiet and not always:
             return
         self._clear_status()
-        print(redact(message), file=self.err, flush=True)
+        print_line(redact(message), self.err)
 
     def _clear_status(self) -> None:
         if self._status_shown:
-            self.err.write("\r\033[K")
+            with contextlib.suppress(OSError, ValueError):
+                self.err.write("\r\033[K")
             self._status_shown = False
 
     def tick(self) -> None:
@@ -7948,8 +8005,9 @@ class Reporter:
                   f"{100 * event.level // max(1, event.window)}%"
         line = f"{event.step} · turn {self.turns}{ctx} · ${self.total_cost + self.cost:.2f} · " \
                f"{elapsed // 60}m{elapsed % 60:02d}s"
-        self.err.write("\r\033[K" + self._paint(line, "2"))
-        self.err.flush()
+        with contextlib.suppress(OSError, ValueError):
+            self.err.write("\r\033[K" + self._paint(line, "2"))
+            self.err.flush()
         self._status_shown = True
 
     def t(self, key: str, **fmt: Any) -> str:
@@ -7959,7 +8017,7 @@ class Reporter:
     def event(self, event: Event) -> None:
         """Show one event."""
         if self.json_mode:
-            print(event.as_json(), file=self.out, flush=True)
+            print_line(event.as_json(), self.out)
         kind, data = event.kind, event.data
         if kind == "summary":  # the closing line already said it in words
             return
@@ -8659,9 +8717,16 @@ def _go_run(args: argparse.Namespace, reporter: Reporter, rt: Runtime, used: boo
     work = ctx.get("_results", {}).get("work")
     if work is not None and work.text and not args.json:
         reporter.close()   # never glued to the live status line
-        answer = redact(work.text)
-        print(sanitize(answer) if sys.stdout.isatty() else answer, flush=True)   # the answer on stdout, progress on stderr
+        _print_answer(work.text, reporter)   # the answer on stdout, progress on stderr
     return _finish(rt, reporter, EXIT_OK, "done")
+
+
+def _print_answer(answer: str, reporter: Reporter) -> None:
+    """The final answer on stdout; one that cannot be printed (a closed pipe, a full disk) is said on
+    stderr, and the run still ends as its job did."""
+    answer = redact(answer)
+    if not print_line(sanitize(answer) if sys.stdout.isatty() else answer, sys.stdout):
+        reporter.say(text("info_answer_lost", reporter.lang), always=True)
 
 
 def _exit_code(rt: Runtime, message: str) -> int:
@@ -8735,8 +8800,7 @@ def cmd_once(args: argparse.Namespace, reporter: Reporter) -> int:
         rt.record(result)
         reporter.close()   # the answer goes on a line of its own, never glued to the status line
         if result.ok and not args.json:
-            answer = redact(result.text)
-            print(sanitize(answer) if sys.stdout.isatty() else answer, flush=True)
+            _print_answer(result.text, reporter)
         reporter.say(text("ui_once", rt.lang, sid=result.session_id, cost=result.cost_usd, path=rt.manifest.path),
                      always=True)
         if not result.ok:
@@ -9003,8 +9067,32 @@ COMMANDS = {"go": cmd_go, "once": cmd_once, "status": cmd_status, "doctor": cmd_
             "sessions": cmd_sessions, "show": cmd_show}
 
 
+def usable_std_streams() -> None:
+    """Standard streams flower can always use: one that was closed when flower started (``<&-``,
+    ``>&-``; Python makes it None) is /dev/null on its own descriptor (so no file flower opens later
+    takes that number), and text the stream's encoding cannot show (``PYTHONIOENCODING=ascii``) is
+    escaped (``\\u4e2d``, which a JSON reader reads back as the same text), never an error."""
+    for fd, name in ((0, "stdin"), (1, "stdout"), (2, "stderr")):
+        if getattr(sys, name) is not None:
+            continue
+        try:
+            os.fstat(fd)
+        except OSError:
+            null = os.open(os.devnull, os.O_RDWR)
+            if null != fd:
+                os.dup2(null, fd)
+                os.close(null)
+        setattr(sys, name, open(fd, "r" if fd == 0 else "w", encoding="utf-8", errors="backslashreplace",
+                                closefd=False))
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(AttributeError, ValueError, OSError):
+            if stream.errors == "strict":
+                stream.reconfigure(errors="backslashreplace")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the command line; returns the exit code (never raises, never prints a traceback)."""
+    usable_std_streams()
     argv = list(sys.argv[1:] if argv is None else argv)
     reporter = Reporter(json_mode="--json" in argv, quiet="-q" in argv or "--quiet" in argv)
     try:
