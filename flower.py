@@ -323,6 +323,9 @@ TEXTS: dict[str, dict[str, str]] = {
         "st_ambiguous": "{n} sessions start with {sid!r}; give more of the id",
         "st_no_match": "no stored session starts with {sid!r} (python3 flower.py sessions --all lists them)",
         "st_pruned": "-- pruned for resume: {parts}",
+        "st_problem": "problem",
+        "st_lineage_unreadable": "{path} cannot be read (not JSON, or not a regular file); the next run sets it aside and starts fresh",
+        "st_lineage_shape": "{path} has the wrong shape; the next run sets it aside and starts fresh",
         "ui_nothing_new": "the goal was achieved and nothing new was said: nothing to do (say something new, or --new)",
         "ui_ok": "ok",
         "ui_failed": "failed: {error}",
@@ -510,6 +513,9 @@ TEXTS: dict[str, dict[str, str]] = {
         "st_ambiguous": "有 {n} 个会话以 {sid!r} 开头;请多给几位",
         "st_no_match": "没有以 {sid!r} 开头的会话(python3 flower.py sessions --all 可列出全部)",
         "st_pruned": "-- 续接时的精简:{parts}",
+        "st_problem": "问题",
+        "st_lineage_unreadable": "{path} 无法读取(不是 JSON,或不是普通文件);下次运行会把它移到一边并从头开始",
+        "st_lineage_shape": "{path} 的结构不对;下次运行会把它移到一边并从头开始",
         "ui_nothing_new": "目标已达成,也没有新的内容:无事可做(说点新的,或用 --new)",
         "ui_ok": "完成",
         "ui_failed": "失败:{error}",
@@ -656,6 +662,25 @@ class FileLock:
             self._thread_lock.release()
 
 
+def flock_holder(path: str) -> int | None:
+    """The pid of a process holding a ``flock`` on ``path``, from /proc/locks (None elsewhere, or when
+    none is found)."""
+    try:
+        info = os.stat(path)
+        with open("/proc/locks", "rb") as fh:
+            table = fh.read().decode("ascii", "replace")
+    except OSError:
+        return None
+    device = f"{os.major(info.st_dev):02x}:{os.minor(info.st_dev):02x}:{info.st_ino}"
+    for line in table.splitlines():
+        fields = line.split()
+        if "FLOCK" in fields and "->" not in fields:   # "->": a process waiting for the lock
+            at = fields.index("FLOCK")
+            if len(fields) > at + 4 and fields[at + 4] == device and fields[at + 3].isdigit():
+                return int(fields[at + 3])
+    return None
+
+
 class Busy(FlowerError):
     """Another live flower holds the lock of this workspace (or step); exit code 5."""
 
@@ -681,7 +706,13 @@ class DriverLock:
 
     def acquire(self, step: str = "") -> "DriverLock":
         """Take the lock or raise :class:`Busy` naming the holder."""
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        except OSError as exc:
+            if exc.errno not in (errno.EROFS, errno.EACCES, errno.EPERM):
+                raise
+            raise FlowerError(f"{self.path} cannot be written: read-only or permission denied ({exc.strerror})",
+                              EXIT_SETUP) from None
         if fcntl is not None:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -708,15 +739,28 @@ class DriverLock:
             os.pwrite(self._fd, data, 0)
 
     def holder(self) -> dict:
-        """The current holder's description ({} when unreadable)."""
-        value = _peek_json(self.path)
-        return value if isinstance(value, dict) else {}
+        """The current holder's description: what it wrote (read again for a moment while it is empty: a
+        holder writes it just after taking the lock), else the pid the kernel names (Linux), else {}."""
+        deadline = time.monotonic() + 0.3
+        while True:
+            value = _peek_json(self.path)
+            if isinstance(value, dict) and value.get("pid") is not None:
+                return value
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.02)
+        pid = flock_holder(self.path)
+        return {"pid": pid, "host": socket.gethostname()} if pid is not None else {}
 
     def busy_line(self, holder: dict) -> str:
-        """The one line a second flower prints."""
-        step = f", step {holder['step']}" if holder.get("step") else ""
-        return (f"another flower drives {self.what} (pid {holder.get('pid', '?')} on {holder.get('host', '?')}, "
-                f"since {holder.get('since', '?')}{step}); wait for it or stop it first")
+        """The one line a second flower prints: the holder as far as it is known, the rest in words."""
+        if holder.get("pid") is None:
+            who = "its holder left no record and cannot be named"
+        else:
+            who = f"pid {holder['pid']}" + (f" on {holder['host']}" if holder.get("host") else "")
+            who += f", since {holder['since']}" if holder.get("since") else ", start time unknown"
+            who += f", step {holder['step']}" if holder.get("step") else ""
+        return f"another flower drives {self.what} ({who}); wait for it or stop it first"
 
     def release(self) -> None:
         """Let go (idempotent); the kernel does the same when the process dies."""
@@ -3960,6 +4004,11 @@ def _entry_rows(entries: list[dict], ascii_only: bool = False) -> tuple[list, li
     return uuids, [dumps(e) for e in entries]
 
 
+def _writable(path: str) -> bool:
+    """Whether ``path`` and its directory (where SQLite puts its -wal and -shm files) can be written."""
+    return os.access(path, os.W_OK) and os.access(os.path.dirname(os.path.abspath(path)), os.W_OK)
+
+
 class SqliteSessionStore:
     """The SDK ``SessionStore`` protocol on one SQLite file (WAL), plus sync extras for flower.
 
@@ -3974,7 +4023,9 @@ class SqliteSessionStore:
     # measured through the SDK's path: the worker meets the rows in another core's cold cache)
     quick_rows = 2000
 
-    def __init__(self, path: str, *, busy_timeout: float = 30.0):
+    def __init__(self, path: str, *, busy_timeout: float = 30.0, reader: bool = False):
+        """``reader``: a store that cannot be written (a read-only run dir, no permission) is opened
+        read-only instead of refused (``status``, ``sessions``, ``show``)."""
         self.path = path
         self.skipped: dict[str, int] = {}  # session key -> unreadable rows skipped by the last load
         self._lock = threading.RLock()
@@ -3995,9 +4046,16 @@ class SqliteSessionStore:
             except sqlite3.OperationalError as exc:
                 # WAL setup and schema creation need a write lock the busy handler does not always
                 # wait for: another process opening the same file at this instant. Wait it out.
-                if ("locked" in str(exc) or "busy" in str(exc)) and time.monotonic() < deadline:
+                busy = "locked" in str(exc) or "busy" in str(exc)
+                if busy and time.monotonic() < deadline:
                     time.sleep(0.05)
                     continue
+                if not busy and not _writable(path):
+                    if reader:
+                        self._db = self._connect_read_only(path, busy_timeout)
+                        break
+                    raise FlowerError(f"{path} cannot be written: read-only or permission denied ({exc}); it was "
+                                      f"left untouched", EXIT_SETUP) from None
                 raise FlowerError(f"{path} is busy or locked ({exc}); it was left untouched", EXIT_SETUP) from None
             except sqlite3.DatabaseError as exc:
                 raise FlowerError(f"{path} is not a usable session store ({exc}); it was left untouched: "
@@ -4016,6 +4074,21 @@ class SqliteSessionStore:
             return True
         except sqlite3.OperationalError:
             return False
+
+    @staticmethod
+    def _connect_read_only(path: str, busy_timeout: float) -> sqlite3.Connection:
+        """A connection that never writes: ``mode=ro`` (it reads a WAL file's newer rows), else, where
+        even that needs a write (no ``-shm`` file in a read-only directory), ``immutable=1``."""
+        uri = "file:" + urllib.parse.quote(os.path.abspath(path))
+        for flags in ("?mode=ro", "?immutable=1"):
+            try:
+                db = sqlite3.connect(uri + flags, uri=True, timeout=busy_timeout, check_same_thread=False,
+                                     isolation_level=None)
+                db.execute(SQL_ENTRIES_TABLE).fetchone()
+                return db
+            except sqlite3.OperationalError as exc:
+                error = exc
+        raise FlowerError(f"{path} cannot be read: read-only or permission denied ({error})", EXIT_SETUP)
 
     @staticmethod
     def _connect(path: str, busy_timeout: float) -> sqlite3.Connection:
@@ -5670,7 +5743,7 @@ class LocalState(StateBackend):
                 db = self.paths.run("sessions.db")
                 if not create and not os.path.exists(db):
                     return None
-                self._store = SqliteSessionStore(db)
+                self._store = SqliteSessionStore(db, reader=not create)
                 self._owned = True
         return self._store
 
@@ -8830,7 +8903,23 @@ def status_data(paths: Paths, backend: StateBackend) -> dict:
     return {"workspace": paths.workspace, "run_dir": paths.run_dir, "state": backend.kind,
             "where": None if local else backend.where(), "workspace_id": backend.workspace_id,
             "wake": state, "steps": steps, "manifest": rows, "sessions": sessions,
-            "achieved": bool(state.get("achieved"))}
+            "achieved": bool(state.get("achieved")), "problems": lineage_problems(paths, paths.lang) if local else []}
+
+
+def lineage_problems(paths: Paths, lang: str = "en") -> list[str]:
+    """What is wrong with ``lineage.json``, in words (none when it is missing or sound): ``status``
+    reads it without side effects, so it says what the next run will set aside or ignore."""
+    path = paths.run("lineage.json")
+    if not os.path.lexists(path):
+        return []
+    data = _peek_json(path)
+    if data is None:
+        return [text("st_lineage_unreadable", lang, path=_tilde(path))]
+    if not _valid_lineage(data):
+        return [text("st_lineage_shape", lang, path=_tilde(path))]
+    if data.get("workspace") != paths.workspace:
+        return [text("info_other_workspace", lang, path=_tilde(path), workspace=repr(data.get("workspace")))]
+    return []
 
 
 def _status_lines(data: dict, lang: str) -> list[str]:
@@ -8857,6 +8946,7 @@ def _status_lines(data: dict, lang: str) -> list[str]:
     lines = [pad(t(k), width) + v for k, v in pairs]
     if not state["waking"] and not data["manifest"]:
         lines.insert(len(lines) - 4, text("ui_nothing_to_do", lang))
+    lines += [pad(t("st_problem"), width) + problem for problem in data.get("problems") or []]
     if data["manifest"]:
         lines.append(t("st_last_steps"))
         names = [str(r.get("step", "?")) for r in data["manifest"][-8:]]
