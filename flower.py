@@ -286,6 +286,10 @@ TEXTS: dict[str, dict[str, str]] = {
         "dr_run_dir_fix": "choose a writable --run-dir",
         "dr_integrity": "sessions.db integrity {verdict}",
         "dr_aside_fix": "move the file aside",
+        "dr_rows_ok": "sessions.db rows: {n} decoded, none damaged",
+        "dr_rows_damaged": "sessions.db rows: {n} of {total} damaged and skipped on resume ({where})",
+        "dr_rows_unread": "sessions.db rows cannot be read ({error})",
+        "dr_rows_fix": "a resume of those sessions lacks those entries; move sessions.db aside to start them fresh",
         "added_on_wake": "Added on wake",
         "wake_addendum": "The human adds: {words}",
         "ui_continues": "<- continues earlier session · wake #{woke}",
@@ -353,6 +357,8 @@ TEXTS: dict[str, dict[str, str]] = {
         "info_recovered": "recovered {n} entr(y/ies) of session {sid} that the store had missed",
         "info_write_failed": "could not write {path} ({error}); the work goes on, continuity is degraded",
         "info_skipped_rows": "{n} unreadable stored entr(y/ies) of session {sid} skipped",
+        "store_damaged": ("{path} is damaged ({error}); nothing was retried: move it aside (its sessions then start "
+                          "fresh) or restore it from a backup; python3 flower.py doctor checks it"),
         "ui_degraded": "continuity degraded: {n} problem(s), see above",
         "info_answer_lost": "the final answer could not be printed on stdout (closed or full); the manifest keeps its first 4000 characters",
         "info_unverifiable": "{n} check(s) cannot be verified here",
@@ -476,6 +482,10 @@ TEXTS: dict[str, dict[str, str]] = {
         "dr_run_dir_fix": "换一个可写的 --run-dir",
         "dr_integrity": "sessions.db 完整性 {verdict}",
         "dr_aside_fix": "把这个文件挪到一边",
+        "dr_rows_ok": "sessions.db 记录:解码 {n} 条,没有损坏",
+        "dr_rows_damaged": "sessions.db 记录:{total} 条中 {n} 条已损坏,续接时会跳过({where})",
+        "dr_rows_unread": "sessions.db 的记录无法读取({error})",
+        "dr_rows_fix": "续接这些会话时会缺少这些记录;把 sessions.db 挪到一边可让它们从头开始",
         "added_on_wake": "唤醒时补充",
         "wake_addendum": "人类补充:{words}",
         "ui_continues": "<- 接上次 · 第 {woke} 次唤醒",
@@ -543,6 +553,7 @@ TEXTS: dict[str, dict[str, str]] = {
         "info_recovered": "找回了会话 {sid} 里存储漏掉的 {n} 条记录",
         "info_write_failed": "无法写入 {path}({error});工作继续,接续能力受损",
         "info_skipped_rows": "会话 {sid} 有 {n} 条无法读取的存储记录,已跳过",
+        "store_damaged": "{path} 已损坏({error});没有重试:把它移到一边(其中的会话将从头开始)或从备份恢复;python3 flower.py doctor 可以检查它",
         "ui_degraded": "接续能力受损:{n} 个问题,见上文",
         "info_answer_lost": "最终回答无法输出到标准输出(已关闭或已满);清单里保存了它的前 4000 个字符",
         "info_unverifiable": "{n} 条检查在这里无法验证",
@@ -3898,8 +3909,11 @@ SQL_TOUCH_SESSION = ("INSERT INTO sessions(skey, project_key, session_id, subpat
 SQL_SUMMARY = "SELECT data FROM summaries WHERE project_key=? AND session_id=?"
 SQL_PUT_SUMMARY = "INSERT OR REPLACE INTO summaries(project_key, session_id, mtime, data) VALUES (?,?,?,?)"
 SQL_SESSION_KNOWN = "SELECT 1 FROM sessions WHERE skey=?"
-SQL_ENTRIES_BY_UUID = "SELECT uuid, payload FROM entries WHERE skey=? AND uuid IN ({marks})"
+SQL_ENTRIES_BY_UUID = "SELECT uuid, CAST(payload AS BLOB) FROM entries WHERE skey=? AND uuid IN ({marks})"
 SQL_LOAD_PAYLOADS = "SELECT payload FROM entries WHERE skey=? ORDER BY seq"
+SQL_LOAD_BLOBS = "SELECT CAST(payload AS BLOB) FROM entries WHERE skey=? ORDER BY seq"   # bytes: never a decode error
+SQL_ALL_BLOBS = ("SELECT s.project_key, s.session_id, s.subpath, CAST(e.payload AS BLOB) FROM entries e "
+                 "JOIN sessions s ON s.skey = e.skey ORDER BY e.skey, e.seq")
 # A row past the first ?2 of a session (none: the session is small); walks ?2 entries of the index only
 SQL_ROW_PAST = "SELECT 1 FROM entries WHERE skey=?1 ORDER BY seq LIMIT 1 OFFSET ?2"
 # Facts describe the payload they were stored with: a payload or uuid changed by any writer (a hand
@@ -4007,6 +4021,31 @@ def _entry_rows(entries: list[dict], ascii_only: bool = False) -> tuple[list, li
 def _writable(path: str) -> bool:
     """Whether ``path`` and its directory (where SQLite puts its -wal and -shm files) can be written."""
     return os.access(path, os.W_OK) and os.access(os.path.dirname(os.path.abspath(path)), os.W_OK)
+
+
+_DAMAGED_DB = _lazy_re(r"(?i)database disk image is malformed|file is not a database")
+
+
+def store_damage(error: BaseException | str | None) -> str | None:
+    """SQLite's words when ``error`` (or what caused it: the SDK wraps a store's failure) says the
+    database file itself is damaged, a fault no retry can mend; None otherwise."""
+    seen = 0
+    while error is not None and seen < 10:
+        found = _DAMAGED_DB.search(str(error))
+        if found:
+            return found.group(0)
+        if isinstance(error, str):
+            return None
+        error, seen = error.__cause__ or error.__context__, seen + 1
+    return None
+
+
+def utf8_or_none(blob: Any) -> str | None:
+    """A stored payload's bytes as text, or None where they are not UTF-8 (a damaged page)."""
+    try:
+        return blob.decode("utf-8")
+    except (UnicodeDecodeError, AttributeError):
+        return None
 
 
 class SqliteSessionStore:
@@ -4233,7 +4272,7 @@ class SqliteSessionStore:
                 for uid, payload in self._db.execute(sql, (skey, *chunk)):
                     try:
                         found[uid] = json.loads(payload)
-                    except ValueError:
+                    except (ValueError, RecursionError):   # not UTF-8 (a damaged page), not JSON, too deep
                         found[uid] = None
         return found
 
@@ -4246,11 +4285,35 @@ class SqliteSessionStore:
             # a row that holds no object is skipped and counted (the stored row stays as it is: the rest
             # of the session still loads, and a retry would meet the same row again)
             bad = [0]
-            rows = self._db.execute(SQL_LOAD_PAYLOADS, (skey,))
-            with _gc_paused():
-                entries = list(parsed_objects((payload for (payload,) in rows), bad))
+            try:
+                rows = self._db.execute(SQL_LOAD_PAYLOADS, (skey,))
+                with _gc_paused():
+                    entries = list(parsed_objects((payload for (payload,) in rows), bad))
+            except sqlite3.OperationalError as exc:   # a row whose text is not UTF-8 (a damaged page)
+                if "decode" not in str(exc):
+                    raise
+                bad = [0]
+                rows = self._db.execute(SQL_LOAD_BLOBS, (skey,))
+                with _gc_paused():
+                    entries = list(parsed_objects((utf8_or_none(blob) for (blob,) in rows), bad))
             self.skipped[skey] = bad[0]
             return entries
+
+    def damaged_rows(self) -> tuple[int, dict[str, int]]:
+        """Every stored row decoded as a load would: (rows read, {session id (``/subpath``): rows that
+        hold no JSON object}), what ``doctor`` reports beside SQLite's own integrity check."""
+        damaged: dict[str, int] = {}
+        total = 0
+        scan = json.decoder.JSONDecoder().scan_once
+        with self._lock:
+            for project, sid, subpath, blob in self._db.execute(SQL_ALL_BLOBS):
+                total += 1
+                bad = [0]
+                parsed_alone(utf8_or_none(blob), scan, bad)
+                if bad[0]:
+                    name = sid + (f"/{subpath}" if subpath else "")
+                    damaged[name] = damaged.get(name, 0) + 1
+        return total, damaged
 
     @contextlib.contextmanager
     def small_held(self, key: dict) -> Iterator[bool]:
@@ -7206,12 +7269,15 @@ class Runtime:
                 if resuming and not fork:
                     emit(Event("resume", session_id=st.sid, data={"attempt": result.attempts}))
                 turn = await self._connect_and_drive(sdk, options, current_prompt, st)
+                self._stop_if_damaged(turn)
                 if resuming and self.store.last_report is not None:
                     emit(Event("resume", session_id=st.sid, data={"pruned": self.store.last_report.as_dict()}))
                     self.store.last_report = None
                 skipped = getattr(self.raw_store, "skipped", {}).pop(f"{self.project_key}/{resuming}", 0)
-                if skipped:
-                    emit(Event("info", data={"message": text("info_skipped_rows", self.lang, n=skipped, sid=resuming)}))
+                if skipped:   # the model will not see those entries: it may do their work again
+                    line = text("info_skipped_rows", self.lang, n=skipped, sid=resuming)
+                    self.degraded.append(line)
+                    emit(Event("info", session_id=resuming, data={"message": line, "skipped": skipped}))
                 result.cost_usd = round(result.cost_usd + turn.cost, 6)
                 result.num_turns += turn.turns
                 result.context = st.level or result.context
@@ -7420,6 +7486,14 @@ class Runtime:
                 await asyncio.wait_for(client.disconnect(), 15)
         return turn
 
+    def _stop_if_damaged(self, turn: _Turn) -> None:
+        """A turn that failed because the session store's file is damaged ends the run: exit 3 with one
+        line, never a retry (every retry would meet the same pages)."""
+        damage = store_damage(turn.exception) or store_damage(turn.error_text)
+        if damage:
+            where = getattr(self.raw_store, "path", None) or self.state.describe()
+            raise FlowerError(text("store_damaged", self.lang, path=where, error=damage), EXIT_SETUP)
+
     async def _watch_human(self, client: Any, turn: _Turn) -> None:
         assert self._human_event is not None
         await self._human_event.wait()
@@ -7445,6 +7519,8 @@ class Runtime:
                                    error=data.get("error"))
                 elif msg.subtype == "mirror_error":
                     # the store missed a batch: a resume of this session may lack those entries
+                    if store_damage(str(data.get("error"))):   # no later batch will fare better
+                        raise FlowerError(str(data.get("error")), EXIT_SETUP)
                     line = text("info_mirror_error", self.lang, error=redact(str(data.get("error"))))
                     if line not in self.degraded:
                         self.degraded.append(line)
@@ -9044,12 +9120,33 @@ def _doctor_state(args: argparse.Namespace, reporter: Reporter, lang: str) -> li
     if os.path.exists(db):
         try:
             store = SqliteSessionStore(db)
-            verdict = store.integrity()
-            store.close()
-            checks.append(Check(verdict == "ok", t("dr_integrity", verdict=verdict), t("dr_aside_fix")))
         except FlowerError as exc:
-            checks.append(Check(False, str(exc), t("dr_aside_fix")))
+            return checks + [Check(False, str(exc), t("dr_aside_fix"))]
+        try:
+            checks += _doctor_store(store, lang)
+        finally:
+            store.close()
     return checks
+
+
+def _doctor_store(store: SqliteSessionStore, lang: str) -> list[Check]:
+    """SQLite's integrity check, then every row decoded as a resume would: a row whose text is not an
+    entry is named with its session (a resume skips it, and the model may redo its work)."""
+    t = functools.partial(text, lang=lang)
+    try:
+        verdict = store.integrity()
+    except sqlite3.DatabaseError as exc:
+        verdict = str(exc)
+    checks = [Check(verdict == "ok", t("dr_integrity", verdict=verdict), t("dr_aside_fix"))]
+    try:
+        total, damaged = store.damaged_rows()
+    except sqlite3.DatabaseError as exc:
+        return checks + [Check(False, t("dr_rows_unread", error=exc), t("dr_aside_fix"))]
+    if not damaged:
+        return checks + [Check(True, t("dr_rows_ok", n=total))]
+    where = ", ".join(f"{sid}: {n}" for sid, n in sorted(damaged.items()))
+    return checks + [Check(False, t("dr_rows_damaged", n=sum(damaged.values()), total=total, where=where),
+                           t("dr_rows_fix"))]
 
 
 def cmd_doctor(args: argparse.Namespace, reporter: Reporter) -> int:
@@ -9219,6 +9316,11 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return EXIT_SETUP
     except Exception as exc:  # the last line of defence: one line, no traceback
+        damage = store_damage(exc)
+        if damage:   # a damaged store met outside a turn (a listing, a lookup): a setup problem, said as such
+            print(f"flower: {text('store_damaged', reporter.lang, path='the session store', error=damage)}",
+                  file=sys.stderr)
+            return EXIT_SETUP
         print(f"flower: unexpected {type(exc).__name__}: {redact(str(exc))[:300]}", file=sys.stderr)
         if os.environ.get("FLOWER_DEBUG"):
             raise
