@@ -357,6 +357,10 @@ TEXTS: dict[str, dict[str, str]] = {
         "info_recovered": "recovered {n} entr(y/ies) of session {sid} that the store had missed",
         "info_write_failed": "could not write {path} ({error}); the work goes on, continuity is degraded",
         "info_skipped_rows": "{n} unreadable stored entr(y/ies) of session {sid} skipped",
+        "info_cli_quiet": "no message from the CLI for {waited} ({why}); a stall is given up after {bound}",
+        "cli_model": "waiting for the model's answer",
+        "cli_tool": "a tool is running",
+        "cli_stopped": "the CLI process {pid} is stopped; kill -CONT {pid} resumes it",
         "store_damaged": ("{path} is damaged ({error}); nothing was retried: move it aside (its sessions then start "
                           "fresh) or restore it from a backup; python3 flower.py doctor checks it"),
         "ui_degraded": "continuity degraded: {n} problem(s), see above",
@@ -553,6 +557,10 @@ TEXTS: dict[str, dict[str, str]] = {
         "info_recovered": "找回了会话 {sid} 里存储漏掉的 {n} 条记录",
         "info_write_failed": "无法写入 {path}({error});工作继续,接续能力受损",
         "info_skipped_rows": "会话 {sid} 有 {n} 条无法读取的存储记录,已跳过",
+        "info_cli_quiet": "CLI 已 {waited} 没有消息({why});超过 {bound} 视为卡住",
+        "cli_model": "在等模型的回答",
+        "cli_tool": "有工具正在运行",
+        "cli_stopped": "CLI 进程 {pid} 已被暂停;kill -CONT {pid} 可让它继续",
         "store_damaged": "{path} 已损坏({error});没有重试:把它移到一边(其中的会话将从头开始)或从备份恢复;python3 flower.py doctor 可以检查它",
         "ui_degraded": "接续能力受损:{n} 个问题,见上文",
         "info_answer_lost": "最终回答无法输出到标准输出(已关闭或已满);清单里保存了它的前 4000 个字符",
@@ -1335,6 +1343,26 @@ def stop_own_clis(run_dir: str, grace: float = CLI_GRACE) -> list[int]:
     return _stop_guards(guards, grace)
 
 
+def own_cli_stopped(run_dir: str) -> int | None:
+    """The pid of a CLI this process started that is stopped (SIGSTOP, a debugger), else None."""
+    live = os.path.join(run_dir, "live")
+    try:
+        names = [n for n in os.listdir(live) if n.endswith(".json")]
+    except OSError:
+        return None
+    for name in names:
+        record = _peek_json(os.path.join(live, name))
+        if isinstance(record, dict) and record.get("parent") == os.getpid() and isinstance(record.get("pid"), int):
+            cli = _guard_pair(record)[1]
+            try:
+                with open(f"/proc/{cli}/stat", "rb") as fh:
+                    if fh.read().rsplit(b")", 1)[-1].split()[0] in (b"T", b"t"):
+                        return cli
+            except (OSError, IndexError):
+                continue
+    return None
+
+
 def reap_orphans(run_dir: str, session_ids: Iterable[str] = (), grace: float = CLI_ORPHAN_GRACE) -> list[int]:
     """Stop guarded CLIs left behind by a dead flower: every record in ``<run_dir>/live`` whose flower
     is gone, or that drives one of ``session_ids``. A pid is stopped only when its command line still
@@ -1565,6 +1593,7 @@ _NUMBER_SETTINGS = {  # name -> (lowest allowed value, whole number?)
     "FLOWER_MAX_ATTEMPTS": (1, True), "FLOWER_BASE_DELAY": (0, False), "FLOWER_MAX_DELAY": (0, False),
     "FLOWER_PROBE_INTERVAL": (0.1, False), "FLOWER_PROBE_TIMEOUT": (0.1, False),
     "FLOWER_MAX_OFFLINE_WAIT": (0, False), "FLOWER_WINDOW": (10_000, True), "FLOWER_HANDOFF_TIMEOUT": (1, False),
+    "FLOWER_STALL_TIMEOUT": (1, False),
 }
 
 
@@ -1630,13 +1659,17 @@ class Resilience:
     probe_timeout: float = 5.0
     probe_interval: float = 15.0
     max_offline_wait: float = 3600.0
+    # silence of the CLI after which a turn with no tool running is a stall: above the CLI's own idle
+    # timeout and its retries, and above the minutes one long answer block can take to arrive whole
+    stall_timeout: float = 1200.0
     retry_unknown: bool = True
     probe: bool = True
 
     @classmethod
     def from_env(cls, warn: Callable[[str], None] | None = None) -> "Resilience":
         """Defaults overridden by ``FLOWER_MAX_ATTEMPTS``, ``FLOWER_BASE_DELAY``, ``FLOWER_MAX_DELAY``,
-        ``FLOWER_PROBE_INTERVAL``, ``FLOWER_PROBE_TIMEOUT``, ``FLOWER_MAX_OFFLINE_WAIT``, ``FLOWER_NO_PROBE``."""
+        ``FLOWER_PROBE_INTERVAL``, ``FLOWER_PROBE_TIMEOUT``, ``FLOWER_MAX_OFFLINE_WAIT``, ``FLOWER_STALL_TIMEOUT``,
+        ``FLOWER_NO_PROBE``."""
         d = cls()
         return cls(
             max_attempts=max(1, int(env_number("FLOWER_MAX_ATTEMPTS", d.max_attempts, warn))),
@@ -1645,6 +1678,7 @@ class Resilience:
             probe_timeout=max(0.1, env_number("FLOWER_PROBE_TIMEOUT", d.probe_timeout, warn)),
             probe_interval=max(0.1, env_number("FLOWER_PROBE_INTERVAL", d.probe_interval, warn)),
             max_offline_wait=env_number("FLOWER_MAX_OFFLINE_WAIT", d.max_offline_wait, warn),
+            stall_timeout=max(1.0, env_number("FLOWER_STALL_TIMEOUT", d.stall_timeout, warn)),
             probe=(os.environ.get("FLOWER_NO_PROBE") or "").strip().lower() not in ("1", "true", "yes"),
         )
 
@@ -6949,6 +6983,7 @@ class _Turn:
     ritual_error: str | None = None
     level: int = 0
     model: str | None = None
+    stalled: str | None = None   # why the stall watch stopped the CLI
 
 
 class Runtime:
@@ -7458,10 +7493,13 @@ class Runtime:
         st.interrupt_sent = False
         client = sdk.ClaudeSDKClient(options=options)
         watcher = None
+        stall_watch = None
         try:
             await client.connect()
             await client.query(prompt)
             watcher = asyncio.create_task(self._watch_human(client, turn))
+            st.heard, st.pending = time.monotonic(), set()
+            stall_watch = asyncio.create_task(self._watch_stall(st, turn))
             await self._drive(client, st, turn)
             # over the generation cap the step stops: asking for a document first would be a paid call for nothing
             if turn.handoff and not turn.human and turn.error_text is None and not self._capped(st):
@@ -7474,6 +7512,11 @@ class Runtime:
             tail = " | ".join(line for line in self._stderr[-3:] if line)
             turn.error_text = f"{type(exc).__name__}: {exc}" + (f" ({tail})" if tail else "")
         finally:
+            if stall_watch is not None:
+                stall_watch.cancel()
+            if turn.stalled:   # however the stopped CLI's stream ended, the turn failed as a stall
+                turn.exception = turn.exception or TimeoutError(turn.stalled)
+                turn.error_text = turn.stalled
             if watcher is not None:
                 watcher.cancel()
             if turn.exception is not None or turn.cancelled:
@@ -7494,6 +7537,32 @@ class Runtime:
             where = getattr(self.raw_store, "path", None) or self.state.describe()
             raise FlowerError(text("store_damaged", self.lang, path=where, error=damage), EXIT_SETUP)
 
+    async def _watch_stall(self, st: "_RunState", turn: _Turn) -> None:
+        """While the CLI says nothing: a line a minute saying so (and why, when a tool runs or the CLI
+        process is stopped); past ``stall_timeout`` with no tool running, or with the CLI stopped, the
+        CLI is stopped for good and the turn fails as a stalled stream (retried, resumed like any)."""
+        import asyncio
+        bound = self.resilience.stall_timeout
+        notice = min(60.0, max(0.5, bound / 3))
+        while True:
+            await asyncio.sleep(notice)
+            quiet = time.monotonic() - st.heard
+            if quiet < notice:
+                continue
+            stopped = own_cli_stopped(self.paths.run_dir)
+            if quiet >= bound and (stopped is not None or not st.pending):
+                turn.stalled = f"stream stalled: no message from the CLI for {int(quiet)}s"
+                if stopped is not None:   # continued, it takes the SIGTERM that follows and writes its transcript
+                    with contextlib.suppress(OSError):
+                        os.kill(stopped, signal.SIGCONT)
+                await asyncio.to_thread(stop_own_clis, self.paths.run_dir)
+                return
+            why = "cli_stopped" if stopped is not None else "cli_tool" if st.pending else "cli_model"
+            line = text("info_cli_quiet", self.lang, waited=_minutes(int(quiet)), why=text(why, self.lang, pid=stopped),
+                        bound=_minutes(int(bound)))
+            st.emit(Event("info", session_id=st.sid, data={"message": line, "quiet_s": int(quiet),
+                                                           "cli_stopped": stopped is not None}))
+
     async def _watch_human(self, client: Any, turn: _Turn) -> None:
         assert self._human_event is not None
         await self._human_event.wait()
@@ -7504,8 +7573,11 @@ class Runtime:
     async def _drive(self, client: Any, st: "_RunState", turn: _Turn, *, ritual: bool = False) -> None:
         """Consume one turn's messages: events, water level, threshold, cost, errors."""
         pending_tools: set = set()
+        if not ritual:
+            st.pending = pending_tools
         emit = (lambda e: None) if ritual else st.emit
         async for msg in client.receive_response():
+            st.heard = time.monotonic()
             # matched by class name, not isinstance: the SDK module is imported lazily (or faked in tests)
             kind = type(msg).__name__
             if kind in ("SystemMessage", "MirrorErrorMessage"):
@@ -7732,6 +7804,8 @@ class _RunState:
     degraded_in_row: int = 0
     failed_in_row: int = 0   # failed connections since the model last made progress
     start_prompt: str | None = None
+    heard: float = 0.0       # time.monotonic() of the CLI's last message
+    pending: Any = None      # the main thread's tool calls still running (a set, while a turn is read)
 
 
 def _short_input(value: Any, limit: int = 300) -> Any:
