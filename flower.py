@@ -6984,6 +6984,7 @@ class _Turn:
     level: int = 0
     model: str | None = None
     stalled: str | None = None   # why the stall watch stopped the CLI
+    stall_cancelled: bool = False   # the stall watch cancelled the reading of the turn
 
 
 class Runtime:
@@ -7499,10 +7500,17 @@ class Runtime:
             await client.query(prompt)
             watcher = asyncio.create_task(self._watch_human(client, turn))
             st.heard, st.pending = time.monotonic(), set()
-            stall_watch = asyncio.create_task(self._watch_stall(st, turn))
-            await self._drive(client, st, turn)
+            drive = asyncio.ensure_future(self._drive(client, st, turn))
+            stall_watch = asyncio.create_task(self._watch_stall(st, turn, drive))
+            try:
+                await drive
+            except asyncio.CancelledError:
+                me = asyncio.current_task()
+                if not turn.stall_cancelled or getattr(me, "cancelling", lambda: 0)():   # a real cancel
+                    raise
             # over the generation cap the step stops: asking for a document first would be a paid call for nothing
-            if turn.handoff and not turn.human and turn.error_text is None and not self._capped(st):
+            if turn.handoff and not turn.human and turn.error_text is None and not turn.stalled and \
+                    not self._capped(st):
                 await self._ritual(client, st, turn)
         except asyncio.CancelledError:
             turn.cancelled = True
@@ -7537,10 +7545,11 @@ class Runtime:
             where = getattr(self.raw_store, "path", None) or self.state.describe()
             raise FlowerError(text("store_damaged", self.lang, path=where, error=damage), EXIT_SETUP)
 
-    async def _watch_stall(self, st: "_RunState", turn: _Turn) -> None:
+    async def _watch_stall(self, st: "_RunState", turn: _Turn, drive: Any) -> None:
         """While the CLI says nothing: a line a minute saying so (and why, when a tool runs or the CLI
         process is stopped); past ``stall_timeout`` with no tool running, or with the CLI stopped, the
-        CLI is stopped for good and the turn fails as a stalled stream (retried, resumed like any)."""
+        CLI is stopped for good and the turn fails as a stalled stream (retried, resumed like any).
+        ``drive`` (the task reading the turn) is cancelled if the stream does not end with the CLI."""
         import asyncio
         bound = self.resilience.stall_timeout
         notice = min(60.0, max(0.5, bound / 3))
@@ -7556,6 +7565,10 @@ class Runtime:
                     with contextlib.suppress(OSError):
                         os.kill(stopped, signal.SIGCONT)
                 await asyncio.to_thread(stop_own_clis, self.paths.run_dir)
+                await asyncio.wait({drive}, timeout=CLI_GRACE + 1)
+                if not drive.done():
+                    turn.stall_cancelled = True
+                    drive.cancel()
                 return
             why = "cli_stopped" if stopped is not None else "cli_tool" if st.pending else "cli_model"
             line = text("info_cli_quiet", self.lang, waited=_minutes(int(quiet)), why=text(why, self.lang, pid=stopped),

@@ -7,7 +7,7 @@ failure, never a wait."""
 
 from __future__ import annotations
 
-import fcntl
+import asyncio
 import json
 import os
 import shutil
@@ -17,7 +17,10 @@ import tempfile
 import unittest
 
 import flower
+from flower import AgentSpec, Resilience
+from tests.fakesdk import FAKE
 from tests.test_cli import base_env
+from tests.test_driver import FakeRuntime
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FLOWER = os.path.join(ROOT, "flower.py")
@@ -297,6 +300,43 @@ class StatusLineage(Base):
         self.assertEqual(p.returncode, 0, p.stderr)
         p = self.cli(["--json", "status"], nosdk=True)
         self.assertEqual(json.loads(p.stdout)["problems"], [])
+
+
+class StallWatch(FakeRuntime, unittest.TestCase):
+    """The stall watch on the fake SDK (no CLI process to stop: the turn's reading is cancelled)."""
+
+    def test_a_silent_turn_is_said_then_retried_as_a_stall(self):
+        rt = self.runtime(resilience=Resilience(probe=False, base_delay=0, max_attempts=4, stall_timeout=1.5))
+        FAKE.turns = [[("block", "never")], [("text", "after the stall", 100)]]
+        result = asyncio.run(asyncio.wait_for(rt.run(AgentSpec("work"), "x", lineage_key="work"), 60))
+        self.assertTrue(result.ok, result.error)
+        self.assertEqual(result.attempts, 2)
+        self.assertIn("stream stalled", " ".join(result.errors))
+        quiet = [m for m in self.infos() if "no message from the CLI" in m]
+        self.assertTrue(quiet, self.infos())
+        self.assertIn(flower.text("cli_model"), quiet[0])
+
+    def test_a_running_tool_is_waited_for_past_the_bound(self):
+        rt = self.runtime(resilience=Resilience(probe=False, stall_timeout=1.0))
+        said = []
+        st = flower._RunState(name="work", window=200_000, at=150_000, warn_at=120_000, manage=True,
+                              emit=said.append)
+        st.heard, st.pending = 0.0, {"toolu_1"}   # silent for ages, a tool still running
+        turn = flower._Turn()
+
+        async def scenario():
+            drive = asyncio.ensure_future(asyncio.sleep(60))
+            watch = asyncio.ensure_future(rt._watch_stall(st, turn, drive))
+            while len(said) < 3:
+                await asyncio.sleep(0.05)
+            self.assertIsNone(turn.stalled)            # past the bound, and still waiting for the tool
+            self.assertFalse(drive.done())
+            st.pending = set()                         # the tool is done; the model says nothing after it
+            await asyncio.wait_for(watch, 30)
+            self.assertTrue(drive.cancelled())
+        asyncio.run(scenario())
+        self.assertIn(flower.text("cli_tool"), said[0].data["message"])
+        self.assertIn("stream stalled", turn.stalled)
 
 
 if __name__ == "__main__":
