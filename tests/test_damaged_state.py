@@ -17,7 +17,10 @@ import unittest
 import unittest.mock
 
 import flower
+from flower import AgentSpec
+from tests.fakesdk import FAKE
 from tests.test_cli import base_env
+from tests.test_driver import FakeRuntime
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FLOWER = os.path.join(ROOT, "flower.py")
@@ -153,6 +156,30 @@ class Damaged(unittest.TestCase):
                 with unittest.mock.patch.dict(flower.COMMANDS, {"status": unittest.mock.Mock(side_effect=error)}):
                     self.assertEqual(flower.main(["status"]), flower.EXIT_SETUP)
         self.assertIsNone(flower.store_damage(sqlite3.OperationalError("database is locked")))
+
+
+class DamagedMidRun(FakeRuntime, unittest.TestCase):
+    def test_a_mirror_that_meets_a_malformed_file_ends_the_run_at_once(self):
+        import asyncio
+        rt = self.runtime()
+        FAKE.turns = [[("system", "mirror_error", {"error": "database disk image is malformed"}), ("text", "x", 100)],
+                      [("text", "again", 100)]]
+        with self.assertRaises(flower.FlowerError) as caught:
+            asyncio.run(rt.run(AgentSpec("work"), "x", lineage_key="work"))
+        self.assertEqual(caught.exception.exit_code, flower.EXIT_SETUP)
+        self.assertIn("database disk image is malformed", str(caught.exception))
+        self.assertEqual(len(FAKE.calls), 1)   # never retried
+
+    def test_a_load_that_meets_a_malformed_file_ends_the_run_at_once(self):
+        import asyncio
+        rt = self.runtime()
+        FAKE.turns = [[("raise", RuntimeError("SessionStore.load() for session x failed during resume "
+                                              "materialization: database disk image is malformed"))],
+                      [("text", "again", 100)]]
+        with self.assertRaises(flower.FlowerError) as caught:
+            asyncio.run(rt.run(AgentSpec("work"), "x", lineage_key="work"))
+        self.assertEqual(caught.exception.exit_code, flower.EXIT_SETUP)
+        self.assertEqual(len(FAKE.calls), 1)
 
 
 if __name__ == "__main__":
