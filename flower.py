@@ -759,67 +759,170 @@ def safe_name(name: str) -> str:
 # documents, retired transcripts, spill files, manifest rows, events, terminal and error lines. Values
 # are redacted *before* they are encoded (strings inside a structure, then json.dumps), so a JSON line
 # always parses and an escape like ``\n`` never hides a secret from a word boundary.
+#
+# Three kinds of rule, in this order: the literal values of credential variables; key blocks that span
+# lines (PEM, PGP, PuTTY); line rules (token shapes, headers, flags, assignments), each of which only
+# ever looks at one line and names the lowercase markers without which it cannot change a line.
+# redact() runs the line rules only on the lines a cheap scan of the whole text flags (the markers, and
+# long token-like runs that begin with a known prefix); _redact_reference() runs every rule on the whole
+# text, and the tests check that both give the same output.
 
 REDACTED = "[REDACTED]"
-_NOT_ALNUM_BEFORE = r"(?<![A-Za-z0-9])"
-# (literal markers, pattern): a pattern runs only when one of its markers occurs in the text, so the
-# common case (no secret at all) costs a few substring searches instead of a regex scan per pattern.
-_SECRET_PATTERNS = [
-    (("PRIVATE KEY-----",), _lazy_re(
+# a token starts after a non-token character, or right after a JSON escape such as ``\n``
+_START = r"(?:(?<![A-Za-z0-9_\-])|(?<=\\[nrt]))"
+_TOK = r"[A-Za-z0-9_\-]"
+
+
+def _ascii_re(pattern: str, flags: int = 0) -> _LazyPattern:
+    """Redaction patterns are ASCII: ``\\s``/``\\d``/``\\b`` and case folding never reach beyond it,
+    which is what lets the prefilter scan an ASCII image of the text."""
+    return _lazy_re(pattern, flags | re.ASCII)
+
+
+# (kind, lowercase markers, pattern): token shapes recognised without a name. Each begins a token-like
+# run of 16+ characters that _RUN_PREFIXES (or _shape_run) knows, so the prefilter finds every one.
+_SHAPES = [
+    ("anthropic/openai", ("sk-",), _ascii_re(_START + r"sk-(?:ant-|proj-|svcacct-|admin-)?" + _TOK + "{16,}")),
+    ("stripe", ("k_live_", "k_test_"), _ascii_re(_START + r"[srp]k_(?:live|test)_[A-Za-z0-9]{10,}")),
+    ("github", ("gh", "github_pat_"), _ascii_re(_START + r"(?:gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,})")),
+    ("gitlab", ("gl",), _ascii_re(_START + r"gl(?:pat|rt|dt|ptt|ft|imt|cbt|soat)-" + _TOK + "{20,}")),
+    ("npm", ("npm_",), _ascii_re(_START + r"npm_[A-Za-z0-9]{30,}")),
+    ("aws key id", ("akia", "asia", "agpa", "aida", "aroa", "anpa", "anva", "aipa"), _ascii_re(
+        _START + r"(?:AKIA|ASIA|AGPA|AIDA|AROA|ANPA|ANVA|AIPA)[A-Z0-9]{16}(?![A-Za-z0-9])")),
+    ("slack token", ("xox", "xapp-"), _ascii_re(_START + r"(?:xox[abposr]|xapp)-[A-Za-z0-9\-]{11,}")),
+    ("google api key", ("aiza",), _ascii_re(_START + r"AIza" + _TOK + "{30,}")),
+    ("google oauth", ("ya29.", "gocspx-"), _ascii_re(_START + r"(?:ya29\.|GOCSPX-)" + _TOK + "{20,}")),
+    ("jwt", ("eyj",), _ascii_re(_START + r"eyJ" + _TOK + r"{13,}\." + _TOK + r"{8,}\." + _TOK + "{8,}")),
+    ("hugging face", ("hf_", "api_org_"), _ascii_re(_START + r"(?:hf|api_org)_[A-Za-z0-9]{30,}")),
+    ("sendgrid", ("sg.",), _ascii_re(_START + r"SG\." + _TOK + r"{16,}\." + _TOK + "{16,}")),
+    ("digitalocean", ("_v1_",), _ascii_re(_START + r"do[opr]_v1_[a-f0-9]{64}")),
+    ("databricks", ("dapi",), _ascii_re(_START + r"dapi[a-f0-9]{32}(?:-[0-9]+)?")),
+    ("mailgun", ("key-",), _ascii_re(_START + r"key-[a-f0-9]{32}")),
+    ("shopify", ("shp",), _ascii_re(_START + r"shp(?:at|ss|ca|pa)_[a-fA-F0-9]{32}")),
+    ("heroku", ("hrku-",), _ascii_re(_START + r"HRKU-" + _TOK + "{20,}")),
+    ("atlassian", ("atatt",), _ascii_re(_START + r"ATATT" + _TOK + r"{20,}[A-Za-z0-9_\-=]*")),
+    ("pypi", ("pypi-",), _ascii_re(_START + r"pypi-AgE" + _TOK + "{30,}")),
+    ("terraform", (".atlasv1.",), _ascii_re(_START + r"[A-Za-z0-9]{14}\.atlasv1\." + _TOK + "{40,}")),
+    ("vault", ("hvs.", "hvb.", "hvr."), _ascii_re(_START + r"hv[sbr]\." + _TOK + "{24,}")),
+    ("linear", ("lin_",), _ascii_re(_START + r"lin_(?:api|oauth)_[A-Za-z0-9]{32,}")),
+    ("notion", ("secret_", "ntn_"), _ascii_re(_START + r"(?:secret_[A-Za-z0-9]{43}|ntn_[A-Za-z0-9]{40,})(?![A-Za-z0-9])")),
+    ("age", ("age-secret-key-",), _ascii_re(_START + r"AGE-SECRET-KEY-1[0-9A-Z]{50,}")),
+    ("square", ("sq0", "eaaa"), _ascii_re(_START + r"(?:sq0(?:atp|csp|idp)-" + _TOK + "{20,}|EAAA" + _TOK + "{56,})")),
+    ("discord bot", (".",), _ascii_re(_START + r"[MNO]" + _TOK + r"{23,27}\." + _TOK + r"{6}\." + _TOK + "{27,}")),
+    ("telegram bot", (":",), _ascii_re(r"(?:(?<![A-Za-z0-9_\-])|(?<=bot)|(?<=\\[nrt]))[0-9]{8,10}:"
+                                       + _TOK + r"{35}(?!" + _TOK + ")")),
+]
+_RUN_PREFIXES = ("sk-", "sk_live_", "sk_test_", "rk_live_", "rk_test_", "pk_live_", "pk_test_", "ghp_", "gho_",
+                 "ghu_", "ghs_", "ghr_", "github_pat_", "glpat-", "glrt-", "gldt-", "glptt-", "glft-", "glimt-",
+                 "glcbt-", "glsoat-", "npm_", "AKIA", "ASIA", "AGPA", "AIDA", "AROA", "ANPA", "ANVA", "AIPA",
+                 "xoxa-", "xoxb-", "xoxp-", "xoxo-", "xoxs-", "xoxr-", "xapp-", "AIza", "GOCSPX-", "eyJ", "hf_",
+                 "api_org_", "dop_v1_", "doo_v1_", "dor_v1_", "dapi", "key-", "shpat_", "shpss_", "shpca_",
+                 "shppa_", "HRKU-", "ATATT", "pypi-AgE", "lin_api_", "lin_oauth_", "secret_", "ntn_",
+                 "AGE-SECRET-KEY-1", "sq0atp-", "sq0csp-", "sq0idp-", "EAAA")
+_DOT_PREFIXES = ("ya29.", "SG.", "hvs.", "hvb.", "hvr.", ".atlasv1.")
+_RUN = b"a" * 16
+_RUN_TABLE = bytes(97 if chr(i).isascii() and (chr(i).isalnum() or chr(i) in "_-") else 32 for i in range(256))
+
+# key material that spans lines: the block goes whole (with or without its END line)
+_ARMOR_LINE = r"(?:[ \t]*(?:\\n|\r?\n)[ \t]*(?:[A-Za-z\-]+:[^\n\\]*|[A-Za-z0-9+/=]{4,}))*"
+_BLOCKS = [
+    ("PRIVATE KEY-----", _ascii_re(
         r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----(?:[\s\S]*?-----END [A-Z0-9 ]*PRIVATE KEY-----"
         r"|(?:[ \t]*(?:\\n|\r?\n)[ \t]*(?:(?:Proc-Type|DEK-Info):[^\n\\]*|[A-Za-z0-9+/=]{8,}))*)")),
-    (("sk-",), _lazy_re(_NOT_ALNUM_BEFORE + r"sk-(?:ant-|proj-|svcacct-)?[A-Za-z0-9_\-]{16,}")),
-    (("sk_", "rk_", "pk_"), _lazy_re(_NOT_ALNUM_BEFORE + r"[srp]k_(?:live|test)_[A-Za-z0-9]{10,}")),
-    (("ghp_", "gho_", "ghu_", "ghs_", "ghr_"), _lazy_re(_NOT_ALNUM_BEFORE + r"gh[pousr]_[A-Za-z0-9]{20,}")),
-    (("github_pat_",), _lazy_re(_NOT_ALNUM_BEFORE + r"github_pat_[A-Za-z0-9_]{20,}")),
-    (("glpat-",), _lazy_re(_NOT_ALNUM_BEFORE + r"glpat-[A-Za-z0-9_\-]{20,}")),
-    (("npm_",), _lazy_re(_NOT_ALNUM_BEFORE + r"npm_[A-Za-z0-9]{30,}")),
-    (("AKIA", "ASIA", "AGPA", "AIDA", "AROA"), _lazy_re(
-        _NOT_ALNUM_BEFORE + r"(?:AKIA|ASIA|AGPA|AIDA|AROA)[A-Z0-9]{16}(?![A-Za-z0-9])")),
-    (("xox",), _lazy_re(_NOT_ALNUM_BEFORE + r"xox[abposr]-[A-Za-z0-9\-]{10,}")),
-    (("AIza",), _lazy_re(_NOT_ALNUM_BEFORE + r"AIza[0-9A-Za-z_\-]{30,}")),
-    (("eyJ",), _lazy_re(_NOT_ALNUM_BEFORE + r"eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}")),
+    ("PGP PRIVATE KEY BLOCK-----", _ascii_re(
+        r"-----BEGIN PGP PRIVATE KEY BLOCK-----(?:[\s\S]*?-----END PGP PRIVATE KEY BLOCK-----|"
+        r"(?:[ \t]*(?:\\n|\r?\n)(?:[ \t]*(?:\\n|\r?\n))?[ \t]*(?:[A-Za-z\-]+:[^\n\\]*|=?[A-Za-z0-9+/=]{4,}))*)")),
+    ("Private-Lines:", _ascii_re(r"(?<=Private-Lines:)[ \t]*[0-9]+(?:[ \t]*(?:\\n|\r?\n)[ \t]*[A-Za-z0-9+/=]{4,})+")),
 ]
-# ``Authorization: Bearer x`` (any scheme) and a bare ``Bearer <long token>``: the scheme word stays
-_AUTH_HEADER = _lazy_re(r"(?i)\b((?:proxy-)?authorization[\"']?\s*[:=]\s*[\"']?(?:(?:bearer|basic|token|bot|digest)\s+)?)"
-                          r"[^\s\"',;]+")
-_BEARER = _lazy_re(r"\b((?i:bearer)\s+)[A-Za-z0-9._~+/=\-]{16,}")
+
+_AUTH_SCHEMES = ("bearer", "basic", "token", "bot", "digest", "negotiate", "ntlm", "sso-key", "apikey")
+# ``Authorization: Bearer x`` (any scheme): the scheme word stays; one word after it, else it is prose
+_AUTH_HEADER = _ascii_re(
+    r"(?i)\b((?:proxy-)?authorization(\\?[\"']?)[ \t]*[:=][ \t]*(\\?[\"']?)"
+    r"(?:(?:bearer|basic|token|bot|digest|negotiate|ntlm|sso-key|apikey)[ \t]+)?)([^\s\"',;\\]+)")
+_BEARER = _ascii_re(r"\b((?i:bearer)[ \t]+)[A-Za-z0-9._~+/=\-]{16,}")
 # ``scheme://user:password@host``: the password goes, the user and host stay
-_URL_PASSWORD = _lazy_re(r"\b([a-zA-Z][a-zA-Z0-9+.\-]*://[^/\s:@\"']*:)[^/\s@\"']+@")
-# ``KEY = value`` / ``KEY: value`` / ``"KEY": "value"``: candidates; _secret_name decides on the key
-_ASSIGNMENT = _lazy_re(
-    r"([\"']?)([A-Za-z][A-Za-z0-9_.\-]{0,80})\1([ \t]*[:=][ \t]*)"
-    r"(\"(?:[^\"\\\n]|\\.)*\"|'[^'\n]*'|[^\s\"',;&}\]]+)")
-_ASSIGNMENT_MARKERS = ("pass", "pwd", "token", "secret", "key", "cred")
-_SECRET_WORDS = frozenset({"password", "passwd", "pwd", "passphrase", "token", "secret", "apikey",
-                           "credential", "credentials"})
+_URL_PASSWORD = _ascii_re(r"\b([a-zA-Z][a-zA-Z0-9+.\-]*://[^/\s:@\"']*:)([^/\s@\"']+)@")
+_URL_KEY_USER = _ascii_re(r"(://)[0-9a-f]{32}(?=(?::[^/\s@\"']*)?@)")           # Sentry DSN's public key
+_WEBHOOK_URL = _ascii_re(r"(://(?:hooks\.slack\.com/(?:services|workflows|triggers)/|(?:[a-z]+\.)?discord(?:app)?"
+                         r"\.com/api/webhooks/[0-9]+/))[A-Za-z0-9_/\-]{8,}")
+_COOKIE_HEADER = _ascii_re(r"(?i)\b((?:set-)?cookie\\?[\"']?[ \t]*:[ \t]*\\?[\"']?)([^\n\"'\\]+)")
+_COOKIE_PAIR = _ascii_re(r"([A-Za-z0-9_.!#$%&'*+^`|~\-]+=)([^;,\s]+)")
+_COOKIE_ATTRS = frozenset({"path", "domain", "expires", "max-age", "samesite", "secure", "httponly", "priority",
+                           "version", "comment", "partitioned"})
+_USER_FLAG = _ascii_re(r"(?<![A-Za-z0-9_\-])((?:-u |--user[ =])\\?[\"']?[^\s:\"'\\]+:)([^\s\"'\\]+)")
+_MYSQL_FLAG = _ascii_re(r"((?i:\bmysql(?:dump|admin|import|sh|check|slap)?)\b[^\n]*?[ \t]-p)"
+                        r"(\"[^\"\n]*\"|'[^'\n]*'|[^\s\"'\\]+)")
+_NETRC = _ascii_re(r"(?im)((?:\b(?:machine|default)\b[^\n]*?[ \t]|^[ \t]*)password[ \t]+)([^\s\\]+)(?=[ \t]*(?:$|\\n|[ \t]\w))")
+_SIG_PARAM = _ascii_re(r"(?i)(?<![A-Za-z0-9_\-])(sig=)([^&\s\"'#\\]+)")
+_FLAG = _ascii_re(r"(?<![A-Za-z0-9_\-])--?([A-Za-z][A-Za-z0-9_\-]{0,80})[ \t]+"
+                  r"(\"[^\"\n]*\"|'[^'\n]*'|[^\s\"'\\-][^\s\"'\\]*)")
+# ``KEY = value`` / ``KEY: value`` / ``"KEY": "value"`` / ``\"key\": \"value\"``: only the name and the
+# separator are consumed (the value is a lookahead), so a rejected ``INFO:`` never hides what follows it
+_ASSIGNMENT = _ascii_re(
+    r"(\\?[\"']?)([A-Za-z][A-Za-z0-9_.\-]{0,80})\1([ \t]*(?:=(?!=)|:(?![=:]))[ \t]*)"
+    r"(?=(\\\"(?:[^\"\\\n]|\\[^\"\n])*\\\"|\"(?:[^\"\\\n]|\\.)*\"|'[^'\n]*'|(?:[^\s\"',;&}\])\\]|\\(?![nrt\"\\]))+))?")
+_NAME_MARKERS = ("passw", "passphrase", "pwd", "token", "secret", "key", "cred", "auth", "dsn", "jwt", "webhook",
+                 "connection", "signature")
+_SECRET_WORDS = frozenset({"password", "passwd", "pwd", "passphrase", "token", "secret", "apikey", "credential",
+                           "credentials", "auth", "authorization", "authtoken", "dsn", "jwt", "webhook",
+                           "connectionstring"})
+# a part that ends in one of these is a secret word too (``PGPASSWORD``, ``csrftoken``, ``AccountKey``)
+_SECRET_ENDINGS = ("password", "passwd", "passphrase", "token", "secret", "apikey", "accesskey", "secretkey",
+                   "privatekey", "accountkey", "authkey", "clientkey", "storagekey")
 _SECRET_PAIRS = frozenset({("api", "key"), ("access", "key"), ("private", "key"), ("secret", "key"),
-                           ("auth", "key"), ("signing", "key"), ("encryption", "key"), ("master", "key")})
+                           ("auth", "key"), ("signing", "key"), ("encryption", "key"), ("master", "key"),
+                           ("account", "key"), ("client", "key"), ("storage", "key"), ("connection", "string"),
+                           ("amz", "signature")})
 _NOT_SECRET_LAST = frozenset({"count", "counts", "len", "length", "size", "limit", "max", "min", "type", "kind",
                               "name", "names", "id", "ids", "path", "file", "dir", "url", "env", "var", "header",
-                              "ttl", "expiry", "expires", "timeout", "policy", "hint", "prompt", "field", "label"})
-_NAME_PARTS = _lazy_re(r"[_.\-]+|(?<=[a-z0-9])(?=[A-Z])")
-_PLAIN_VALUE = _lazy_re(r"(?i)[-+]?\d+(?:[.,]\d+)*|true|false|null|none|nil|yes|no|\**|x+|\.{3}|"
-                          r"\$\{?[A-Za-z_][A-Za-z0-9_]*\}?|<[^>]*>|\{\{.*\}\}|\[REDACTED\]?")
+                              "ttl", "expiry", "expires", "timeout", "policy", "hint", "prompt", "field", "label",
+                              "sock", "socket", "method", "methods", "mode", "provider", "backend", "scheme",
+                              "endpoint", "host", "port", "realm", "user", "username", "handler", "handlers",
+                              "plugin", "enabled", "required", "algorithm", "issuer", "audience", "format",
+                              "version", "headers", "class", "module", "uri", "location", "info", "hdr"})
+_NAME_PARTS = _ascii_re(r"[_.\-]+|(?<=[a-z0-9])(?=[A-Z])")
+_PLAIN_VALUE = _ascii_re(r"(?i)[-+]?\d+(?:[.,]\d+)*|true|false|null|none|nil|yes|no|\**|x+|\.{3}|"
+                         r"\$\{?[A-Za-z_][A-Za-z0-9_]*\}?|<[^>]*>|\{\{.*\}\}|\{[A-Za-z0-9_.]*\}|"
+                         r"%[sdr]|%\([A-Za-z_]+\)[sdr]|0x[0-9a-f]+|\[REDACTED\]?")
+# code, not a value: a call or subscript (``os.environ[``, ``getpass.getpass(``), an attribute path,
+# a command substitution
+_EXPRESSION = _ascii_re(r"[(\[{].*|[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*[(\[].*|"
+                        r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)+|\$\(.*|`.*")
+_IDENTIFIER = _ascii_re(r"[A-Za-z_][A-Za-z0-9_]*")
+_PROSE_AFTER = ",;}])#\"'\\&"
+_CREDENTIAL_CHARS = _ascii_re(r"[A-Za-z0-9+/=_\-.~!@#$%^:]+")
 
 
 @functools.lru_cache(maxsize=4096)
 def _secret_name(name: str) -> bool:
     """Whether ``name`` names a secret. The rule: split the name into its parts (at ``_``, ``-``,
     ``.`` and camelCase humps); it is a secret name when one part is a whole secret word (password,
-    passwd, pwd, passphrase, token, secret, apikey, credential(s)) or two adjacent parts are a secret
-    pair (api key, access key, private key, secret key, auth key, signing/encryption/master key), and
-    the last part does not say the value is about the secret rather than the secret itself
-    (``token_count``, ``password_file``, ``api_key_id``, ``credentialsPath``: count, file, id, path, ...).
-    So ``token``, ``auth_token``, ``GITHUB_TOKEN``, ``db_password``, ``client_secret``, ``api-key`` and
-    ``apiKey`` are secret names; ``tokenizer``, ``tokens``, ``secretary``, ``passwordless`` and
-    ``keyboard`` are not (a part must *be* the word, not contain it)."""
+    passwd, pwd, passphrase, token, secret, apikey, credential(s), auth, authorization, dsn, jwt,
+    webhook) or ends in password, token, secret, apikey, accesskey, ... (``PGPASSWORD``),
+    or two adjacent parts are a secret pair (api/access/private/secret/auth/signing/encryption/master/
+    account/client/storage key, connection string, amz signature), and the last part does not say the value is about
+    the secret rather than the secret itself (``token_count``, ``password_file``, ``api_key_id``,
+    ``auth_method``: count, file, id, path, method, user, ...; ``webhook_url`` is the secret itself).
+    So ``token``, ``auth_token``, ``GITHUB_TOKEN``, ``db_password``, ``client_secret``, ``api-key``,
+    ``apiKey``, ``SENTRY_DSN``, ``DOCKER_AUTH_CONFIG`` and ``X-Amz-Signature`` are secret names; ``tokenizer``, ``tokens``,
+    ``secretary``, ``passwordless``, ``author`` and ``keyboard`` are not (a part must *be* the word)."""
     parts = [p.lower() for p in _NAME_PARTS.split(name) if p]
-    if not parts or parts[-1] in _NOT_SECRET_LAST:
+    if not parts:
         return False
-    if any(p in _SECRET_WORDS for p in parts):
+    if parts[-2:] == ["webhook", "url"]:
+        return True
+    if parts[-1] in _NOT_SECRET_LAST:
+        return False
+    if any(p in _SECRET_WORDS or p.endswith(_SECRET_ENDINGS) for p in parts):
         return True
     return any(pair in _SECRET_PAIRS for pair in zip(parts, parts[1:]))
+
+
+def _only_auth(name: str) -> bool:
+    """Whether ``auth`` is all that makes ``name`` a secret name (``AUTH``, ``smtp_auth``)."""
+    parts = [p.lower() for p in _NAME_PARTS.split(name) if p]
+    return "auth" in parts and not _secret_name("_".join(p for p in parts if p != "auth"))
 
 
 def _could_be_secret(value: str) -> bool:
@@ -828,64 +931,260 @@ def _could_be_secret(value: str) -> bool:
     return bool(value) and not value.startswith(("<", "${", "{{")) and not _PLAIN_VALUE.fullmatch(value)
 
 
-def _assignment(match: re.Match) -> str:
-    key, sep, value = match.group(2), match.group(3), match.group(4)
-    if not _secret_name(key):
-        return match.group(0)
-    quoted = value[:1] in "\"'" and len(value) >= 2
-    inner = value[1:-1] if quoted else value
-    if not _could_be_secret(inner):
-        return match.group(0)
-    if not quoted and ":" in sep:
-        # prose guard: ``password: reset flow failed`` is a sentence, ``db_password: hunter2`` is YAML
-        rest = match.string[match.end():match.string.find("\n", match.end()) % (len(match.string) + 1)]
-        if rest.strip() and rest.strip()[:1] not in ",;}]#":
-            return match.group(0)
-    new_value = f"{value[0]}{REDACTED}{value[-1]}" if quoted else REDACTED
-    return match.group(0)[:match.start(4) - match.start(0)] + new_value
+def _credential_like(value: str) -> bool:
+    """A bare word that looks like a credential rather than a word or a variable: 6+ characters of the
+    kinds credentials use, mixing letters and digits (or 16+ of them)."""
+    return len(value) >= 6 and bool(_CREDENTIAL_CHARS.fullmatch(value)) and (
+        len(value) >= 16 or (any(c.isdigit() for c in value) and any(c.isalpha() for c in value)))
+
+
+def _variable(value: str) -> bool:
+    """A name with no digit in it (``t``, ``password``, ``PlainToken``, ``DEFAULT_TOKEN``): in code, a
+    variable; in a document, a placeholder or a word."""
+    return bool(_IDENTIFIER.fullmatch(value)) and not any(c.isdigit() for c in value)
+
+
+def _line_rest(text: str, at: int) -> str:
+    end = text.find("\n", at)
+    return text[at:] if end < 0 else text[at:end]
+
+
+def _literal_value(m: re.Match) -> tuple[int, int] | None:
+    """Where the literal assigned by an ``_ASSIGNMENT`` match is (the span to replace), or None when the
+    name is not a secret name or the value is code (a call, a subscript, an attribute, a variable, an
+    operand), a placeholder, documentation or prose."""
+    quote, name, sep, value = m.group(1), m.group(2), m.group(3), m.group(4)
+    if not value or not _secret_name(name):
+        return None
+    if _only_auth(name) and not (len(value) >= 14 and _credential_like(value.strip("\\\"'"))):
+        return None   # ``AUTH=CRAM-MD5`` names a mechanism; docker's ``"auth": "<base64>"`` is a credential
+    start = end = m.end()
+    end += len(value)
+    spaced = sep != sep.strip()
+    if sep[:1] in " \t" and ":" in sep:
+        return None   # ``signature : Signature`` documents a parameter
+    if spaced:   # ``key: value`` / ``key = value``: a document's line ends there, code's goes on
+        rest = _line_rest(m.string, end).strip()
+        if rest and rest[0] not in _PROSE_AFTER:
+            return None
+    for q in ('\\"', '"', "'"):
+        if value.startswith(q) and value.endswith(q) and len(value) >= 2 * len(q):
+            inner = value[len(q):-len(q)]
+            ok = _could_be_secret(inner) and len(inner) >= 4
+            return (start + len(q), end - len(q)) if ok else None
+    if quote or len(value) < 4 or not _could_be_secret(value) or _EXPRESSION.fullmatch(value):
+        return None
+    if _variable(value) and (spaced or m.string[end:end + 1] in (",", ")") or "." in name):
+        return None   # ``token = t``, ``f(password=pw)``, ``c.token=t``, ``password: str``
+    if spaced and not _credential_like(value):
+        return None
+    return start, end
+
+
+def _spans_sub(text: str, spans: list[tuple[int, int]]) -> str:
+    if not spans:
+        return text
+    out, last = [], 0
+    for a, b in spans:
+        out += (text[last:a], REDACTED)
+        last = b
+    out.append(text[last:])
+    return "".join(out)
+
+
+def _redact_assignments(text: str) -> str:
+    spans, last = [], 0
+    for m in _ASSIGNMENT.finditer(text):
+        if m.start() < last:
+            continue   # inside a value already redacted
+        span = _literal_value(m)
+        if span:
+            spans.append(span)
+            last = span[1]
+    return _spans_sub(text, spans)
+
+
+def _redact_flags(text: str) -> str:
+    """``--password X``, ``-token X``: a secret-named flag's next word when it is a literal."""
+    def flag(m: re.Match) -> str:
+        value = m.group(2)
+        quoted = value[:1] in "\"'"
+        if not _secret_name(m.group(1)) or not _could_be_secret(value.strip("\"'")) or not (
+                quoted or _credential_like(value)) or _EXPRESSION.fullmatch(value):
+            return m.group(0)
+        new = f"{value[0]}{REDACTED}{value[-1]}" if quoted and len(value) >= 2 else REDACTED
+        return m.group(0)[:m.start(2) - m.start(0)] + new
+    return _FLAG.sub(flag, text)
+
+
+def _redact_auth_header(text: str) -> str:
+    def header(m: re.Match) -> str:
+        value, opened = m.group(4), m.group(3)
+        after = m.string[m.end():m.end() + 2]
+        if opened:
+            ok = after.startswith(opened)
+        elif m.group(1).rstrip().lower().endswith(_AUTH_SCHEMES):
+            ok = True   # ``Basic <credential>``: a scheme and one word are never prose
+        else:
+            rest = _line_rest(m.string, m.end()).strip()
+            ok = not rest or rest[0] in _PROSE_AFTER
+        if not ok or not _could_be_secret(value) or _EXPRESSION.fullmatch(value) or (
+                _variable(value) and len(value) < 16):
+            return m.group(0)
+        return m.group(1) + REDACTED
+    return _AUTH_HEADER.sub(header, text)
+
+
+def _redact_cookies(text: str) -> str:
+    def pair(m: re.Match) -> str:
+        name = m.group(1)[:-1].lower()
+        return m.group(0) if name in _COOKIE_ATTRS or not _credential_like(m.group(2)) else m.group(1) + REDACTED
+    return _COOKIE_HEADER.sub(lambda m: m.group(1) + _COOKIE_PAIR.sub(pair, m.group(2)), text)
+
+
+def _sub_group(pattern: _LazyPattern, check: Callable[[str], bool] = _could_be_secret) -> Callable[[str], str]:
+    """A rule that replaces the second group of ``pattern`` (the first stays) when ``check`` says it is
+    a secret (quotes stripped)."""
+    def rule(text: str) -> str:
+        return pattern.sub(lambda m: m.group(1) + REDACTED if check(m.group(2).strip("\"'")) else m.group(0), text)
+    return rule
+
+
+def _sub_all(pattern: _LazyPattern) -> Callable[[str], str]:
+    return lambda text: pattern.sub(REDACTED, text)
+
+
+# (kind, lowercase markers, rule): the rules that look at one line at a time, in the order they run
+_LINE_RULES = [(kind, markers, _sub_all(pattern)) for kind, markers, pattern in _SHAPES] + [
+    ("webhook url", ("hooks.slack.com", "discord"), lambda t: _WEBHOOK_URL.sub(lambda m: m.group(1) + REDACTED, t)),
+    ("sentry dsn", ("://",), lambda t: _URL_KEY_USER.sub(lambda m: m.group(1) + REDACTED, t)),
+    ("authorization header", ("authorization",), _redact_auth_header),
+    ("bearer", ("bearer",), lambda t: _BEARER.sub(lambda m: m.group(1) + REDACTED, t)),
+    ("url password", ("://",), lambda t: _URL_PASSWORD.sub(
+        lambda m: m.group(1) + REDACTED + "@" if _could_be_secret(m.group(2)) else m.group(0), t)),
+    ("cookie header", ("cookie",), _redact_cookies),
+    ("user flag", ("-u ", "--user"), _sub_group(_USER_FLAG, lambda v: _could_be_secret(v) and not _variable(v))),
+    ("mysql -p", ("mysql",), _sub_group(_MYSQL_FLAG)),
+    (".netrc password", ("passw",), _sub_group(_NETRC, _credential_like)),
+    ("sig= parameter", ("sig=",), _sub_group(_SIG_PARAM)),
+    ("secret-named flag", _NAME_MARKERS, _redact_flags),
+    ("assignment", _NAME_MARKERS, _redact_assignments),
+]
+# what the prefilter scans the lowercase ASCII image for: every marker of every rule but the shapes
+_KEYWORDS = tuple(sorted({m.encode() for kind, markers, _ in _LINE_RULES[len(_SHAPES):] for m in markers}))
+_SMALL = 1024   # below this, scanning for candidate lines costs more than the line rules' own markers
 
 
 def _env_secrets() -> list[str]:
     """Literal values of this process's credentials: the Anthropic variables and every variable whose
-    name is a secret name (``GITHUB_TOKEN``, ``DB_PASSWORD``, ...), when long enough to be one."""
+    name is a secret name (``GITHUB_TOKEN``, ``DB_PASSWORD``, ``PGPASSWORD``, ``SENTRY_DSN``, ...), when
+    long enough to be one."""
     always = ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "CLAUDE_CODE_OAUTH_TOKEN")
     return [v for k, v in os.environ.items()
             if len(v) >= 8 and k not in ("PWD", "OLDPWD") and (k in always or _secret_name(k))]
+
+
+def _redact_env_and_blocks(value: str, env_secrets: list[str] | None) -> str:
+    out = value
+    for secret in _env_secrets() if env_secrets is None else env_secrets:
+        if secret in out:
+            out = out.replace(secret, REDACTED)
+    for marker, pattern in _BLOCKS:
+        if marker in out:
+            out = pattern.sub(REDACTED, out)
+    return out
+
+
+def _redact_lines(text: str) -> str:
+    """The line rules over ``text`` (one line or several), each only where its markers occur."""
+    low = text.lower()
+    for _, markers, rule in _LINE_RULES:
+        for marker in markers:
+            if marker in low:
+                new = rule(text)
+                if new != text:
+                    text, low = new, new.lower()
+                break
+    return text
+
+
+def _shape_run(text: str, start: int, end: int) -> bool:
+    """Whether the token-like run ``text[start:end]`` (16+ characters) may begin one of _SHAPES."""
+    word = text[start:end]
+    if word.startswith(_RUN_PREFIXES) or text[start - 9 if start > 9 else 0:start].endswith(_DOT_PREFIXES):
+        return True
+    if start and text[start - 1] == "\\" and word[1:].startswith(_RUN_PREFIXES):
+        return True
+    if text[start - 1:start] == ":" and text[start - 2:start - 1].isdigit():
+        return True                                                           # telegram
+    return text[end:end + 1] == "." and (word[:1] in "MNO" or word[1:2] in "MNO")   # discord
+
+
+def _candidate_lines(text: str) -> dict[int, int]:
+    """Start -> end of every line of ``text`` that holds a marker of some line rule or a token-like run
+    a shape may begin; a cheap superset of the lines the line rules change."""
+    image = text.encode("ascii", "replace")   # one byte per character: offsets are the text's
+    low, n, lines = image.lower(), len(image), {}
+    for word in _KEYWORDS:
+        at = low.find(word)
+        while at >= 0:
+            end = low.find(b"\n", at)
+            end = n if end < 0 else end
+            lines[low.rfind(b"\n", 0, at) + 1] = end
+            at = low.find(word, end)
+    runs = image.translate(_RUN_TABLE)
+    at = runs.find(_RUN)
+    while at >= 0:
+        end = runs.find(b" ", at)
+        end = n if end < 0 else end
+        if _shape_run(text, at, end):
+            line_end = low.find(b"\n", end)
+            lines[low.rfind(b"\n", 0, at) + 1] = n if line_end < 0 else line_end
+        at = runs.find(_RUN, end)
+    return lines
 
 
 def redact(value: str, env_secrets: list[str] | None = None) -> str:
     """Replace every credential in ``value`` with ``[REDACTED]``; everything else is left as it is.
 
     Redacted: the literal values of credential environment variables (see :func:`_env_secrets`);
-    Anthropic/OpenAI keys (``sk-``, ``sk-ant-``, ``sk-proj-``), Stripe ``sk_/rk_/pk_`` live and test keys,
-    GitHub (``ghp_ gho_ ghu_ ghs_ ghr_ github_pat_``), GitLab ``glpat-``, npm ``npm_``, Slack ``xox*-``,
-    Google ``AIza``, AWS key ids (``AKIA ASIA AGPA AIDA AROA``), JWTs, PEM private keys (with or without
-    their END line); the credential of ``Authorization:`` headers (Bearer, Basic, Token, ...) and of a
-    bare ``Bearer <token>``; the password of ``scheme://user:password@host``; the value of an
-    assignment whose key is a secret name (``KEY=v``, ``key: v``, ``"key": "v"``; see
-    :func:`_secret_name`) unless it cannot be a secret (a number, true/false/null, empty, a
-    placeholder). Not redacted: secrets of a shape not listed here that are not assigned to a secret
-    name (a random password in prose, for example). ``env_secrets``: what :func:`_env_secrets` returned,
-    for a caller that redacts many texts at once.
+    tokens of a known shape (Anthropic/OpenAI, Stripe, GitHub, GitLab, npm, AWS key ids, Slack, Google
+    API keys and OAuth tokens, JWTs, Hugging Face, SendGrid, DigitalOcean, Databricks, Mailgun, Shopify,
+    Heroku, Atlassian, PyPI, Terraform, Vault, Linear, Notion, age, Square, Discord and Telegram bots);
+    PEM and PGP private key blocks and PuTTY private lines; Slack/Discord webhook URLs and Sentry DSN keys;
+    the credential of ``Authorization:`` headers and of a bare ``Bearer <token>``; cookie values of
+    ``Cookie:``/``Set-Cookie:``; the password of ``scheme://user:password@host``, ``curl -u user:pw``,
+    ``mysql -pPW``, ``.netrc`` and ``sig=`` query parameters; the literal assigned to a secret name
+    (``KEY=v``, ``key: v``, ``"key": "v"``, ``--key v``, anywhere in a line; see :func:`_secret_name`)
+    unless it cannot be a secret (a number, true/false/null, empty, a placeholder) or is code (a call, a
+    subscript, an attribute, a variable). Not redacted: secrets of a shape not listed here that are not
+    assigned to a secret name. ``env_secrets``: what :func:`_env_secrets` returned, for a caller that
+    redacts many texts at once.
     """
     if not value:
         return value
-    out = value
-    for secret in _env_secrets() if env_secrets is None else env_secrets:
-        if secret in out:
-            out = out.replace(secret, REDACTED)
-    for markers, pattern in _SECRET_PATTERNS:
-        if any(marker in out for marker in markers):
-            out = pattern.sub(REDACTED, out)
-    lowered = out.lower()
-    if "author" in lowered:
-        out = _AUTH_HEADER.sub(lambda m: m.group(1) + REDACTED, out)
-    if "bearer" in lowered:
-        out = _BEARER.sub(lambda m: m.group(1) + REDACTED, out)
-    if "://" in out and "@" in out:
-        out = _URL_PASSWORD.sub(lambda m: m.group(1) + REDACTED + "@", out)
-    if any(marker in lowered for marker in _ASSIGNMENT_MARKERS):
-        out = _ASSIGNMENT.sub(_assignment, out)
+    out = _redact_env_and_blocks(value, env_secrets)
+    if len(out) < _SMALL:
+        return _redact_lines(out)
+    lines = _candidate_lines(out)
+    if not lines:
+        return out
+    pieces, last = [], 0
+    for start in sorted(lines):
+        end = lines[start]
+        pieces += (out[last:start], _redact_lines(out[start:end]))
+        last = end
+    pieces.append(out[last:])
+    return "".join(pieces)
+
+
+def _redact_reference(value: str, env_secrets: list[str] | None = None) -> str:
+    """What :func:`redact` must return, the slow and simple way: every rule over the whole text."""
+    if not value:
+        return value
+    out = _redact_env_and_blocks(value, env_secrets)
+    for _, _, rule in _LINE_RULES:
+        out = rule(out)
     return out
 
 
