@@ -771,6 +771,9 @@ REDACTED = "[REDACTED]"
 # a token starts after a non-token character, or right after a JSON escape such as ``\n``
 _START = r"(?:(?<![A-Za-z0-9_\-])|(?<=\\[nrt]))"
 _TOK = r"[A-Za-z0-9_\-]"
+_WB = r"(?:\b|(?<=\\[nrt]))"
+# a quoted value at any depth of JSON escaping: "v", \"v\", \\\"v\\\" ...
+_ESCAPED_QUOTED = r"\\+\"[^\"\n]*?\\+\""
 
 
 def _ascii_re(pattern: str, flags: int = 0) -> _LazyPattern:
@@ -824,44 +827,45 @@ _RUN = b"a" * 16
 _RUN_TABLE = bytes(97 if chr(i).isascii() and (chr(i).isalnum() or chr(i) in "_-") else 32 for i in range(256))
 
 # key material that spans lines: the block goes whole (with or without its END line)
-_ARMOR_LINE = r"(?:[ \t]*(?:\\n|\r?\n)[ \t]*(?:[A-Za-z\-]+:[^\n\\]*|[A-Za-z0-9+/=]{4,}))*"
 _BLOCKS = [
     ("PRIVATE KEY-----", _ascii_re(
         r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----(?:[\s\S]*?-----END [A-Z0-9 ]*PRIVATE KEY-----"
-        r"|(?:[ \t]*(?:\\n|\r?\n)[ \t]*(?:(?:Proc-Type|DEK-Info):[^\n\\]*|[A-Za-z0-9+/=]{8,}))*)")),
+        r"|(?:[ \t]*(?:\\+n|\r?\n)[ \t]*(?:(?:Proc-Type|DEK-Info):[^\n\\]*|[A-Za-z0-9+/=]{8,}))*)")),
     ("PGP PRIVATE KEY BLOCK-----", _ascii_re(
         r"-----BEGIN PGP PRIVATE KEY BLOCK-----(?:[\s\S]*?-----END PGP PRIVATE KEY BLOCK-----|"
-        r"(?:[ \t]*(?:\\n|\r?\n)(?:[ \t]*(?:\\n|\r?\n))?[ \t]*(?:[A-Za-z\-]+:[^\n\\]*|=?[A-Za-z0-9+/=]{4,}))*)")),
-    ("Private-Lines:", _ascii_re(r"(?<=Private-Lines:)[ \t]*[0-9]+(?:[ \t]*(?:\\n|\r?\n)[ \t]*[A-Za-z0-9+/=]{4,})+")),
+        r"(?:[ \t]*(?:\\+n|\r?\n)(?:[ \t]*(?:\\+n|\r?\n))?[ \t]*(?:[A-Za-z\-]+:[^\n\\]*|=?[A-Za-z0-9+/=]{4,}))*)")),
+    ("Private-Lines:", _ascii_re(r"(?<=Private-Lines:)[ \t]*[0-9]+(?:[ \t]*(?:\\+n|\r?\n)[ \t]*[A-Za-z0-9+/=]{4,})+")),
 ]
 
 _AUTH_SCHEMES = ("bearer", "basic", "token", "bot", "digest", "negotiate", "ntlm", "sso-key", "apikey")
 # ``Authorization: Bearer x`` (any scheme): the scheme word stays; one word after it, else it is prose
 _AUTH_HEADER = _ascii_re(
-    r"(?i)\b((?:proxy-)?authorization(\\?[\"']?)[ \t]*[:=][ \t]*(\\?[\"']?)"
+    r"(?i)" + _WB + r"((?:proxy-)?authorization(\\?[\"']?)[ \t]*[:=][ \t]*(\\?[\"']?)"
     r"(?:(?:bearer|basic|token|bot|digest|negotiate|ntlm|sso-key|apikey)[ \t]+)?)([^\s\"',;\\]+)")
-_BEARER = _ascii_re(r"\b((?i:bearer)[ \t]+)[A-Za-z0-9._~+/=\-]{16,}")
+_BEARER = _ascii_re(_WB + r"((?i:bearer)[ \t]+)[A-Za-z0-9._~+/=\-]{16,}")
 # ``scheme://user:password@host``: the password goes, the user and host stay
 _URL_PASSWORD = _ascii_re(r"\b([a-zA-Z][a-zA-Z0-9+.\-]*://[^/\s:@\"']*:)([^/\s@\"']+)@")
 _URL_KEY_USER = _ascii_re(r"(://)[0-9a-f]{32}(?=(?::[^/\s@\"']*)?@)")           # Sentry DSN's public key
 _WEBHOOK_URL = _ascii_re(r"(://(?:hooks\.slack\.com/(?:services|workflows|triggers)/|(?:[a-z]+\.)?discord(?:app)?"
                          r"\.com/api/webhooks/[0-9]+/))[A-Za-z0-9_/\-]{8,}")
-_COOKIE_HEADER = _ascii_re(r"(?i)\b((?:set-)?cookie\\?[\"']?[ \t]*:[ \t]*\\?[\"']?)([^\n\"'\\]+)")
+_COOKIE_HEADER = _ascii_re(r"(?i)" + _WB + r"((?:set-)?cookie\\?[\"']?[ \t]*:[ \t]*\\?[\"']?)([^\n\"'\\]+)")
 _COOKIE_PAIR = _ascii_re(r"([A-Za-z0-9_.!#$%&'*+^`|~\-]+=)([^;,\s]+)")
 _COOKIE_ATTRS = frozenset({"path", "domain", "expires", "max-age", "samesite", "secure", "httponly", "priority",
                            "version", "comment", "partitioned"})
-_USER_FLAG = _ascii_re(r"(?<![A-Za-z0-9_\-])((?:-u |--user[ =])\\?[\"']?[^\s:\"'\\]+:)([^\s\"'\\]+)")
-_MYSQL_FLAG = _ascii_re(r"((?i:\bmysql(?:dump|admin|import|sh|check|slap)?)\b[^\n]*?[ \t]-p)"
+_USER_FLAG = _ascii_re(_START + r"((?:-u |--user[ =])\\?[\"']?[^\s:\"'\\]+:)([^\s\"'\\]+)")
+_MYSQL_FLAG = _ascii_re(r"((?i:" + _WB + r"mysql(?:dump|admin|import|sh|check|slap)?)\b[^\n]*?[ \t]-p)"
                         r"(\"[^\"\n]*\"|'[^'\n]*'|[^\s\"'\\]+)")
-_NETRC = _ascii_re(r"(?im)((?:\b(?:machine|default)\b[^\n]*?[ \t]|^[ \t]*)password[ \t]+)([^\s\\]+)(?=[ \t]*(?:$|\\n|[ \t]\w))")
-_SIG_PARAM = _ascii_re(r"(?i)(?<![A-Za-z0-9_\-])(sig=)([^&\s\"'#\\]+)")
-_FLAG = _ascii_re(r"(?<![A-Za-z0-9_\-])--?([A-Za-z][A-Za-z0-9_\-]{0,80})[ \t]+"
-                  r"(\"[^\"\n]*\"|'[^'\n]*'|[^\s\"'\\-][^\s\"'\\]*)")
+_NETRC = _ascii_re(r"(?im)((?:" + _WB + r"(?:machine|default)\b[^\n]*?[ \t]|(?:^|\\+n)[ \t]*)password[ \t]+)"
+                   r"([^\s\\\"']+)(?=[ \t]*(?:$|\\|[\"',;]|[ \t]\w))")
+_SIG_PARAM = _ascii_re(r"(?i)" + _START + r"(sig=)([^&\s\"'#\\]+)")
+_FLAG = _ascii_re(_START + r"--?([A-Za-z][A-Za-z0-9_\-]{0,80})[ \t]+"
+                  r"(" + _ESCAPED_QUOTED + r"|\"[^\"\n]*\"|'[^'\n]*'|[^\s\"'\\-][^\s\"'\\]*)")
 # ``KEY = value`` / ``KEY: value`` / ``"KEY": "value"`` / ``\"key\": \"value\"``: only the name and the
 # separator are consumed (the value is a lookahead), so a rejected ``INFO:`` never hides what follows it
 _ASSIGNMENT = _ascii_re(
-    r"(\\?[\"']?)([A-Za-z][A-Za-z0-9_.\-]{0,80})\1([ \t]*(?:=(?!=)|:(?![=:]))[ \t]*)"
-    r"(?=(\\\"(?:[^\"\\\n]|\\[^\"\n])*\\\"|\"(?:[^\"\\\n]|\\.)*\"|'[^'\n]*'|(?:[^\s\"',;&}\])\\]|\\(?![nrt\"\\]))+))?")
+    r"(?:(?<![A-Za-z0-9_\\])|(?<=\\[nrt]))(\\*[\"']?)([A-Za-z_][A-Za-z0-9_.\-]{0,80})\1"
+    r"([ \t]*(?:=(?!=)|:(?![=:]))[ \t]*)"
+    r"(?=(" + _ESCAPED_QUOTED + r"|\"(?:[^\"\\\n]|\\.)*\"|'[^'\n]*'|(?:[^\s\"',;&}\])\\]|\\(?![nrt\"\\]))+))?")
 _NAME_MARKERS = ("passw", "passphrase", "pwd", "token", "secret", "key", "cred", "auth", "dsn", "jwt", "webhook",
                  "connection", "signature")
 _SECRET_WORDS = frozenset({"password", "passwd", "pwd", "passphrase", "token", "secret", "apikey", "credential",
@@ -890,6 +894,9 @@ _PLAIN_VALUE = _ascii_re(r"(?i)[-+]?\d+(?:[.,]\d+)*|true|false|null|none|nil|yes
 _EXPRESSION = _ascii_re(r"[(\[{].*|[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*[(\[].*|"
                         r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)+|\$\(.*|`.*")
 _IDENTIFIER = _ascii_re(r"[A-Za-z_][A-Za-z0-9_]*")
+_DOTTED = _ascii_re(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)+")
+_QUOTE = _ascii_re(r"\\*[\"']")
+_NOT_SPACE = _ascii_re(r"[^\s\"'\\]*")
 _PROSE_AFTER = ",;}])#\"'\\&"
 _CREDENTIAL_CHARS = _ascii_re(r"[A-Za-z0-9+/=_\-.~!@#$%^:]+")
 
@@ -933,9 +940,10 @@ def _could_be_secret(value: str) -> bool:
 
 def _credential_like(value: str) -> bool:
     """A bare word that looks like a credential rather than a word or a variable: 6+ characters of the
-    kinds credentials use, mixing letters and digits (or 16+ of them)."""
+    kinds credentials use, mixing letters and digits (or 20+ of them with no ``_``, unlike a name)."""
     return len(value) >= 6 and bool(_CREDENTIAL_CHARS.fullmatch(value)) and (
-        len(value) >= 16 or (any(c.isdigit() for c in value) and any(c.isalpha() for c in value)))
+        (len(value) >= 20 and "_" not in value)
+        or (any(c.isdigit() for c in value) and any(c.isalpha() for c in value)))
 
 
 def _variable(value: str) -> bool:
@@ -947,6 +955,20 @@ def _variable(value: str) -> bool:
 def _line_rest(text: str, at: int) -> str:
     end = text.find("\n", at)
     return text[at:] if end < 0 else text[at:end]
+
+
+def _expression(value: str) -> bool:
+    """Code rather than a value: a call or subscript, an attribute path (``os.environ``,
+    ``settings.API_KEY``; not ``s.<long random part>``), a command substitution."""
+    if not _EXPRESSION.fullmatch(value):
+        return False
+    return not (_DOTTED.fullmatch(value) and any(len(p) >= 16 and any(c.isdigit() for c in p)
+                                                 for p in value.split(".")))
+
+
+def _connection_string(name: str) -> bool:
+    parts = [p.lower() for p in _NAME_PARTS.split(name) if p]
+    return "connectionstring" in parts or ("connection", "string") in zip(parts, parts[1:])
 
 
 def _literal_value(m: re.Match) -> tuple[int, int] | None:
@@ -963,17 +985,19 @@ def _literal_value(m: re.Match) -> tuple[int, int] | None:
     spaced = sep != sep.strip()
     if sep[:1] in " \t" and ":" in sep:
         return None   # ``signature : Signature`` documents a parameter
+    q = _QUOTE.match(value)
+    q = q.group() if q and value.endswith(q.group()) and len(value) >= 2 * len(q.group()) else ""
+    inner = value[len(q):len(value) - len(q)]
     if spaced:   # ``key: value`` / ``key = value``: a document's line ends there, code's goes on
         rest = _line_rest(m.string, end).strip()
-        if rest and rest[0] not in _PROSE_AFTER:
+        if rest and rest[0] not in _PROSE_AFTER and not _credential_like(inner):
             return None
-    for q in ('\\"', '"', "'"):
-        if value.startswith(q) and value.endswith(q) and len(value) >= 2 * len(q):
-            inner = value[len(q):-len(q)]
-            ok = _could_be_secret(inner) and len(inner) >= 4
-            return (start + len(q), end - len(q)) if ok else None
-    if quote or len(value) < 4 or not _could_be_secret(value) or _EXPRESSION.fullmatch(value):
+    if q:
+        return (start + len(q), end - len(q)) if _could_be_secret(inner) and len(inner) >= 4 else None
+    if quote or len(value) < 4 or not _could_be_secret(value) or _expression(value):
         return None
+    if _connection_string(name):   # ``Host=db;Password=x``: the whole string, not its first field
+        end = start + len(_NOT_SPACE.match(m.string, start).group())
     if _variable(value) and (spaced or m.string[end:end + 1] in (",", ")") or "." in name):
         return None   # ``token = t``, ``f(password=pw)``, ``c.token=t``, ``password: str``
     if spaced and not _credential_like(value):
@@ -1008,12 +1032,13 @@ def _redact_flags(text: str) -> str:
     """``--password X``, ``-token X``: a secret-named flag's next word when it is a literal."""
     def flag(m: re.Match) -> str:
         value = m.group(2)
-        quoted = value[:1] in "\"'"
-        if not _secret_name(m.group(1)) or not _could_be_secret(value.strip("\"'")) or not (
-                quoted or _credential_like(value)) or _EXPRESSION.fullmatch(value):
+        q = _QUOTE.match(value)
+        q = q.group() if q and len(value) >= 2 * len(q.group()) else ""
+        inner = value[len(q):len(value) - len(q)]
+        if not _secret_name(m.group(1)) or not _could_be_secret(inner) or not (
+                q or _credential_like(value)) or _expression(value):
             return m.group(0)
-        new = f"{value[0]}{REDACTED}{value[-1]}" if quoted and len(value) >= 2 else REDACTED
-        return m.group(0)[:m.start(2) - m.start(0)] + new
+        return m.group(0)[:m.start(2) - m.start(0)] + q + REDACTED + q
     return _FLAG.sub(flag, text)
 
 
@@ -1028,7 +1053,7 @@ def _redact_auth_header(text: str) -> str:
         else:
             rest = _line_rest(m.string, m.end()).strip()
             ok = not rest or rest[0] in _PROSE_AFTER
-        if not ok or not _could_be_secret(value) or _EXPRESSION.fullmatch(value) or (
+        if not ok or not _could_be_secret(value) or _expression(value) or (
                 _variable(value) and len(value) < 16):
             return m.group(0)
         return m.group(1) + REDACTED
