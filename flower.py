@@ -782,38 +782,47 @@ def _ascii_re(pattern: str, flags: int = 0) -> _LazyPattern:
     return _lazy_re(pattern, flags | re.ASCII)
 
 
-# (kind, lowercase markers, pattern): token shapes recognised without a name. Each begins a token-like
-# run of 16+ characters that _RUN_PREFIXES (or _shape_run) knows, so the prefilter finds every one.
+# (kind, prefixes, pattern): token shapes recognised without a name. A pattern begins with one of its
+# prefixes (so the regex engine jumps from one to the next), a match counts only where a token starts
+# (_token_start), and the token-like run it begins is 20+ characters long, so the prefilter's scan for
+# such runs (_shape_run) finds every one.
 _SHAPES = [
-    ("anthropic/openai", ("sk-",), _ascii_re(_START + r"sk-(?:ant-|proj-|svcacct-|admin-)?" + _TOK + "{16,}")),
-    ("stripe", ("k_live_", "k_test_"), _ascii_re(_START + r"[srp]k_(?:live|test)_[A-Za-z0-9]{10,}")),
-    ("github", ("gh", "github_pat_"), _ascii_re(_START + r"(?:gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,})")),
-    ("gitlab", ("gl",), _ascii_re(_START + r"gl(?:pat|rt|dt|ptt|ft|imt|cbt|soat)-" + _TOK + "{20,}")),
-    ("npm", ("npm_",), _ascii_re(_START + r"npm_[A-Za-z0-9]{30,}")),
-    ("aws key id", ("akia", "asia", "agpa", "aida", "aroa", "anpa", "anva", "aipa"), _ascii_re(
-        _START + r"(?:AKIA|ASIA|AGPA|AIDA|AROA|ANPA|ANVA|AIPA)[A-Z0-9]{16}(?![A-Za-z0-9])")),
-    ("slack token", ("xox", "xapp-"), _ascii_re(_START + r"(?:xox[abposr]|xapp)-[A-Za-z0-9\-]{11,}")),
-    ("google api key", ("aiza",), _ascii_re(_START + r"AIza" + _TOK + "{30,}")),
-    ("google oauth", ("ya29.", "gocspx-"), _ascii_re(_START + r"(?:ya29\.|GOCSPX-)" + _TOK + "{20,}")),
-    ("jwt", ("eyj",), _ascii_re(_START + r"eyJ" + _TOK + r"{13,}\." + _TOK + r"{8,}\." + _TOK + "{8,}")),
-    ("hugging face", ("hf_", "api_org_"), _ascii_re(_START + r"(?:hf|api_org)_[A-Za-z0-9]{30,}")),
-    ("sendgrid", ("sg.",), _ascii_re(_START + r"SG\." + _TOK + r"{16,}\." + _TOK + "{16,}")),
-    ("digitalocean", ("_v1_",), _ascii_re(_START + r"do[opr]_v1_[a-f0-9]{64}")),
-    ("databricks", ("dapi",), _ascii_re(_START + r"dapi[a-f0-9]{32}(?:-[0-9]+)?")),
-    ("mailgun", ("key-",), _ascii_re(_START + r"key-[a-f0-9]{32}")),
-    ("shopify", ("shp",), _ascii_re(_START + r"shp(?:at|ss|ca|pa)_[a-fA-F0-9]{32}")),
-    ("heroku", ("hrku-",), _ascii_re(_START + r"HRKU-" + _TOK + "{20,}")),
-    ("atlassian", ("atatt",), _ascii_re(_START + r"ATATT" + _TOK + r"{20,}[A-Za-z0-9_\-=]*")),
-    ("pypi", ("pypi-",), _ascii_re(_START + r"pypi-AgE" + _TOK + "{30,}")),
-    ("terraform", (".atlasv1.",), _ascii_re(_START + r"[A-Za-z0-9]{14}\.atlasv1\." + _TOK + "{40,}")),
-    ("vault", ("hvs.", "hvb.", "hvr."), _ascii_re(_START + r"hv[sbr]\." + _TOK + "{24,}")),
-    ("linear", ("lin_",), _ascii_re(_START + r"lin_(?:api|oauth)_[A-Za-z0-9]{32,}")),
-    ("notion", ("secret_", "ntn_"), _ascii_re(_START + r"(?:secret_[A-Za-z0-9]{43}|ntn_[A-Za-z0-9]{40,})(?![A-Za-z0-9])")),
-    ("age", ("age-secret-key-",), _ascii_re(_START + r"AGE-SECRET-KEY-1[0-9A-Z]{50,}")),
-    ("square", ("sq0", "eaaa"), _ascii_re(_START + r"(?:sq0(?:atp|csp|idp)-" + _TOK + "{20,}|EAAA" + _TOK + "{56,})")),
-    ("discord bot", (".",), _ascii_re(_START + r"[MNO]" + _TOK + r"{23,27}\." + _TOK + r"{6}\." + _TOK + "{27,}")),
-    ("telegram bot", (":",), _ascii_re(r"(?:(?<![A-Za-z0-9_\-])|(?<=bot)|(?<=\\[nrt]))[0-9]{8,10}:"
-                                       + _TOK + r"{35}(?!" + _TOK + ")")),
+    ("anthropic/openai", ("sk-",), _ascii_re(r"sk-(?:ant-|proj-|svcacct-|admin-)?" + _TOK + "{16,}")),
+    ("stripe", ("sk_live_", "sk_test_", "rk_live_", "rk_test_", "pk_live_", "pk_test_"),
+     _ascii_re(r"[srp]k_(?:live|test)_[A-Za-z0-9]{12,}")),
+    ("github", ("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_"),
+     _ascii_re(r"(?:gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,})")),
+    ("gitlab", ("glpat-", "glrt-", "gldt-", "glptt-", "glft-", "glimt-", "glcbt-", "glsoat-"),
+     _ascii_re(r"gl(?:pat|rt|dt|ptt|ft|imt|cbt|soat)-" + _TOK + "{20,}")),
+    ("npm", ("npm_",), _ascii_re(r"npm_[A-Za-z0-9]{30,}")),
+    ("aws key id", ("AKIA", "ASIA", "AGPA", "AIDA", "AROA", "ANPA", "ANVA", "AIPA"),
+     _ascii_re(r"A(?:KIA|SIA|GPA|IDA|ROA|NPA|NVA|IPA)[A-Z0-9]{16}(?![A-Za-z0-9])")),
+    ("slack token", ("xoxa-", "xoxb-", "xoxp-", "xoxo-", "xoxs-", "xoxr-", "xapp-"),
+     _ascii_re(r"x(?:ox[abposr]|app)-[A-Za-z0-9\-]{15,}")),
+    ("google api key", ("AIza",), _ascii_re(r"AIza" + _TOK + "{30,}")),
+    ("google oauth access token", ("ya29.",), _ascii_re(r"ya29\." + _TOK + "{20,}")),
+    ("google oauth client secret", ("GOCSPX-",), _ascii_re(r"GOCSPX-" + _TOK + "{20,}")),
+    ("jwt", ("eyJ",), _ascii_re(r"eyJ" + _TOK + r"{17,}\." + _TOK + r"{8,}\." + _TOK + "{8,}")),
+    ("hugging face", ("hf_", "api_org_"), _ascii_re(r"(?:hf|api_org)_[A-Za-z0-9]{30,}")),
+    ("sendgrid", ("SG.",), _ascii_re(r"SG\." + _TOK + r"{20,}\." + _TOK + "{20,}")),
+    ("digitalocean", ("dop_v1_", "doo_v1_", "dor_v1_"), _ascii_re(r"do[opr]_v1_[a-f0-9]{64}")),
+    ("databricks", ("dapi",), _ascii_re(r"dapi[a-f0-9]{32}(?:-[0-9]+)?")),
+    ("mailgun", ("key-",), _ascii_re(r"key-[a-f0-9]{32}")),
+    ("shopify", ("shpat_", "shpss_", "shpca_", "shppa_"), _ascii_re(r"shp(?:at|ss|ca|pa)_[a-fA-F0-9]{32}")),
+    ("heroku", ("HRKU-",), _ascii_re(r"HRKU-" + _TOK + "{20,}")),
+    ("atlassian", ("ATATT",), _ascii_re(r"ATATT" + _TOK + r"{20,}[A-Za-z0-9_\-=]*")),
+    ("pypi", ("pypi-AgE",), _ascii_re(r"pypi-AgE" + _TOK + "{30,}")),
+    ("terraform", (".atlasv1.",), _ascii_re(r"\.atlasv1\." + _TOK + "{40,}")),
+    ("vault", ("hvs.", "hvb.", "hvr."), _ascii_re(r"hv[sbr]\." + _TOK + "{24,}")),
+    ("linear", ("lin_api_", "lin_oauth_"), _ascii_re(r"lin_(?:api|oauth)_[A-Za-z0-9]{32,}")),
+    ("notion", ("secret_", "ntn_"), _ascii_re(r"(?:secret_[A-Za-z0-9]{43}|ntn_[A-Za-z0-9]{40,})(?![A-Za-z0-9])")),
+    ("age", ("AGE-SECRET-KEY-1",), _ascii_re(r"AGE-SECRET-KEY-1[0-9A-Z]{50,}")),
+    ("square", ("sq0atp-", "sq0csp-", "sq0idp-", "EAAA"),
+     _ascii_re(r"(?:sq0(?:atp|csp|idp)-" + _TOK + "{20,}|EAAA" + _TOK + "{56,})")),
+    # the first part is a user id (17-20 digits) in base64, which starts with one of these
+    ("discord bot", ("MT", "Mj", "Mz", "ND", "NT", "Nj", "Nz", "OD", "OT"),
+     _ascii_re(r"(?:M[Tjz]|N[DTjz]|O[DT])" + _TOK + r"{22,26}\." + _TOK + r"{6}\." + _TOK + "{27,}")),
+    ("telegram bot", (":AA",), _ascii_re(r"[0-9]{8,10}:AA" + _TOK + r"{33}(?!" + _TOK + ")")),
 ]
 _RUN_PREFIXES = ("sk-", "sk_live_", "sk_test_", "rk_live_", "rk_test_", "pk_live_", "pk_test_", "ghp_", "gho_",
                  "ghu_", "ghs_", "ghr_", "github_pat_", "glpat-", "glrt-", "gldt-", "glptt-", "glft-", "glimt-",
@@ -823,7 +832,10 @@ _RUN_PREFIXES = ("sk-", "sk_live_", "sk_test_", "rk_live_", "rk_test_", "pk_live
                  "shppa_", "HRKU-", "ATATT", "pypi-AgE", "lin_api_", "lin_oauth_", "secret_", "ntn_",
                  "AGE-SECRET-KEY-1", "sq0atp-", "sq0csp-", "sq0idp-", "EAAA")
 _DOT_PREFIXES = ("ya29.", "SG.", "hvs.", "hvb.", "hvr.", ".atlasv1.")
-_RUN = b"a" * 16
+_DISCORD_PREFIXES = ("MT", "Mj", "Mz", "ND", "NT", "Nj", "Nz", "OD", "OT")
+_RUN_STARTS = tuple(p.encode() for p in _RUN_PREFIXES + _DISCORD_PREFIXES)
+_DOT_ENDS = tuple(p.encode() for p in _DOT_PREFIXES)
+_RUN = b"a" * 20
 _RUN_TABLE = bytes(97 if chr(i).isascii() and (chr(i).isalnum() or chr(i) in "_-") else 32 for i in range(256))
 
 # key material that spans lines: the block goes whole (with or without its END line)
@@ -838,34 +850,38 @@ _BLOCKS = [
 ]
 
 _AUTH_SCHEMES = ("bearer", "basic", "token", "bot", "digest", "negotiate", "ntlm", "sso-key", "apikey")
+# The patterns below are matched where their first word occurs (see _anchored): none starts with a
+# lookbehind or a character class, which would make the regex engine try every position of the text.
 # ``Authorization: Bearer x`` (any scheme): the scheme word stays; one word after it, else it is prose
 _AUTH_HEADER = _ascii_re(
-    r"(?i)" + _WB + r"((?:proxy-)?authorization(\\?[\"']?)[ \t]*[:=][ \t]*(\\?[\"']?)"
+    r"(?i)(authorization(\\*[\"']?)[ \t]*[:=][ \t]*(\\*[\"']?)"
     r"(?:(?:bearer|basic|token|bot|digest|negotiate|ntlm|sso-key|apikey)[ \t]+)?)([^\s\"',;\\]+)")
-_BEARER = _ascii_re(_WB + r"((?i:bearer)[ \t]+)[A-Za-z0-9._~+/=\-]{16,}")
+_BEARER = _ascii_re(r"((?i:bearer)[ \t]+)([A-Za-z0-9._~+/=\-]{16,})")
 # ``scheme://user:password@host``: the password goes, the user and host stay
-_URL_PASSWORD = _ascii_re(r"\b([a-zA-Z][a-zA-Z0-9+.\-]*://[^/\s:@\"']*:)([^/\s@\"']+)@")
-_URL_KEY_USER = _ascii_re(r"(://)[0-9a-f]{32}(?=(?::[^/\s@\"']*)?@)")           # Sentry DSN's public key
+_URL_PASSWORD = _ascii_re(r"(://[^/\s:@\"']*:)([^/\s@\"']+)@")
+_URL_KEY_USER = _ascii_re(r"(://)([0-9a-f]{32})(?=(?::[^/\s@\"']*)?@)")           # Sentry DSN's public key
 _WEBHOOK_URL = _ascii_re(r"(://(?:hooks\.slack\.com/(?:services|workflows|triggers)/|(?:[a-z]+\.)?discord(?:app)?"
-                         r"\.com/api/webhooks/[0-9]+/))[A-Za-z0-9_/\-]{8,}")
-_COOKIE_HEADER = _ascii_re(r"(?i)" + _WB + r"((?:set-)?cookie\\?[\"']?[ \t]*:[ \t]*\\?[\"']?)([^\n\"'\\]+)")
+                         r"\.com/api/webhooks/[0-9]+/))([A-Za-z0-9_/\-]{8,})")
+_COOKIE_HEADER = _ascii_re(r"(?i)(cookie\\*[\"']?[ \t]*:[ \t]*\\*[\"']?)([^\n\"'\\]+)")
 _COOKIE_PAIR = _ascii_re(r"([A-Za-z0-9_.!#$%&'*+^`|~\-]+=)([^;,\s]+)")
 _COOKIE_ATTRS = frozenset({"path", "domain", "expires", "max-age", "samesite", "secure", "httponly", "priority",
                            "version", "comment", "partitioned"})
-_USER_FLAG = _ascii_re(_START + r"((?:-u |--user[ =])\\?[\"']?[^\s:\"'\\]+:)([^\s\"'\\]+)")
-_MYSQL_FLAG = _ascii_re(r"((?i:" + _WB + r"mysql(?:dump|admin|import|sh|check|slap)?)\b[^\n]*?[ \t]-p)"
+_USER_FLAG = _ascii_re(r"((?:-u |--user[ =])\\*[\"']?[^\s:\"'\\]+:)([^\s\"'\\]+)")
+_MYSQL_FLAG = _ascii_re(r"((?i:mysql(?:dump|admin|import|sh|check|slap)?)\b[^\n]*?[ \t]-p)"
                         r"(\"[^\"\n]*\"|'[^'\n]*'|[^\s\"'\\]+)")
-_NETRC = _ascii_re(r"(?im)((?:" + _WB + r"(?:machine|default)\b[^\n]*?[ \t]|(?:^|\\+n)[ \t]*)password[ \t]+)"
-                   r"([^\s\\\"']+)(?=[ \t]*(?:$|\\|[\"',;]|[ \t]\w))")
-_SIG_PARAM = _ascii_re(r"(?i)" + _START + r"(sig=)([^&\s\"'#\\]+)")
-_FLAG = _ascii_re(_START + r"--?([A-Za-z][A-Za-z0-9_\-]{0,80})[ \t]+"
-                  r"(" + _ESCAPED_QUOTED + r"|\"[^\"\n]*\"|'[^'\n]*'|[^\s\"'\\-][^\s\"'\\]*)")
-# ``KEY = value`` / ``KEY: value`` / ``"KEY": "value"`` / ``\"key\": \"value\"``: only the name and the
-# separator are consumed (the value is a lookahead), so a rejected ``INFO:`` never hides what follows it
+_NETRC = _ascii_re(r"(password[ \t]+)([^\s\\\"']+)(?=[ \t]*(?:$|\\|[\"',;]|[ \t]\w))", re.M)
+_NETRC_BEFORE = _ascii_re(r"(?:.*(?:\\+n|^))?[ \t]*$|.*" + _WB + r"(?:machine|default)\b.*[ \t]$")
+_SIG_PARAM = _ascii_re(r"(?i)(sig=)([^&\s\"'#\\]+)")
+# ``KEY = value`` / ``KEY: value`` / ``"KEY": "value"`` / ``\"key\": \"value\"`` / ``--key value``,
+# matched at the start of a name that holds one of _NAME_MARKERS (see _redact_assignments)
 _ASSIGNMENT = _ascii_re(
-    r"(?:(?<![A-Za-z0-9_\\])|(?<=\\[nrt]))(\\*[\"']?)([A-Za-z_][A-Za-z0-9_.\-]{0,80})\1"
-    r"([ \t]*(?:=(?!=)|:(?![=:]))[ \t]*)"
-    r"(?=(" + _ESCAPED_QUOTED + r"|\"(?:[^\"\\\n]|\\.)*\"|'[^'\n]*'|(?:[^\s\"',;&}\])\\]|\\(?![nrt\"\\]))+))?")
+    r"(\\*[\"']?)(--?)?([A-Za-z_][A-Za-z0-9_.\-]{0,80})\1"
+    r"([ \t]*(?:=(?!=)|:(?![=:]))[ \t]*|(?(2)[ \t]+(?![\-\s])|(?!)))"
+    r"(" + _ESCAPED_QUOTED + r"|\"(?:[^\"\\\n]|\\.)*\"|'[^'\n]*'|(?:[^\s\"',;&}\])\\]|\\(?![nrt\"\\]))+)?")
+_NAME_TABLE = bytes(97 if chr(i).isascii() and (chr(i).isalnum() or chr(i) in "_.-") else 32 for i in range(256))
+_TOKEN_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
+_WORD_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789")
+# every secret name holds one of these (lowercase): where none occurs, no assignment rule can apply
 _NAME_MARKERS = ("passw", "passphrase", "pwd", "token", "secret", "key", "cred", "auth", "dsn", "jwt", "webhook",
                  "connection", "signature")
 _SECRET_WORDS = frozenset({"password", "passwd", "pwd", "passphrase", "token", "secret", "apikey", "credential",
@@ -926,6 +942,7 @@ def _secret_name(name: str) -> bool:
     return any(pair in _SECRET_PAIRS for pair in zip(parts, parts[1:]))
 
 
+@functools.lru_cache(maxsize=4096)
 def _only_auth(name: str) -> bool:
     """Whether ``auth`` is all that makes ``name`` a secret name (``AUTH``, ``smtp_auth``)."""
     parts = [p.lower() for p in _NAME_PARTS.split(name) if p]
@@ -975,19 +992,27 @@ def _literal_value(m: re.Match) -> tuple[int, int] | None:
     """Where the literal assigned by an ``_ASSIGNMENT`` match is (the span to replace), or None when the
     name is not a secret name or the value is code (a call, a subscript, an attribute, a variable, an
     operand), a placeholder, documentation or prose."""
-    quote, name, sep, value = m.group(1), m.group(2), m.group(3), m.group(4)
+    quote, dashes, name, sep, value = m.group(1, 2, 3, 4, 5)
     if not value or not _secret_name(name):
         return None
+    q = ""
+    if value[0] in "\"'\\":
+        found = _QUOTE.match(value)
+        if found and value.endswith(found.group()) and len(value) >= 2 * len(found.group()):
+            q = found.group()
+    flag = not sep.strip()
+    spaced = not flag and sep != sep.strip()
+    if not q and not flag and (quote or len(value) < 4 or (spaced and _variable(value))):
+        return None   # ``{"password": password}``, ``token = t``, ``password: str``: code
     if _only_auth(name) and not (len(value) >= 14 and _credential_like(value.strip("\\\"'"))):
         return None   # ``AUTH=CRAM-MD5`` names a mechanism; docker's ``"auth": "<base64>"`` is a credential
-    start = end = m.end()
-    end += len(value)
-    spaced = sep != sep.strip()
-    if sep[:1] in " \t" and ":" in sep:
+    start, end = m.start(5), m.end(5)
+    inner = value[len(q):len(value) - len(q)] if q else value
+    if flag:   # ``--password X``: a flag's next word, when it is a literal
+        ok = _could_be_secret(inner) and (q or _credential_like(value)) and not _expression(value)
+        return (start + len(q), end - len(q)) if ok else None
+    if sep[0] in " \t" and ":" in sep:
         return None   # ``signature : Signature`` documents a parameter
-    q = _QUOTE.match(value)
-    q = q.group() if q and value.endswith(q.group()) and len(value) >= 2 * len(q.group()) else ""
-    inner = value[len(q):len(value) - len(q)]
     if spaced:   # ``key: value`` / ``key = value``: a document's line ends there, code's goes on
         rest = _line_rest(m.string, end).strip()
         if rest and rest[0] not in _PROSE_AFTER and not _credential_like(inner):
@@ -1016,88 +1041,184 @@ def _spans_sub(text: str, spans: list[tuple[int, int]]) -> str:
     return "".join(out)
 
 
-def _redact_assignments(text: str) -> str:
+def _secret_name_at(text: str, start: int, end: int) -> int:
+    """Where the match of the name ``text[start:end]`` starts (with the quote, escaped or not, that
+    opens it), or -1 when it is not a secret name (a flag's dashes and a JSON escape before it are not
+    part of it)."""
+    name = text[start:end]
+    if name[0] in "-nrt":
+        if start and text[start - 1] == "\\" and name[0] != "-":
+            start, name = start + 1, name[1:]   # ``\npassword``: the JSON escape is not part of the name
+        name = name[2:] if name.startswith("--") else name[1:] if name.startswith("-") else name
+    if not _secret_name(name):
+        return -1
+    if start and text[start - 1] in "\"'":
+        start -= 1
+        while start and text[start - 1] == "\\":
+            start -= 1
+    return start
+
+
+def _redact_assignments(places: _Places) -> str:
+    """The literal of every assignment to a secret name: names are found from their markers (every
+    secret name holds one), then matched where they start, so nothing before them can hide them."""
+    text, seen = places.text, {}
+    names = None   # the ASCII image of ``text``: name characters ``a``, the others spaces
+    for word in _NAME_MARKERS:
+        for at in places.of(word):
+            if names is None:
+                names = text.encode("ascii", "replace").translate(_NAME_TABLE)
+            start = names.rfind(b" ", 0, at) + 1
+            if start not in seen:
+                end = names.find(b" ", at)
+                seen[start] = _secret_name_at(text, start, len(text) if end < 0 else end)
     spans, last = [], 0
-    for m in _ASSIGNMENT.finditer(text):
-        if m.start() < last:
+    for start in sorted(s for s in seen.values() if s >= 0):
+        if start < last:
             continue   # inside a value already redacted
-        span = _literal_value(m)
+        m = _ASSIGNMENT.match(text, start)
+        if m is None and text[start] in "\\\"'":
+            m = _ASSIGNMENT.match(text, start + len(_QUOTE.match(text, start).group()))   # ``'password=x'``
+        span = _literal_value(m) if m else None
         if span:
             spans.append(span)
             last = span[1]
     return _spans_sub(text, spans)
 
 
-def _redact_flags(text: str) -> str:
-    """``--password X``, ``-token X``: a secret-named flag's next word when it is a literal."""
-    def flag(m: re.Match) -> str:
-        value = m.group(2)
-        q = _QUOTE.match(value)
-        q = q.group() if q and len(value) >= 2 * len(q.group()) else ""
-        inner = value[len(q):len(value) - len(q)]
-        if not _secret_name(m.group(1)) or not _could_be_secret(inner) or not (
-                q or _credential_like(value)) or _expression(value):
-            return m.group(0)
-        return m.group(0)[:m.start(2) - m.start(0)] + q + REDACTED + q
-    return _FLAG.sub(flag, text)
-
-
-def _redact_auth_header(text: str) -> str:
-    def header(m: re.Match) -> str:
-        value, opened = m.group(4), m.group(3)
-        after = m.string[m.end():m.end() + 2]
-        if opened:
-            ok = after.startswith(opened)
-        elif m.group(1).rstrip().lower().endswith(_AUTH_SCHEMES):
-            ok = True   # ``Basic <credential>``: a scheme and one word are never prose
-        else:
-            rest = _line_rest(m.string, m.end()).strip()
-            ok = not rest or rest[0] in _PROSE_AFTER
-        if not ok or not _could_be_secret(value) or _expression(value) or (
-                _variable(value) and len(value) < 16):
-            return m.group(0)
+def _netrc_entry(m: re.Match) -> str | None:
+    """``machine h login u password p`` and a ``password p`` line of a .netrc."""
+    line_start = m.string.rfind("\n", 0, m.start()) + 1
+    if _credential_like(m.group(2)) and _NETRC_BEFORE.fullmatch(m.string[line_start:m.start()]):
         return m.group(1) + REDACTED
-    return _AUTH_HEADER.sub(header, text)
+    return None
 
 
-def _redact_cookies(text: str) -> str:
-    def pair(m: re.Match) -> str:
-        name = m.group(1)[:-1].lower()
-        return m.group(0) if name in _COOKIE_ATTRS or not _credential_like(m.group(2)) else m.group(1) + REDACTED
-    return _COOKIE_HEADER.sub(lambda m: m.group(1) + _COOKIE_PAIR.sub(pair, m.group(2)), text)
+def _ascii_lower(text: str) -> str:
+    """``text`` in lowercase, ASCII letters only, so that every offset stays that of ``text``."""
+    return text.lower() if text.isascii() else text.encode("ascii", "replace").lower().decode("ascii")
 
 
-def _sub_group(pattern: _LazyPattern, check: Callable[[str], bool] = _could_be_secret) -> Callable[[str], str]:
-    """A rule that replaces the second group of ``pattern`` (the first stays) when ``check`` says it is
-    a secret (quotes stripped)."""
-    def rule(text: str) -> str:
-        return pattern.sub(lambda m: m.group(1) + REDACTED if check(m.group(2).strip("\"'")) else m.group(0), text)
+def _word_start(text: str, at: int) -> bool:
+    """Whether a word starts at ``text[at]`` (as ``\b`` would say, and also right after ``\n``)."""
+    if not at or text[at - 1] not in _WORD_CHARS:
+        return True
+    return text[at - 1] in "nrt" and at >= 2 and text[at - 2] == "\\"
+
+
+class _Places:
+    """Where words occur in a text (in its lowercase ASCII image unless asked by case), each word
+    looked for once however many rules ask; a word that holds another (``authorization``, ``auth``)
+    is found among the other's places."""
+
+    _WITHIN = {"authorization": "auth", "password": "passw"}
+
+    def __init__(self, text: str):
+        self.text, self.low, self._found = text, _ascii_lower(text), {}
+
+    def of(self, word: str, case: bool = False) -> list[int]:
+        """The offsets where ``word`` occurs, in order."""
+        found = self._found.get((word, case))
+        if found is None:
+            hay = self.text if case else self.low
+            if word in self._WITHIN:
+                found = [at for at in self.of(self._WITHIN[word]) if hay.startswith(word, at)]
+            else:
+                found, at = [], hay.find(word)
+                while at >= 0:
+                    found.append(at)
+                    at = hay.find(word, at + len(word))
+            self._found[(word, case)] = found
+        return found
+
+
+def _anchored(words: tuple[str, ...], pattern: _LazyPattern, replace: Callable[[re.Match], str | None],
+              start: Callable[[str, int], bool] | None = _word_start, case: bool = False) -> Callable[[_Places], str]:
+    """A rule that tries ``pattern`` only where one of ``words`` occurs (in the lowercase image unless
+    ``case``) and ``start`` accepts the place; ``replace(m)`` is the new text of a match, or None to
+    leave it. Its cost follows the words' occurrences, not the length of the text."""
+    def rule(places: _Places) -> str:
+        text = places.text
+        hits = places.of(words[0], case) if len(words) == 1 else sorted(
+            {at for word in words for at in places.of(word, case)})
+        out, last = [], 0
+        for at in hits:
+            if at < last or (start is not None and not start(text, at)):
+                continue
+            m = pattern.match(text, at)
+            new = replace(m) if m else None
+            if new is not None:
+                out += (text[last:at], new)
+                last = m.end()
+        return "".join(out) + text[last:] if out else text
     return rule
 
 
-def _sub_all(pattern: _LazyPattern) -> Callable[[str], str]:
-    return lambda text: pattern.sub(REDACTED, text)
+def _token_start(text: str, at: int) -> bool:
+    """Whether a token starts at ``text[at]``: after a character that cannot be in one, or after a JSON
+    escape such as ``\n``."""
+    if not at or text[at - 1] not in _TOKEN_CHARS:
+        return True
+    return text[at - 1] in "nrt" and at >= 2 and text[at - 2] == "\\"
 
 
-# (kind, lowercase markers, rule): the rules that look at one line at a time, in the order they run
-_LINE_RULES = [(kind, markers, _sub_all(pattern)) for kind, markers, pattern in _SHAPES] + [
-    ("webhook url", ("hooks.slack.com", "discord"), lambda t: _WEBHOOK_URL.sub(lambda m: m.group(1) + REDACTED, t)),
-    ("sentry dsn", ("://",), lambda t: _URL_KEY_USER.sub(lambda m: m.group(1) + REDACTED, t)),
-    ("authorization header", ("authorization",), _redact_auth_header),
-    ("bearer", ("bearer",), lambda t: _BEARER.sub(lambda m: m.group(1) + REDACTED, t)),
-    ("url password", ("://",), lambda t: _URL_PASSWORD.sub(
-        lambda m: m.group(1) + REDACTED + "@" if _could_be_secret(m.group(2)) else m.group(0), t)),
-    ("cookie header", ("cookie",), _redact_cookies),
-    ("user flag", ("-u ", "--user"), _sub_group(_USER_FLAG, lambda v: _could_be_secret(v) and not _variable(v))),
-    ("mysql -p", ("mysql",), _sub_group(_MYSQL_FLAG)),
-    (".netrc password", ("passw",), _sub_group(_NETRC, _credential_like)),
-    ("sig= parameter", ("sig=",), _sub_group(_SIG_PARAM)),
-    ("secret-named flag", _NAME_MARKERS, _redact_flags),
-    ("assignment", _NAME_MARKERS, _redact_assignments),
+def _sub_shape(kind: str, pattern: _LazyPattern) -> Callable[[str], str]:
+    def found(m: re.Match) -> str:
+        at = m.start()
+        if kind == "terraform" or _token_start(m.string, at) or (
+                kind == "telegram bot" and m.string[at - 3:at] == "bot"):
+            return REDACTED
+        return m.group(0)
+    return lambda text: pattern.sub(found, text)
+
+
+def _auth_header(m: re.Match) -> str | None:
+    value, opened = m.group(4), m.group(3)
+    if opened:
+        ok = m.string.startswith(opened, m.end())
+    elif m.group(1).rstrip().lower().endswith(_AUTH_SCHEMES):
+        ok = True   # ``Basic <credential>``: a scheme and one word are never prose
+    else:
+        rest = _line_rest(m.string, m.end()).strip()
+        ok = not rest or rest[0] in _PROSE_AFTER
+    if not ok or not _could_be_secret(value) or _expression(value) or (_variable(value) and len(value) < 16):
+        return None
+    return m.group(1) + REDACTED
+
+
+def _cookies(m: re.Match) -> str:
+    def pair(p: re.Match) -> str:
+        name = p.group(1)[:-1].lower()
+        return p.group(0) if name in _COOKIE_ATTRS or not _credential_like(p.group(2)) else p.group(1) + REDACTED
+    return m.group(1) + _COOKIE_PAIR.sub(pair, m.group(2))
+
+
+def _second(check: Callable[[str], bool] = _could_be_secret, after: str = "") -> Callable[[re.Match], str | None]:
+    """Replace a match's second group (the first stays) when ``check`` says it is a secret."""
+    return lambda m: m.group(1) + REDACTED + after if check(m.group(2).strip("\"'")) else None
+
+
+# (kind, markers, rule): the rules that look at one line at a time, in the order they run. A rule runs
+# on a line only when one of its markers occurs in it: the shapes' prefixes as they are, the other
+# rules' markers in the line in lowercase. Every match of a rule holds one of its markers.
+_SHAPE_RULES = [(kind, prefixes, _sub_shape(kind, pattern)) for kind, prefixes, pattern in _SHAPES]
+# (kind, rule(places)): the rules for names, headers, flags and URLs, in the order they
+# run; each finds its own words, so it costs next to nothing where they do not occur
+_WORD_RULES = [
+    ("webhook url", _anchored(("://",), _WEBHOOK_URL, _second(lambda v: True), None, case=True)),
+    ("sentry dsn", _anchored(("://",), _URL_KEY_USER, _second(lambda v: True), None, case=True)),
+    ("authorization header", _anchored(("authorization",), _AUTH_HEADER, _auth_header)),
+    ("bearer", _anchored(("bearer",), _BEARER, _second(lambda v: True))),
+    ("url password", _anchored(("://",), _URL_PASSWORD, _second(after="@"), None, case=True)),
+    ("cookie header", _anchored(("cookie",), _COOKIE_HEADER, _cookies)),
+    ("user flag", _anchored(("-u ", "--user"), _USER_FLAG, _second(lambda v: _could_be_secret(v) and not _variable(v)),
+                            _token_start, case=True)),
+    ("mysql -p", _anchored(("mysql",), _MYSQL_FLAG, _second())),
+    (".netrc password", _anchored(("password",), _NETRC, _netrc_entry, case=True)),
+    ("sig= parameter", _anchored(("sig=",), _SIG_PARAM, _second(), _token_start)),
+    ("assignment or flag", _redact_assignments),
 ]
-# what the prefilter scans the lowercase ASCII image for: every marker of every rule but the shapes
-_KEYWORDS = tuple(sorted({m.encode() for kind, markers, _ in _LINE_RULES[len(_SHAPES):] for m in markers}))
-_SMALL = 1024   # below this, scanning for candidate lines costs more than the line rules' own markers
+_SMALL = 2048   # below this, looking for token-like runs costs more than looking for every prefix
 
 
 def _env_secrets() -> list[str]:
@@ -1120,51 +1241,54 @@ def _redact_env_and_blocks(value: str, env_secrets: list[str] | None) -> str:
     return out
 
 
-def _redact_lines(text: str) -> str:
-    """The line rules over ``text`` (one line or several), each only where its markers occur."""
-    low = text.lower()
-    for _, markers, rule in _LINE_RULES:
-        for marker in markers:
-            if marker in low:
-                new = rule(text)
-                if new != text:
-                    text, low = new, new.lower()
+def _redact_shapes(text: str) -> str:
+    """The shape rules, each only where one of its prefixes occurs."""
+    for _, prefixes, rule in _SHAPE_RULES:
+        for prefix in prefixes:
+            if prefix in text:
+                text = rule(text)
                 break
     return text
 
 
+def _redact_words(text: str) -> str:
+    places = _Places(text)
+    for _, rule in _WORD_RULES:
+        new = rule(places)
+        if new is not places.text:
+            places = _Places(new)
+    return places.text
+
+
 def _shape_run(text: str, start: int, end: int) -> bool:
-    """Whether the token-like run ``text[start:end]`` (16+ characters) may begin one of _SHAPES."""
+    """Whether the token-like run ``text[start:end]`` (20+ characters) may begin one of _SHAPES."""
     word = text[start:end]
     if word.startswith(_RUN_PREFIXES) or text[start - 9 if start > 9 else 0:start].endswith(_DOT_PREFIXES):
         return True
-    if start and text[start - 1] == "\\" and word[1:].startswith(_RUN_PREFIXES):
+    escaped = start and text[start - 1] == "\\"
+    if escaped and word[1:].startswith(_RUN_PREFIXES):
         return True
     if text[start - 1:start] == ":" and text[start - 2:start - 1].isdigit():
-        return True                                                           # telegram
-    return text[end:end + 1] == "." and (word[:1] in "MNO" or word[1:2] in "MNO")   # discord
+        return True                                                                      # telegram
+    return text[end:end + 1] == "." and (word.startswith(_DISCORD_PREFIXES)
+                                         or (escaped and word[1:].startswith(_DISCORD_PREFIXES)))
 
 
-def _candidate_lines(text: str) -> dict[int, int]:
-    """Start -> end of every line of ``text`` that holds a marker of some line rule or a token-like run
-    a shape may begin; a cheap superset of the lines the line rules change."""
+def _shape_lines(text: str) -> dict[int, int]:
+    """Start -> end of every line of ``text`` that holds a token-like run of 20+ characters which may
+    begin a shape (found with byte scans of an ASCII image of the text): a cheap superset of the
+    lines the shape rules change."""
     image = text.encode("ascii", "replace")   # one byte per character: offsets are the text's
-    low, n, lines = image.lower(), len(image), {}
-    for word in _KEYWORDS:
-        at = low.find(word)
-        while at >= 0:
-            end = low.find(b"\n", at)
-            end = n if end < 0 else end
-            lines[low.rfind(b"\n", 0, at) + 1] = end
-            at = low.find(word, end)
+    n, lines = len(image), {}
     runs = image.translate(_RUN_TABLE)
     at = runs.find(_RUN)
     while at >= 0:
         end = runs.find(b" ", at)
         end = n if end < 0 else end
-        if _shape_run(text, at, end):
-            line_end = low.find(b"\n", end)
-            lines[low.rfind(b"\n", 0, at) + 1] = n if line_end < 0 else line_end
+        if (image.startswith(_RUN_STARTS, at) or image.endswith(_DOT_ENDS, 0, at) or image[at - 1:at] == b"\\"
+                or (image[at - 1:at] == b":" and image.startswith(b"AA", at))) and _shape_run(text, at, end):
+            line_end = image.find(b"\n", end)
+            lines[image.rfind(b"\n", 0, at) + 1] = n if line_end < 0 else line_end
         at = runs.find(_RUN, end)
     return lines
 
@@ -1190,17 +1314,16 @@ def redact(value: str, env_secrets: list[str] | None = None) -> str:
         return value
     out = _redact_env_and_blocks(value, env_secrets)
     if len(out) < _SMALL:
-        return _redact_lines(out)
-    lines = _candidate_lines(out)
-    if not lines:
-        return out
-    pieces, last = [], 0
-    for start in sorted(lines):
-        end = lines[start]
-        pieces += (out[last:start], _redact_lines(out[start:end]))
-        last = end
-    pieces.append(out[last:])
-    return "".join(pieces)
+        return _redact_words(_redact_shapes(out))
+    lines = _shape_lines(out)
+    if lines:
+        pieces, last = [], 0
+        for start in sorted(lines):
+            pieces += (out[last:start], _redact_shapes(out[start:lines[start]]))
+            last = lines[start]
+        pieces.append(out[last:])
+        out = "".join(pieces)
+    return _redact_words(out)
 
 
 def _redact_reference(value: str, env_secrets: list[str] | None = None) -> str:
@@ -1208,8 +1331,10 @@ def _redact_reference(value: str, env_secrets: list[str] | None = None) -> str:
     if not value:
         return value
     out = _redact_env_and_blocks(value, env_secrets)
-    for _, _, rule in _LINE_RULES:
+    for _, _, rule in _SHAPE_RULES:
         out = rule(out)
+    for _, rule in _WORD_RULES:
+        out = rule(_Places(out))
     return out
 
 
