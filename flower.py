@@ -838,15 +838,16 @@ _DOT_ENDS = tuple(p.encode() for p in _DOT_PREFIXES)
 _RUN = b"a" * 20
 _RUN_TABLE = bytes(97 if chr(i).isascii() and (chr(i).isalnum() or chr(i) in "_-") else 32 for i in range(256))
 
-# key material that spans lines: the block goes whole (with or without its END line)
+# key material that spans lines: the block goes whole (with or without its END line, which is looked
+# for within 20000 characters: a key is shorter, and a BEGIN without an END costs no scan to the end)
 _BLOCKS = [
     ("PRIVATE KEY-----", _ascii_re(
-        r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----(?:[\s\S]*?-----END [A-Z0-9 ]*PRIVATE KEY-----"
-        r"|(?:[ \t]*(?:\\+n|\r?\n)[ \t]*(?:(?:Proc-Type|DEK-Info):[^\n\\]*|[A-Za-z0-9+/=]{8,}))*)")),
+        r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----(?:[\s\S]{0,20000}?-----END [A-Z0-9 ]*PRIVATE KEY-----"
+        r"|(?:[ \t]*(?:\\+n|\r?\n)[ \t]*(?:(?:Proc-Type|DEK-Info):[^\n\\]*|[A-Za-z0-9+/=]{8,}(?![A-Za-z0-9+/=:\-])))*)")),
     ("PGP PRIVATE KEY BLOCK-----", _ascii_re(
-        r"-----BEGIN PGP PRIVATE KEY BLOCK-----(?:[\s\S]*?-----END PGP PRIVATE KEY BLOCK-----|"
-        r"(?:[ \t]*(?:\\+n|\r?\n)(?:[ \t]*(?:\\+n|\r?\n))?[ \t]*(?:[A-Za-z\-]+:[^\n\\]*|=?[A-Za-z0-9+/=]{4,}))*)")),
-    ("Private-Lines:", _ascii_re(r"(?<=Private-Lines:)[ \t]*[0-9]+(?:[ \t]*(?:\\+n|\r?\n)[ \t]*[A-Za-z0-9+/=]{4,})+")),
+        r"-----BEGIN PGP PRIVATE KEY BLOCK-----(?:[\s\S]{0,20000}?-----END PGP PRIVATE KEY BLOCK-----|"
+        r"(?:[ \t]*(?:\\+n|\r?\n)(?:[ \t]*(?:\\+n|\r?\n))?[ \t]*(?:[A-Za-z\-]+:[^\n\\]*|=?[A-Za-z0-9+/=]{4,}(?![A-Za-z0-9+/=:\-])))*)")),
+    ("Private-Lines:", _ascii_re(r"Private-Lines:[ \t]*[0-9]+(?:[ \t]*(?:\\+n|\r?\n)[ \t]*[A-Za-z0-9+/=]{4,}(?![A-Za-z0-9+/=:\-]))+")),
 ]
 
 _AUTH_SCHEMES = ("bearer", "basic", "token", "bot", "digest", "negotiate", "ntlm", "sso-key", "apikey")
@@ -1237,7 +1238,7 @@ def _redact_env_and_blocks(value: str, env_secrets: list[str] | None) -> str:
             out = out.replace(secret, REDACTED)
     for marker, pattern in _BLOCKS:
         if marker in out:
-            out = pattern.sub(REDACTED, out)
+            out = pattern.sub(marker + " " + REDACTED if marker == "Private-Lines:" else REDACTED, out)
     return out
 
 
