@@ -1339,16 +1339,19 @@ def _redact_reference(value: str, env_secrets: list[str] | None = None) -> str:
     return out
 
 
-def redact_obj(value: Any) -> Any:
+def redact_obj(value: Any, env_secrets: list[str] | None = None) -> Any:
     """:func:`redact` every string inside a JSON-like structure (before it is encoded); a string
-    value under a secret-named key is redacted whole unless it cannot be a secret."""
+    value under a secret-named key is redacted whole unless it cannot be a secret. The environment's
+    credentials are read once for the whole structure."""
+    if env_secrets is None and not isinstance(value, str):
+        env_secrets = _env_secrets()
     if isinstance(value, str):
-        return redact(value)
+        return redact(value, env_secrets)
     if isinstance(value, dict):
         return {k: (REDACTED if isinstance(k, str) and isinstance(v, str) and _secret_name(k)
-                    and _could_be_secret(v) else redact_obj(v)) for k, v in value.items()}
+                    and _could_be_secret(v) else redact_obj(v, env_secrets)) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [redact_obj(v) for v in value]
+        return [redact_obj(v, env_secrets) for v in value]
     return value
 
 

@@ -80,7 +80,7 @@ class Shapes(unittest.TestCase):
 
     def test_no_shape_survives_any_carrier_or_place_and_json_parses(self):
         missed, n = [], 0
-        with tempfile.TemporaryDirectory() as tmp:
+        with tempfile.TemporaryDirectory() as tmp, mock.patch("os.fsync"):   # what is written, not how durably
             for text, core, why in SHAPES:
                 for carrier, body in carriers(text).items():
                     n += 1
