@@ -761,11 +761,12 @@ def safe_name(name: str) -> str:
 # always parses and an escape like ``\n`` never hides a secret from a word boundary.
 #
 # Three kinds of rule, in this order: the literal values of credential variables; key blocks that span
-# lines (PEM, PGP, PuTTY); line rules (token shapes, headers, flags, assignments), each of which only
-# ever looks at one line and names the lowercase markers without which it cannot change a line.
-# redact() runs the line rules only on the lines a cheap scan of the whole text flags (the markers, and
-# long token-like runs that begin with a known prefix); _redact_reference() runs every rule on the whole
-# text, and the tests check that both give the same output.
+# lines (PEM, PGP, PuTTY); token shapes and word rules (names, headers, flags, URLs), each of which only
+# ever looks at one line. Speed: every pattern starts with a literal (the regex engine jumps from one
+# occurrence to the next instead of trying every position); the word rules are tried only where their
+# words occur (found once per text); on a long text the shape rules run only on the lines that hold a
+# token-like run a shape may begin (a byte scan of an ASCII image). _redact_reference() runs every rule
+# over the whole text, and the tests check that redact() gives the same output.
 
 REDACTED = "[REDACTED]"
 # a token starts after a non-token character, or right after a JSON escape such as ``\n``
