@@ -9,7 +9,7 @@ test:
 core:
 	$(PYTHON) -m tests.run tests.test_util tests.test_resilience tests.test_transcript tests.test_notes \
 		tests.test_store tests.test_handoff tests.test_runtime tests.test_workflow tests.test_cli \
-		tests.test_redaction tests.test_texts tests.test_prune_economy tests.test_driver tests.test_salvage tests.test_cli_contract
+		tests.test_redaction tests.test_redaction_rules tests.test_texts tests.test_prune_economy tests.test_driver tests.test_salvage tests.test_cli_contract
 
 e2e:
 	$(PYTHON) -m tests.run tests.test_e2e
@@ -22,6 +22,7 @@ bench:
 	$(PYTHON) bench/manifest.py
 	$(PYTHON) bench/wake.py
 	$(PYTHON) bench/postgres.py
+	$(PYTHON) bench/redact.py
 
 chaos:
 	$(PYTHON) bench/chaos.py --seeds 10

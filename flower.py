@@ -826,67 +826,196 @@ def safe_name(name: str) -> str:
 # documents, retired transcripts, spill files, manifest rows, events, terminal and error lines. Values
 # are redacted *before* they are encoded (strings inside a structure, then json.dumps), so a JSON line
 # always parses and an escape like ``\n`` never hides a secret from a word boundary.
+#
+# Three kinds of rule, in this order: the literal values of credential variables; key blocks that span
+# lines (PEM, PGP, PuTTY); token shapes and word rules (names, headers, flags, URLs), each of which only
+# ever looks at one line. Speed: every pattern starts with a literal (the regex engine jumps from one
+# occurrence to the next instead of trying every position); the word rules are tried only where their
+# words occur (found once per text); on a long text the shape rules run only on the lines that hold a
+# token-like run a shape may begin (a byte scan of an ASCII image). _redact_reference() runs every rule
+# over the whole text, and the tests check that redact() gives the same output.
 
 REDACTED = "[REDACTED]"
-_NOT_ALNUM_BEFORE = r"(?<![A-Za-z0-9])"
-# (literal markers, pattern): a pattern runs only when one of its markers occurs in the text, so the
-# common case (no secret at all) costs a few substring searches instead of a regex scan per pattern.
-_SECRET_PATTERNS = [
-    (("PRIVATE KEY-----",), _lazy_re(
-        r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----(?:[\s\S]*?-----END [A-Z0-9 ]*PRIVATE KEY-----"
-        r"|(?:[ \t]*(?:\\n|\r?\n)[ \t]*(?:(?:Proc-Type|DEK-Info):[^\n\\]*|[A-Za-z0-9+/=]{8,}))*)")),
-    (("sk-",), _lazy_re(_NOT_ALNUM_BEFORE + r"sk-(?:ant-|proj-|svcacct-)?[A-Za-z0-9_\-]{16,}")),
-    (("sk_", "rk_", "pk_"), _lazy_re(_NOT_ALNUM_BEFORE + r"[srp]k_(?:live|test)_[A-Za-z0-9]{10,}")),
-    (("ghp_", "gho_", "ghu_", "ghs_", "ghr_"), _lazy_re(_NOT_ALNUM_BEFORE + r"gh[pousr]_[A-Za-z0-9]{20,}")),
-    (("github_pat_",), _lazy_re(_NOT_ALNUM_BEFORE + r"github_pat_[A-Za-z0-9_]{20,}")),
-    (("glpat-",), _lazy_re(_NOT_ALNUM_BEFORE + r"glpat-[A-Za-z0-9_\-]{20,}")),
-    (("npm_",), _lazy_re(_NOT_ALNUM_BEFORE + r"npm_[A-Za-z0-9]{30,}")),
-    (("AKIA", "ASIA", "AGPA", "AIDA", "AROA"), _lazy_re(
-        _NOT_ALNUM_BEFORE + r"(?:AKIA|ASIA|AGPA|AIDA|AROA)[A-Z0-9]{16}(?![A-Za-z0-9])")),
-    (("xox",), _lazy_re(_NOT_ALNUM_BEFORE + r"xox[abposr]-[A-Za-z0-9\-]{10,}")),
-    (("AIza",), _lazy_re(_NOT_ALNUM_BEFORE + r"AIza[0-9A-Za-z_\-]{30,}")),
-    (("eyJ",), _lazy_re(_NOT_ALNUM_BEFORE + r"eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}")),
+# a token starts after a non-token character, or right after a JSON escape such as ``\n``
+_START = r"(?:(?<![A-Za-z0-9_\-])|(?<=\\[nrt]))"
+_TOK = r"[A-Za-z0-9_\-]"
+_WB = r"(?:\b|(?<=\\[nrt]))"
+# a quoted value at any depth of JSON escaping: "v", \"v\", \\\"v\\\" ...
+_ESCAPED_QUOTED = r"\\+\"[^\"\n]*?\\+\""
+
+
+def _ascii_re(pattern: str, flags: int = 0) -> _LazyPattern:
+    """Redaction patterns are ASCII: ``\\s``/``\\d``/``\\b`` and case folding never reach beyond it,
+    which is what lets the prefilter scan an ASCII image of the text."""
+    return _lazy_re(pattern, flags | re.ASCII)
+
+
+# (kind, prefixes, pattern): token shapes recognised without a name. A pattern begins with one of its
+# prefixes (so the regex engine jumps from one to the next), a match counts only where a token starts
+# (_token_start), and the token-like run it begins is 20+ characters long, so the prefilter's scan for
+# such runs (_shape_run) finds every one.
+_SHAPES = [
+    ("anthropic/openai", ("sk-",), _ascii_re(r"sk-(?:ant-|proj-|svcacct-|admin-)?" + _TOK + "{16,}")),
+    ("stripe", ("sk_live_", "sk_test_", "rk_live_", "rk_test_", "pk_live_", "pk_test_"),
+     _ascii_re(r"[srp]k_(?:live|test)_[A-Za-z0-9]{12,}")),
+    ("github", ("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_"),
+     _ascii_re(r"(?:gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,})")),
+    ("gitlab", ("glpat-", "glrt-", "gldt-", "glptt-", "glft-", "glimt-", "glcbt-", "glsoat-"),
+     _ascii_re(r"gl(?:pat|rt|dt|ptt|ft|imt|cbt|soat)-" + _TOK + "{20,}")),
+    ("npm", ("npm_",), _ascii_re(r"npm_[A-Za-z0-9]{30,}")),
+    ("aws key id", ("AKIA", "ASIA", "AGPA", "AIDA", "AROA", "ANPA", "ANVA", "AIPA"),
+     _ascii_re(r"A(?:KIA|SIA|GPA|IDA|ROA|NPA|NVA|IPA)[A-Z0-9]{16}(?![A-Za-z0-9])")),
+    ("slack token", ("xoxa-", "xoxb-", "xoxp-", "xoxo-", "xoxs-", "xoxr-", "xapp-"),
+     _ascii_re(r"x(?:ox[abposr]|app)-[A-Za-z0-9\-]{15,}")),
+    ("google api key", ("AIza",), _ascii_re(r"AIza" + _TOK + "{30,}")),
+    ("google oauth access token", ("ya29.",), _ascii_re(r"ya29\." + _TOK + "{20,}")),
+    ("google oauth client secret", ("GOCSPX-",), _ascii_re(r"GOCSPX-" + _TOK + "{20,}")),
+    ("jwt", ("eyJ",), _ascii_re(r"eyJ" + _TOK + r"{17,}\." + _TOK + r"{8,}\." + _TOK + "{8,}")),
+    ("hugging face", ("hf_", "api_org_"), _ascii_re(r"(?:hf|api_org)_[A-Za-z0-9]{30,}")),
+    ("sendgrid", ("SG.",), _ascii_re(r"SG\." + _TOK + r"{20,}\." + _TOK + "{20,}")),
+    ("digitalocean", ("dop_v1_", "doo_v1_", "dor_v1_"), _ascii_re(r"do[opr]_v1_[a-f0-9]{64}")),
+    ("databricks", ("dapi",), _ascii_re(r"dapi[a-f0-9]{32}(?:-[0-9]+)?")),
+    ("mailgun", ("key-",), _ascii_re(r"key-[a-f0-9]{32}")),
+    ("shopify", ("shpat_", "shpss_", "shpca_", "shppa_"), _ascii_re(r"shp(?:at|ss|ca|pa)_[a-fA-F0-9]{32}")),
+    ("heroku", ("HRKU-",), _ascii_re(r"HRKU-" + _TOK + "{20,}")),
+    ("atlassian", ("ATATT",), _ascii_re(r"ATATT" + _TOK + r"{20,}[A-Za-z0-9_\-=]*")),
+    ("pypi", ("pypi-AgE",), _ascii_re(r"pypi-AgE" + _TOK + "{30,}")),
+    ("terraform", (".atlasv1.",), _ascii_re(r"\.atlasv1\." + _TOK + "{40,}")),
+    ("vault", ("hvs.", "hvb.", "hvr."), _ascii_re(r"hv[sbr]\." + _TOK + "{24,}")),
+    ("linear", ("lin_api_", "lin_oauth_"), _ascii_re(r"lin_(?:api|oauth)_[A-Za-z0-9]{32,}")),
+    ("notion", ("secret_", "ntn_"), _ascii_re(r"(?:secret_[A-Za-z0-9]{43}|ntn_[A-Za-z0-9]{40,})(?![A-Za-z0-9])")),
+    ("age", ("AGE-SECRET-KEY-1",), _ascii_re(r"AGE-SECRET-KEY-1[0-9A-Z]{50,}")),
+    ("square", ("sq0atp-", "sq0csp-", "sq0idp-", "EAAA"),
+     _ascii_re(r"(?:sq0(?:atp|csp|idp)-" + _TOK + "{20,}|EAAA" + _TOK + "{56,})")),
+    # the first part is a user id (17-20 digits) in base64, which starts with one of these
+    ("discord bot", ("MT", "Mj", "Mz", "ND", "NT", "Nj", "Nz", "OD", "OT"),
+     _ascii_re(r"(?:M[Tjz]|N[DTjz]|O[DT])" + _TOK + r"{22,26}\." + _TOK + r"{6}\." + _TOK + "{27,}")),
+    ("telegram bot", (":AA",), _ascii_re(r"[0-9]{8,10}:AA" + _TOK + r"{33}(?!" + _TOK + ")")),
 ]
-# ``Authorization: Bearer x`` (any scheme) and a bare ``Bearer <long token>``: the scheme word stays
-_AUTH_HEADER = _lazy_re(r"(?i)\b((?:proxy-)?authorization[\"']?\s*[:=]\s*[\"']?(?:(?:bearer|basic|token|bot|digest)\s+)?)"
-                          r"[^\s\"',;]+")
-_BEARER = _lazy_re(r"\b((?i:bearer)\s+)[A-Za-z0-9._~+/=\-]{16,}")
+_RUN_PREFIXES = ("sk-", "sk_live_", "sk_test_", "rk_live_", "rk_test_", "pk_live_", "pk_test_", "ghp_", "gho_",
+                 "ghu_", "ghs_", "ghr_", "github_pat_", "glpat-", "glrt-", "gldt-", "glptt-", "glft-", "glimt-",
+                 "glcbt-", "glsoat-", "npm_", "AKIA", "ASIA", "AGPA", "AIDA", "AROA", "ANPA", "ANVA", "AIPA",
+                 "xoxa-", "xoxb-", "xoxp-", "xoxo-", "xoxs-", "xoxr-", "xapp-", "AIza", "GOCSPX-", "eyJ", "hf_",
+                 "api_org_", "dop_v1_", "doo_v1_", "dor_v1_", "dapi", "key-", "shpat_", "shpss_", "shpca_",
+                 "shppa_", "HRKU-", "ATATT", "pypi-AgE", "lin_api_", "lin_oauth_", "secret_", "ntn_",
+                 "AGE-SECRET-KEY-1", "sq0atp-", "sq0csp-", "sq0idp-", "EAAA")
+_DOT_PREFIXES = ("ya29.", "SG.", "hvs.", "hvb.", "hvr.", ".atlasv1.")
+_DISCORD_PREFIXES = ("MT", "Mj", "Mz", "ND", "NT", "Nj", "Nz", "OD", "OT")
+_RUN_STARTS = tuple(p.encode() for p in _RUN_PREFIXES + _DISCORD_PREFIXES)
+_DOT_ENDS = tuple(p.encode() for p in _DOT_PREFIXES)
+_RUN = b"a" * 20
+_RUN_TABLE = bytes(97 if chr(i).isascii() and (chr(i).isalnum() or chr(i) in "_-") else 32 for i in range(256))
+
+# key material that spans lines: the block goes whole (with or without its END line, which is looked
+# for within 20000 characters: a key is shorter, and a BEGIN without an END costs no scan to the end)
+_BLOCKS = [
+    ("PRIVATE KEY-----", _ascii_re(
+        r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----(?:[\s\S]{0,20000}?-----END [A-Z0-9 ]*PRIVATE KEY-----"
+        r"|(?:[ \t]*(?:\\+n|\r?\n)[ \t]*(?:(?:Proc-Type|DEK-Info):[^\n\\]*|[A-Za-z0-9+/=]{8,}(?![A-Za-z0-9+/=:\-])))*)")),
+    ("PGP PRIVATE KEY BLOCK-----", _ascii_re(
+        r"-----BEGIN PGP PRIVATE KEY BLOCK-----(?:[\s\S]{0,20000}?-----END PGP PRIVATE KEY BLOCK-----|"
+        r"(?:[ \t]*(?:\\+n|\r?\n)(?:[ \t]*(?:\\+n|\r?\n))?[ \t]*(?:[A-Za-z\-]+:[^\n\\]*|=?[A-Za-z0-9+/=]{4,}(?![A-Za-z0-9+/=:\-])))*)")),
+    ("Private-Lines:", _ascii_re(r"Private-Lines:[ \t]*[0-9]+(?:[ \t]*(?:\\+n|\r?\n)[ \t]*[A-Za-z0-9+/=]{4,}(?![A-Za-z0-9+/=:\-]))+")),
+]
+
+_AUTH_SCHEMES = ("bearer", "basic", "token", "bot", "digest", "negotiate", "ntlm", "sso-key", "apikey")
+# The patterns below are matched where their first word occurs (see _anchored): none starts with a
+# lookbehind or a character class, which would make the regex engine try every position of the text.
+# ``Authorization: Bearer x`` (any scheme): the scheme word stays; one word after it, else it is prose
+_AUTH_HEADER = _ascii_re(
+    r"(?i)(authorization(\\*[\"']?)[ \t]*[:=][ \t]*(\\*[\"']?)"
+    r"(?:(?:bearer|basic|token|bot|digest|negotiate|ntlm|sso-key|apikey)[ \t]+)?)([^\s\"',;\\]+)")
+_BEARER = _ascii_re(r"((?i:bearer)[ \t]+)([A-Za-z0-9._~+/=\-]{16,})")
 # ``scheme://user:password@host``: the password goes, the user and host stay
-_URL_PASSWORD = _lazy_re(r"\b([a-zA-Z][a-zA-Z0-9+.\-]*://[^/\s:@\"']*:)[^/\s@\"']+@")
-# ``KEY = value`` / ``KEY: value`` / ``"KEY": "value"``: candidates; _secret_name decides on the key
-_ASSIGNMENT = _lazy_re(
-    r"([\"']?)([A-Za-z][A-Za-z0-9_.\-]{0,80})\1([ \t]*[:=][ \t]*)"
-    r"(\"(?:[^\"\\\n]|\\.)*\"|'[^'\n]*'|[^\s\"',;&}\]]+)")
-_ASSIGNMENT_MARKERS = ("pass", "pwd", "token", "secret", "key", "cred")
-_SECRET_WORDS = frozenset({"password", "passwd", "pwd", "passphrase", "token", "secret", "apikey",
-                           "credential", "credentials"})
+_URL_PASSWORD = _ascii_re(r"(://[^/\s:@\"']*:)([^/\s@\"']+)@")
+_URL_KEY_USER = _ascii_re(r"(://)([0-9a-f]{32})(?=(?::[^/\s@\"']*)?@)")           # Sentry DSN's public key
+_WEBHOOK_URL = _ascii_re(r"(://(?:hooks\.slack\.com/(?:services|workflows|triggers)/|(?:[a-z]+\.)?discord(?:app)?"
+                         r"\.com/api/webhooks/[0-9]+/))([A-Za-z0-9_/\-]{8,})")
+_COOKIE_HEADER = _ascii_re(r"(?i)(cookie\\*[\"']?[ \t]*:[ \t]*\\*[\"']?)([^\n\"'\\]+)")
+_COOKIE_PAIR = _ascii_re(r"([A-Za-z0-9_.!#$%&'*+^`|~\-]+=)([^;,\s]+)")
+_COOKIE_ATTRS = frozenset({"path", "domain", "expires", "max-age", "samesite", "secure", "httponly", "priority",
+                           "version", "comment", "partitioned"})
+_USER_FLAG = _ascii_re(r"((?:-u |--user[ =])\\*[\"']?[^\s:\"'\\]+:)([^\s\"'\\]+)")
+_MYSQL_FLAG = _ascii_re(r"((?i:mysql(?:dump|admin|import|sh|check|slap)?)\b[^\n]*?[ \t]-p)"
+                        r"(\"[^\"\n]*\"|'[^'\n]*'|[^\s\"'\\]+)")
+_NETRC = _ascii_re(r"(password[ \t]+)([^\s\\\"']+)(?=[ \t]*(?:$|\\|[\"',;]|[ \t]\w))", re.M)
+_NETRC_BEFORE = _ascii_re(r"(?:.*(?:\\+n|^))?[ \t]*$|.*" + _WB + r"(?:machine|default)\b.*[ \t]$")
+_SIG_PARAM = _ascii_re(r"(?i)(sig=)([^&\s\"'#\\]+)")
+# ``KEY = value`` / ``KEY: value`` / ``"KEY": "value"`` / ``\"key\": \"value\"`` / ``--key value``,
+# matched at the start of a name that holds one of _NAME_MARKERS (see _redact_assignments)
+_ASSIGNMENT = _ascii_re(
+    r"(\\*[\"']?)(--?)?([A-Za-z_][A-Za-z0-9_.\-]{0,80})\1"
+    r"([ \t]*(?:=(?!=)|:(?![=:]))[ \t]*|(?(2)[ \t]+(?![\-\s])|(?!)))"
+    r"(" + _ESCAPED_QUOTED + r"|\"(?:[^\"\\\n]|\\.)*\"|'[^'\n]*'|(?:[^\s\"',;&}\])\\]|\\(?![nrt\"\\]))+)?")
+_NAME_TABLE = bytes(97 if chr(i).isascii() and (chr(i).isalnum() or chr(i) in "_.-") else 32 for i in range(256))
+_TOKEN_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
+_WORD_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789")
+# every secret name holds one of these (lowercase): where none occurs, no assignment rule can apply
+_NAME_MARKERS = ("passw", "passphrase", "pwd", "token", "secret", "key", "cred", "auth", "dsn", "jwt", "webhook",
+                 "connection", "signature")
+_SECRET_WORDS = frozenset({"password", "passwd", "pwd", "passphrase", "token", "secret", "apikey", "credential",
+                           "credentials", "auth", "authorization", "authtoken", "dsn", "jwt", "webhook",
+                           "connectionstring"})
+# a part that ends in one of these is a secret word too (``PGPASSWORD``, ``csrftoken``, ``AccountKey``)
+_SECRET_ENDINGS = ("password", "passwd", "passphrase", "token", "secret", "apikey", "accesskey", "secretkey",
+                   "privatekey", "accountkey", "authkey", "clientkey", "storagekey")
 _SECRET_PAIRS = frozenset({("api", "key"), ("access", "key"), ("private", "key"), ("secret", "key"),
-                           ("auth", "key"), ("signing", "key"), ("encryption", "key"), ("master", "key")})
+                           ("auth", "key"), ("signing", "key"), ("encryption", "key"), ("master", "key"),
+                           ("account", "key"), ("client", "key"), ("storage", "key"), ("connection", "string"),
+                           ("amz", "signature")})
 _NOT_SECRET_LAST = frozenset({"count", "counts", "len", "length", "size", "limit", "max", "min", "type", "kind",
                               "name", "names", "id", "ids", "path", "file", "dir", "url", "env", "var", "header",
-                              "ttl", "expiry", "expires", "timeout", "policy", "hint", "prompt", "field", "label"})
-_NAME_PARTS = _lazy_re(r"[_.\-]+|(?<=[a-z0-9])(?=[A-Z])")
-_PLAIN_VALUE = _lazy_re(r"(?i)[-+]?\d+(?:[.,]\d+)*|true|false|null|none|nil|yes|no|\**|x+|\.{3}|"
-                          r"\$\{?[A-Za-z_][A-Za-z0-9_]*\}?|<[^>]*>|\{\{.*\}\}|\[REDACTED\]?")
+                              "ttl", "expiry", "expires", "timeout", "policy", "hint", "prompt", "field", "label",
+                              "sock", "socket", "method", "methods", "mode", "provider", "backend", "scheme",
+                              "endpoint", "host", "port", "realm", "user", "username", "handler", "handlers",
+                              "plugin", "enabled", "required", "algorithm", "issuer", "audience", "format",
+                              "version", "headers", "class", "module", "uri", "location", "info", "hdr"})
+_NAME_PARTS = _ascii_re(r"[_.\-]+|(?<=[a-z0-9])(?=[A-Z])")
+_PLAIN_VALUE = _ascii_re(r"(?i)[-+]?\d+(?:[.,]\d+)*|true|false|null|none|nil|yes|no|\**|x+|\.{3}|"
+                         r"\$\{?[A-Za-z_][A-Za-z0-9_]*\}?|<[^>]*>|\{\{.*\}\}|\{[A-Za-z0-9_.]*\}|"
+                         r"%[sdr]|%\([A-Za-z_]+\)[sdr]|0x[0-9a-f]+|\[REDACTED\]?")
+# code, not a value: a call or subscript (``os.environ[``, ``getpass.getpass(``), an attribute path,
+# a command substitution
+_EXPRESSION = _ascii_re(r"[(\[{].*|[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*[(\[].*|"
+                        r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)+|\$\(.*|`.*")
+_IDENTIFIER = _ascii_re(r"[A-Za-z_][A-Za-z0-9_]*")
+_DOTTED = _ascii_re(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)+")
+_QUOTE = _ascii_re(r"\\*[\"']")
+_NOT_SPACE = _ascii_re(r"[^\s\"'\\]*")
+_PROSE_AFTER = ",;}])#\"'\\&"
+_CREDENTIAL_CHARS = _ascii_re(r"[A-Za-z0-9+/=_\-.~!@#$%^:]+")
 
 
 @functools.lru_cache(maxsize=4096)
 def _secret_name(name: str) -> bool:
     """Whether ``name`` names a secret. The rule: split the name into its parts (at ``_``, ``-``,
     ``.`` and camelCase humps); it is a secret name when one part is a whole secret word (password,
-    passwd, pwd, passphrase, token, secret, apikey, credential(s)) or two adjacent parts are a secret
-    pair (api key, access key, private key, secret key, auth key, signing/encryption/master key), and
-    the last part does not say the value is about the secret rather than the secret itself
-    (``token_count``, ``password_file``, ``api_key_id``, ``credentialsPath``: count, file, id, path, ...).
-    So ``token``, ``auth_token``, ``GITHUB_TOKEN``, ``db_password``, ``client_secret``, ``api-key`` and
-    ``apiKey`` are secret names; ``tokenizer``, ``tokens``, ``secretary``, ``passwordless`` and
-    ``keyboard`` are not (a part must *be* the word, not contain it)."""
+    passwd, pwd, passphrase, token, secret, apikey, credential(s), auth, authorization, dsn, jwt,
+    webhook) or ends in password, token, secret, apikey, accesskey, ... (``PGPASSWORD``),
+    or two adjacent parts are a secret pair (api/access/private/secret/auth/signing/encryption/master/
+    account/client/storage key, connection string, amz signature), and the last part does not say the value is about
+    the secret rather than the secret itself (``token_count``, ``password_file``, ``api_key_id``,
+    ``auth_method``: count, file, id, path, method, user, ...; ``webhook_url`` is the secret itself).
+    So ``token``, ``auth_token``, ``GITHUB_TOKEN``, ``db_password``, ``client_secret``, ``api-key``,
+    ``apiKey``, ``SENTRY_DSN``, ``DOCKER_AUTH_CONFIG`` and ``X-Amz-Signature`` are secret names; ``tokenizer``, ``tokens``,
+    ``secretary``, ``passwordless``, ``author`` and ``keyboard`` are not (a part must *be* the word)."""
     parts = [p.lower() for p in _NAME_PARTS.split(name) if p]
-    if not parts or parts[-1] in _NOT_SECRET_LAST:
+    if not parts:
         return False
-    if any(p in _SECRET_WORDS for p in parts):
+    if parts[-2:] == ["webhook", "url"]:
+        return True
+    if parts[-1] in _NOT_SECRET_LAST:
+        return False
+    if any(p in _SECRET_WORDS or p.endswith(_SECRET_ENDINGS) for p in parts):
         return True
     return any(pair in _SECRET_PAIRS for pair in zip(parts, parts[1:]))
+
+
+@functools.lru_cache(maxsize=4096)
+def _only_auth(name: str) -> bool:
+    """Whether ``auth`` is all that makes ``name`` a secret name (``AUTH``, ``smtp_auth``)."""
+    parts = [p.lower() for p in _NAME_PARTS.split(name) if p]
+    return "auth" in parts and not _secret_name("_".join(p for p in parts if p != "auth"))
 
 
 def _could_be_secret(value: str) -> bool:
@@ -895,77 +1024,402 @@ def _could_be_secret(value: str) -> bool:
     return bool(value) and not value.startswith(("<", "${", "{{")) and not _PLAIN_VALUE.fullmatch(value)
 
 
-def _assignment(match: re.Match) -> str:
-    key, sep, value = match.group(2), match.group(3), match.group(4)
-    if not _secret_name(key):
-        return match.group(0)
-    quoted = value[:1] in "\"'" and len(value) >= 2
-    inner = value[1:-1] if quoted else value
-    if not _could_be_secret(inner):
-        return match.group(0)
-    if not quoted and ":" in sep:
-        # prose guard: ``password: reset flow failed`` is a sentence, ``db_password: hunter2`` is YAML
-        rest = match.string[match.end():match.string.find("\n", match.end()) % (len(match.string) + 1)]
-        if rest.strip() and rest.strip()[:1] not in ",;}]#":
-            return match.group(0)
-    new_value = f"{value[0]}{REDACTED}{value[-1]}" if quoted else REDACTED
-    return match.group(0)[:match.start(4) - match.start(0)] + new_value
+def _credential_like(value: str) -> bool:
+    """A bare word that looks like a credential rather than a word or a variable: 6+ characters of the
+    kinds credentials use, mixing letters and digits (or 20+ of them with no ``_``, unlike a name)."""
+    return len(value) >= 6 and bool(_CREDENTIAL_CHARS.fullmatch(value)) and (
+        (len(value) >= 20 and "_" not in value)
+        or (any(c.isdigit() for c in value) and any(c.isalpha() for c in value)))
+
+
+def _variable(value: str) -> bool:
+    """A name with no digit in it (``t``, ``password``, ``PlainToken``, ``DEFAULT_TOKEN``): in code, a
+    variable; in a document, a placeholder or a word."""
+    return bool(_IDENTIFIER.fullmatch(value)) and not any(c.isdigit() for c in value)
+
+
+def _line_rest(text: str, at: int) -> str:
+    end = text.find("\n", at)
+    return text[at:] if end < 0 else text[at:end]
+
+
+def _expression(value: str) -> bool:
+    """Code rather than a value: a call or subscript, an attribute path (``os.environ``,
+    ``settings.API_KEY``; not ``s.<long random part>``), a command substitution."""
+    if not _EXPRESSION.fullmatch(value):
+        return False
+    return not (_DOTTED.fullmatch(value) and any(len(p) >= 16 and any(c.isdigit() for c in p)
+                                                 for p in value.split(".")))
+
+
+def _connection_string(name: str) -> bool:
+    parts = [p.lower() for p in _NAME_PARTS.split(name) if p]
+    return "connectionstring" in parts or ("connection", "string") in zip(parts, parts[1:])
+
+
+def _literal_value(m: re.Match) -> tuple[int, int] | None:
+    """Where the literal assigned by an ``_ASSIGNMENT`` match is (the span to replace), or None when the
+    name is not a secret name or the value is code (a call, a subscript, an attribute, a variable, an
+    operand), a placeholder, documentation or prose."""
+    quote, dashes, name, sep, value = m.group(1, 2, 3, 4, 5)
+    if not value or not _secret_name(name):
+        return None
+    q = ""
+    if value[0] in "\"'\\":
+        found = _QUOTE.match(value)
+        if found and value.endswith(found.group()) and len(value) >= 2 * len(found.group()):
+            q = found.group()
+    flag = not sep.strip()
+    spaced = not flag and sep != sep.strip()
+    if not q and not flag and (quote or len(value) < 4 or (spaced and _variable(value))):
+        return None   # ``{"password": password}``, ``token = t``, ``password: str``: code
+    if _only_auth(name) and not (len(value) >= 14 and _credential_like(value.strip("\\\"'"))):
+        return None   # ``AUTH=CRAM-MD5`` names a mechanism; docker's ``"auth": "<base64>"`` is a credential
+    start, end = m.start(5), m.end(5)
+    inner = value[len(q):len(value) - len(q)] if q else value
+    if flag:   # ``--password X``: a flag's next word, when it is a literal
+        ok = _could_be_secret(inner) and (q or _credential_like(value)) and not _expression(value)
+        return (start + len(q), end - len(q)) if ok else None
+    if sep[0] in " \t" and ":" in sep:
+        return None   # ``signature : Signature`` documents a parameter
+    if spaced:   # ``key: value`` / ``key = value``: a document's line ends there, code's goes on
+        rest = _line_rest(m.string, end).strip()
+        if rest and rest[0] not in _PROSE_AFTER and not _credential_like(inner):
+            return None
+    if q:
+        return (start + len(q), end - len(q)) if _could_be_secret(inner) and len(inner) >= 4 else None
+    if quote or len(value) < 4 or not _could_be_secret(value) or _expression(value):
+        return None
+    if _connection_string(name):   # ``Host=db;Password=x``: the whole string, not its first field
+        end = start + len(_NOT_SPACE.match(m.string, start).group())
+    if _variable(value) and (spaced or m.string[end:end + 1] in (",", ")") or "." in name):
+        return None   # ``token = t``, ``f(password=pw)``, ``c.token=t``, ``password: str``
+    if spaced and not _credential_like(value):
+        return None
+    return start, end
+
+
+def _spans_sub(text: str, spans: list[tuple[int, int]]) -> str:
+    if not spans:
+        return text
+    out, last = [], 0
+    for a, b in spans:
+        out += (text[last:a], REDACTED)
+        last = b
+    out.append(text[last:])
+    return "".join(out)
+
+
+def _secret_name_at(text: str, start: int, end: int) -> int:
+    """Where the match of the name ``text[start:end]`` starts (with the quote, escaped or not, that
+    opens it), or -1 when it is not a secret name (a flag's dashes and a JSON escape before it are not
+    part of it)."""
+    name = text[start:end]
+    if name[0] in "-nrt":
+        if start and text[start - 1] == "\\" and name[0] != "-":
+            start, name = start + 1, name[1:]   # ``\npassword``: the JSON escape is not part of the name
+        name = name[2:] if name.startswith("--") else name[1:] if name.startswith("-") else name
+    if not _secret_name(name):
+        return -1
+    if start and text[start - 1] in "\"'":
+        start -= 1
+        while start and text[start - 1] == "\\":
+            start -= 1
+    return start
+
+
+def _redact_assignments(places: _Places) -> str:
+    """The literal of every assignment to a secret name: names are found from their markers (every
+    secret name holds one), then matched where they start, so nothing before them can hide them."""
+    text, seen = places.text, {}
+    names = None   # the ASCII image of ``text``: name characters ``a``, the others spaces
+    for word in _NAME_MARKERS:
+        for at in places.of(word):
+            if names is None:
+                names = text.encode("ascii", "replace").translate(_NAME_TABLE)
+            start = names.rfind(b" ", 0, at) + 1
+            if start not in seen:
+                end = names.find(b" ", at)
+                seen[start] = _secret_name_at(text, start, len(text) if end < 0 else end)
+    spans, last = [], 0
+    for start in sorted(s for s in seen.values() if s >= 0):
+        if start < last:
+            continue   # inside a value already redacted
+        m = _ASSIGNMENT.match(text, start)
+        if m is None and text[start] in "\\\"'":
+            m = _ASSIGNMENT.match(text, start + len(_QUOTE.match(text, start).group()))   # ``'password=x'``
+        span = _literal_value(m) if m else None
+        if span:
+            spans.append(span)
+            last = span[1]
+    return _spans_sub(text, spans)
+
+
+def _netrc_entry(m: re.Match) -> str | None:
+    """``machine h login u password p`` and a ``password p`` line of a .netrc."""
+    line_start = m.string.rfind("\n", 0, m.start()) + 1
+    if _credential_like(m.group(2)) and _NETRC_BEFORE.fullmatch(m.string[line_start:m.start()]):
+        return m.group(1) + REDACTED
+    return None
+
+
+def _ascii_lower(text: str) -> str:
+    """``text`` in lowercase, ASCII letters only, so that every offset stays that of ``text``."""
+    return text.lower() if text.isascii() else text.encode("ascii", "replace").lower().decode("ascii")
+
+
+def _word_start(text: str, at: int) -> bool:
+    """Whether a word starts at ``text[at]`` (as ``\b`` would say, and also right after ``\n``)."""
+    if not at or text[at - 1] not in _WORD_CHARS:
+        return True
+    return text[at - 1] in "nrt" and at >= 2 and text[at - 2] == "\\"
+
+
+class _Places:
+    """Where words occur in a text (in its lowercase ASCII image unless asked by case), each word
+    looked for once however many rules ask; a word that holds another (``authorization``, ``auth``)
+    is found among the other's places."""
+
+    _WITHIN = {"authorization": "auth", "password": "passw"}
+
+    def __init__(self, text: str):
+        self.text, self.low, self._found = text, _ascii_lower(text), {}
+
+    def of(self, word: str, case: bool = False) -> list[int]:
+        """The offsets where ``word`` occurs, in order."""
+        found = self._found.get((word, case))
+        if found is None:
+            hay = self.text if case else self.low
+            if word in self._WITHIN:
+                found = [at for at in self.of(self._WITHIN[word]) if hay.startswith(word, at)]
+            else:
+                found, at = [], hay.find(word)
+                while at >= 0:
+                    found.append(at)
+                    at = hay.find(word, at + len(word))
+            self._found[(word, case)] = found
+        return found
+
+
+def _anchored(words: tuple[str, ...], pattern: _LazyPattern, replace: Callable[[re.Match], str | None],
+              start: Callable[[str, int], bool] | None = _word_start, case: bool = False) -> Callable[[_Places], str]:
+    """A rule that tries ``pattern`` only where one of ``words`` occurs (in the lowercase image unless
+    ``case``) and ``start`` accepts the place; ``replace(m)`` is the new text of a match, or None to
+    leave it. Its cost follows the words' occurrences, not the length of the text."""
+    def rule(places: _Places) -> str:
+        text = places.text
+        hits = places.of(words[0], case) if len(words) == 1 else sorted(
+            {at for word in words for at in places.of(word, case)})
+        out, last = [], 0
+        for at in hits:
+            if at < last or (start is not None and not start(text, at)):
+                continue
+            m = pattern.match(text, at)
+            new = replace(m) if m else None
+            if new is not None:
+                out += (text[last:at], new)
+                last = m.end()
+        return "".join(out) + text[last:] if out else text
+    return rule
+
+
+def _token_start(text: str, at: int) -> bool:
+    """Whether a token starts at ``text[at]``: after a character that cannot be in one, or after a JSON
+    escape such as ``\n``."""
+    if not at or text[at - 1] not in _TOKEN_CHARS:
+        return True
+    return text[at - 1] in "nrt" and at >= 2 and text[at - 2] == "\\"
+
+
+def _sub_shape(kind: str, pattern: _LazyPattern) -> Callable[[str], str]:
+    def found(m: re.Match) -> str:
+        at = m.start()
+        if kind == "terraform" or _token_start(m.string, at) or (
+                kind == "telegram bot" and m.string[at - 3:at] == "bot"):
+            return REDACTED
+        return m.group(0)
+    return lambda text: pattern.sub(found, text)
+
+
+def _auth_header(m: re.Match) -> str | None:
+    value, opened = m.group(4), m.group(3)
+    if opened:
+        ok = m.string.startswith(opened, m.end())
+    elif m.group(1).rstrip().lower().endswith(_AUTH_SCHEMES):
+        ok = True   # ``Basic <credential>``: a scheme and one word are never prose
+    else:
+        rest = _line_rest(m.string, m.end()).strip()
+        ok = not rest or rest[0] in _PROSE_AFTER
+    if not ok or not _could_be_secret(value) or _expression(value) or (_variable(value) and len(value) < 16):
+        return None
+    return m.group(1) + REDACTED
+
+
+def _cookies(m: re.Match) -> str:
+    def pair(p: re.Match) -> str:
+        name = p.group(1)[:-1].lower()
+        return p.group(0) if name in _COOKIE_ATTRS or not _credential_like(p.group(2)) else p.group(1) + REDACTED
+    return m.group(1) + _COOKIE_PAIR.sub(pair, m.group(2))
+
+
+def _second(check: Callable[[str], bool] = _could_be_secret, after: str = "") -> Callable[[re.Match], str | None]:
+    """Replace a match's second group (the first stays) when ``check`` says it is a secret."""
+    return lambda m: m.group(1) + REDACTED + after if check(m.group(2).strip("\"'")) else None
+
+
+# (kind, markers, rule): the rules that look at one line at a time, in the order they run. A rule runs
+# on a line only when one of its markers occurs in it: the shapes' prefixes as they are, the other
+# rules' markers in the line in lowercase. Every match of a rule holds one of its markers.
+_SHAPE_RULES = [(kind, prefixes, _sub_shape(kind, pattern)) for kind, prefixes, pattern in _SHAPES]
+# (kind, rule(places)): the rules for names, headers, flags and URLs, in the order they
+# run; each finds its own words, so it costs next to nothing where they do not occur
+_WORD_RULES = [
+    ("webhook url", _anchored(("://",), _WEBHOOK_URL, _second(lambda v: True), None, case=True)),
+    ("sentry dsn", _anchored(("://",), _URL_KEY_USER, _second(lambda v: True), None, case=True)),
+    ("authorization header", _anchored(("authorization",), _AUTH_HEADER, _auth_header)),
+    ("bearer", _anchored(("bearer",), _BEARER, _second(lambda v: True))),
+    ("url password", _anchored(("://",), _URL_PASSWORD, _second(after="@"), None, case=True)),
+    ("cookie header", _anchored(("cookie",), _COOKIE_HEADER, _cookies)),
+    ("user flag", _anchored(("-u ", "--user"), _USER_FLAG, _second(lambda v: _could_be_secret(v) and not _variable(v)),
+                            _token_start, case=True)),
+    ("mysql -p", _anchored(("mysql",), _MYSQL_FLAG, _second())),
+    (".netrc password", _anchored(("password",), _NETRC, _netrc_entry, case=True)),
+    ("sig= parameter", _anchored(("sig=",), _SIG_PARAM, _second(), _token_start)),
+    ("assignment or flag", _redact_assignments),
+]
+_SMALL = 2048   # below this, looking for token-like runs costs more than looking for every prefix
 
 
 def _env_secrets() -> list[str]:
     """Literal values of this process's credentials: the Anthropic variables and every variable whose
-    name is a secret name (``GITHUB_TOKEN``, ``DB_PASSWORD``, ...), when long enough to be one."""
+    name is a secret name (``GITHUB_TOKEN``, ``DB_PASSWORD``, ``PGPASSWORD``, ``SENTRY_DSN``, ...), when
+    long enough to be one."""
     always = ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "CLAUDE_CODE_OAUTH_TOKEN")
     return [v for k, v in os.environ.items()
             if len(v) >= 8 and k not in ("PWD", "OLDPWD") and (k in always or _secret_name(k))]
+
+
+def _redact_env_and_blocks(value: str, env_secrets: list[str] | None) -> str:
+    out = value
+    for secret in _env_secrets() if env_secrets is None else env_secrets:
+        if secret in out:
+            out = out.replace(secret, REDACTED)
+    for marker, pattern in _BLOCKS:
+        if marker in out:
+            out = pattern.sub(marker + " " + REDACTED if marker == "Private-Lines:" else REDACTED, out)
+    return out
+
+
+def _redact_shapes(text: str) -> str:
+    """The shape rules, each only where one of its prefixes occurs."""
+    for _, prefixes, rule in _SHAPE_RULES:
+        for prefix in prefixes:
+            if prefix in text:
+                text = rule(text)
+                break
+    return text
+
+
+def _redact_words(text: str) -> str:
+    places = _Places(text)
+    for _, rule in _WORD_RULES:
+        new = rule(places)
+        if new is not places.text:
+            places = _Places(new)
+    return places.text
+
+
+def _shape_run(text: str, start: int, end: int) -> bool:
+    """Whether the token-like run ``text[start:end]`` (20+ characters) may begin one of _SHAPES."""
+    word = text[start:end]
+    if word.startswith(_RUN_PREFIXES) or text[start - 9 if start > 9 else 0:start].endswith(_DOT_PREFIXES):
+        return True
+    escaped = start and text[start - 1] == "\\"
+    if escaped and word[1:].startswith(_RUN_PREFIXES):
+        return True
+    if text[start - 1:start] == ":" and text[start - 2:start - 1].isdigit():
+        return True                                                                      # telegram
+    return text[end:end + 1] == "." and (word.startswith(_DISCORD_PREFIXES)
+                                         or (escaped and word[1:].startswith(_DISCORD_PREFIXES)))
+
+
+def _shape_lines(text: str) -> dict[int, int]:
+    """Start -> end of every line of ``text`` that holds a token-like run of 20+ characters which may
+    begin a shape (found with byte scans of an ASCII image of the text): a cheap superset of the
+    lines the shape rules change."""
+    image = text.encode("ascii", "replace")   # one byte per character: offsets are the text's
+    n, lines = len(image), {}
+    runs = image.translate(_RUN_TABLE)
+    at = runs.find(_RUN)
+    while at >= 0:
+        end = runs.find(b" ", at)
+        end = n if end < 0 else end
+        if (image.startswith(_RUN_STARTS, at) or image.endswith(_DOT_ENDS, 0, at) or image[at - 1:at] == b"\\"
+                or (image[at - 1:at] == b":" and image.startswith(b"AA", at))) and _shape_run(text, at, end):
+            line_end = image.find(b"\n", end)
+            lines[image.rfind(b"\n", 0, at) + 1] = n if line_end < 0 else line_end
+        at = runs.find(_RUN, end)
+    return lines
 
 
 def redact(value: str, env_secrets: list[str] | None = None) -> str:
     """Replace every credential in ``value`` with ``[REDACTED]``; everything else is left as it is.
 
     Redacted: the literal values of credential environment variables (see :func:`_env_secrets`);
-    Anthropic/OpenAI keys (``sk-``, ``sk-ant-``, ``sk-proj-``), Stripe ``sk_/rk_/pk_`` live and test keys,
-    GitHub (``ghp_ gho_ ghu_ ghs_ ghr_ github_pat_``), GitLab ``glpat-``, npm ``npm_``, Slack ``xox*-``,
-    Google ``AIza``, AWS key ids (``AKIA ASIA AGPA AIDA AROA``), JWTs, PEM private keys (with or without
-    their END line); the credential of ``Authorization:`` headers (Bearer, Basic, Token, ...) and of a
-    bare ``Bearer <token>``; the password of ``scheme://user:password@host``; the value of an
-    assignment whose key is a secret name (``KEY=v``, ``key: v``, ``"key": "v"``; see
-    :func:`_secret_name`) unless it cannot be a secret (a number, true/false/null, empty, a
-    placeholder). Not redacted: secrets of a shape not listed here that are not assigned to a secret
-    name (a random password in prose, for example). ``env_secrets``: what :func:`_env_secrets` returned,
-    for a caller that redacts many texts at once.
+    tokens of a known shape (Anthropic/OpenAI, Stripe, GitHub, GitLab, npm, AWS key ids, Slack, Google
+    API keys and OAuth tokens, JWTs, Hugging Face, SendGrid, DigitalOcean, Databricks, Mailgun, Shopify,
+    Heroku, Atlassian, PyPI, Terraform, Vault, Linear, Notion, age, Square, Discord and Telegram bots);
+    PEM and PGP private key blocks and PuTTY private lines; Slack/Discord webhook URLs and Sentry DSN keys;
+    the credential of ``Authorization:`` headers and of a bare ``Bearer <token>``; cookie values of
+    ``Cookie:``/``Set-Cookie:``; the password of ``scheme://user:password@host``, ``curl -u user:pw``,
+    ``mysql -pPW``, ``.netrc`` and ``sig=`` query parameters; the literal assigned to a secret name
+    (``KEY=v``, ``key: v``, ``"key": "v"``, ``--key v``, anywhere in a line; see :func:`_secret_name`)
+    unless it cannot be a secret (a number, true/false/null, empty, a placeholder) or is code (a call, a
+    subscript, an attribute, a variable). Not redacted: secrets of a shape not listed here that are not
+    assigned to a secret name. ``env_secrets``: what :func:`_env_secrets` returned, for a caller that
+    redacts many texts at once.
     """
     if not value:
         return value
-    out = value
-    for secret in _env_secrets() if env_secrets is None else env_secrets:
-        if secret in out:
-            out = out.replace(secret, REDACTED)
-    for markers, pattern in _SECRET_PATTERNS:
-        if any(marker in out for marker in markers):
-            out = pattern.sub(REDACTED, out)
-    lowered = out.lower()
-    if "author" in lowered:
-        out = _AUTH_HEADER.sub(lambda m: m.group(1) + REDACTED, out)
-    if "bearer" in lowered:
-        out = _BEARER.sub(lambda m: m.group(1) + REDACTED, out)
-    if "://" in out and "@" in out:
-        out = _URL_PASSWORD.sub(lambda m: m.group(1) + REDACTED + "@", out)
-    if any(marker in lowered for marker in _ASSIGNMENT_MARKERS):
-        out = _ASSIGNMENT.sub(_assignment, out)
+    out = _redact_env_and_blocks(value, env_secrets)
+    if len(out) < _SMALL:
+        return _redact_words(_redact_shapes(out))
+    lines = _shape_lines(out)
+    if lines:
+        pieces, last = [], 0
+        for start in sorted(lines):
+            pieces += (out[last:start], _redact_shapes(out[start:lines[start]]))
+            last = lines[start]
+        pieces.append(out[last:])
+        out = "".join(pieces)
+    return _redact_words(out)
+
+
+def _redact_reference(value: str, env_secrets: list[str] | None = None) -> str:
+    """What :func:`redact` must return, the slow and simple way: every rule over the whole text."""
+    if not value:
+        return value
+    out = _redact_env_and_blocks(value, env_secrets)
+    for _, _, rule in _SHAPE_RULES:
+        out = rule(out)
+    for _, rule in _WORD_RULES:
+        out = rule(_Places(out))
     return out
 
 
-def redact_obj(value: Any) -> Any:
+def redact_obj(value: Any, env_secrets: list[str] | None = None) -> Any:
     """:func:`redact` every string inside a JSON-like structure (before it is encoded); a string
-    value under a secret-named key is redacted whole unless it cannot be a secret."""
+    value under a secret-named key is redacted whole unless it cannot be a secret. The environment's
+    credentials are read once for the whole structure."""
+    if env_secrets is None and not isinstance(value, str):
+        env_secrets = _env_secrets()
     if isinstance(value, str):
-        return redact(value)
+        return redact(value, env_secrets)
     if isinstance(value, dict):
         return {k: (REDACTED if isinstance(k, str) and isinstance(v, str) and _secret_name(k)
-                    and _could_be_secret(v) else redact_obj(v)) for k, v in value.items()}
+                    and _could_be_secret(v) else redact_obj(v, env_secrets)) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [redact_obj(v) for v in value]
+        return [redact_obj(v, env_secrets) for v in value]
     return value
 
 
