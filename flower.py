@@ -482,7 +482,7 @@ TEXTS: dict[str, dict[str, str]] = {
         "dr_run_dir_fix": "换一个可写的 --run-dir",
         "dr_integrity": "sessions.db 完整性 {verdict}",
         "dr_aside_fix": "把这个文件挪到一边",
-        "dr_psycopg": "psycopg {version}",
+        "dr_psycopg": "psycopg {version} 已安装",
         "dr_psycopg_missing": "没有安装 psycopg 3(--state postgresql://... 需要它)",
         "dr_db_reach": "状态数据库 {host}:{port} {verdict}",
         "dr_db_reach_fix": "检查 --state / FLOWER_STATE 里的主机和端口,以及数据库服务是否在运行",
@@ -6229,15 +6229,13 @@ class PostgresState(StateBackend):
             try:
                 self._relock()
                 wait = self.lease_ttl / 6
-            except Offline:
+            except Exception:   # away (or refusing): renew again in a second; this thread never dies of it
+                if self._lost is not None:
+                    return
                 wait = min(1.0, self.lease_ttl / 6)
                 if not self._lapsed and time.monotonic() > self._valid_until:
                     self._lapsed = True
                     self._stop_driving()
-            except FlowerError:
-                if self._lost is not None:
-                    return
-                wait = min(1.0, self.lease_ttl / 6)
 
     def close(self) -> None:
         """Let go of the leases, close both connections (the server drops the advisory locks with them)."""
