@@ -294,6 +294,8 @@ TEXTS: dict[str, dict[str, str]] = {
         "dr_db_schema_none": "no flower schema yet (created on first use)",
         "dr_db_schema_fix": "use a newer flower.py",
         "dr_db_skipped": "state database: {check} not checked ({why})",
+        "info_lease_lapsed": "the lock could not be renewed for {seconds}s (the state database is away): "
+                             "the CLI is stopped until the database is back, then this run goes on",
         "info_lease_wait": "{what} is leased to pid {pid} on {host}, whose connection is gone; waiting up to "
                            "{seconds}s for it to renew (then this run stops) or to lapse",
         "added_on_wake": "Added on wake",
@@ -492,6 +494,7 @@ TEXTS: dict[str, dict[str, str]] = {
         "dr_db_schema_none": "还没有 flower 表结构(首次使用时创建)",
         "dr_db_schema_fix": "换用更新的 flower.py",
         "dr_db_skipped": "状态数据库:未检查{check}({why})",
+        "info_lease_lapsed": "已有 {seconds} 秒无法续约锁(状态数据库连不上):先停下 CLI,数据库恢复后本次运行继续",
         "info_lease_wait": "{what} 的租约属于 {host} 上的 pid {pid},它的连接已断;最多等待 {seconds} 秒,"
                            "看它续约(那样本次运行停止)还是过期",
         "added_on_wake": "唤醒时补充",
@@ -6235,6 +6238,8 @@ class PostgresState(StateBackend):
                 wait = min(1.0, self.lease_ttl / 6)
                 if not self._lapsed and time.monotonic() > self._valid_until:
                     self._lapsed = True
+                    if self.notify is not None:
+                        self.notify(text("info_lease_lapsed", self.paths.lang, seconds=int(self.lease_ttl * 5 / 6)))
                     self._stop_driving()
 
     def close(self) -> None:
@@ -6870,8 +6875,10 @@ class PgLock(DriverLock):
             if not first:
                 first, deadline = lease, time.monotonic() + lease["left"] + 2.0
                 if self.state.notify is not None:
-                    self.state.notify(text("info_lease_wait", self.state.paths.lang, what=self.what, pid=lease["info"].get("pid", "?"),
-                                           host=lease["info"].get("host", "?"), seconds=int(lease["left"]) + 1))
+                    who = lease["info"]
+                    self.state.notify(text("info_lease_wait", self.state.paths.lang, what=self.what,
+                                           pid=who.get("pid", "?"), host=who.get("host", "?"),
+                                           seconds=int(lease["left"]) + 1))
             time.sleep(min(1.0, max(0.1, deadline - time.monotonic())))
         self._held, self.info = True, info
         return self
@@ -7429,6 +7436,11 @@ class Runtime:
                     break
                 await self._sleep(delay)
                 result.attempts += 1
+                if not await self.wait_for_state():   # whether the session was stored is the database's to say
+                    host, port = self.state.endpoint() or ("?", 0)
+                    result.error = f"network down past {int(self.resilience.max_offline_wait)}s (database {host}:{port})"
+                    result.error_kind = OFFLINE
+                    break
                 if self.has_session(st.sid):
                     result.resumed = True
                     current_prompt, resuming = text("resume_prompt", self.lang), st.sid
@@ -9196,6 +9208,13 @@ def _doctor_state(args: argparse.Namespace, reporter: Reporter, lang: str) -> li
     return checks
 
 
+def _database_reach(host: str, port: int) -> str:
+    """:func:`diagnose` for the state database; a host that is a directory names a unix socket."""
+    if host.startswith("/"):
+        return "reachable" if os.path.exists(os.path.join(host, f".s.PGSQL.{port}")) else "unreachable"
+    return diagnose(host, port, max(0.1, env_number("FLOWER_PROBE_TIMEOUT", 5.0)))
+
+
 def _doctor_database(args: argparse.Namespace, lang: str) -> list[Check]:
     """With ``--state`` / FLOWER_STATE postgresql://...: psycopg, the server's reach, the login and
     the flower schema, a line each (login and schema only when the server is reached)."""
@@ -9213,10 +9232,7 @@ def _doctor_database(args: argparse.Namespace, lang: str) -> list[Check]:
     except FlowerError as exc:
         return checks + [Check(False, str(exc), t("dr_db_login_fix"))]
     host, port = state.endpoint()
-    if host.startswith("/"):   # a unix socket directory
-        verdict = "reachable" if os.path.exists(os.path.join(host, f".s.PGSQL.{port}")) else "unreachable"
-    else:
-        verdict = diagnose(host, port, max(0.1, env_number("FLOWER_PROBE_TIMEOUT", 5.0)))
+    verdict = _database_reach(host, port)
     said = t("dr_" + verdict.split(" (")[0].replace(" ", "_").lower()) + verdict[len(verdict.split(" (")[0]):]
     checks.append(Check(verdict == "reachable", t("dr_db_reach", host=host, port=port, verdict=said),
                         t("dr_db_reach_fix"), kind="network"))

@@ -29,6 +29,14 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FLOWER = os.path.join(ROOT, "flower.py")
 
 
+def _readable(path):
+    try:
+        with open(path, "rb"):
+            return True
+    except OSError:
+        return False
+
+
 class _Machines(unittest.TestCase):
     """ManyMachines' machines and helpers, without its scenarios."""
 
@@ -284,6 +292,41 @@ class SettingsProblems(_Machines):
 @unittest.skipUnless(HAVE_SDK, SKIP)
 @unittest.skipUnless(HAVE_PG, PG_SKIP)
 class DatabaseBlips(_Machines):
+    def test_a_holder_past_its_lease_in_an_outage_stops_its_cli_then_goes_on_in_the_same_session(self):
+        back = threading.Event()
+
+        def tool_running():
+            return any(b"NEVER-MARK" in open(f"/proc/{pid}/cmdline", "rb").read()
+                       for pid in os.listdir("/proc") if pid.isdigit() and _readable(f"/proc/{pid}/cmdline"))
+
+        def outage_until_the_tool_is_stopped():   # the database stays away until the holder stopped its CLI
+            self.server.stop("immediate")
+            try:
+                self.wait_for(tool_running, timeout=60, what="the tool running")
+                self.wait_for(lambda: not tool_running(), timeout=90, what="the tool stopped")
+            finally:
+                self.server.start()
+                back.set()
+
+        def tool_then_outage(body):
+            threading.Thread(target=outage_until_the_tool_is_stopped, daemon=True).start()
+            return tool("Bash", {"command": "python3 -c \"import time; time.sleep(40); print('NEVER-MARK')\""},
+                        say="LAPSE-MARK")
+        self.roles.work = [tool_then_outage, text("finished after the lapse")]
+        env = dict(self.env(self.a), FLOWER_LEASE_TTL="6")
+        p = subprocess.run([sys.executable, FLOWER, "--state", self.dsn, "write hello"], cwd=self.a, env=env,
+                           capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
+        self.assertTrue(back.wait(60))
+        self.assertEqual(p.returncode, 0, p.stderr[-3000:])
+        self.assertIn(flower.text("info_lease_lapsed", seconds=5), p.stderr)
+        work = self.lineage()["steps"]["work"]
+        stored = json.dumps(self.stored(work))
+        self.assertIn("LAPSE-MARK", stored)            # the same session went on after the outage
+        self.assertIn("finished after the lapse", stored)
+        self.assertFalse("NEVER-MARK" in stored.replace("print('NEVER-MARK')", ""), "the tool ran to its end")
+        resumed = self.roles.bodies("work")[-1]
+        self.assertIn("LAPSE-MARK", FakeAnthropic.messages_text(resumed))
+
     def test_a_blip_while_the_goal_steps_cli_runs_is_waited_out(self):
         original = self.roles.__call__
         back = threading.Event()
