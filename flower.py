@@ -290,6 +290,20 @@ TEXTS: dict[str, dict[str, str]] = {
         "dr_rows_damaged": "sessions.db rows: {n} of {total} damaged and skipped on resume ({where})",
         "dr_rows_unread": "sessions.db rows cannot be read ({error})",
         "dr_rows_fix": "a resume of those sessions lacks those entries; move sessions.db aside to start them fresh",
+        "dr_psycopg": "psycopg {version}",
+        "dr_psycopg_missing": "psycopg 3 not installed (--state postgresql://... needs it)",
+        "dr_db_reach": "state database {host}:{port} {verdict}",
+        "dr_db_reach_fix": "check the host and port in --state / FLOWER_STATE and that the server runs",
+        "dr_db_login": "login to {where} accepted",
+        "dr_db_login_fix": "check the user, password and database name in --state / FLOWER_STATE",
+        "dr_db_schema": "flower schema version {version} (this flower.py knows up to {known})",
+        "dr_db_schema_none": "no flower schema yet (created on first use)",
+        "dr_db_schema_fix": "use a newer flower.py",
+        "dr_db_skipped": "state database: {check} not checked ({why})",
+        "info_lease_lapsed": "the lock could not be renewed for {seconds}s (the state database is away): "
+                             "the CLI is stopped until the database is back, then this run goes on",
+        "info_lease_wait": "{what} is leased to pid {pid} on {host}, whose connection is gone; waiting up to "
+                           "{seconds}s for it to renew (then this run stops) or to lapse",
         "added_on_wake": "Added on wake",
         "wake_addendum": "The human adds: {words}",
         "ui_continues": "<- continues earlier session · wake #{woke}",
@@ -490,6 +504,19 @@ TEXTS: dict[str, dict[str, str]] = {
         "dr_rows_damaged": "sessions.db 记录:{total} 条中 {n} 条已损坏,续接时会跳过({where})",
         "dr_rows_unread": "sessions.db 的记录无法读取({error})",
         "dr_rows_fix": "续接这些会话时会缺少这些记录;把 sessions.db 挪到一边可让它们从头开始",
+        "dr_psycopg": "psycopg {version} 已安装",
+        "dr_psycopg_missing": "没有安装 psycopg 3(--state postgresql://... 需要它)",
+        "dr_db_reach": "状态数据库 {host}:{port} {verdict}",
+        "dr_db_reach_fix": "检查 --state / FLOWER_STATE 里的主机和端口,以及数据库服务是否在运行",
+        "dr_db_login": "以 {where} 登录成功",
+        "dr_db_login_fix": "检查 --state / FLOWER_STATE 里的用户名、密码和数据库名",
+        "dr_db_schema": "flower 表结构版本 {version}(本 flower.py 最高认识 {known})",
+        "dr_db_schema_none": "还没有 flower 表结构(首次使用时创建)",
+        "dr_db_schema_fix": "换用更新的 flower.py",
+        "dr_db_skipped": "状态数据库:未检查{check}({why})",
+        "info_lease_lapsed": "已有 {seconds} 秒无法续约锁(状态数据库连不上):先停下 CLI,数据库恢复后本次运行继续",
+        "info_lease_wait": "{what} 的租约属于 {host} 上的 pid {pid},它的连接已断;最多等待 {seconds} 秒,"
+                           "看它续约(那样本次运行停止)还是过期",
         "added_on_wake": "唤醒时补充",
         "wake_addendum": "人类补充:{words}",
         "ui_continues": "<- 接上次 · 第 {woke} 次唤醒",
@@ -2048,6 +2075,7 @@ _NUMBER_SETTINGS = {  # name -> (lowest allowed value, whole number?)
     "FLOWER_PROBE_INTERVAL": (0.1, False), "FLOWER_PROBE_TIMEOUT": (0.1, False),
     "FLOWER_MAX_OFFLINE_WAIT": (0, False), "FLOWER_WINDOW": (10_000, True), "FLOWER_HANDOFF_TIMEOUT": (1, False),
     "FLOWER_STALL_TIMEOUT": (1, False),
+    "FLOWER_LEASE_TTL": (1, False),
 }
 
 
@@ -6270,6 +6298,12 @@ class StateBackend:
     def close(self) -> None:
         """Release connections (idempotent)."""
 
+    # called (from any thread) when this process must stop driving at once: its lock is another's now
+    stop_driving: Callable[[], None] | None = None
+
+    def check_lease(self) -> None:
+        """Raise :class:`Busy` when this process's driver lock was taken by another (remote backends)."""
+
 
 class LocalState(StateBackend):
     """Files and SQLite in run_dir (SPEC §2): lineage.json, manifest.json, window.json, sessions.db
@@ -6347,8 +6381,9 @@ class LocalState(StateBackend):
 # its name (a NULL body is a deletion). Writes the database cannot take (it is down) go to a local
 # spool under run_dir and are written, in order and exactly once, when it is back.
 
-PG_SCHEMA_VERSION = 1
+PG_SCHEMA_VERSION = 2     # 2: leases (a flower.py that knows only 1 does not renew them: it is refused)
 PG_LOCK_CLASS = 0x464C57   # first key of flower's advisory locks ("FLW"); the second is hashtext(name)
+PG_LEASE_TTL = 90.0        # seconds a driver's lease lasts unrenewed (FLOWER_LEASE_TTL); renewed every sixth
 
 PG_CREATE = """
 CREATE SCHEMA IF NOT EXISTS flower;
@@ -6384,6 +6419,9 @@ CREATE TABLE IF NOT EXISTS flower.holders (
 CREATE INDEX IF NOT EXISTS holders_ws ON flower.holders (ws, lock, id);
 CREATE TABLE IF NOT EXISTS flower.spooled (
     spool text PRIMARY KEY, ws text NOT NULL, at timestamptz NOT NULL DEFAULT now());
+CREATE TABLE IF NOT EXISTS flower.leases (
+    ws text NOT NULL, lock text NOT NULL, holder text NOT NULL, info text NOT NULL,
+    expires_at timestamptz NOT NULL, PRIMARY KEY (ws, lock));
 """
 PG_SCHEMA_EXISTS = "SELECT to_regclass('flower.schema_version') IS NOT NULL"
 PG_SCHEMA_FOUND = "SELECT max(version) FROM flower.schema_version"
@@ -6433,6 +6471,21 @@ PG_NOTES_LAST = ("SELECT DISTINCT ON (name) name, body, sha FROM flower.notes WH
 PG_NOTE_PUT = "INSERT INTO flower.notes (ws, name, body, sha) VALUES (%s, %s, %s, %s)"
 PG_HOLDER_PUT = "INSERT INTO flower.holders (ws, lock, info) VALUES (%s, %s, %s)"
 PG_HOLDER_LAST = "SELECT info FROM flower.holders WHERE ws=%s AND lock=%s ORDER BY id DESC LIMIT 1"
+# A lease is the one row of its lock, updated in place (the only such row): taken when it lapsed (or
+# its holder is known dead), renewed only by the holder that took it, deleted by that holder alone.
+# Times are the database's, so the machines' clocks never matter.
+PG_LEASE_TAKE = """
+INSERT INTO flower.leases AS l (ws, lock, holder, info, expires_at)
+VALUES (%(ws)s, %(lock)s, %(holder)s, %(info)s, clock_timestamp() + %(ttl)s * interval '1 second')
+ON CONFLICT (ws, lock) DO UPDATE SET holder = EXCLUDED.holder, info = EXCLUDED.info, expires_at = EXCLUDED.expires_at
+WHERE l.expires_at < clock_timestamp() OR l.holder = %(stale)s
+RETURNING 1
+"""
+PG_LEASE_RENEW = ("UPDATE flower.leases SET expires_at = clock_timestamp() + %s * interval '1 second' "
+                  "WHERE ws=%s AND lock=%s AND holder=%s RETURNING 1")
+PG_LEASE_GET = ("SELECT holder, info, expires_at, extract(epoch FROM expires_at - clock_timestamp())::float8 "
+                "FROM flower.leases WHERE ws=%s AND lock=%s")
+PG_LEASE_DROP = "DELETE FROM flower.leases WHERE ws=%s AND lock=%s AND holder=%s"
 PG_SPOOL_CLAIM = "INSERT INTO flower.spooled (spool, ws) VALUES (%s, %s) ON CONFLICT DO NOTHING RETURNING 1"
 
 
@@ -6450,6 +6503,48 @@ class Offline(FlowerError):
 
     def __init__(self, message: str):
         super().__init__(message, EXIT_OFFLINE)
+
+
+# what libpq says when the server (or libpq itself) refuses the settings, not the network: a rejected
+# login (28P01, 28000), a database that does not exist (3D000), no CONNECT right, a malformed option.
+# libpq gives no SQLSTATE for a failed connection, so its text is what there is to go by.
+_PG_SETUP_FAILURE = _lazy_re(
+    r"(?i)authentication failed|no pg_hba\.conf entry|role \"[^\"]*\" does not exist|database \"[^\"]*\" "
+    r"does not exist|not permitted to log in|no password supplied|permission denied for database|"
+    r"invalid (?:integer |boolean )?value|invalid connection option|invalid sslmode|invalid URI|"
+    r"missing \"=\"|server does not support SSL")
+
+
+def pg_setup_problem(message: str) -> str | None:
+    """The reason, when a failed connection's message says the settings are wrong (user, password,
+    database name, a malformed option), not that the database is away; None otherwise."""
+    for line in message.splitlines():
+        found = _PG_SETUP_FAILURE.search(line)
+        if found:
+            reason = re.sub(r"^.*?(?:FATAL|ERROR):\s*|^.*?connection is bad:\s*", "", line).strip()
+            return redact(reason or line.strip())[:200]
+    return None
+
+
+def node_id() -> str:
+    """This machine and pid namespace (host name, boot id, pid namespace): two processes with the same
+    node id see each other's pids. Empty where the kernel does not tell (then nobody is judged dead
+    by its pid)."""
+    boot = _read_text("/proc/sys/kernel/random/boot_id")
+    if not boot:
+        return ""
+    try:
+        pid_ns = os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        pid_ns = 0
+    return f"{socket.gethostname()}/{boot.strip()}/{pid_ns}"
+
+
+def lease_stale(info: dict, node: str) -> bool:
+    """Whether a lease's holder is known dead: it ran on this node and its pid is gone."""
+    pid = info.get("pid")
+    return bool(node) and info.get("node") == node and isinstance(pid, int) and pid != os.getpid() \
+        and not _pid_alive(pid)
 
 
 def _parsed_payloads(rows: Iterable[tuple], bad: list[int]) -> Iterator[dict]:
@@ -6478,6 +6573,15 @@ def _and_spooled(entries: Iterable[dict], waiting: list[dict]) -> Iterator[dict]
                     continue
                 seen.add(uid)
             yield entry
+
+
+def _lease_info(raw: Any) -> dict:
+    """A lease row's holder description ({} when unreadable)."""
+    try:
+        value = json.loads(raw)
+    except (TypeError, ValueError):
+        return {}
+    return value if isinstance(value, dict) else {}
 
 
 def latest_rows(rows: Iterable[dict]) -> list[dict]:
@@ -6587,20 +6691,26 @@ def sync_plan(local: dict[str, str], remote: dict[str, str | None], base: dict[s
 class PostgresState(StateBackend):
     """All of flower's state in one PostgreSQL database (``--state postgresql://...``), keyed by the
     workspace id so that any machine's checkout of the same job continues it. One connection for
-    data (thread-safe behind a lock), one for the advisory locks, which the server drops with it."""
+    data (thread-safe behind a lock), one for the advisory locks, which the server drops with it.
+
+    A lock is a lease (a row the holder renews every sixth of ``lease_ttl`` from a thread of its own,
+    the truth across lost connections) plus the advisory lock (the fast path: a live, connected holder
+    refuses a newcomer at once). Every new connection renews the leases before anything else uses
+    it; a holder whose lease another took stops driving (``stop_driving``) and writes nothing more."""
 
     kind = "postgresql"
 
     def __init__(self, paths: Paths, conninfo: str, workspace_id: str, *, store_spec: str | None = None,
-                 connect_timeout: float = 5.0):
+                 connect_timeout: float = 5.0, lease_ttl: float | None = None):
         super().__init__(paths, workspace_id)
         self.pg = _psycopg()
         try:
             self.params = self.pg.conninfo.conninfo_to_dict(conninfo)
         except self.pg.Error:
-            raise FlowerError("--state: not a valid postgresql:// connection string", EXIT_USAGE) from None
+            raise FlowerError("--state: not a valid postgresql:// connection string", EXIT_SETUP) from None
         self.conninfo = conninfo
         self.connect_timeout = connect_timeout
+        self.lease_ttl = max(1.0, lease_ttl or env_number("FLOWER_LEASE_TTL", PG_LEASE_TTL))
         self.spool = StateSpool(os.path.join(paths.run_dir, "spool", "state.jsonl"))
         self._spec = store_spec
         self._store: Any = None
@@ -6608,8 +6718,16 @@ class PostgresState(StateBackend):
         self._lock_conn: Any = None
         self._mutex = threading.RLock()
         self._held: dict[str, dict] = {}   # lock name -> the holder description this process wrote
+        self._leases: dict[str, str] = {}  # lock name -> this holder's id in its lease row
+        self._advisory: set[str] = set()   # lock names whose advisory lock the lock connection holds
+        self._lost: Busy | None = None     # set when another took a lease of this process: nothing more is written
+        self._valid_until = 0.0            # monotonic time until which no other can have taken the leases
+        self._lapsed = False
+        self._beat: threading.Thread | None = None
+        self._beat_stop = threading.Event()
         self._schema_ok = False
         self._retry_at = 0.0
+        self.notify: Callable[[str], None] | None = None
 
     # -- connections --
 
@@ -6631,10 +6749,16 @@ class PostgresState(StateBackend):
         return f"{self.where()} [{what + ' of ' if what else ''}{self.workspace_id}]"
 
     def _connect(self) -> Any:
+        """A new connection; a refused login or a malformed setting is exit 3 at once (waiting would
+        not help), anything else :class:`Offline`."""
         try:
             return self.pg.connect(self.conninfo, autocommit=True, application_name="flower",
                                    connect_timeout=max(1, int(self.connect_timeout)))
         except self.pg.Error as exc:
+            problem = pg_setup_problem(str(exc))
+            if problem:
+                raise FlowerError(f"the state database {self.where()} refused the connection: {problem}; "
+                                  f"check --state / {STATE_ENV}", EXIT_SETUP) from None
             self._retry_at = time.monotonic() + 1.0
             raise Offline(self._offline_line(exc)) from None
 
@@ -6648,15 +6772,21 @@ class PostgresState(StateBackend):
             return conn
         if time.monotonic() < self._retry_at:
             raise Offline(f"the state database {self.where()} is unreachable")
-        self._conn = self._connect()
+        conn = self._connect()
         if not self._schema_ok:
-            self._ensure_schema(self._conn)
-        return self._conn
+            self._ensure_schema(conn)
+        if self._leases:   # a new connection: the leases first, before anything of this process reaches it
+            self._renew_on(conn)
+        self._conn = conn
+        return conn
 
     def _run(self, work: Callable[[Any], Any]) -> Any:
         """``work(cursor)`` in one transaction. A lost connection raises :class:`Offline`; any other
-        database error a one-line FlowerError (both are what fail-soft writes catch)."""
+        database error a one-line FlowerError (both are what fail-soft writes catch); a process
+        whose lease another took raises :class:`Busy` and writes nothing."""
         with self._mutex:
+            if self._lost is not None:
+                raise self._lost
             try:
                 conn = self._connection()
                 with conn.transaction(), conn.cursor() as cur:
@@ -6700,31 +6830,96 @@ class PostgresState(StateBackend):
         return False
 
     def _relock(self) -> None:
-        """An outage closes the lock connection and the server drops its locks: take them again, or
-        raise :class:`Busy` when another flower took one meanwhile (two must never drive at once)."""
+        """Renew the leases and take again the advisory locks an outage dropped; raise :class:`Busy`
+        when another flower took a lease meanwhile (two must never drive at once)."""
         with self._mutex:
-            if not self._held:
+            if self._lost is not None:
+                raise self._lost
+            if self._leases:
+                self._run(self._renew)
+                self._advisory_again()
+
+    def _renew_on(self, conn: Any) -> None:
+        """Renew the leases on a new connection (its driver errors are the caller's)."""
+        with conn.transaction(), conn.cursor() as cur:
+            self._renew(cur)
+        self._advisory_again()
+
+    def _renew(self, cur: Any) -> None:
+        """Renew every lease of this process. A lease another holder took (or that was deleted)
+        makes this process lose them all."""
+        started = time.monotonic()
+        for name, holder in list(self._leases.items()):
+            if cur.execute(PG_LEASE_RENEW, (self.lease_ttl, self.workspace_id, name, holder)).fetchone():
+                continue
+            row = cur.execute(PG_LEASE_GET, (self.workspace_id, name)).fetchone()
+            self._lose(name, _lease_info(row[1]) if row else {})
+        self._valid_until = started + self.lease_ttl * 5 / 6
+        self._lapsed = False
+
+    def _lose(self, name: str, holder: dict) -> None:
+        """Another flower drives now: forget every lease, stop driving at once, raise :class:`Busy`."""
+        what = self._held.get(name, {}).get("what", name)
+        self._lost = Busy(DriverLock(name, what).busy_line(holder), holder)
+        self._leases.clear()
+        self._held.clear()
+        self._stop_driving()
+        raise self._lost
+
+    def _stop_driving(self) -> None:
+        if self.stop_driving is not None:   # in a thread: it waits for the CLI, never under the mutex
+            threading.Thread(target=self.stop_driving, name="flower-stop", daemon=True).start()
+
+    def _advisory_again(self) -> None:
+        """Take again (best effort) the advisory locks of the leases held: the fast path for newcomers."""
+        try:
+            if self._lock_conn is not None and self._lock_conn.execute("SELECT 1") is not None and \
+                    self._advisory >= set(self._leases):
                 return
+        except Exception:
+            self._lock_conn = None
+            self._advisory.clear()
+        for name in set(self._leases) - self._advisory:
+            with contextlib.suppress(FlowerError):
+                if self._try_lock(name):
+                    self._advisory.add(name)
+
+    def check_lease(self) -> None:
+        """Raise :class:`Busy` when another flower took this process's lease."""
+        if self._lost is not None:
+            raise self._lost
+
+    def _heartbeat(self, stop: threading.Event) -> None:
+        """Renew the leases every sixth of their life (every second while the database is away); past
+        five sixths without a renewal another may take them once the database is back: stop driving."""
+        wait = self.lease_ttl / 6
+        while not stop.wait(wait) and self._leases:
             try:
-                self._lock_conn.execute("SELECT 1")
-                return
-            except Exception:
-                self._lock_conn = None
-            held, self._held = dict(self._held), {}
-            for name, info in held.items():
-                if not self.try_lock(name, info):
-                    holder = self.lock_holder(name)
-                    raise Busy(DriverLock(name, info.get("what", name)).busy_line(holder), holder)
+                self._relock()
+                wait = self.lease_ttl / 6
+            except Exception:   # away (or refusing): renew again in a second; this thread never dies of it
+                if self._lost is not None:
+                    return
+                wait = min(1.0, self.lease_ttl / 6)
+                if not self._lapsed and time.monotonic() > self._valid_until:
+                    self._lapsed = True
+                    if self.notify is not None:
+                        self.notify(text("info_lease_lapsed", self.paths.lang, seconds=int(self.lease_ttl * 5 / 6)))
+                    self._stop_driving()
 
     def close(self) -> None:
-        """Close both connections (the server drops the advisory locks with them)."""
+        """Let go of the leases, close both connections (the server drops the advisory locks with them)."""
+        self._beat_stop.set()
         with self._mutex:
+            for name in list(self._leases):
+                self.unlock(name)
             for conn in (self._conn, self._lock_conn):
                 if conn is not None:
                     with contextlib.suppress(Exception):
                         conn.close()
             self._conn = self._lock_conn = None
             self._held.clear()
+            self._advisory.clear()
 
     # -- writes: straight to the database, or to the spool while it is away --
 
@@ -6955,16 +7150,72 @@ class PostgresState(StateBackend):
     # -- the lock: a session-level advisory lock on its own connection --
 
     def try_lock(self, name: str, info: dict) -> bool:
-        """Take lock ``name`` of this workspace (False when another session, or this process,
-        holds it) and record the holder's description."""
+        """Take lock ``name`` of this workspace (False when another flower, or this process, holds
+        it) and record the holder's description."""
+        return self.take(name, info) is None
+
+    def take(self, name: str, info: dict) -> dict | None:
+        """Take lock ``name``: None when taken, else why not: ``{"live": True}`` when a connected
+        holder has its advisory lock, ``{"live": False, "lease": ...}`` when its lease is still fresh
+        although nobody holds the advisory lock (a holder whose connection is gone, alive or not)."""
         with self._mutex:
-            if name in self._held:
-                return False
-            got = self._try_lock(name)
-            if got:
-                self._held[name] = info
-                self.lock_note(name, info)
-            return bool(got)
+            if self._lost is not None:
+                raise self._lost
+            if name in self._held or not self._try_lock(name):
+                return {"live": True, "lease": self.lease(name, quiet=True)}
+            holder, node = uuid.uuid4().hex, node_id()
+            started = time.monotonic()
+
+            def grab(cur: Any) -> bool:
+                row = cur.execute(PG_LEASE_GET, (self.workspace_id, name)).fetchone()
+                stale = row[0] if row and lease_stale(_lease_info(row[1]), node) else ""
+                return cur.execute(PG_LEASE_TAKE, {
+                    "ws": self.workspace_id, "lock": name, "holder": holder, "info": json.dumps(info),
+                    "ttl": self.lease_ttl, "stale": stale}).fetchone() is not None
+            try:
+                got = self._run(grab)
+            except FlowerError:
+                self._unlock_advisory(name)
+                raise
+            if not got:
+                self._unlock_advisory(name)
+                return {"live": False, "lease": self.lease(name, quiet=True)}
+            self._held[name], self._leases[name] = info, holder
+            self._advisory.add(name)
+            if len(self._leases) == 1:
+                self._valid_until = started + self.lease_ttl * 5 / 6
+            self.lock_note(name, info)
+            if self._beat is None or not self._beat.is_alive():
+                self._beat_stop = threading.Event()
+                self._beat = threading.Thread(target=self._heartbeat, args=(self._beat_stop,),
+                                              name="flower-lease", daemon=True)
+                self._beat.start()
+            return None
+
+    def lease(self, name: str, quiet: bool = False) -> dict:
+        """Lock ``name``'s lease: ``holder`` (id), ``info``, ``expires`` and ``left`` (seconds, by the
+        database's clock); {} when there is none (or, ``quiet``, when the database cannot tell now)."""
+        row = None
+        for attempt in range(2):   # a connection the server dropped is only noticed when used: reconnect once
+            try:
+                row = self._run(lambda cur: cur.execute(PG_LEASE_GET, (self.workspace_id, name)).fetchone())
+                break
+            except Offline:
+                if attempt and not quiet:
+                    raise
+                self._retry_at = 0.0
+            except FlowerError:
+                if not quiet:
+                    raise
+                break
+        if not row:
+            return {}
+        return {"holder": row[0], "info": _lease_info(row[1]), "expires": row[2], "left": float(row[3] or 0)}
+
+    def _unlock_advisory(self, name: str) -> None:
+        self._advisory.discard(name)
+        with contextlib.suppress(Exception):
+            self._lock_conn.execute(PG_UNLOCK, (PG_LOCK_CLASS, f"{self.workspace_id}/{name}"))
 
     def _try_lock(self, name: str) -> bool:
         for attempt in range(2):   # a lock connection the server dropped is noticed here: reconnect once
@@ -6996,13 +7247,14 @@ class PostgresState(StateBackend):
         return value if isinstance(value, dict) else {}
 
     def unlock(self, name: str) -> None:
-        """Let go of lock ``name`` (idempotent)."""
+        """Let go of lock ``name`` (idempotent): its lease row is deleted (only if still this holder's)."""
         with self._mutex:
-            if name not in self._held:
-                return
             self._held.pop(name, None)
-            with contextlib.suppress(Exception):
-                self._lock_conn.execute(PG_UNLOCK, (PG_LOCK_CLASS, f"{self.workspace_id}/{name}"))
+            holder = self._leases.pop(name, None)
+            if holder is not None and self._lost is None:
+                with contextlib.suppress(FlowerError):
+                    self._run(lambda cur: cur.execute(PG_LEASE_DROP, (self.workspace_id, name, holder)))
+            self._unlock_advisory(name)
 
     def lock(self, name: str, what: str) -> DriverLock:
         """The database's lock ``name`` of this workspace."""
@@ -7257,9 +7509,11 @@ class PgWindowBook(WindowBook):
 
 
 class PgLock(DriverLock):
-    """A driver lock held as a PostgreSQL session-level advisory lock: one flower per workspace
-    across machines, gone with the holder's connection (a dead holder never blocks). Same
-    :class:`Busy`, exit code and message as the local lock."""
+    """A driver lock across machines: a lease the holder renews plus a session-level advisory lock
+    (see :class:`PostgresState`). A connected holder refuses a newcomer at once; a lease whose
+    holder's connection is gone is waited out: renewed (a live holder) is :class:`Busy`, lapsed
+    (or its holder known dead on this machine) is taken. Same :class:`Busy`, exit code and message
+    as the local lock."""
 
     def __init__(self, state: PostgresState, name: str, what: str):
         super().__init__(state.describe(name), what)
@@ -7268,12 +7522,29 @@ class PgLock(DriverLock):
         self._held = False
 
     def acquire(self, step: str = "") -> "PgLock":
-        """Take the lock or raise :class:`Busy` naming the holder."""
+        """Take the lock or raise :class:`Busy` naming the holder (after waiting, with one line, for
+        a lease whose holder lost its connection to be renewed or to lapse)."""
         info = {"pid": os.getpid(), "host": socket.gethostname(), "since": iso_now(), "what": self.what,
-                "step": step}
-        if not self.state.try_lock(self.name, info):
-            holder = self.holder()
-            raise Busy(self.busy_line(holder), holder)
+                "step": step, "node": node_id()}
+        first: dict = {}
+        deadline = 0.0
+        while True:
+            refused = self.state.take(self.name, info)
+            if refused is None:
+                break
+            lease = refused.get("lease") or {}
+            renewed = bool(first) and lease.get("expires") != first.get("expires")
+            if refused["live"] or not lease or renewed or (bool(first) and time.monotonic() > deadline):
+                holder = lease.get("info") or self.holder()
+                raise Busy(self.busy_line(holder), holder)
+            if not first:
+                first, deadline = lease, time.monotonic() + lease["left"] + 2.0
+                if self.state.notify is not None:
+                    who = lease["info"]
+                    self.state.notify(text("info_lease_wait", self.state.paths.lang, what=self.what,
+                                           pid=who.get("pid", "?"), host=who.get("host", "?"),
+                                           seconds=int(lease["left"]) + 1))
+            time.sleep(min(1.0, max(0.1, deadline - time.monotonic())))
         self._held, self.info = True, info
         return self
 
@@ -7494,6 +7765,7 @@ class Runtime:
         self.driver: DriverLock | None = None  # the workspace lock, when the caller holds one
         self._preflight = False
         self._warned: set[str] = set()
+        self.state.stop_driving = lambda: stop_own_clis(self.paths.run_dir)   # another took the lock: stop
         reap_orphans(self.paths.run_dir)
 
     # -- small services --
@@ -7696,7 +7968,7 @@ class Runtime:
         sdk = self._sdk()
         check_spec(spec)
         name = step_name or spec.name
-        step_lock = self._step_lock(lineage_key, name)
+        step_lock = await self._step_lock(lineage_key, name)
         result = StepResult(step=name, started_at=iso_now())
         self._current = {"result": result}
         self._loop = asyncio.get_running_loop()
@@ -7760,6 +8032,7 @@ class Runtime:
                     emit(Event("resume", session_id=st.sid, data={"attempt": result.attempts}))
                 turn = await self._connect_and_drive(sdk, options, current_prompt, st)
                 self._stop_if_damaged(turn)
+                self.state.check_lease()   # another flower took the lock: it drives now, this one stops
                 if resuming and self.store.last_report is not None:
                     emit(Event("resume", session_id=st.sid, data={"pruned": self.store.last_report.as_dict()}))
                     self.store.last_report = None
@@ -7833,6 +8106,11 @@ class Runtime:
                     break
                 await self._sleep(delay)
                 result.attempts += 1
+                if not await self.wait_for_state():   # whether the session was stored is the database's to say
+                    host, port = self.state.endpoint() or ("?", 0)
+                    result.error = f"network down past {int(self.resilience.max_offline_wait)}s (database {host}:{port})"
+                    result.error_kind = OFFLINE
+                    break
                 if self.has_session(st.sid):
                     result.resumed = True
                     current_prompt, resuming = text("resume_prompt", self.lang), st.sid
@@ -7918,12 +8196,19 @@ class Runtime:
         except Exception:
             return True   # the store cannot tell: the SDK's own load decides, as before
 
-    def _step_lock(self, lineage_key: str | None, name: str) -> DriverLock | None:
+    async def _step_lock(self, lineage_key: str | None, name: str) -> DriverLock | None:
         """One driver per step: a second ``run`` of the same lineage step (in this process or any
-        other) raises :class:`Busy` instead of driving the same session twice."""
+        other) raises :class:`Busy` instead of driving the same session twice. A state database that
+        is away is waited for, like before a step (:class:`Offline` past the wait)."""
         if not lineage_key:
             return None
-        return self.state.lock(f"step-{safe_name(lineage_key)}", f"step {lineage_key}").acquire(name)
+        lock = self.state.lock(f"step-{safe_name(lineage_key)}", f"step {lineage_key}")
+        while True:
+            try:
+                return lock.acquire(name)
+            except Offline:
+                if not await self.wait_for_state():
+                    raise
 
     def _write_ahead(self, lineage_key: str | None, sid: str, start_prompt: str | None) -> None:
         """Before the CLI starts: stop any predecessor's CLI still driving ``sid``, then write the
@@ -9153,19 +9438,40 @@ def _open_state(args: argparse.Namespace, paths: Paths, *, wait: bool = True,
         raise FlowerError("--state expects a postgresql://... connection string (or nothing: the local files)",
                           EXIT_USAGE)
     state = PostgresState(paths, spec, ident or workspace_identity(paths.workspace), store_spec=args.store)
+    state.notify = say
     if state.ready():
         return state
     if not wait:
         raise Offline(f"the state database {state.where()} is unreachable")
-    resilience = Resilience.from_env(warn=say)
-    host, port = state.endpoint()
+    _wait_for_database(state, paths.lang, say)
+    return state
+
+
+def _wait_for_database(state: StateBackend, lang: str, say: Callable[[str], None] | None) -> None:
+    """Wait for the state database like for the API (one line, then a line a minute); exit 4 past
+    the wait."""
     import asyncio
-    online = asyncio.run(resilience.wait_online(notify=say, target=(f"database {host}", port), lang=paths.lang,
+    resilience = Resilience.from_env(warn=say)
+    host, port = state.endpoint() or ("?", 0)
+    online = asyncio.run(resilience.wait_online(notify=say, target=(f"database {host}", port), lang=lang,
                                                 probe=lambda *_: asyncio.to_thread(state.ready)))
     if not online:
         raise FlowerError(f"network down past {int(resilience.max_offline_wait)}s (database {host}:{port})",
                           EXIT_OFFLINE)
-    return state
+
+
+def _with_database(state: StateBackend, lang: str, say: Callable[[str], None] | None,
+                   work: Callable[[], Any], attempts: int = 5) -> Any:
+    """``work()``; when the state database goes away meanwhile, wait for it and do it again (a few
+    times: an error the database keeps giving while it answers is not an outage)."""
+    for attempt in range(attempts):
+        try:
+            return work()
+        except Offline:
+            if attempt == attempts - 1:
+                raise
+            _wait_for_database(state, lang, say)
+    return None
 
 
 class _TerminalHuman(Human):
@@ -9318,9 +9624,11 @@ def cmd_go(args: argparse.Namespace, reporter: Reporter) -> int:
     check_spec(AgentSpec("work", permission_mode=args.permission_mode))
     paths = _paths(args, reporter)
     paths.prepare()
-    backend = _open_state(args, paths, say=lambda m: reporter.say(m, always=True))
+    say = functools.partial(reporter.say, always=True)
+    backend = _open_state(args, paths, say=say)
     try:
-        driver = backend.lock("workspace", f"workspace {_tilde(paths.workspace)}").acquire()
+        lock = backend.lock("workspace", f"workspace {_tilde(paths.workspace)}")
+        driver = _with_database(backend, paths.lang, say, lock.acquire)
         try:
             return _go_locked(args, reporter, paths, ask, driver, backend)
         finally:
@@ -9332,7 +9640,8 @@ def cmd_go(args: argparse.Namespace, reporter: Reporter) -> int:
 def _go_locked(args: argparse.Namespace, reporter: Reporter, paths: Paths, ask: str | None,
                driver: DriverLock, backend: StateBackend) -> int:
     interactive = sys.stdin.isatty() and not args.json
-    used, ask = _go_task(args, reporter, paths, ask, interactive, backend)
+    used, ask = _with_database(backend, paths.lang, functools.partial(reporter.say, always=True),
+                               lambda: _go_task(args, reporter, paths, ask, interactive, backend))
     rt = Runtime(workspace=paths.workspace, run_dir=paths.run_dir, state=backend, lang=paths.lang, model=args.model,
                  trim=not args.no_trim, handoff=HandoffPolicy(enabled=not args.no_handoff, window=args.window),
                  on_event=reporter.event, notify=lambda m: reporter.say(m, always=True))
@@ -9340,8 +9649,9 @@ def _go_locked(args: argparse.Namespace, reporter: Reporter, paths: Paths, ask: 
     try:
         if used:
             work_sid = rt.lineage.steps.get("work")
-            reporter.say(wake_banner(paths, wake_state(paths.workspace, paths.run_dir, backend),
-                                     rt.last_context(work_sid) if work_sid else None, paths.lang))
+            with contextlib.suppress(Offline):   # the banner is not worth a wait
+                reporter.say(wake_banner(paths, wake_state(paths.workspace, paths.run_dir, backend),
+                                         rt.last_context(work_sid) if work_sid else None, paths.lang))
         if used and ask is None and rt.lineage.done:   # achieved, and nothing new: nothing to pay for
             reporter.say(text("ui_nothing_new", paths.lang), always=True)
             return _finish(rt, reporter, EXIT_OK, "nothing new")
@@ -9690,11 +10000,61 @@ def _doctor_store(store: SqliteSessionStore, lang: str) -> list[Check]:
                            t("dr_rows_fix"))]
 
 
+def _database_reach(host: str, port: int) -> str:
+    """:func:`diagnose` for the state database; a host that is a directory names a unix socket."""
+    if host.startswith("/"):
+        return "reachable" if os.path.exists(os.path.join(host, f".s.PGSQL.{port}")) else "unreachable"
+    return diagnose(host, port, max(0.1, env_number("FLOWER_PROBE_TIMEOUT", 5.0)))
+
+
+def _doctor_database(args: argparse.Namespace, lang: str) -> list[Check]:
+    """With ``--state`` / FLOWER_STATE postgresql://...: psycopg, the server's reach, the login and
+    the flower schema, a line each (login and schema only when the server is reached)."""
+    t = functools.partial(text, lang=lang)
+    spec = args.state if args.state is not None else os.environ.get(STATE_ENV, "")
+    if not spec.startswith(("postgresql://", "postgres://")):
+        return []
+    try:
+        pg = importlib.import_module("psycopg")
+    except ImportError:
+        return [Check(False, t("dr_psycopg_missing"), 'pip install "psycopg[binary]"')]
+    checks = [Check(True, t("dr_psycopg", version=getattr(pg, "__version__", "?")))]
+    try:
+        state = PostgresState(Paths(".", None, lang), spec, "doctor")
+    except FlowerError as exc:
+        return checks + [Check(False, str(exc), t("dr_db_login_fix"))]
+    host, port = state.endpoint()
+    verdict = _database_reach(host, port)
+    said = t("dr_" + verdict.split(" (")[0].replace(" ", "_").lower()) + verdict[len(verdict.split(" (")[0]):]
+    checks.append(Check(verdict == "reachable", t("dr_db_reach", host=host, port=port, verdict=said),
+                        t("dr_db_reach_fix"), kind="network"))
+    if verdict != "reachable":
+        return checks
+    try:
+        conn = state._connect()
+    except Offline as exc:
+        return checks + [Check(False, str(exc), t("dr_db_reach_fix"), kind="network")]
+    except FlowerError as exc:
+        return checks + [Check(False, str(exc), t("dr_db_login_fix"))]
+    checks.append(Check(True, t("dr_db_login", where=state.where())))
+    try:
+        with conn:
+            found = conn.execute(PG_SCHEMA_FOUND).fetchone()[0] \
+                if conn.execute(PG_SCHEMA_EXISTS).fetchone()[0] else None
+    except pg.Error as exc:
+        return checks + [Check(False, f"flower schema: {redact(str(exc)).splitlines()[0][:200]}", t("dr_db_login_fix"))]
+    if found is None:
+        return checks + [Check(True, t("dr_db_schema_none"))]
+    return checks + [Check(found <= PG_SCHEMA_VERSION, t("dr_db_schema", version=found, known=PG_SCHEMA_VERSION),
+                           t("dr_db_schema_fix"))]
+
+
 def cmd_doctor(args: argparse.Namespace, reporter: Reporter) -> int:
     """Check everything a run needs, one line each. Exit 0 when all pass, 4 when only the network
     fails, 3 when anything else does."""
     lang = _lang(args)
-    checks = _doctor_setup(lang) + [_doctor_network(lang)] + _doctor_state(args, reporter, lang)
+    checks = _doctor_setup(lang) + [_doctor_network(lang)] + _doctor_state(args, reporter, lang) \
+        + _doctor_database(args, lang)
     failed = [c for c in checks if not c.ok]
     code = EXIT_OK if not failed else EXIT_OFFLINE if all(c.kind == "network" for c in failed) else EXIT_SETUP
     if args.json:

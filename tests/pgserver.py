@@ -90,3 +90,22 @@ class PgServer:
         with psycopg.connect(self.dsn, autocommit=True) as conn:
             conn.execute(f'CREATE DATABASE "{name}"')
         return f"postgresql://postgres@/{name}?host={self.sockets}&port={self.port}"
+
+
+def password_role(server: PgServer, user: str, password: str) -> str:
+    """A login role that must give ``password`` over TCP (scram-sha-256; every other role keeps trust
+    auth); its TCP dsn. For tests of a rejected login."""
+    import psycopg
+    from psycopg import sql
+    hba = os.path.join(server.data, "pg_hba.conf")
+    with open(hba) as fh:
+        body = fh.read()
+    line = f"host all {user} 127.0.0.1/32 scram-sha-256\n"
+    if line not in body:
+        with open(hba, "w") as fh:
+            fh.write(line + body)
+    with psycopg.connect(server.dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE ROLE {} LOGIN SUPERUSER PASSWORD {}").format(
+            sql.Identifier(user), sql.Literal(password)))
+        conn.execute("SELECT pg_reload_conf()")
+    return f"postgresql://{user}:{password}@127.0.0.1:{server.port}/postgres"
