@@ -4653,17 +4653,54 @@ def _run_sync(awaitable: Any) -> Any:
 def cli_transcripts(project_key_: str, session_id: str, env: dict[str, str] | None = None) -> list[str]:
     """The CLI's own transcript files of a session, oldest first: the one in its config dir and those
     in ``claude-resume-*`` temp dirs that a killed run left behind (the SDK materialises a resumed
-    session there and the CLI goes on writing into it)."""
+    session there and the CLI goes on writing into it), in a flower's own temp dir or, from older
+    flowers, straight in the system's."""
     import glob
     import tempfile
     env = os.environ if env is None else env
     config = env.get("CLAUDE_CONFIG_DIR") or os.path.join(os.path.expanduser("~"), ".claude")
     name = f"{session_id}.jsonl"
     found = [os.path.join(config, "projects", project_key_, name)]
-    found += glob.glob(os.path.join(glob.escape(tempfile.gettempdir()), "claude-resume-*", "projects",
-                                    glob.escape(project_key_), glob.escape(name)))
+    for owner in ("", "flower-*"):
+        found += glob.glob(os.path.join(glob.escape(tempfile.gettempdir()), owner, "claude-resume-*", "projects",
+                                        glob.escape(project_key_), glob.escape(name)))
     existing = [p for p in found if os.path.isfile(p)]
     return sorted(existing, key=lambda p: os.stat(p).st_mtime_ns)
+
+
+_OWN_TEMP: list[str] = []   # this process's temp dir, made on first use
+_TEMP_OWNER = _lazy_re(r"flower-(\d+)-[^/]*")
+
+
+def own_tempdir() -> str:
+    """This process's own directory (0700) in the system's temp dir, where the SDK puts the copy of a
+    session it resumes (the transcript the CLI goes on writing, and a copy of the credentials): the
+    copy is then known by its owner, and no other flower removes it while that owner lives."""
+    import tempfile
+    base = tempfile.gettempdir()
+    if not _OWN_TEMP or os.path.dirname(_OWN_TEMP[0]) != base or not os.path.isdir(_OWN_TEMP[0]):
+        _OWN_TEMP[:] = [tempfile.mkdtemp(prefix=f"flower-{os.getpid()}-", dir=base)]
+    return _OWN_TEMP[0]
+
+
+@contextlib.contextmanager
+def resume_copies_in(directory: str) -> Iterator[None]:
+    """Make the SDK's ``tempfile.mkdtemp()`` (its copy of a resumed session) land in ``directory``."""
+    import tempfile
+    saved = tempfile.tempdir
+    tempfile.tempdir = directory
+    try:
+        yield
+    finally:
+        tempfile.tempdir = saved
+
+
+def copy_owner_alive(copy_dir: str) -> bool:
+    """Whether a resume copy (``.../flower-<pid>-*/claude-resume-*``) belongs to another live process:
+    then it is that process's to use and remove, never another flower's. A copy straight in the
+    system's temp dir (an older flower's) has no known owner."""
+    match = _TEMP_OWNER.fullmatch(os.path.basename(os.path.dirname(copy_dir)))
+    return match is not None and int(match.group(1)) != os.getpid() and _pid_alive(int(match.group(1)))
 
 
 _UUID_KEY = _lazy_re(r'"uuid":\s*"([^"]+)"')
@@ -6924,6 +6961,9 @@ class Runtime:
             self.store.close()
         if self._own_state:
             self.state.close()
+        if _OWN_TEMP:
+            with contextlib.suppress(OSError):
+                os.rmdir(_OWN_TEMP[0])   # only when empty: no copy of a live connection is in it
 
     def write_note(self, path: str, body: str) -> None:
         """Write a note file (brief, goal, handoff document) and hand it to the state backend; only
@@ -7028,6 +7068,8 @@ class Runtime:
         import asyncio
         sdk = self._sdk()
         check_spec(spec)
+        if resume:
+            self._refuse_if_driven(resume)
         name = step_name or spec.name
         step_lock = self._step_lock(lineage_key, name)
         result = StepResult(step=name, started_at=iso_now())
@@ -7195,6 +7237,8 @@ class Runtime:
         (they hold a copy of the credentials too). Returns how many entries were recovered (one info
         line says so). Blocking; safe from a worker thread."""
         import shutil
+        if live_driver(self.paths.run_dir, sid) is not None:
+            return 0   # another flower drives it: its transcript and its copies are not ours to touch
         key = {"project_key": self.project_key, "session_id": sid}
         files = cli_transcripts(self.project_key, sid)
         if not files:
@@ -7217,8 +7261,11 @@ class Runtime:
             return recovered
         for path in files if not keep_copies else ():
             leftover = path.split(os.sep + "projects" + os.sep)[0]
-            if os.path.basename(leftover).startswith("claude-resume-"):
+            if os.path.basename(leftover).startswith("claude-resume-") and not copy_owner_alive(leftover):
                 shutil.rmtree(leftover, ignore_errors=True)
+                if _TEMP_OWNER.fullmatch(os.path.basename(os.path.dirname(leftover))):
+                    with contextlib.suppress(OSError):
+                        os.rmdir(os.path.dirname(leftover))   # a dead flower's temp dir, once empty
         if recovered:
             self._info(text("info_recovered", self.lang, n=recovered, sid=sid))
         return recovered
@@ -7259,15 +7306,20 @@ class Runtime:
         """Before the CLI starts: stop any predecessor's CLI still driving ``sid``, then write the
         lineage (with the start record of a fresh session) fail-soft. Another live flower driving
         ``sid`` is Busy, never killed."""
-        other = live_driver(self.paths.run_dir, sid)
-        if other is not None:
-            raise Busy(f"another flower drives session {sid} (pid {other.get('parent')}, its CLI pid "
-                       f"{other.get('pid')}); wait for it or stop it first", {"pid": other.get("parent")})
+        self._refuse_if_driven(sid)
         reap_orphans(self.paths.run_dir, [sid])
         if lineage_key:
             self.soft(self.lineage.path, lambda: self.lineage.remember(lineage_key, sid, start_prompt))
         if self.driver is not None:
             self.driver.set_step(lineage_key or "")
+
+    def _refuse_if_driven(self, sid: str) -> None:
+        """Busy when another live flower's CLI drives ``sid``: checked before anything touches the
+        session (a salvage, a temp copy), so a side question never harms the live run."""
+        other = live_driver(self.paths.run_dir, sid)
+        if other is not None:
+            raise Busy(f"another flower drives session {sid} (pid {other.get('parent')}, its CLI pid "
+                       f"{other.get('pid')}); wait for it or stop it first", {"pid": other.get("parent")})
 
     async def _connect_and_drive(self, sdk: Any, options: Any, prompt: str, st: "_RunState") -> _Turn:
         import asyncio
@@ -7279,7 +7331,8 @@ class Runtime:
         client = sdk.ClaudeSDKClient(options=options)
         watcher = None
         try:
-            await client.connect()
+            with resume_copies_in(own_tempdir()):
+                await client.connect()
             await client.query(prompt)
             watcher = asyncio.create_task(self._watch_human(client, turn))
             await self._drive(client, st, turn)
