@@ -348,6 +348,14 @@ TEXTS: dict[str, dict[str, str]] = {
         "info_recovered": "recovered {n} entr(y/ies) of session {sid} that the store had missed",
         "info_write_failed": "could not write {path} ({error}); the work goes on, continuity is degraded",
         "info_skipped_rows": "{n} unreadable stored entr(y/ies) of session {sid} skipped",
+        "info_answers_unstored": ("{n} of {total} answer(s) of session {sid} never reached the session store "
+                                  "(the CLI could not write its transcript: is {path} full or read-only?); "
+                                  "a later run cannot continue them"),
+        "setup_dir_unusable": ("{path} cannot take the Claude Code CLI's {what} ({why}); free some space there "
+                               "or set {var} to a writable directory (nothing was sent)"),
+        "setup_what_transcripts": "transcripts",
+        "setup_what_copies": "copies of resumed sessions",
+        "setup_low_space": "only {kb} KB free",
         "ui_degraded": "continuity degraded: {n} problem(s), see above",
         "info_unverifiable": "{n} check(s) cannot be verified here",
         "unreachable_question": "The judge says the goal is unreachable: {reason}",
@@ -534,6 +542,12 @@ TEXTS: dict[str, dict[str, str]] = {
         "info_recovered": "找回了会话 {sid} 里存储漏掉的 {n} 条记录",
         "info_write_failed": "无法写入 {path}({error});工作继续,接续能力受损",
         "info_skipped_rows": "会话 {sid} 有 {n} 条无法读取的存储记录,已跳过",
+        "info_answers_unstored": ("会话 {sid} 的 {total} 条回答中有 {n} 条没有进入会话存储"
+                                  "(CLI 写不了它的会话记录:{path} 是否已满或只读?);以后的运行无法接上它们"),
+        "setup_dir_unusable": "{path} 无法写入 Claude Code CLI 的{what}({why});请在那里腾出空间,或把 {var} 设为可写的目录(未发送任何请求)",
+        "setup_what_transcripts": "会话记录",
+        "setup_what_copies": "续接会话的副本",
+        "setup_low_space": "只剩 {kb} KB",
         "ui_degraded": "接续能力受损:{n} 个问题,见上文",
         "info_unverifiable": "{n} 条检查在这里无法验证",
         "unreachable_question": "判定者认为目标无法达成:{reason}",
@@ -4441,10 +4455,14 @@ class PruningSessionStore:
         self.policy = policy or PrunePolicy()
         self.last_report: PruneReport | None = None
         self._prepared: dict[str, list[dict]] = {}
+        self.on_append: Callable[[dict, list[dict]], None] | None = None   # told of every stored batch
 
     async def append(self, key: dict, entries: list[dict]) -> None:
-        """Delegate to the inner store."""
+        """Delegate to the inner store; once it took them, tell ``on_append``."""
         await self.inner.append(key, entries)
+        if self.on_append is not None:
+            with contextlib.suppress(Exception):
+                self.on_append(key, entries)
 
     async def load(self, key: dict) -> list[dict] | None:
         """The inner store's entries, pruned (or what :meth:`prepare` made to fit, once); trimmed
@@ -4701,6 +4719,54 @@ def copy_owner_alive(copy_dir: str) -> bool:
     system's temp dir (an older flower's) has no known owner."""
     match = _TEMP_OWNER.fullmatch(os.path.basename(os.path.dirname(copy_dir)))
     return match is not None and int(match.group(1)) != os.getpid() and _pid_alive(int(match.group(1)))
+
+
+CLI_MIN_FREE = 8 << 20   # bytes a directory the CLI writes must have free before a run starts
+
+
+def cli_config_dir(env: dict[str, str] | None = None) -> str:
+    """Where the CLI writes its own transcripts (``CLAUDE_CONFIG_DIR``, else ``~/.claude``)."""
+    env = os.environ if env is None else env
+    return env.get("CLAUDE_CONFIG_DIR") or os.path.join(os.path.expanduser("~"), ".claude")
+
+
+def dir_problem(path: str, min_free: int = CLI_MIN_FREE, lang: str = "en") -> str | None:
+    """Why ``path`` (or, while it does not exist, the directory it would be made in) cannot take what
+    the CLI writes: less than ``min_free`` bytes free, or a small write fails. None when it can."""
+    import shutil
+    import tempfile
+    where = os.path.abspath(path)
+    while not os.path.isdir(where) and os.path.dirname(where) != where:
+        where = os.path.dirname(where)
+    try:
+        free = shutil.disk_usage(where).free
+        if free < min_free:
+            return text("setup_low_space", lang, kb=free // 1024)
+        fd, probe = tempfile.mkstemp(prefix=".flower-probe-", dir=where)
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    try:
+        os.write(fd, b"\0" * 4096)
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    finally:
+        os.close(fd)
+        with contextlib.suppress(OSError):
+            os.unlink(probe)
+    return None
+
+
+def cli_dirs_problem(lang: str = "en") -> str | None:
+    """The one line that stops a run before its first request when the CLI could not keep what it is
+    paid for: its config dir (its transcripts, which the store mirrors) or the temp dir (the copy of
+    a resumed session) full or not writable. None when both can take it."""
+    import tempfile
+    for path, what, var in ((cli_config_dir(), "setup_what_transcripts", "CLAUDE_CONFIG_DIR"),
+                            (tempfile.gettempdir(), "setup_what_copies", "TMPDIR")):
+        why = dir_problem(path, lang=lang)
+        if why is not None:
+            return text("setup_dir_unusable", lang, path=path, what=text(what, lang), why=why, var=var)
+    return None
 
 
 _UUID_KEY = _lazy_re(r'"uuid":\s*"([^"]+)"')
@@ -6803,6 +6869,9 @@ class _Turn:
     exception: BaseException | None = None
     cancelled: bool = False
     answers: int = 0   # the model's own answers on the main thread (not synthetic)
+    answer_ids: list[str] = field(default_factory=list)   # their uuids (the transcript entries' own)
+    stored_ids: set = field(default_factory=set)          # uuids of this session the store took meanwhile
+    mirror_failed: bool = False
     human: bool = False
     handoff: bool = False
     ritual_text: str | None = None
@@ -6850,6 +6919,9 @@ class Runtime:
         if not policy.spill_dir:   # also when trim is off: a session that does not fit is trimmed anyway
             policy.spill_dir = self.paths.spill_dir
         self.store = PruningSessionStore(self.raw_store, policy=policy)
+        self.store.on_append = self._stored
+        self._stored_hooks: list[Callable[[dict, list[dict]], None]] = []
+        self._watched: tuple[str, _Turn] | None = None   # the connection whose stored answers are counted
         self.run_id = run_id()
         self.manifest = self.state.manifest(self.run_id, notify=notify, lang=lang)
         self.windows = self.state.windows(notify=notify)
@@ -6925,6 +6997,19 @@ class Runtime:
         if self.on_event:
             with contextlib.suppress(Exception):
                 self.on_event(event)
+
+    def on_stored(self, hook: Callable[[dict, list[dict]], None]) -> None:
+        """Call ``hook(key, entries)`` whenever the store has taken entries of a session (mirrored
+        from the CLI or recovered from its transcript)."""
+        self._stored_hooks.append(hook)
+
+    def _stored(self, key: dict, entries: list[dict]) -> None:
+        watched = self._watched
+        if watched is not None and key.get("session_id") == watched[0] and not key.get("subpath"):
+            watched[1].stored_ids.update(e.get("uuid") for e in entries if isinstance(e, dict))
+        for hook in self._stored_hooks:
+            with contextlib.suppress(Exception):
+                hook(key, entries)
 
     def interrupt(self, message: str | None = None) -> None:
         """Interrupt the current turn cooperatively (thread-safe). The same session is then resumed
@@ -7280,6 +7365,7 @@ class Runtime:
                     self.raw_store.append_sync(key, entries)
                 else:
                     _run_sync(self.raw_store.append(key, entries))
+                self._stored(key, entries)
                 return
             except Exception as exc:
                 if not re.search(r"(?i)locked|busy", str(exc)) or time.monotonic() > deadline:
@@ -7330,12 +7416,14 @@ class Runtime:
         st.interrupt_sent = False
         client = sdk.ClaudeSDKClient(options=options)
         watcher = None
+        self._watched = (st.sid, turn)
         try:
             with resume_copies_in(own_tempdir()):
                 await client.connect()
             await client.query(prompt)
             watcher = asyncio.create_task(self._watch_human(client, turn))
             await self._drive(client, st, turn)
+            self._check_stored(st, turn)
             # over the generation cap the step stops: asking for a document first would be a paid call for nothing
             if turn.handoff and not turn.human and turn.error_text is None and not self._capped(st):
                 await self._ritual(client, st, turn)
@@ -7347,6 +7435,7 @@ class Runtime:
             tail = " | ".join(line for line in self._stderr[-3:] if line)
             turn.error_text = f"{type(exc).__name__}: {exc}" + (f" ({tail})" if tail else "")
         finally:
+            self._watched = None
             if watcher is not None:
                 watcher.cancel()
             if turn.exception is not None or turn.cancelled:
@@ -7358,6 +7447,21 @@ class Runtime:
             with contextlib.suppress(BaseException):
                 await asyncio.wait_for(client.disconnect(), 15)
         return turn
+
+    def _check_stored(self, st: "_RunState", turn: _Turn) -> None:
+        """Once a turn's result is in (the SDK mirrors everything before it yields the result), every
+        answer the model gave must be in the store: a CLI that cannot write its transcript (its config
+        dir full or read-only) mirrors nothing, and the run would end ``done`` with nothing a later run
+        can continue. Said once per session, and counted as degraded continuity."""
+        lost = [uid for uid in turn.answer_ids if uid not in turn.stored_ids]
+        key = f"unstored:{st.sid}"
+        if turn.result is None or turn.mirror_failed or not lost or key in self._warned:
+            return
+        self._warned.add(key)
+        line = text("info_answers_unstored", self.lang, n=len(lost), total=len(turn.answer_ids), sid=st.sid,
+                    path=cli_config_dir())
+        self.degraded.append(line)
+        st.emit(Event("info", session_id=st.sid, data={"message": line}))
 
     async def _watch_human(self, client: Any, turn: _Turn) -> None:
         assert self._human_event is not None
@@ -7383,6 +7487,7 @@ class Runtime:
                     details.update(attempt=data.get("attempt"), error_status=data.get("error_status"),
                                    error=data.get("error"))
                 elif msg.subtype == "mirror_error":
+                    turn.mirror_failed = True
                     # the store missed a batch: a resume of this session may lack those entries
                     line = text("info_mirror_error", self.lang, error=redact(str(data.get("error"))))
                     if line not in self.degraded:
@@ -7394,6 +7499,8 @@ class Runtime:
                 synthetic = getattr(msg, "model", None) == SYNTHETIC_MODEL
                 if main and not synthetic:
                     turn.answers += 1
+                    if isinstance(getattr(msg, "uuid", None), str):
+                        turn.answer_ids.append(msg.uuid)
                     level = usage_level(getattr(msg, "usage", None))
                     if level:
                         st.level = level
@@ -8409,6 +8516,13 @@ def _require_credentials() -> None:
                           "the claude CLI", EXIT_SETUP)
 
 
+def _require_cli_dirs(lang: str) -> None:
+    """A setup problem (exit 3) when the CLI could not keep its transcripts (see cli_dirs_problem)."""
+    problem = cli_dirs_problem(lang)
+    if problem is not None:
+        raise FlowerError(problem, EXIT_SETUP)
+
+
 def _is_flower_db(path: str) -> bool:
     """Whether ``path`` is a sessions.db flower wrote (opened read-only: a user's own file is never touched)."""
     if not os.path.isfile(path):
@@ -8652,6 +8766,7 @@ def _go_locked(args: argparse.Namespace, reporter: Reporter, paths: Paths, ask: 
             return _finish(rt, reporter, EXIT_OK, "nothing new")
         _require_sdk()
         _require_credentials()
+        _require_cli_dirs(paths.lang)
         _quiet_sdk_logs(args.verbose)
         return _go_run(args, reporter, rt, used, ask, interactive)
     finally:
@@ -8769,6 +8884,7 @@ def cmd_once(args: argparse.Namespace, reporter: Reporter) -> int:
         backend.session_store()
         _require_sdk()
         _require_credentials()
+        _require_cli_dirs(_lang(args))
         _quiet_sdk_logs(args.verbose)
     except FlowerError:
         backend.close()

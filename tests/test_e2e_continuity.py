@@ -62,6 +62,73 @@ class _Base(unittest.TestCase):
         return held, arrived, release
 
 
+def fill(directory: str) -> None:
+    """Write into ``directory`` until its file system says it is full."""
+    fd = os.open(os.path.join(directory, f"fill-{len(os.listdir(directory))}"), os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        while True:
+            os.write(fd, b"x" * 65536)
+    except OSError:
+        pass
+    try:
+        while True:
+            os.write(fd, b"x")
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+@unittest.skipUnless(HAVE_SDK, SKIP)
+class NothingSilent(_Base):
+    """Item 3: HOME (where the CLI writes its transcripts) full before or during a run."""
+
+    def setUp(self):
+        super().setUp()
+        self.home = os.path.join(self.tmp.name, "home")
+        os.makedirs(self.home)
+        p = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m,mode=0700", "tmpfs", self.home],
+                           capture_output=True, text=True)
+        if p.returncode != 0:
+            super().tearDown()
+            self.skipTest(f"a small tmpfs for HOME cannot be mounted here (needs root): {p.stderr.strip()[:200]}")
+        self.env.update(HOME=self.home, CLAUDE_CONFIG_DIR=os.path.join(self.home, ".claude"))
+
+    def tearDown(self):
+        if subprocess.run(["umount", self.home], capture_output=True).returncode != 0:
+            subprocess.run(["umount", "-l", self.home], capture_output=True)
+        super().tearDown()
+
+    def test_a_full_home_is_a_setup_problem_before_any_request(self):
+        fill(self.home)
+        p = self.flower("write hello", check=False)
+        self.assertEqual(p.returncode, flower.EXIT_SETUP, p.stderr)
+        lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
+        self.assertEqual(len(lines), 1, p.stderr)
+        self.assertIn(os.path.join(self.home, ".claude"), lines[0])
+        self.assertIn("nothing was sent", lines[0])
+        self.assertEqual(self.api.requests, [])
+
+    def test_home_full_during_the_run_is_said_and_never_a_plain_done(self):
+        def filling(reply):
+            def answer(body):
+                fill(self.home)     # the first work request: from here on the CLI cannot write its transcript
+                return reply
+            return answer
+        self.roles.work = [filling(tool("Bash", {"command": "echo one"})), tool("Bash", {"command": "echo two"}),
+                           text("finished")]
+        p = self.flower("--json", "write hello")
+        work_sid = self.lineage()["steps"]["work"]
+        self.assertFalse([e for e in self.stored(work_sid) if e.get("type") == "assistant"])   # as on main
+        said = [ln for ln in p.stderr.splitlines() if "never reached the session store" in ln]
+        self.assertTrue(any(work_sid in ln and "3 of 3 answer(s)" in ln for ln in said), p.stderr)
+        closing = [ln for ln in p.stderr.splitlines() if ln.startswith("done ·")]
+        self.assertEqual(len(closing), 1, p.stderr)
+        self.assertIn(f"continuity degraded: {len(said)} problem(s)", closing[0])
+        summary = [json.loads(ln) for ln in p.stdout.splitlines() if '"summary"' in ln][-1]["data"]
+        self.assertEqual(len(summary["degraded"]), len(said))
+
+
 @unittest.skipUnless(HAVE_SDK, SKIP)
 class SideQuestion(_Base):
     """Item 9: nothing that is not the driver touches a live driver's files."""
