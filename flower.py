@@ -334,6 +334,7 @@ TEXTS: dict[str, dict[str, str]] = {
         "ui_wake": "wake #{n}",
         "ui_archived": "archived {n} file(s) into {path}",
         "ui_nothing_to_do": 'nothing to do here yet: python3 flower.py "what should be done"',
+        "ui_task_carried": "carrying on with the task given before: {task}",
         "info_set_aside": "{path} was unreadable; set aside as {moved}",
         "info_offline": "{host}:{port} is unreachable; waiting for it (up to {seconds}s)",
         "info_online": "{host}:{port} is reachable again after {seconds}s",
@@ -528,6 +529,7 @@ TEXTS: dict[str, dict[str, str]] = {
         "ui_wake": "第 {n} 次唤醒",
         "ui_archived": "已归档 {n} 个文件到 {path}",
         "ui_nothing_to_do": '这里还没有任务:python3 flower.py "要做什么"',
+        "ui_task_carried": "接着做上次给的任务:{task}",
         "info_set_aside": "{path} 无法读取;已移到 {moved}",
         "info_offline": "{host}:{port} 连不上;等待恢复(最多 {seconds} 秒)",
         "info_online": "{host}:{port} 在 {seconds} 秒后恢复",
@@ -4907,6 +4909,28 @@ def _valid_lineage(data: Any) -> bool:
         and isinstance(v.get("prompt"), str) for k, v in starts.items())
 
 
+def task_of(data: dict) -> str | None:
+    """The written-ahead task of a lineage's data (None when there is none, or it is of the wrong shape)."""
+    task = data.get("task")
+    words = task.get("text") if isinstance(task, dict) else None
+    return words if isinstance(words, str) and words.strip() else None
+
+
+def wake_of(data: dict) -> dict | None:
+    """The pending wake of a lineage's data: ``{"sentences", "goal", "at"}``, the sentences the work
+    step has not been sent yet and whether the goal is still to be re-derived (None when nothing is
+    pending, or it is of the wrong shape)."""
+    wake = data.get("wake")
+    if not isinstance(wake, dict):
+        return None
+    said = wake.get("sentences")
+    sentences = [s for s in said if isinstance(s, str) and s.strip()] if isinstance(said, list) else []
+    goal = wake.get("goal") is True
+    if not sentences and not goal:
+        return None
+    return {"sentences": sentences, "goal": goal, "at": wake.get("at") if isinstance(wake.get("at"), str) else ""}
+
+
 class Lineage:
     """``lineage.json``: step -> session id, guarded by the workspace path and by the store, plus the
     write-ahead *start record* of each step (the session id and the exact input it was started with).
@@ -4927,6 +4951,8 @@ class Lineage:
         self.gone = gone or {}
         self.achieved: str | None = None  # the work session a judge last said achieved of
         self.moved_from: str | None = None  # the workspace's earlier path, when a backend can tell
+        self.task: str | None = None        # a fresh start's task, written before anything else
+        self.wake: dict | None = None       # a wake not yet carried through (see wake_of)
         self._lock = FileLock(os.path.join(os.path.dirname(path), ".lock"))
 
     @classmethod
@@ -4943,6 +4969,7 @@ class Lineage:
             data = {}
         lineage = cls(path, workspace, *cls.resolve(data, has_session, notify, lang))
         lineage.achieved = data.get("achieved")
+        lineage.task, lineage.wake = task_of(data), wake_of(data)
         return lineage
 
     @staticmethod
@@ -4986,8 +5013,10 @@ class Lineage:
             change(data)
             write_json(self.path, {"workspace": self.workspace, "woke": data.get("woke", 0),
                                    "steps": data["steps"], "starts": data["starts"],
-                                   "achieved": data.get("achieved")})
+                                   "achieved": data.get("achieved"), "task": data.get("task"),
+                                   "wake": data.get("wake")})
             self.achieved = data.get("achieved")
+            self.task, self.wake = task_of(data), wake_of(data)
             self.steps = dict(data["steps"])
             self.starts = dict(data["starts"])
             self.woke = data.get("woke", 0)
@@ -5000,6 +5029,34 @@ class Lineage:
             if prompt is not None:
                 data["starts"][step] = {"session_id": session_id, "prompt": redact(prompt), "at": iso_now()}
         self._update(change)
+
+    def remember_task(self, task: str) -> None:
+        """Write ahead a fresh start's task, before anything heavy is imported or paid: after a kill
+        before the first step's start record, the next run carries on with it."""
+        self._update(lambda d: d.__setitem__("task", {"text": redact(task), "at": iso_now()}))
+
+    def add_wake(self, sentence: str) -> None:
+        """Write ahead a wake sentence, before it is appended to the brief: it stays pending until the
+        work step's session holds it, and the goal until it is re-derived (:meth:`settle_wake`). An
+        achieved verdict is forgotten: there is new work."""
+        def change(data: dict) -> None:
+            wake = wake_of(data) or {"sentences": [], "at": iso_now()}
+            if redact(sentence) not in wake["sentences"]:
+                wake["sentences"].append(redact(sentence))
+            wake["goal"] = True
+            data["wake"], data["achieved"] = wake, None
+        self._update(change)
+
+    def settle_wake(self, *, goal: bool = False, sentences: bool = False) -> None:
+        """The goal was re-derived (``goal``), the work step's session holds the sentences (``sentences``)."""
+        def change(data: dict) -> None:
+            wake = wake_of(data)
+            if wake is not None:
+                wake["goal"] = wake["goal"] and not goal
+                wake["sentences"] = [] if sentences else wake["sentences"]
+            data["wake"] = wake_of({"wake": wake})
+        if self.wake is not None:
+            self._update(change)
 
     def redo_prompt(self, step: str) -> str | None:
         """The input a step's last fresh session was started with, when that session never reached
@@ -5025,6 +5082,7 @@ class Lineage:
                     os.replace(path, target)
                     moved.append(target)
             self.steps, self.woke, self.starts, self.gone = {}, 0, {}, {}
+            self.task = self.wake = None
         return moved
 
 
@@ -6612,11 +6670,13 @@ class PgLineage(Lineage):
         moved = old if data.get("steps") and isinstance(old, str) and old != state.paths.workspace else None
         lineage = cls(state, *cls.resolve(data, has_session, notify, lang), moved_from=moved)
         lineage.achieved = data.get("achieved")
+        lineage.task, lineage.wake = task_of(data), wake_of(data)
         return lineage
 
     def _update(self, change: Callable[[dict], None]) -> None:
         fallback = {"workspace": self.workspace, "woke": self.woke, "steps": dict(self.steps),
-                    "starts": dict(self.starts), "achieved": self.achieved}
+                    "starts": dict(self.starts), "achieved": self.achieved, "wake": self.wake,
+                    "task": {"text": self.task} if self.task else None}
 
         def apply(data: dict) -> None:
             data.setdefault("steps", {})
@@ -6626,6 +6686,7 @@ class PgLineage(Lineage):
         data = self.state.lineage_update(apply, fallback)
         self.steps, self.starts, self.woke = dict(data["steps"]), dict(data["starts"]), data.get("woke", 0)
         self.achieved = data.get("achieved")
+        self.task, self.wake = task_of(data), wake_of(data)
 
     def archive(self, into: str, extra: Iterable[str] = ()) -> list[str]:
         """Write the current snapshot as ``lineage.json`` into ``into``, move ``extra`` there, and
@@ -6645,6 +6706,7 @@ class PgLineage(Lineage):
         empty = {"workspace": self.workspace, "woke": 0, "steps": {}, "starts": {}}
         self.state.lineage_update(lambda d: (d.clear(), d.update(empty)), empty)
         self.steps, self.woke, self.starts, self.gone, self.moved_from = {}, 0, {}, {}, None
+        self.task = self.wake = None
         return moved
 
 
@@ -7866,6 +7928,48 @@ def _wake_additions(brief: str, lang: str) -> str:
     return brief[at:].strip() + "\n" if at >= 0 else ""
 
 
+def _pending_wake(rt: Runtime, sentence: str | None) -> dict:
+    """What a wake still has to carry through: the lineage's pending wake (written ahead by ``go``,
+    or left by a run killed before the work step was sent it), with ``sentence`` added when the
+    caller did not write it ahead. ``{"sentences": [...], "goal": re-derive the goal?}``."""
+    wake = rt.lineage.wake
+    if sentence and (wake is None or sentence not in wake["sentences"]):
+        if rt.soft(rt.lineage.path, lambda: rt.lineage.add_wake(sentence)):
+            wake = rt.lineage.wake
+        else:   # not written ahead: this run still carries it
+            wake = {"sentences": [*(wake["sentences"] if wake else []), sentence], "goal": True}
+    return wake or {"sentences": [], "goal": False}
+
+
+def _add_to_brief(rt: Runtime, sentences: list[str]) -> None:
+    """Append the wake sentences the brief does not hold yet under a dated *Added on wake* heading
+    (a run killed between writing one ahead and appending it left it out)."""
+    brief = _brief_text(rt.paths)
+    missing = [s.strip() for s in sentences if s.strip() not in brief]
+    if missing:
+        stamp = time.strftime("%Y-%m-%d %H:%M")
+        addition = f"\n\n### {text('added_on_wake', rt.lang)} {stamp}\n" + "\n".join(missing) + "\n"
+        rt.write_note(rt.paths.brief, brief.rstrip() + addition)
+
+
+def _wake_watch(rt: Runtime, sentences: list[str]) -> Callable[[dict, list[dict]], None]:
+    """A store hook that settles the pending wake sentences once the work step's session holds a user
+    turn with all of them: until then a kill leaves them pending, and the next run sends them again."""
+    words = [s.strip() for s in sentences]
+    done: list[bool] = []
+
+    def hook(key: dict, entries: list[dict]) -> None:
+        if done or key.get("subpath") or key.get("session_id") != rt.lineage.steps.get("work"):
+            return
+        for entry in entries:
+            said = entry_text(entry) if isinstance(entry, dict) and entry.get("type") == "user" else ""
+            if said and all(w in said for w in words):
+                done.append(True)
+                rt.soft(rt.lineage.path, lambda: rt.lineage.settle_wake(sentences=True))
+                return
+    return hook
+
+
 def starter_flow(ask: str | None, *, rt: Runtime, rounds: int = 3, use_goal: bool = True,
                  human: Human | None = None, wake_sentence: str | None = None,
                  model: str | None = None, permission_mode: str = "acceptEdits") -> Workflow:
@@ -7877,13 +7981,12 @@ def starter_flow(ask: str | None, *, rt: Runtime, rounds: int = 3, use_goal: boo
     """
     paths, lang = rt.paths, rt.lang
     ask = redact(ask) if ask else ask  # credentials never reach a prompt, not even the user's own
-    wake_sentence = redact(wake_sentence) if wake_sentence else wake_sentence
     brief_frozen = Brief.parse(_brief_text(paths)).complete
-    if wake_sentence:
-        stamp = time.strftime("%Y-%m-%d %H:%M")
-        existing = _brief_text(paths).rstrip()
-        addition = f"\n\n### {text('added_on_wake', lang)} {stamp}\n{wake_sentence.strip()}\n"
-        rt.write_note(paths.brief, existing + addition)
+    wake = _pending_wake(rt, redact(wake_sentence) if wake_sentence else None)
+    wake_sentence = "\n\n".join(s.strip() for s in wake["sentences"]) or None
+    _add_to_brief(rt, wake["sentences"])
+    if wake["sentences"]:
+        rt.on_stored(_wake_watch(rt, wake["sentences"]))
     asker = human.ask if human is not None else None
 
     t = functools.partial(text, lang=lang)
@@ -7925,6 +8028,7 @@ def starter_flow(ask: str | None, *, rt: Runtime, rounds: int = 3, use_goal: boo
         if not goal.complete:
             return t("goal_lacks")
         rt.write_note(paths.goal, goal.render(lang))
+        rt.soft(rt.lineage.path, lambda: rt.lineage.settle_wake(goal=True))   # re-derived: no longer pending
         if goal.unverifiable:
             rt.emit(Event("info", step="goal", data={"message": text("info_unverifiable", lang, n=len(goal.unverifiable)),
                                                      "checks": goal.unverifiable}))
@@ -7989,7 +8093,7 @@ def starter_flow(ask: str | None, *, rt: Runtime, rounds: int = 3, use_goal: boo
     ]
     if use_goal:
         steps.append(Step("goal", goal_setter, goal_prompt, gate=goal_gate, on_reject=goal_fix,
-                          when=lambda ctx: not goal_frozen or bool(wake_sentence)))
+                          when=lambda ctx: not goal_frozen or wake["goal"]))
     steps.append(Step("work", worker, work_prompt, resume_prompt=wake_sentence or text("work_resume", lang),
                       gate=judge_gate, on_reject=work_again))
     return Workflow(steps)
@@ -8752,10 +8856,14 @@ def _go_locked(args: argparse.Namespace, reporter: Reporter, paths: Paths, ask: 
                driver: DriverLock, backend: StateBackend) -> int:
     interactive = sys.stdin.isatty() and not args.json
     used, ask = _go_task(args, reporter, paths, ask, interactive, backend)
+    unwritten = _write_ahead_ask(backend, paths, used, ask, lambda m: reporter.say(m, always=True))
     rt = Runtime(workspace=paths.workspace, run_dir=paths.run_dir, state=backend, lang=paths.lang, model=args.model,
                  trim=not args.no_trim, handoff=HandoffPolicy(enabled=not args.no_handoff, window=args.window),
                  on_event=reporter.event, notify=lambda m: reporter.say(m, always=True))
     rt.driver = driver
+    for path, line in unwritten:   # said once already
+        rt._warned.add(path)
+        rt.degraded.append(line)
     try:
         if used:
             work_sid = rt.lineage.steps.get("work")
@@ -8771,6 +8879,24 @@ def _go_locked(args: argparse.Namespace, reporter: Reporter, paths: Paths, ask: 
         return _go_run(args, reporter, rt, used, ask, interactive)
     finally:
         rt.close()
+
+
+def _write_ahead_ask(backend: StateBackend, paths: Paths, used: bool, ask: str | None,
+                     say: Callable[[str], None]) -> list[tuple[str, str]]:
+    """Record what was asked before anything heavy is imported or paid: a fresh start's task, or a
+    wake sentence (pending until the work step is sent it). A kill from here on leaves it for the
+    next run. Fail-soft: returns the file and line of a write that failed (continuity degraded)."""
+    if not ask:
+        return []
+    lineage = backend.lineage(notify=say, lang=paths.lang)
+    try:
+        lineage.add_wake(ask) if used else lineage.remember_task(ask)
+    except (OSError, FlowerError) as exc:
+        line = text("info_write_failed", paths.lang, path=lineage.path,
+                    error=exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc))
+        say(line)
+        return [(lineage.path, line)]
+    return []
 
 
 def _go_task(args: argparse.Namespace, reporter: Reporter, paths: Paths, ask: str | None,
@@ -8795,13 +8921,18 @@ def _go_task(args: argparse.Namespace, reporter: Reporter, paths: Paths, ask: st
     if args.new and (used or os.path.exists(paths.run("lineage.json")) or backend.kind != "local"):
         archive()
         used = False
+    task = None if used else task_of(backend.peek_lineage())   # given to a run killed before its first step
     if ask is None and interactive:
-        answer = _ask_line(text("wake_continue_question" if used else "wake_new_question", lang))
+        answer = _ask_line(text("wake_continue_question" if used or task else "wake_new_question", lang))
         if answer == "/new":
             archive()
-            used = False
+            used, task = False, None
             answer = _ask_line(text("wake_new_question", lang))
         ask = _check_text(answer.strip() or None, "the task")
+        ask = f"{task}\n\n{ask}" if task and ask else ask
+    if not used and not ask and task:
+        say(text("ui_task_carried", lang, task=sanitize(task)[:200]))
+        ask = task
     if not used and not ask:
         raise FlowerError(text("ui_nothing_to_do", lang), EXIT_USAGE)
     return used, ask
@@ -8820,6 +8951,7 @@ def _go_run(args: argparse.Namespace, reporter: Reporter, rt: Runtime, used: boo
                         permission_mode=args.permission_mode)
     try:
         ctx = asyncio.run(_run_with_signals(rt, reporter, lambda: flow.run(rt), interactive))
+        rt.soft(rt.lineage.path, lambda: rt.lineage.settle_wake(goal=True, sentences=True))   # carried through
     except StepAbort as exc:
         message = str(exc)
         reporter.say(f"flower: {message}", always=True)

@@ -11,6 +11,7 @@ Every kill lands at a phase (a request held at the fake API, a marker on disk), 
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import json
 import os
@@ -23,7 +24,7 @@ import unittest
 import flower
 from tests import test_e2e as base
 from tests.fakeapi import FakeAnthropic, text, tool
-from tests.test_e2e import GOAL, HAVE_SDK, SKIP, last_user_text
+from tests.test_e2e import HAVE_SDK, SKIP, last_user_text, role_of
 
 
 def resume_copies(sid: str) -> list[str]:
@@ -127,6 +128,113 @@ class NothingSilent(_Base):
         self.assertIn(f"continuity degraded: {len(said)} problem(s)", closing[0])
         summary = [json.loads(ln) for ln in p.stdout.splitlines() if '"summary"' in ln][-1]["data"]
         self.assertEqual(len(summary["degraded"]), len(said))
+
+
+@unittest.skipUnless(HAVE_SDK, SKIP)
+class WriteAhead(_Base):
+    """Item 4: the task and a wake sentence are on disk before anything heavy runs, and a wake stays
+    pending until the work step was sent it."""
+
+    def blocking_sdk(self) -> tuple[dict, str]:
+        """An environment whose ``claude_agent_sdk`` import leaves a marker and then blocks: a kill that
+        waits for the marker lands while flower imports the SDK (its heaviest start-up phase)."""
+        root = os.path.join(self.tmp.name, "shim")
+        os.makedirs(os.path.join(root, "claude_agent_sdk"), exist_ok=True)
+        mark = os.path.join(root, "importing")
+        with open(os.path.join(root, "claude_agent_sdk", "__init__.py"), "w") as fh:
+            fh.write("import os, time\nopen(os.environ['SDK_IMPORT_MARK'], 'w').close()\ntime.sleep(600)\n")
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(mark)
+        return {"PYTHONPATH": root + os.pathsep + base.ROOT, "SDK_IMPORT_MARK": mark}, mark
+
+    def lineage_text(self) -> str:
+        try:
+            return self.read(".flower", "lineage.json")
+        except OSError:
+            return ""
+
+    def held(self, role: str):
+        """Hold the first request of ``role`` at the fake API; returns (arrived, release)."""
+        arrived, release = threading.Event(), threading.Event()
+        self.addCleanup(release.set)
+
+        def holding(body):
+            if role_of(body) == role and not arrived.is_set():
+                arrived.set()
+                release.wait(60)
+                return text("too late")
+            return self.roles(body)
+        self.api.responder = holding
+        return arrived, release
+
+    def killed_at(self, phase: str, *args) -> None:
+        """Start ``flower *args`` and kill -9 it at ``phase``: "sdk" (importing the SDK), "recorded"
+        (the lineage holds the words), or a role whose first request is then held at the fake API."""
+        env, mark = self.blocking_sdk() if phase == "sdk" else ({}, "")
+        arrived, release = self.held(phase) if phase not in ("sdk", "recorded") else (None, None)
+        proc = self.spawn(*args, env=env)
+        if phase == "sdk":
+            self.wait_for(lambda: os.path.exists(mark), what="flower importing the SDK")
+        elif phase == "recorded":
+            self.wait_for(lambda: args[-1] in self.lineage_text(), timeout=120, what="the words in lineage.json")
+        else:
+            self.wait_for(arrived.is_set, what=f"the {phase} request")
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+        if release is not None:
+            release.set()
+        self.api.responder = self.roles
+
+    def test_a_task_survives_a_kill_at_any_point_of_the_start_up(self):
+        for phase in ("sdk", "recorded", "clarify"):
+            with self.subTest(phase=phase):
+                self.ws = os.path.join(self.tmp.name, f"ws-{phase}")
+                os.makedirs(self.ws)
+                task = f"write hello TASK-MARK-{phase}"
+                self.killed_at(phase, task)
+                before = len(self.roles.bodies("clarify"))
+                p = self.flower()                                    # no task this time
+                self.assertIn("done", p.stderr)
+                first = self.roles.bodies("clarify")[before]
+                self.assertIn(f"Task: {task}", FakeAnthropic.messages_text(first))
+                self.assertEqual([r["step"] for r in self.manifest()][-4:], ["clarify", "goal", "work", "work·judge#1"])
+                if phase == "sdk":
+                    self.assertIn("carrying on with the task given before", p.stderr)
+
+    def test_a_wake_sentence_survives_a_kill_until_the_work_step_was_sent_it(self):
+        self.flower("write hello")
+        for phase in ("sdk", "goal"):
+            with self.subTest(phase=phase):
+                sentence = f"also support tables WAKE-MARK-{phase}"
+                self.killed_at(phase, sentence)
+                goals, works = len(self.roles.bodies("goal")), len(self.roles.bodies("work"))
+                p = self.flower()                                    # an empty wake
+                self.assertIn("done", p.stderr)
+                self.assertIn(sentence, FakeAnthropic.messages_text(self.roles.bodies("goal")[goals]))  # re-derived
+                resumed = self.roles.bodies("work")[works]
+                self.assertEqual(last_user_text(resumed).strip().splitlines()[-1], sentence)
+                self.assertEqual(self.read(".flower", "notes", "brief.md").count(sentence), 1)
+                self.assertIsNone(self.lineage().get("wake"))        # carried through: nothing pending
+                self.assertEqual(self.flower().stderr.count("nothing new"), 1)   # and the next wake pays nothing
+
+    def test_a_sentence_the_work_step_holds_is_not_sent_again(self):
+        self.flower("write hello")
+        work_sid = self.lineage()["steps"]["work"]
+        sentence = "also support tables SENT-MARK"
+        arrived, release = self.held("work")
+        proc = self.spawn(sentence)
+        self.wait_for(arrived.is_set, what="the work request")
+        self.wait_for(lambda: sentence in json.dumps(self.stored(work_sid)), what="the prompt in the store")
+        self.wait_for(lambda: self.lineage().get("wake") is None, what="the pending wake settled")
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+        release.set()
+        self.api.responder = self.roles
+        works = len(self.roles.bodies("work"))
+        self.flower()
+        sent = FakeAnthropic.messages_text(self.roles.bodies("work")[works])
+        self.assertEqual(sent.count(sentence), 1)                    # in the history, not again as the prompt
+        self.assertEqual(last_user_text(self.roles.bodies("work")[works]).strip(), flower.text("work_resume"))
 
 
 @unittest.skipUnless(HAVE_SDK, SKIP)
