@@ -7952,22 +7952,26 @@ def _add_to_brief(rt: Runtime, sentences: list[str]) -> None:
         rt.write_note(rt.paths.brief, brief.rstrip() + addition)
 
 
-def _wake_watch(rt: Runtime, sentences: list[str]) -> Callable[[dict, list[dict]], None]:
+class _WakeWatch:
     """A store hook that settles the pending wake sentences once the work step's session holds a user
-    turn with all of them: until then a kill leaves them pending, and the next run sends them again."""
-    words = [s.strip() for s in sentences]
-    done: list[bool] = []
+    turn with all of them (``seen``): until then a kill leaves them pending, and the next run sends
+    them again."""
 
-    def hook(key: dict, entries: list[dict]) -> None:
-        if done or key.get("subpath") or key.get("session_id") != rt.lineage.steps.get("work"):
+    def __init__(self, rt: Runtime, sentences: list[str]):
+        self.rt = rt
+        self.words = [s.strip() for s in sentences]
+        self.seen = False
+
+    def __call__(self, key: dict, entries: list[dict]) -> None:
+        rt = self.rt
+        if self.seen or key.get("subpath") or key.get("session_id") != rt.lineage.steps.get("work"):
             return
         for entry in entries:
             said = entry_text(entry) if isinstance(entry, dict) and entry.get("type") == "user" else ""
-            if said and all(w in said for w in words):
-                done.append(True)
+            if said and all(w in said for w in self.words):
+                self.seen = True
                 rt.soft(rt.lineage.path, lambda: rt.lineage.settle_wake(sentences=True))
                 return
-    return hook
 
 
 def starter_flow(ask: str | None, *, rt: Runtime, rounds: int = 3, use_goal: bool = True,
@@ -7983,10 +7987,15 @@ def starter_flow(ask: str | None, *, rt: Runtime, rounds: int = 3, use_goal: boo
     ask = redact(ask) if ask else ask  # credentials never reach a prompt, not even the user's own
     brief_frozen = Brief.parse(_brief_text(paths)).complete
     wake = _pending_wake(rt, redact(wake_sentence) if wake_sentence else None)
+    if wake["sentences"]:
+        watch = _WakeWatch(rt, wake["sentences"])
+        rt.on_stored(watch)
+        if rt.lineage.steps.get("work"):   # a killed run's CLI may have written them, unmirrored
+            rt.salvage(rt.lineage.steps["work"])
+        if watch.seen:
+            wake = {**wake, "sentences": []}
     wake_sentence = "\n\n".join(s.strip() for s in wake["sentences"]) or None
     _add_to_brief(rt, wake["sentences"])
-    if wake["sentences"]:
-        rt.on_stored(_wake_watch(rt, wake["sentences"]))
     asker = human.ask if human is not None else None
 
     t = functools.partial(text, lang=lang)
