@@ -4696,9 +4696,15 @@ def own_tempdir() -> str:
     """This process's own directory (0700) in the system's temp dir, where the SDK puts the copy of a
     session it resumes (the transcript the CLI goes on writing, and a copy of the credentials): the
     copy is then known by its owner, and no other flower removes it while that owner lives."""
+    import glob
     import tempfile
     base = tempfile.gettempdir()
     if not _OWN_TEMP or os.path.dirname(_OWN_TEMP[0]) != base or not os.path.isdir(_OWN_TEMP[0]):
+        for old in glob.glob(os.path.join(glob.escape(base), "flower-*")):   # killed flowers' dirs, once empty
+            owner = _TEMP_OWNER.fullmatch(os.path.basename(old))
+            if owner and not _pid_alive(int(owner.group(1))):
+                with contextlib.suppress(OSError):
+                    os.rmdir(old)   # a copy still in one is a later salvage's to take
         _OWN_TEMP[:] = [tempfile.mkdtemp(prefix=f"flower-{os.getpid()}-", dir=base)]
     return _OWN_TEMP[0]
 
