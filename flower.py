@@ -357,6 +357,7 @@ TEXTS: dict[str, dict[str, str]] = {
         "ui_wake": "wake #{n}",
         "ui_archived": "archived {n} file(s) into {path}",
         "ui_nothing_to_do": 'nothing to do here yet: python3 flower.py "what should be done"',
+        "ui_task_carried": "carrying on with the task given before: {task}",
         "info_set_aside": "{path} was unreadable; set aside as {moved}",
         "info_offline": "{host}:{port} is unreachable; waiting for it (up to {seconds}s)",
         "info_online": "{host}:{port} is reachable again after {seconds}s",
@@ -377,6 +378,14 @@ TEXTS: dict[str, dict[str, str]] = {
         "cli_stopped": "the CLI process {pid} is stopped; kill -CONT {pid} resumes it",
         "store_damaged": ("{path} is damaged ({error}); nothing was retried: move it aside (its sessions then start "
                           "fresh) or restore it from a backup; python3 flower.py doctor checks it"),
+        "info_answers_unstored": ("{n} of {total} answer(s) of session {sid} never reached the session store "
+                                  "(the CLI could not write its transcript: is {path} full or read-only?); "
+                                  "a later run cannot continue them"),
+        "setup_dir_unusable": ("{path} cannot take the Claude Code CLI's {what} ({why}); free some space there "
+                               "or set {var} to a writable directory (nothing was sent)"),
+        "setup_what_transcripts": "transcripts",
+        "setup_what_copies": "copies of resumed sessions",
+        "setup_low_space": "only {kb} KB free",
         "ui_degraded": "continuity degraded: {n} problem(s), see above",
         "info_answer_lost": "the final answer could not be printed on stdout (closed or full); the manifest keeps its first 4000 characters",
         "info_unverifiable": "{n} check(s) cannot be verified here",
@@ -570,6 +579,7 @@ TEXTS: dict[str, dict[str, str]] = {
         "ui_wake": "第 {n} 次唤醒",
         "ui_archived": "已归档 {n} 个文件到 {path}",
         "ui_nothing_to_do": '这里还没有任务:python3 flower.py "要做什么"',
+        "ui_task_carried": "接着做上次给的任务:{task}",
         "info_set_aside": "{path} 无法读取;已移到 {moved}",
         "info_offline": "{host}:{port} 连不上;等待恢复(最多 {seconds} 秒)",
         "info_online": "{host}:{port} 在 {seconds} 秒后恢复",
@@ -589,6 +599,12 @@ TEXTS: dict[str, dict[str, str]] = {
         "cli_tool": "有工具正在运行",
         "cli_stopped": "CLI 进程 {pid} 已被暂停;kill -CONT {pid} 可让它继续",
         "store_damaged": "{path} 已损坏({error});没有重试:把它移到一边(其中的会话将从头开始)或从备份恢复;python3 flower.py doctor 可以检查它",
+        "info_answers_unstored": ("会话 {sid} 的 {total} 条回答中有 {n} 条没有进入会话存储"
+                                  "(CLI 写不了它的会话记录:{path} 是否已满或只读?);以后的运行无法接上它们"),
+        "setup_dir_unusable": "{path} 无法写入 Claude Code CLI 的{what}({why});请在那里腾出空间,或把 {var} 设为可写的目录(未发送任何请求)",
+        "setup_what_transcripts": "会话记录",
+        "setup_what_copies": "续接会话的副本",
+        "setup_low_space": "只剩 {kb} KB",
         "ui_degraded": "接续能力受损:{n} 个问题,见上文",
         "info_answer_lost": "最终回答无法输出到标准输出(已关闭或已满);清单里保存了它的前 4000 个字符",
         "info_unverifiable": "{n} 条检查在这里无法验证",
@@ -5133,10 +5149,14 @@ class PruningSessionStore:
         self.policy = policy or PrunePolicy()
         self.last_report: PruneReport | None = None
         self._prepared: dict[str, list[dict]] = {}
+        self.on_append: Callable[[dict, list[dict]], None] | None = None   # told of every stored batch
 
     async def append(self, key: dict, entries: list[dict]) -> None:
-        """Delegate to the inner store."""
+        """Delegate to the inner store; once it took them, tell ``on_append``."""
         await self.inner.append(key, entries)
+        if self.on_append is not None:
+            with contextlib.suppress(Exception):
+                self.on_append(key, entries)
 
     async def load(self, key: dict) -> list[dict] | None:
         """The inner store's entries, pruned (or what :meth:`prepare` made to fit, once); trimmed
@@ -5345,17 +5365,108 @@ def _run_sync(awaitable: Any) -> Any:
 def cli_transcripts(project_key_: str, session_id: str, env: dict[str, str] | None = None) -> list[str]:
     """The CLI's own transcript files of a session, oldest first: the one in its config dir and those
     in ``claude-resume-*`` temp dirs that a killed run left behind (the SDK materialises a resumed
-    session there and the CLI goes on writing into it)."""
+    session there and the CLI goes on writing into it), in a flower's own temp dir or, from older
+    flowers, straight in the system's."""
     import glob
     import tempfile
     env = os.environ if env is None else env
     config = env.get("CLAUDE_CONFIG_DIR") or os.path.join(os.path.expanduser("~"), ".claude")
     name = f"{session_id}.jsonl"
     found = [os.path.join(config, "projects", project_key_, name)]
-    found += glob.glob(os.path.join(glob.escape(tempfile.gettempdir()), "claude-resume-*", "projects",
-                                    glob.escape(project_key_), glob.escape(name)))
+    for owner in ("", "flower-*"):
+        found += glob.glob(os.path.join(glob.escape(tempfile.gettempdir()), owner, "claude-resume-*", "projects",
+                                        glob.escape(project_key_), glob.escape(name)))
     existing = [p for p in found if os.path.isfile(p)]
     return sorted(existing, key=lambda p: os.stat(p).st_mtime_ns)
+
+
+_OWN_TEMP: list[str] = []   # this process's temp dir, made on first use
+_TEMP_OWNER = _lazy_re(r"flower-(\d+)-[^/]*")
+
+
+def own_tempdir() -> str:
+    """This process's own directory (0700) in the system's temp dir, where the SDK puts the copy of a
+    session it resumes (the transcript the CLI goes on writing, and a copy of the credentials): the
+    copy is then known by its owner, and no other flower removes it while that owner lives."""
+    import glob
+    import tempfile
+    base = tempfile.gettempdir()
+    if not _OWN_TEMP or os.path.dirname(_OWN_TEMP[0]) != base or not os.path.isdir(_OWN_TEMP[0]):
+        for old in glob.glob(os.path.join(glob.escape(base), "flower-*")):   # killed flowers' dirs, once empty
+            owner = _TEMP_OWNER.fullmatch(os.path.basename(old))
+            if owner and not _pid_alive(int(owner.group(1))):
+                with contextlib.suppress(OSError):
+                    os.rmdir(old)   # a copy still in one is a later salvage's to take
+        _OWN_TEMP[:] = [tempfile.mkdtemp(prefix=f"flower-{os.getpid()}-", dir=base)]
+    return _OWN_TEMP[0]
+
+
+@contextlib.contextmanager
+def resume_copies_in(directory: str) -> Iterator[None]:
+    """Make the SDK's ``tempfile.mkdtemp()`` (its copy of a resumed session) land in ``directory``."""
+    import tempfile
+    saved = tempfile.tempdir
+    tempfile.tempdir = directory
+    try:
+        yield
+    finally:
+        tempfile.tempdir = saved
+
+
+def copy_owner_alive(copy_dir: str) -> bool:
+    """Whether a resume copy (``.../flower-<pid>-*/claude-resume-*``) belongs to another live process:
+    then it is that process's to use and remove, never another flower's. A copy straight in the
+    system's temp dir (an older flower's) has no known owner."""
+    match = _TEMP_OWNER.fullmatch(os.path.basename(os.path.dirname(copy_dir)))
+    return match is not None and int(match.group(1)) != os.getpid() and _pid_alive(int(match.group(1)))
+
+
+CLI_MIN_FREE = 8 << 20   # bytes a directory the CLI writes must have free before a run starts
+
+
+def cli_config_dir(env: dict[str, str] | None = None) -> str:
+    """Where the CLI writes its own transcripts (``CLAUDE_CONFIG_DIR``, else ``~/.claude``)."""
+    env = os.environ if env is None else env
+    return env.get("CLAUDE_CONFIG_DIR") or os.path.join(os.path.expanduser("~"), ".claude")
+
+
+def dir_problem(path: str, min_free: int = CLI_MIN_FREE, lang: str = "en") -> str | None:
+    """Why ``path`` (or, while it does not exist, the directory it would be made in) cannot take what
+    the CLI writes: less than ``min_free`` bytes free, or a small write fails. None when it can."""
+    import shutil
+    import tempfile
+    where = os.path.abspath(path)
+    while not os.path.isdir(where) and os.path.dirname(where) != where:
+        where = os.path.dirname(where)
+    try:
+        free = shutil.disk_usage(where).free
+        if free < min_free:
+            return text("setup_low_space", lang, kb=free // 1024)
+        fd, probe = tempfile.mkstemp(prefix=".flower-probe-", dir=where)
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    try:
+        os.write(fd, b"\0" * 4096)
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    finally:
+        os.close(fd)
+        with contextlib.suppress(OSError):
+            os.unlink(probe)
+    return None
+
+
+def cli_dirs_problem(lang: str = "en") -> str | None:
+    """The one line that stops a run before its first request when the CLI could not keep what it is
+    paid for: its config dir (its transcripts, which the store mirrors) or the temp dir (the copy of
+    a resumed session) full or not writable. None when both can take it."""
+    import tempfile
+    for path, what, var in ((cli_config_dir(), "setup_what_transcripts", "CLAUDE_CONFIG_DIR"),
+                            (tempfile.gettempdir(), "setup_what_copies", "TMPDIR")):
+        why = dir_problem(path, lang=lang)
+        if why is not None:
+            return text("setup_dir_unusable", lang, path=path, what=text(what, lang), why=why, var=var)
+    return None
 
 
 _UUID_KEY = _lazy_re(r'"uuid":\s*"([^"]+)"')
@@ -5496,6 +5607,28 @@ def _valid_lineage(data: Any) -> bool:
         and isinstance(v.get("prompt"), str) for k, v in starts.items())
 
 
+def task_of(data: dict) -> str | None:
+    """The written-ahead task of a lineage's data (None when there is none, or it is of the wrong shape)."""
+    task = data.get("task")
+    words = task.get("text") if isinstance(task, dict) else None
+    return words if isinstance(words, str) and words.strip() else None
+
+
+def wake_of(data: dict) -> dict | None:
+    """The pending wake of a lineage's data: ``{"sentences", "goal", "at"}``, the sentences the work
+    step has not been sent yet and whether the goal is still to be re-derived (None when nothing is
+    pending, or it is of the wrong shape)."""
+    wake = data.get("wake")
+    if not isinstance(wake, dict):
+        return None
+    said = wake.get("sentences")
+    sentences = [s for s in said if isinstance(s, str) and s.strip()] if isinstance(said, list) else []
+    goal = wake.get("goal") is True
+    if not sentences and not goal:
+        return None
+    return {"sentences": sentences, "goal": goal, "at": wake.get("at") if isinstance(wake.get("at"), str) else ""}
+
+
 class Lineage:
     """``lineage.json``: step -> session id, guarded by the workspace path and by the store, plus the
     write-ahead *start record* of each step (the session id and the exact input it was started with).
@@ -5516,6 +5649,8 @@ class Lineage:
         self.gone = gone or {}
         self.achieved: str | None = None  # the work session a judge last said achieved of
         self.moved_from: str | None = None  # the workspace's earlier path, when a backend can tell
+        self.task: str | None = None        # a fresh start's task, written before anything else
+        self.wake: dict | None = None       # a wake not yet carried through (see wake_of)
         self._lock = FileLock(os.path.join(os.path.dirname(path), ".lock"))
 
     @classmethod
@@ -5532,6 +5667,7 @@ class Lineage:
             data = {}
         lineage = cls(path, workspace, *cls.resolve(data, has_session, notify, lang))
         lineage.achieved = data.get("achieved")
+        lineage.task, lineage.wake = task_of(data), wake_of(data)
         return lineage
 
     @staticmethod
@@ -5575,8 +5711,10 @@ class Lineage:
             change(data)
             write_json(self.path, {"workspace": self.workspace, "woke": data.get("woke", 0),
                                    "steps": data["steps"], "starts": data["starts"],
-                                   "achieved": data.get("achieved")})
+                                   "achieved": data.get("achieved"), "task": data.get("task"),
+                                   "wake": data.get("wake")})
             self.achieved = data.get("achieved")
+            self.task, self.wake = task_of(data), wake_of(data)
             self.steps = dict(data["steps"])
             self.starts = dict(data["starts"])
             self.woke = data.get("woke", 0)
@@ -5589,6 +5727,34 @@ class Lineage:
             if prompt is not None:
                 data["starts"][step] = {"session_id": session_id, "prompt": redact(prompt), "at": iso_now()}
         self._update(change)
+
+    def remember_task(self, task: str) -> None:
+        """Write ahead a fresh start's task, before anything heavy is imported or paid: after a kill
+        before the first step's start record, the next run carries on with it."""
+        self._update(lambda d: d.__setitem__("task", {"text": redact(task), "at": iso_now()}))
+
+    def add_wake(self, sentence: str) -> None:
+        """Write ahead a wake sentence, before it is appended to the brief: it stays pending until the
+        work step's session holds it, and the goal until it is re-derived (:meth:`settle_wake`). An
+        achieved verdict is forgotten: there is new work."""
+        def change(data: dict) -> None:
+            wake = wake_of(data) or {"sentences": [], "at": iso_now()}
+            if redact(sentence) not in wake["sentences"]:
+                wake["sentences"].append(redact(sentence))
+            wake["goal"] = True
+            data["wake"], data["achieved"] = wake, None
+        self._update(change)
+
+    def settle_wake(self, *, goal: bool = False, sentences: bool = False) -> None:
+        """The goal was re-derived (``goal``), the work step's session holds the sentences (``sentences``)."""
+        def change(data: dict) -> None:
+            wake = wake_of(data)
+            if wake is not None:
+                wake["goal"] = wake["goal"] and not goal
+                wake["sentences"] = [] if sentences else wake["sentences"]
+            data["wake"] = wake_of({"wake": wake})
+        if self.wake is not None:
+            self._update(change)
 
     def redo_prompt(self, step: str) -> str | None:
         """The input a step's last fresh session was started with, when that session never reached
@@ -5614,6 +5780,7 @@ class Lineage:
                     os.replace(path, target)
                     moved.append(target)
             self.steps, self.woke, self.starts, self.gone = {}, 0, {}, {}
+            self.task = self.wake = None
         return moved
 
 
@@ -7426,11 +7593,13 @@ class PgLineage(Lineage):
         moved = old if data.get("steps") and isinstance(old, str) and old != state.paths.workspace else None
         lineage = cls(state, *cls.resolve(data, has_session, notify, lang), moved_from=moved)
         lineage.achieved = data.get("achieved")
+        lineage.task, lineage.wake = task_of(data), wake_of(data)
         return lineage
 
     def _update(self, change: Callable[[dict], None]) -> None:
         fallback = {"workspace": self.workspace, "woke": self.woke, "steps": dict(self.steps),
-                    "starts": dict(self.starts), "achieved": self.achieved}
+                    "starts": dict(self.starts), "achieved": self.achieved, "wake": self.wake,
+                    "task": {"text": self.task} if self.task else None}
 
         def apply(data: dict) -> None:
             data.setdefault("steps", {})
@@ -7440,6 +7609,7 @@ class PgLineage(Lineage):
         data = self.state.lineage_update(apply, fallback)
         self.steps, self.starts, self.woke = dict(data["steps"]), dict(data["starts"]), data.get("woke", 0)
         self.achieved = data.get("achieved")
+        self.task, self.wake = task_of(data), wake_of(data)
 
     def archive(self, into: str, extra: Iterable[str] = ()) -> list[str]:
         """Write the current snapshot as ``lineage.json`` into ``into``, move ``extra`` there, and
@@ -7459,6 +7629,7 @@ class PgLineage(Lineage):
         empty = {"workspace": self.workspace, "woke": 0, "steps": {}, "starts": {}}
         self.state.lineage_update(lambda d: (d.clear(), d.update(empty)), empty)
         self.steps, self.woke, self.starts, self.gone, self.moved_from = {}, 0, {}, {}, None
+        self.task = self.wake = None
         return moved
 
 
@@ -7702,6 +7873,9 @@ class _Turn:
     exception: BaseException | None = None
     cancelled: bool = False
     answers: int = 0   # the model's own answers on the main thread (not synthetic)
+    answer_ids: list[str] = field(default_factory=list)   # their uuids (the transcript entries' own)
+    stored_ids: set = field(default_factory=set)          # uuids of this session the store took meanwhile
+    mirror_failed: bool = False
     human: bool = False
     handoff: bool = False
     ritual_text: str | None = None
@@ -7751,6 +7925,9 @@ class Runtime:
         if not policy.spill_dir:   # also when trim is off: a session that does not fit is trimmed anyway
             policy.spill_dir = self.paths.spill_dir
         self.store = PruningSessionStore(self.raw_store, policy=policy)
+        self.store.on_append = self._stored
+        self._stored_hooks: list[Callable[[dict, list[dict]], None]] = []
+        self._watched: tuple[str, _Turn] | None = None   # the connection whose stored answers are counted
         self.run_id = run_id()
         self.manifest = self.state.manifest(self.run_id, notify=notify, lang=lang)
         self.windows = self.state.windows(notify=notify)
@@ -7828,6 +8005,19 @@ class Runtime:
             with contextlib.suppress(Exception):
                 self.on_event(event)
 
+    def on_stored(self, hook: Callable[[dict, list[dict]], None]) -> None:
+        """Call ``hook(key, entries)`` whenever the store has taken entries of a session (mirrored
+        from the CLI or recovered from its transcript)."""
+        self._stored_hooks.append(hook)
+
+    def _stored(self, key: dict, entries: list[dict]) -> None:
+        watched = self._watched
+        if watched is not None and key.get("session_id") == watched[0] and not key.get("subpath"):
+            watched[1].stored_ids.update(e.get("uuid") for e in entries if isinstance(e, dict))
+        for hook in self._stored_hooks:
+            with contextlib.suppress(Exception):
+                hook(key, entries)
+
     def interrupt(self, message: str | None = None) -> None:
         """Interrupt the current turn cooperatively (thread-safe). The same session is then resumed
         with ``message`` (or what ``ask_human`` returns)."""
@@ -7863,6 +8053,9 @@ class Runtime:
             self.store.close()
         if self._own_state:
             self.state.close()
+        if _OWN_TEMP:
+            with contextlib.suppress(OSError):
+                os.rmdir(_OWN_TEMP[0])   # only when empty: no copy of a live connection is in it
 
     def write_note(self, path: str, body: str) -> None:
         """Write a note file (brief, goal, handoff document) and hand it to the state backend; only
@@ -7967,6 +8160,8 @@ class Runtime:
         import asyncio
         sdk = self._sdk()
         check_spec(spec)
+        if resume:
+            self._refuse_if_driven(resume)
         name = step_name or spec.name
         step_lock = await self._step_lock(lineage_key, name)
         result = StepResult(step=name, started_at=iso_now())
@@ -8143,6 +8338,8 @@ class Runtime:
         (they hold a copy of the credentials too). Returns how many entries were recovered (one info
         line says so). Blocking; safe from a worker thread."""
         import shutil
+        if live_driver(self.paths.run_dir, sid) is not None:
+            return 0   # another flower drives it: its transcript and its copies are not ours to touch
         key = {"project_key": self.project_key, "session_id": sid}
         files = cli_transcripts(self.project_key, sid)
         if not files:
@@ -8165,8 +8362,11 @@ class Runtime:
             return recovered
         for path in files if not keep_copies else ():
             leftover = path.split(os.sep + "projects" + os.sep)[0]
-            if os.path.basename(leftover).startswith("claude-resume-"):
+            if os.path.basename(leftover).startswith("claude-resume-") and not copy_owner_alive(leftover):
                 shutil.rmtree(leftover, ignore_errors=True)
+                if _TEMP_OWNER.fullmatch(os.path.basename(os.path.dirname(leftover))):
+                    with contextlib.suppress(OSError):
+                        os.rmdir(os.path.dirname(leftover))   # a dead flower's temp dir, once empty
         if recovered:
             self._info(text("info_recovered", self.lang, n=recovered, sid=sid))
         return recovered
@@ -8181,6 +8381,7 @@ class Runtime:
                     self.raw_store.append_sync(key, entries)
                 else:
                     _run_sync(self.raw_store.append(key, entries))
+                self._stored(key, entries)
                 return
             except Exception as exc:
                 if not re.search(r"(?i)locked|busy", str(exc)) or time.monotonic() > deadline:
@@ -8214,15 +8415,20 @@ class Runtime:
         """Before the CLI starts: stop any predecessor's CLI still driving ``sid``, then write the
         lineage (with the start record of a fresh session) fail-soft. Another live flower driving
         ``sid`` is Busy, never killed."""
-        other = live_driver(self.paths.run_dir, sid)
-        if other is not None:
-            raise Busy(f"another flower drives session {sid} (pid {other.get('parent')}, its CLI pid "
-                       f"{other.get('pid')}); wait for it or stop it first", {"pid": other.get("parent")})
+        self._refuse_if_driven(sid)
         reap_orphans(self.paths.run_dir, [sid])
         if lineage_key:
             self.soft(self.lineage.path, lambda: self.lineage.remember(lineage_key, sid, start_prompt))
         if self.driver is not None:
             self.driver.set_step(lineage_key or "")
+
+    def _refuse_if_driven(self, sid: str) -> None:
+        """Busy when another live flower's CLI drives ``sid``: checked before anything touches the
+        session (a salvage, a temp copy), so a side question never harms the live run."""
+        other = live_driver(self.paths.run_dir, sid)
+        if other is not None:
+            raise Busy(f"another flower drives session {sid} (pid {other.get('parent')}, its CLI pid "
+                       f"{other.get('pid')}); wait for it or stop it first", {"pid": other.get("parent")})
 
     async def _connect_and_drive(self, sdk: Any, options: Any, prompt: str, st: "_RunState") -> _Turn:
         import asyncio
@@ -8234,8 +8440,10 @@ class Runtime:
         client = sdk.ClaudeSDKClient(options=options)
         watcher = None
         stall_watch = None
+        self._watched = (st.sid, turn)
         try:
-            await client.connect()
+            with resume_copies_in(own_tempdir()):
+                await client.connect()
             await client.query(prompt)
             watcher = asyncio.create_task(self._watch_human(client, turn))
             st.heard, st.pending = time.monotonic(), set()
@@ -8247,6 +8455,7 @@ class Runtime:
                 me = asyncio.current_task()
                 if not turn.stall_cancelled or getattr(me, "cancelling", lambda: 0)():   # a real cancel
                     raise
+            self._check_stored(st, turn)
             # over the generation cap the step stops: asking for a document first would be a paid call for nothing
             if turn.handoff and not turn.human and turn.error_text is None and not turn.stalled and \
                     not self._capped(st):
@@ -8264,6 +8473,7 @@ class Runtime:
             if turn.stalled:   # however the stopped CLI's stream ended, the turn failed as a stall
                 turn.exception = turn.exception or TimeoutError(turn.stalled)
                 turn.error_text = turn.stalled
+            self._watched = None
             if watcher is not None:
                 watcher.cancel()
             if turn.exception is not None or turn.cancelled:
@@ -8315,6 +8525,21 @@ class Runtime:
             st.emit(Event("info", session_id=st.sid, data={"message": line, "quiet_s": int(quiet),
                                                            "cli_stopped": stopped is not None}))
 
+    def _check_stored(self, st: "_RunState", turn: _Turn) -> None:
+        """Once a turn's result is in (the SDK mirrors everything before it yields the result), every
+        answer the model gave must be in the store: a CLI that cannot write its transcript (its config
+        dir full or read-only) mirrors nothing, and the run would end ``done`` with nothing a later run
+        can continue. Said once per session, and counted as degraded continuity."""
+        lost = [uid for uid in turn.answer_ids if uid not in turn.stored_ids]
+        key = f"unstored:{st.sid}"
+        if turn.result is None or turn.mirror_failed or not lost or key in self._warned:
+            return
+        self._warned.add(key)
+        line = text("info_answers_unstored", self.lang, n=len(lost), total=len(turn.answer_ids), sid=st.sid,
+                    path=cli_config_dir())
+        self.degraded.append(line)
+        st.emit(Event("info", session_id=st.sid, data={"message": line}))
+
     async def _watch_human(self, client: Any, turn: _Turn) -> None:
         assert self._human_event is not None
         await self._human_event.wait()
@@ -8342,6 +8567,7 @@ class Runtime:
                     details.update(attempt=data.get("attempt"), error_status=data.get("error_status"),
                                    error=data.get("error"))
                 elif msg.subtype == "mirror_error":
+                    turn.mirror_failed = True
                     # the store missed a batch: a resume of this session may lack those entries
                     if store_damage(str(data.get("error"))):   # no later batch will fare better
                         raise FlowerError(str(data.get("error")), EXIT_SETUP)
@@ -8355,6 +8581,8 @@ class Runtime:
                 synthetic = getattr(msg, "model", None) == SYNTHETIC_MODEL
                 if main and not synthetic:
                     turn.answers += 1
+                    if isinstance(getattr(msg, "uuid", None), str):
+                        turn.answer_ids.append(msg.uuid)
                     level = usage_level(getattr(msg, "usage", None))
                     if level:
                         st.level = level
@@ -8722,6 +8950,52 @@ def _wake_additions(brief: str, lang: str) -> str:
     return brief[at:].strip() + "\n" if at >= 0 else ""
 
 
+def _pending_wake(rt: Runtime, sentence: str | None) -> dict:
+    """What a wake still has to carry through: the lineage's pending wake (written ahead by ``go``,
+    or left by a run killed before the work step was sent it), with ``sentence`` added when the
+    caller did not write it ahead. ``{"sentences": [...], "goal": re-derive the goal?}``."""
+    wake = rt.lineage.wake
+    if sentence and (wake is None or sentence not in wake["sentences"]):
+        if rt.soft(rt.lineage.path, lambda: rt.lineage.add_wake(sentence)):
+            wake = rt.lineage.wake
+        else:   # not written ahead: this run still carries it
+            wake = {"sentences": [*(wake["sentences"] if wake else []), sentence], "goal": True}
+    return wake or {"sentences": [], "goal": False}
+
+
+def _add_to_brief(rt: Runtime, sentences: list[str]) -> None:
+    """Append the wake sentences the brief does not hold yet under a dated *Added on wake* heading
+    (a run killed between writing one ahead and appending it left it out)."""
+    brief = _brief_text(rt.paths)
+    missing = [s.strip() for s in sentences if s.strip() not in brief]
+    if missing:
+        stamp = time.strftime("%Y-%m-%d %H:%M")
+        addition = f"\n\n### {text('added_on_wake', rt.lang)} {stamp}\n" + "\n".join(missing) + "\n"
+        rt.write_note(rt.paths.brief, brief.rstrip() + addition)
+
+
+class _WakeWatch:
+    """A store hook that settles the pending wake sentences once the work step's session holds a user
+    turn with all of them (``seen``): until then a kill leaves them pending, and the next run sends
+    them again."""
+
+    def __init__(self, rt: Runtime, sentences: list[str]):
+        self.rt = rt
+        self.words = [s.strip() for s in sentences]
+        self.seen = False
+
+    def __call__(self, key: dict, entries: list[dict]) -> None:
+        rt = self.rt
+        if self.seen or key.get("subpath") or key.get("session_id") != rt.lineage.steps.get("work"):
+            return
+        for entry in entries:
+            said = entry_text(entry) if isinstance(entry, dict) and entry.get("type") == "user" else ""
+            if said and all(w in said for w in self.words):
+                self.seen = True
+                rt.soft(rt.lineage.path, lambda: rt.lineage.settle_wake(sentences=True))
+                return
+
+
 def starter_flow(ask: str | None, *, rt: Runtime, rounds: int = 3, use_goal: bool = True,
                  human: Human | None = None, wake_sentence: str | None = None,
                  model: str | None = None, permission_mode: str = "acceptEdits") -> Workflow:
@@ -8733,13 +9007,17 @@ def starter_flow(ask: str | None, *, rt: Runtime, rounds: int = 3, use_goal: boo
     """
     paths, lang = rt.paths, rt.lang
     ask = redact(ask) if ask else ask  # credentials never reach a prompt, not even the user's own
-    wake_sentence = redact(wake_sentence) if wake_sentence else wake_sentence
     brief_frozen = Brief.parse(_brief_text(paths)).complete
-    if wake_sentence:
-        stamp = time.strftime("%Y-%m-%d %H:%M")
-        existing = _brief_text(paths).rstrip()
-        addition = f"\n\n### {text('added_on_wake', lang)} {stamp}\n{wake_sentence.strip()}\n"
-        rt.write_note(paths.brief, existing + addition)
+    wake = _pending_wake(rt, redact(wake_sentence) if wake_sentence else None)
+    if wake["sentences"]:
+        watch = _WakeWatch(rt, wake["sentences"])
+        rt.on_stored(watch)
+        if rt.lineage.steps.get("work"):   # a killed run's CLI may have written them, unmirrored
+            rt.salvage(rt.lineage.steps["work"])
+        if watch.seen:
+            wake = {**wake, "sentences": []}
+    wake_sentence = "\n\n".join(s.strip() for s in wake["sentences"]) or None
+    _add_to_brief(rt, wake["sentences"])
     asker = human.ask if human is not None else None
 
     t = functools.partial(text, lang=lang)
@@ -8781,6 +9059,7 @@ def starter_flow(ask: str | None, *, rt: Runtime, rounds: int = 3, use_goal: boo
         if not goal.complete:
             return t("goal_lacks")
         rt.write_note(paths.goal, goal.render(lang))
+        rt.soft(rt.lineage.path, lambda: rt.lineage.settle_wake(goal=True))   # re-derived: no longer pending
         if goal.unverifiable:
             rt.emit(Event("info", step="goal", data={"message": text("info_unverifiable", lang, n=len(goal.unverifiable)),
                                                      "checks": goal.unverifiable}))
@@ -8845,7 +9124,7 @@ def starter_flow(ask: str | None, *, rt: Runtime, rounds: int = 3, use_goal: boo
     ]
     if use_goal:
         steps.append(Step("goal", goal_setter, goal_prompt, gate=goal_gate, on_reject=goal_fix,
-                          when=lambda ctx: not goal_frozen or bool(wake_sentence)))
+                          when=lambda ctx: not goal_frozen or wake["goal"]))
     steps.append(Step("work", worker, work_prompt, resume_prompt=wake_sentence or text("work_resume", lang),
                       gate=judge_gate, on_reject=work_again))
     return Workflow(steps)
@@ -9389,6 +9668,13 @@ def _require_credentials() -> None:
                           "the claude CLI", EXIT_SETUP)
 
 
+def _require_cli_dirs(lang: str) -> None:
+    """A setup problem (exit 3) when the CLI could not keep its transcripts (see cli_dirs_problem)."""
+    problem = cli_dirs_problem(lang)
+    if problem is not None:
+        raise FlowerError(problem, EXIT_SETUP)
+
+
 def _is_flower_db(path: str) -> bool:
     """Whether ``path`` is a sessions.db flower wrote (opened read-only: a user's own file is never touched)."""
     if not os.path.isfile(path):
@@ -9642,10 +9928,14 @@ def _go_locked(args: argparse.Namespace, reporter: Reporter, paths: Paths, ask: 
     interactive = sys.stdin.isatty() and not args.json
     used, ask = _with_database(backend, paths.lang, functools.partial(reporter.say, always=True),
                                lambda: _go_task(args, reporter, paths, ask, interactive, backend))
+    unwritten = _write_ahead_ask(backend, paths, used, ask, lambda m: reporter.say(m, always=True))
     rt = Runtime(workspace=paths.workspace, run_dir=paths.run_dir, state=backend, lang=paths.lang, model=args.model,
                  trim=not args.no_trim, handoff=HandoffPolicy(enabled=not args.no_handoff, window=args.window),
                  on_event=reporter.event, notify=lambda m: reporter.say(m, always=True))
     rt.driver = driver
+    for path, line in unwritten:   # said once already
+        rt._warned.add(path)
+        rt.degraded.append(line)
     try:
         if used:
             work_sid = rt.lineage.steps.get("work")
@@ -9657,10 +9947,29 @@ def _go_locked(args: argparse.Namespace, reporter: Reporter, paths: Paths, ask: 
             return _finish(rt, reporter, EXIT_OK, "nothing new")
         _require_sdk()
         _require_credentials()
+        _require_cli_dirs(paths.lang)
         _quiet_sdk_logs(args.verbose)
         return _go_run(args, reporter, rt, used, ask, interactive)
     finally:
         rt.close()
+
+
+def _write_ahead_ask(backend: StateBackend, paths: Paths, used: bool, ask: str | None,
+                     say: Callable[[str], None]) -> list[tuple[str, str]]:
+    """Record what was asked before anything heavy is imported or paid: a fresh start's task, or a
+    wake sentence (pending until the work step is sent it). A kill from here on leaves it for the
+    next run. Fail-soft: returns the file and line of a write that failed (continuity degraded)."""
+    if not ask:
+        return []
+    lineage = backend.lineage(notify=say, lang=paths.lang)
+    try:
+        lineage.add_wake(ask) if used else lineage.remember_task(ask)
+    except (OSError, FlowerError) as exc:
+        line = text("info_write_failed", paths.lang, path=lineage.path,
+                    error=exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc))
+        say(line)
+        return [(lineage.path, line)]
+    return []
 
 
 def _go_task(args: argparse.Namespace, reporter: Reporter, paths: Paths, ask: str | None,
@@ -9685,13 +9994,18 @@ def _go_task(args: argparse.Namespace, reporter: Reporter, paths: Paths, ask: st
     if args.new and (used or os.path.exists(paths.run("lineage.json")) or backend.kind != "local"):
         archive()
         used = False
+    task = None if used else task_of(backend.peek_lineage())   # given to a run killed before its first step
     if ask is None and interactive:
-        answer = _ask_line(text("wake_continue_question" if used else "wake_new_question", lang))
+        answer = _ask_line(text("wake_continue_question" if used or task else "wake_new_question", lang))
         if answer == "/new":
             archive()
-            used = False
+            used, task = False, None
             answer = _ask_line(text("wake_new_question", lang))
         ask = _check_text(answer.strip() or None, "the task")
+        ask = f"{task}\n\n{ask}" if task and ask else ask
+    if not used and not ask and task:
+        say(text("ui_task_carried", lang, task=sanitize(task)[:200]))
+        ask = task
     if not used and not ask:
         raise FlowerError(text("ui_nothing_to_do", lang), EXIT_USAGE)
     return used, ask
@@ -9710,6 +10024,7 @@ def _go_run(args: argparse.Namespace, reporter: Reporter, rt: Runtime, used: boo
                         permission_mode=args.permission_mode)
     try:
         ctx = asyncio.run(_run_with_signals(rt, reporter, lambda: flow.run(rt), interactive))
+        rt.soft(rt.lineage.path, lambda: rt.lineage.settle_wake(goal=True, sentences=True))   # carried through
     except StepAbort as exc:
         message = str(exc)
         reporter.say(f"flower: {message}", always=True)
@@ -9781,6 +10096,7 @@ def cmd_once(args: argparse.Namespace, reporter: Reporter) -> int:
         backend.session_store()
         _require_sdk()
         _require_credentials()
+        _require_cli_dirs(_lang(args))
         _quiet_sdk_logs(args.verbose)
     except FlowerError:
         backend.close()

@@ -86,6 +86,8 @@ class OneDriver(unittest.TestCase):
         trials, work_sids = 20, []
         for trial in range(trials):
             proc = self.spawn("write hello") if trial == 0 else self.spawn()
+            if trial == 0:   # a kill before the task is on disk loses it: nothing could keep it
+                self.wait_for(lambda: "write hello" in str(self.lineage_or_empty()), what="the task written ahead")
             time.sleep(rng.uniform(0.4, 3.0))
             proc.send_signal(signal.SIGKILL)
             proc.wait(timeout=30)
