@@ -200,6 +200,10 @@ TEXTS: dict[str, dict[str, str]] = {
             "fixed, under the same five headings. Successes belong under Decisions or Status, finished "
             "items under Status; Next step names a path or a command. Do not call tools."
         ),
+        "handoff_stop": (
+            "flower: the context window is nearly full, so this round stops here, after the tool calls above "
+            "ran and their results were recorded; a handoff follows."
+        ),
         "carry_head": (
             "You take over unfinished work from an earlier session whose context was full. You have no "
             "memory of it; what it handed over is below. The material is layered: take what you need, do "
@@ -395,6 +399,7 @@ TEXTS: dict[str, dict[str, str]] = {
             "成功的做法放在「已经定下的」或「现在在做什么」,已完成的事放在「现在在做什么」;"
             "「下一步」写一个路径或一条命令。不要调用工具。"
         ),
+        "handoff_stop": "flower:上下文窗口快满了,本轮在上面的工具调用执行完、结果已记录之后停在这里;接下来是交接。",
         "carry_head": (
             "你接手一项未完成的工作,之前的会话上下文已满。你不记得它;它交接的材料在下面。材料已分层,"
             "请按需取用而非通读。从「下一步」开始。尝试某个方法前,先查「走不通的路」。"
@@ -1521,6 +1526,9 @@ def settings_problems(env: dict[str, str] | None = None) -> list[str]:
 
 
 PROGRESS_ANSWERS = 2   # a failed connection with this many answers of the model made progress
+# How long a batch hook waits for the stream to show the batch's calls (it comes right after them):
+# past it, the hook decides on the level it knows
+BATCH_SHOWN_WAIT = 10.0
 
 
 @record
@@ -6772,6 +6780,8 @@ class _Turn:
     ritual_error: str | None = None
     level: int = 0
     model: str | None = None
+    crossed_in: str | None = None   # the answer (API message id) whose level crossed the threshold
+    late: bool = False              # an answer came after that one: the batch stop did not hold
 
 
 class Runtime:
@@ -6954,10 +6964,11 @@ class Runtime:
             raise FlowerError("claude-agent-sdk is not installed: pip install claude-agent-sdk", EXIT_SETUP) from None
 
     def build_options(self, sdk: Any, spec: AgentSpec, *, session_id: str | None, resume: str | None,
-                      fork: bool, manage_context: bool) -> Any:
+                      fork: bool, manage_context: bool, after_batch: Callable | None = None) -> Any:
         """``ClaudeAgentOptions`` for one connection: cwd, the pruning store with eager flush, a
         pre-assigned session id (fork with ``fork_session``), resume, CLI env defaults, and
-        ``DISABLE_AUTO_COMPACT=1`` when flower manages the context."""
+        ``DISABLE_AUTO_COMPACT=1`` when flower manages the context. ``after_batch`` becomes the
+        ``PostToolBatch`` hook (where the SDK has hooks)."""
         env = {**cli_env_defaults(), **spec.env}
         if os.environ.get(STATE_ENV):
             env[STATE_ENV] = ""   # the database's connection string is flower's, not the agent's
@@ -6987,6 +6998,8 @@ class Runtime:
             kwargs["mcp_servers"] = {"flower": self._ask_server(sdk, spec.ask)}
             allowed.append("mcp__flower__ask")
         kwargs["allowed_tools"] = allowed
+        if after_batch is not None and hasattr(sdk, "HookMatcher"):
+            kwargs["hooks"] = {"PostToolBatch": [sdk.HookMatcher(matcher=None, hooks=[after_batch])]}
         if guard is not None:
             kwargs["cli_path"], kwargs["env"] = guard[0], {**env, **guard[1]}
         if resume:
@@ -7008,6 +7021,21 @@ class Runtime:
         tool = sdk.tool("ask", "Ask the human one question whose answer changes the approach.",
                         {"question": str})(ask_tool)
         return sdk.create_sdk_mcp_server(name="flower", version=__version__, tools=[tool])
+
+    def _batch_hook(self, st: "_RunState") -> Callable[[dict, Any, Any], Awaitable[dict]]:
+        """The ``PostToolBatch`` hook: once a turn crossed the handoff threshold, the turn ends after
+        the batch of tools that was running, when every call of it ran and its result is recorded and
+        before the next request. Nothing that ran is then recorded as rejected (an interrupt lands
+        under a call that starts after it), and no answer is paid for that nobody reads."""
+        async def after_batch(data: dict, tool_use_id: Any, context: Any) -> dict:
+            if not isinstance(data, dict) or data.get("agent_id"):
+                return {}   # a subagent's batch: the main thread's level decides
+            calls = data.get("tool_calls") if isinstance(data.get("tool_calls"), list) else []
+            await st.shown([c.get("tool_use_id") for c in calls if isinstance(c, dict)], BATCH_SHOWN_WAIT)
+            if not st.stop_batches:
+                return {}
+            return {"continue_": False, "stopReason": text("handoff_stop", self.lang)}
+        return after_batch
 
     def _on_stderr(self, line: str) -> None:
         self._stderr.append(line.rstrip())
@@ -7039,7 +7067,8 @@ class Runtime:
         model = spec.model or self.model
         window, source = resolve_window(model, explicit=self.handoff.window, book=self.windows, warn=self.notify)
         st = _RunState(name=name, window=window, at=self.handoff.at(window), warn_at=self.handoff.warn_at(window),
-                       manage=manage, emit=lambda event: None, model=model, window_source=source)
+                       manage=manage, emit=lambda event: None, model=model, window_source=source,
+                       call_seen=asyncio.Event())
 
         def emit(event: Event) -> None:
             """Every event carries the step and the main thread's current water level."""
@@ -7088,7 +7117,9 @@ class Runtime:
                 self._write_ahead(lineage_key, st.sid, None if resuming else current_prompt)
                 result.session_id = st.sid
                 options = self.build_options(sdk, spec, session_id=st.sid, resume=resuming, fork=fork,
-                                             manage_context=manage)
+                                             manage_context=manage,
+                                             after_batch=self._batch_hook(st) if manage else None)
+                st.batch_hook = getattr(options, "hooks", None) is not None
                 if resuming and not fork:
                     emit(Event("resume", session_id=st.sid, data={"attempt": result.attempts}))
                 turn = await self._connect_and_drive(sdk, options, current_prompt, st)
@@ -7275,7 +7306,8 @@ class Runtime:
         self._stderr = []
         assert self._human_event is not None
         self._human_event.clear()
-        st.interrupt_sent = False
+        st.interrupt_sent = st.stop_batches = False
+        st.calls_seen.clear()
         client = sdk.ClaudeSDKClient(options=options)
         watcher = None
         try:
@@ -7316,10 +7348,12 @@ class Runtime:
     async def _drive(self, client: Any, st: "_RunState", turn: _Turn, *, ritual: bool = False) -> None:
         """Consume one turn's messages: events, water level, threshold, cost, errors."""
         pending_tools: set = set()
+        results_in = False   # the last message was tool results with no call left open
         emit = (lambda e: None) if ritual else st.emit
         async for msg in client.receive_response():
             # matched by class name, not isinstance: the SDK module is imported lazily (or faked in tests)
             kind = type(msg).__name__
+            results_in = False
             if kind in ("SystemMessage", "MirrorErrorMessage"):
                 data = getattr(msg, "data", None) or {}
                 details: dict = {"subtype": msg.subtype}
@@ -7339,7 +7373,10 @@ class Runtime:
             elif kind == "AssistantMessage":
                 main = getattr(msg, "parent_tool_use_id", None) is None
                 synthetic = getattr(msg, "model", None) == SYNTHETIC_MODEL
+                answer = getattr(msg, "message_id", None)
+                calls: list[str] = []
                 if main and not synthetic:
+                    turn.late = turn.late or (turn.handoff and answer != turn.crossed_in)
                     turn.answers += 1
                     level = usage_level(getattr(msg, "usage", None))
                     if level:
@@ -7357,15 +7394,20 @@ class Runtime:
                     elif bkind == "ToolUseBlock":
                         if main:
                             pending_tools.add(block.id)
+                            calls.append(block.id)
                         emit(Event("tool_call", session_id=st.sid, level=st.level, window=st.window,
                                    data={"name": block.name, "input": _short_input(block.input), "id": block.id}))
                 if main and not synthetic and not ritual and st.manage:
-                    self._check_level(st, turn)
+                    self._check_level(st, turn, answer)
+                if calls:   # after the level: a batch hook waiting for these calls then knows it
+                    st.calls_seen.update(calls)
+                    st.call_seen.set()
             elif kind == "UserMessage":
                 content = msg.content if isinstance(msg.content, list) else []
                 for block in content:
                     if type(block).__name__ == "ToolResultBlock":
                         pending_tools.discard(block.tool_use_id)
+                        results_in = not pending_tools
                         body = _content_text(block.content)
                         emit(Event("tool_result", session_id=st.sid, data={
                             "id": block.tool_use_id, "is_error": bool(block.is_error),
@@ -7388,19 +7430,21 @@ class Runtime:
                         self.soft(self.windows.path, lambda w=ctx_window: self.windows.learn(st.model, w))
                 emit(Event("system", session_id=st.sid, level=st.level, window=st.window,
                            data={"subtype": "turn_result", "cost_usd": turn.cost, "is_error": bool(msg.is_error)}))
-            if turn.handoff and not pending_tools and not st.interrupt_sent and not ritual:
+            if turn.handoff and results_in and not st.interrupt_sent and not ritual and (turn.late or not st.batch_hook):
+                # no batch hook stopped the turn: interrupt it where no call of an answer is open
                 st.interrupt_sent = True
                 with contextlib.suppress(Exception):
                     await client.interrupt()
 
-    def _check_level(self, st: "_RunState", turn: _Turn) -> None:
+    def _check_level(self, st: "_RunState", turn: _Turn, answer: str | None = None) -> None:
         if st.level >= st.warn_at and not st.near_sent:
             st.near_sent = True
             st.emit(Event("handoff", session_id=st.sid, level=st.level, window=st.window,
                           data={"phase": "near", "context": st.level, "window": st.window, "at": st.at,
                                 "window_source": st.window_source}))
         if st.level >= st.at and not turn.handoff:
-            turn.handoff = True
+            turn.handoff = st.stop_batches = True
+            turn.crossed_in = answer
 
     async def _ritual(self, client: Any, st: "_RunState", turn: _Turn) -> None:
         """Ask the retiring session for its handoff document on the same live client (fail-soft)."""
@@ -7409,6 +7453,7 @@ class Runtime:
                       data={"phase": "writing", "context": st.level, "window": st.window}))
         sub = _Turn()
         docs: list[str] = []
+        st.stop_batches = False   # a tool the retiring session still calls runs, and the document follows
 
         async def ask() -> None:
             await client.query(text("handoff_prompt", self.lang))
@@ -7542,6 +7587,24 @@ class _RunState:
     degraded_in_row: int = 0
     failed_in_row: int = 0   # failed connections since the model last made progress
     start_prompt: str | None = None
+    batch_hook: bool = False      # the connection stops a turn after a batch of tools (PostToolBatch)
+    stop_batches: bool = False    # this turn crossed the threshold: the next batch of tools ends it
+    calls_seen: set = field(default_factory=set)   # main-thread tool calls the stream has shown
+    call_seen: Any = None         # asyncio.Event: set whenever ``calls_seen`` grows
+
+    async def shown(self, ids: Iterable[str], timeout: float) -> None:
+        """Wait until the stream has shown every call of ``ids`` (their answer's level is then known),
+        at most ``timeout`` seconds."""
+        import asyncio
+        wanted = set(ids)
+        deadline = time.monotonic() + timeout
+        while self.call_seen is not None and not wanted <= self.calls_seen:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return
+            self.call_seen.clear()   # no await since the check: a call shown meanwhile sets it again
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self.call_seen.wait(), remaining)
 
 
 def _short_input(value: Any, limit: int = 300) -> Any:

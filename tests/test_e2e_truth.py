@@ -1,0 +1,174 @@
+"""End-to-end tier, nothing done twice and nothing false in the history (issue 36, items 1, 5, 6).
+
+The fake model here *trusts its transcript*, as a real one does: it redoes every step its conversation
+does not show as done (a result that says "rejected", "not produced" or an exit code is not done), and
+answers "text, then tool_use" in one message. Each step's Bash command appends a timestamped line to
+``steps.log``, so a step done twice shows up on disk as a line written twice. The real SDK and CLI run
+against tests/fakeapi.py; the tests assert on the disk and on what the fake API was sent."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import threading
+import unittest
+
+import flower
+from tests import fakeapi
+from tests import test_e2e as base
+from tests.fakeapi import FakeAnthropic, Reply, last_user_text
+from tests.test_e2e import HAVE_SDK, SKIP
+
+LOG = "steps.log"
+
+
+def _texts(body: dict) -> list[tuple[str, str, bool]]:
+    """(kind, text, is_error) of every text and tool_result block of a request's messages."""
+    out = []
+    for message in body.get("messages", []):
+        content = message.get("content")
+        if isinstance(content, str):
+            out.append(("text", content, False))
+            continue
+        for block in content or []:
+            if block.get("type") == "text":
+                out.append(("text", block.get("text", ""), False))
+            elif block.get("type") == "tool_result":
+                said = block.get("content")
+                said = said if isinstance(said, str) else json.dumps(said, ensure_ascii=False)
+                out.append(("result", said, bool(block.get("is_error"))))
+    return out
+
+
+def is_ritual(body: dict) -> bool:
+    asked = last_user_text(body)
+    return any(flower.text(key, lang)[:30] in asked for lang in ("en", "zh") for key in ("handoff_prompt", "handoff_fix"))
+
+
+class TrustingModel:
+    """The work model: ``steps`` numbered steps, done in order, each once its conversation shows it done.
+
+    Done means a tool result without error that says ``STEP-k-OK`` (or a carry that says
+    ``DONE-STEPS=k``). A result saying the run was killed is checked on disk before anything is redone.
+    ``level(n)`` gives the context level of the n-th work answer (1-based)."""
+
+    def __init__(self, workspace: str, steps: int = 4, level=lambda n: 20_000, slow: dict | None = None,
+                 silent: tuple = ()):
+        self.log = os.path.join(workspace, LOG)
+        self.silent = silent            # the numbers of the work answers that are a tool_use alone
+        self.steps = steps
+        self.level = level
+        self.slow = slow or {}          # step -> shell snippet run after its line is written
+        self.answers = 0
+        self.kinds: list[str] = []      # what each request was answered with, in order
+        self.lock = threading.Lock()
+
+    def done(self, body: dict) -> int:
+        done = 0
+        for kind, said, is_error in _texts(body):
+            if kind == "text":
+                done = max([done] + [int(k) for k in re.findall(r"DONE-STEPS=(\d+)", said)])
+            elif not is_error:
+                done = max([done] + [int(k) for k in re.findall(r"STEP-(\d+)-OK", said)])
+        return done
+
+    def to_check(self, body: dict, done: int) -> int | None:
+        """The step whose last result says the run was killed mid-way (the model looks before redoing)."""
+        results = [said for kind, said, _ in _texts(body) if kind == "result"]
+        if results and "when the run was killed" in results[-1] and done < self.steps:
+            return done + 1
+        return None
+
+    def command(self, k: int) -> str:
+        line = f"echo step-{k} $(date +%s%N) >> {self.log}"
+        return f"{line} && {self.slow[k]} && echo STEP-{k}-OK" if k in self.slow else f"{line} && echo STEP-{k}-OK"
+
+    def __call__(self, body: dict) -> Reply:
+        with self.lock:
+            if is_ritual(body):
+                done = self.done(body)
+                self.kinds.append("ritual")
+                return fakeapi.text(f"## Status\nDONE-STEPS={done}\n## Decisions\nsteps in order\n## Dead ends\n(none)\n"
+                                    f"## Next step\nRun `sh step.sh {done + 1}`\n## Pointers\n- {LOG}",
+                                    input_tokens=1000)
+            self.answers += 1
+            level = self.level(self.answers)
+            usage = fakeapi._usage(input_tokens=1000, cache_read=max(0, level - 1000))
+            done = self.done(body)
+            check = self.to_check(body, done)
+            if check is not None:
+                self.kinds.append(f"check{check}")
+                look = f"grep -q '^step-{check} ' {self.log} && echo STEP-{check}-OK || echo STEP-{check}-MISSING"
+                return Reply([("text", f"checking step {check}"), ("tool_use", "Bash", {"command": look})], usage=usage)
+            if done >= self.steps:
+                self.kinds.append("final")
+                return Reply([("text", f"all {self.steps} steps done")], usage=usage)
+            k = done + 1
+            self.kinds.append(f"step{k}")
+            say = [] if self.answers in self.silent else [("text", f"doing step {k}")]
+            return Reply(say + [("tool_use", "Bash", {"command": self.command(k)})], usage=usage)
+
+    def lines(self) -> list[str]:
+        try:
+            with open(self.log, encoding="utf-8") as fh:
+                return [line.split()[0] for line in fh if line.strip()]
+        except FileNotFoundError:
+            return []
+
+
+@unittest.skipUnless(HAVE_SDK, SKIP)
+class Truth(unittest.TestCase):
+    E = base.EndToEnd
+    setUp, tearDown, read, wait_for, stored, _runtime = E.setUp, E.tearDown, E.read, E.wait_for, E.stored, E._runtime
+    del E
+
+    def spec(self):
+        return flower.AgentSpec("work", instructions="You do the work.", tools=["Bash"], allowed_tools=["Bash"])
+
+    def sent_results(self, body: dict) -> list[str]:
+        return [said for kind, said, _ in _texts(body) if kind == "result"]
+
+    # -- item 1 --
+
+    def test_handoff_crossing_on_a_text_block_lets_its_tool_finish_and_pays_no_extra_request(self):
+        """The crossing answer is "text, then tool_use" (the text block brings the level): the tool runs
+        once, its result is recorded as it is, and the ritual is the very next request."""
+        model = TrustingModel(self.ws, steps=4, level=lambda n: 160_000 if n == 2 else 20_000)
+        self.api.responder = model
+        rt = self._runtime(handoff=flower.HandoffPolicy(window=200_000), model="claude-sonnet-4-5")
+        result = asyncio.run(rt.run(self.spec(), "do the four steps", lineage_key="work"))
+        rt.close()
+        self.assertTrue(result.ok, result.error)
+        self.assertEqual(result.generations, 1)
+        self.assertEqual(model.lines(), ["step-1", "step-2", "step-3", "step-4"])   # none twice
+        # the ritual follows the crossing answer at once: no request whose answer is thrown away
+        self.assertEqual(model.kinds, ["step1", "step2", "ritual", "step3", "step4", "final"])
+        self.assertEqual(len(self.api.requests), 6)
+        ritual = self.api.requests[2]
+        self.assertIn("STEP-2-OK", self.sent_results(ritual)[-1])
+        for body in self.api.requests:
+            self.assertFalse(any("rejected" in said for said in self.sent_results(body)))
+        retired = self.stored(result.retired[0])
+        kept = [b for e in retired for b in flower.blocks_of(e) if isinstance(b, dict) and b.get("type") == "tool_result"]
+        self.assertEqual([b.get("is_error") for b in kept], [False, False])
+        self.assertNotIn("User rejected tool use", json.dumps(retired))
+
+    def test_handoff_after_a_tool_round_sends_no_request_whose_answer_nobody_reads(self):
+        """The crossing answer is a tool_use alone: the turn ends once its result is recorded, before the
+        CLI asks the model again (an interrupt after the result lands when that request is out)."""
+        model = TrustingModel(self.ws, steps=3, level=lambda n: 160_000 if n == 2 else 20_000, silent=(2,))
+        self.api.responder = model
+        rt = self._runtime(handoff=flower.HandoffPolicy(window=200_000), model="claude-sonnet-4-5")
+        result = asyncio.run(rt.run(self.spec(), "do the three steps", lineage_key="work"))
+        rt.close()
+        self.assertTrue(result.ok, result.error)
+        self.assertEqual(model.lines(), ["step-1", "step-2", "step-3"])
+        self.assertEqual(model.kinds, ["step1", "step2", "ritual", "step3", "final"])
+        self.assertEqual(len(self.api.requests), 5)
+        self.assertIn("STEP-2-OK", self.sent_results(self.api.requests[2])[-1])
+
+
+if __name__ == "__main__":
+    unittest.main()
