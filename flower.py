@@ -175,6 +175,9 @@ TEXTS: dict[str, dict[str, str]] = {
             "continue from where it stopped; do not start over."
         ),
         "interrupted_result": "[The previous round was interrupted here; this tool result was not produced.]",
+        "killed_result": (
+            "[This command was stopped when the run was killed; it may have partly run: check before doing it again.]"
+        ),
         "expired_result": "[result of `{cmd}` expired {n} turns ago; re-run if needed]",
         "trimmed_result": "[tool result archived: {n} chars, full text in {path}; Read it if needed]",
         "human_interrupt": (
@@ -377,6 +380,7 @@ TEXTS: dict[str, dict[str, str]] = {
     "zh": {
         "resume_prompt": "上一轮在完成之前被中断了。先看看磁盘上已经有什么,从中断处继续,不要从头开始。",
         "interrupted_result": "[上一轮在此处被中断,该工具结果未产生]",
+        "killed_result": "[这条命令在运行被终止时被停下;它可能已部分执行:再做之前先检查]",
         "expired_result": "[`{cmd}` 的结果已在 {n} 轮前过期;需要时请重新运行]",
         "trimmed_result": "[工具结果已归档:{n} 字符,全文在 {path};需要时请读取]",
         "human_interrupt": "[人类中断了上一轮;出现标记为中断的工具结果是正常的。] ",
@@ -2301,7 +2305,7 @@ def _estimate(st: _Pruning) -> int | None:
     where entries may have left unseen (careful) or a tool use is not indexed once (an id twice)."""
     if st.careful or st.recount:
         return None
-    chars = st.chars + st.report.healed * len(text("interrupted_result", st.policy.lang))
+    chars = st.chars + st.report.healed * len(text("killed_result", st.policy.lang))
     for _, _, block, _ in st.results:
         said = block.get("content")
         chars += len(said) if said.__class__ is str else _rich_chars(block)
@@ -2646,23 +2650,61 @@ def _with_content(entry: dict, content: list) -> dict:
 
 
 def _neutralize_interrupts(st: _Pruning) -> None:
-    """Step 3: the result of an interrupted call gets a neutral text, not an error."""
-    if not st.halted:
+    """Step 3: the result of an interrupted call gets a neutral text, not an error. A call the human
+    stopped says it was interrupted; one that the end of a run cut off (the CLI's own note for a call
+    left without result, or a kill's exit code that no answer of the model followed) says it was
+    stopped by the kill and may have partly run: a model that trusts its history looks before it
+    does the step again."""
+    killed = _killed_results(st)
+    if not st.halted and not killed:
         return
-    neutral = text("interrupted_result", st.policy.lang)
+    texts = {key: text(key, st.policy.lang) for key in ("interrupted_result", "killed_result")}
     work, results, halted = st.work, st.results, st.halted
     last, interrupted = -1, False
     for k, (i, j, block, tool_id) in enumerate(results):
-        if i not in halted:
+        if i not in halted and k not in killed:
             continue
         if i != last:
-            interrupted, last = _is_interrupt(work[i]), i
-        if interrupted and block_text(block) != neutral:
+            interrupted, last = i in halted and _is_interrupt(work[i]), i
+        if not interrupted and k not in killed:
+            continue
+        cut_off = k in killed or work[i].get("toolDenialKind") == "interrupted"
+        neutral = texts["killed_result" if cut_off else "interrupted_result"]
+        if block_text(block) != neutral:
             st.report.chars_saved += len(block_text(block)) - len(neutral)
             entry = st.set_result(k, neutral, is_error=False)
             if isinstance(entry.get("toolUseResult"), str):
                 entry["toolUseResult"] = neutral
             st.report.interrupts += 1
+
+
+_KILL_EXIT = _lazy_re(r"Exit code (137|143)\b")   # SIGKILL, SIGTERM: how a call stopped with its CLI ends
+
+
+def _killed_results(st: _Pruning) -> set[int]:
+    """Rows of ``results`` that a kill's exit code ended and that no answer of the model followed
+    before the next prompt (the run ended there): the calls stopped with flower."""
+    import bisect
+    errors = [(i, j) for i, j, block, _ in st.errors if _KILL_EXIT.match(block_text(block))]
+    if not errors:
+        return set()
+    found = set()
+    rows = {(i, j): k for k, (i, j, _, _) in enumerate(st.results)}
+    for i, j in errors:
+        answer = bisect.bisect_right(st.call_at, i)
+        end = st.call_at[answer] if answer < len(st.call_at) else len(st.work)
+        if (i, j) in rows and (end == len(st.work) or any(_is_prompt(entry) for entry in st.work[i + 1:end])):
+            found.add(rows[(i, j)])
+    return found
+
+
+def _is_prompt(entry: dict) -> bool:
+    """Whether an entry is a user prompt (text from the user, not tool results)."""
+    if entry.get("type") != "user" or not isinstance(entry.get("message"), dict):
+        return False
+    content = entry["message"].get("content")
+    return isinstance(content, str) or isinstance(content, list) and not any(
+        isinstance(b, dict) and b.get("type") == "tool_result" for b in content)
 
 
 def _expire_glances(st: _Pruning) -> None:
@@ -2853,7 +2895,7 @@ def _spliced(st: _Pruning, gone: set, heal_at: set, orphans: dict) -> list[dict]
     work = st.work
     if not gone and not heal_at:
         return work
-    neutral = text("interrupted_result", st.policy.lang)
+    neutral = text("killed_result", st.policy.lang)
     out: list[dict] = []
     start = 0
     for k in sorted(gone | heal_at):
@@ -2872,7 +2914,7 @@ def _relinked_carefully(st: _Pruning, orphans: dict, repoint: dict) -> list[dict
     work, drop = st.work, st.drop
     survivor = _survivors(drop, st.parents)
     heal_ids = set(repoint.values())
-    neutral = text("interrupted_result", st.policy.lang)
+    neutral = text("killed_result", st.policy.lang)
     out = []
     for entry in work:
         uid = entry.get("uuid")

@@ -9,9 +9,11 @@ against tests/fakeapi.py; the tests assert on the disk and on what the fake API 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import re
+import signal
 import threading
 import unittest
 
@@ -124,6 +126,23 @@ class Truth(unittest.TestCase):
     setUp, tearDown, read, wait_for, stored, _runtime = E.setUp, E.tearDown, E.read, E.wait_for, E.stored, E._runtime
     del E
 
+    flower, spawn = base.EndToEnd.flower, base.EndToEnd.spawn
+
+    def flow(self, model: TrustingModel) -> None:
+        """The starter flow's fixed roles answer as in test_e2e; the work step is ``model``."""
+        roles = base.Roles()
+
+        def respond(body):
+            return model(body) if base.role_of(body) in ("work", "ritual") else roles(body)
+        self.api.responder = respond
+
+    def stop_leftovers(self) -> None:
+        """A tool the CLI ran in a process group of its own can outlive a killed flower: stop it."""
+        from tests.test_e2e_driver import processes_in
+        for pid in processes_in(self.ws):
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+
     def spec(self):
         return flower.AgentSpec("work", instructions="You do the work.", tools=["Bash"], allowed_tools=["Bash"])
 
@@ -168,6 +187,29 @@ class Truth(unittest.TestCase):
         self.assertEqual(model.kinds, ["step1", "step2", "ritual", "step3", "final"])
         self.assertEqual(len(self.api.requests), 5)
         self.assertIn("STEP-2-OK", self.sent_results(self.api.requests[2])[-1])
+
+    # -- item 5 --
+
+    def test_a_tool_stopped_by_a_kill_of_flower_reads_as_stopped_on_resume(self):
+        """kill -9 of flower while step 2's command runs (after its line is written): the guard stops
+        the CLI and its tool. The resumed model is told the command was stopped by the kill (not an exit
+        code it would take for a failure), so it looks at the disk instead of running the step again."""
+        model = TrustingModel(self.ws, steps=3, slow={2: "python3 -c 'import time; time.sleep(30)'"})
+        self.flow(model)
+        self.addCleanup(self.stop_leftovers)
+        proc = self.spawn("do the three steps")
+        self.addCleanup(lambda: (proc.stdout.close(), proc.stderr.close()))
+        self.wait_for(lambda: model.lines() == ["step-1", "step-2"], timeout=120, what="step 2 to be running")
+        proc.kill()
+        proc.wait(timeout=30)
+        killed = len(self.api.requests)
+        self.flower()
+        self.assertEqual(model.lines(), ["step-1", "step-2", "step-3"])   # step 2 was not run again
+        resumed = self.api.requests[killed]
+        said = self.sent_results(resumed)
+        self.assertIn(flower.text("killed_result"), said[-1])
+        self.assertFalse(any("Exit code 137" in r or "Exit code 143" in r for r in said), said)
+        self.assertIn("check2", model.kinds)
 
 
 if __name__ == "__main__":
