@@ -3865,6 +3865,10 @@ SQL_SUMMARY = "SELECT data FROM summaries WHERE project_key=? AND session_id=?"
 SQL_PUT_SUMMARY = "INSERT OR REPLACE INTO summaries(project_key, session_id, mtime, data) VALUES (?,?,?,?)"
 SQL_SESSION_KNOWN = "SELECT 1 FROM sessions WHERE skey=?"
 SQL_ENTRIES_BY_UUID = "SELECT uuid, payload FROM entries WHERE skey=? AND uuid IN ({marks})"
+# A session's rows from one on (an insert before it takes them out and puts them back after)
+SQL_SEQ_OF_UUID = "SELECT seq FROM entries WHERE skey=? AND uuid=?"
+SQL_ROWS_FROM = "SELECT uuid, payload FROM entries WHERE skey=? AND seq>=? ORDER BY seq"
+SQL_DELETE_FROM = "DELETE FROM entries WHERE skey=? AND seq>=?"
 SQL_LOAD_PAYLOADS = "SELECT payload FROM entries WHERE skey=? ORDER BY seq"
 # A row past the first ?2 of a session (none: the session is small); walks ?2 entries of the index only
 SQL_ROW_PAST = "SELECT 1 FROM entries WHERE skey=?1 ORDER BY seq LIMIT 1 OFFSET ?2"
@@ -3968,6 +3972,24 @@ def _entry_rows(entries: list[dict], ascii_only: bool = False) -> tuple[list, li
         return [_storable_uuid(uid) for uid in uuids], [json.dumps(e, separators=(",", ":")) for e in entries]
     dumps = _compact_json()
     return uuids, [dumps(e) for e in entries]
+
+
+def _parsed_or_empty(payload: str) -> dict:
+    """A stored row's entry, or {} for one that does not parse to an object (it is kept as it is)."""
+    try:
+        entry = json.loads(payload)
+    except ValueError:
+        return {}
+    return entry if isinstance(entry, dict) else {}
+
+
+def _rollback(db: sqlite3.Connection) -> None:
+    """Undo the open transaction, if there is one: SQLite has already rolled back a transaction that a
+    full disk or an I/O error broke, and a ROLLBACK then would raise "no transaction is active" in
+    place of the real error."""
+    if db.in_transaction:
+        with contextlib.suppress(sqlite3.Error):
+            db.execute("ROLLBACK")
 
 
 class SqliteSessionStore:
@@ -4077,7 +4099,7 @@ class SqliteSessionStore:
                     db.execute(SQL_CUT_TRIGGER.format(name=name, when=when))
             db.execute("COMMIT")
         except BaseException:
-            db.execute("ROLLBACK")
+            _rollback(db)
             raise
 
     @staticmethod
@@ -4113,8 +4135,40 @@ class SqliteSessionStore:
                     self._fold_summary(key, entries, mtime)
                 self._db.execute("COMMIT")
             except BaseException:
-                self._db.execute("ROLLBACK")
+                _rollback(self._db)
                 raise
+
+    def insert_before_sync(self, key: dict, entries: list[dict], before: str) -> None:
+        """Put ``entries`` just before the stored entry whose uuid is ``before`` (at the end when there is
+        none), in one transaction: the rows from that entry on are taken out and put back after them,
+        as they were. For what a failed write left out of the middle of a session (duplicates by uuid
+        are ignored, as by an append)."""
+        if not entries:
+            return
+        try:
+            self._insert_before(key, entries, before, ascii_only=False)
+        except UnicodeEncodeError:
+            self._insert_before(key, entries, before, ascii_only=True)
+
+    def _insert_before(self, key: dict, entries: list[dict], before: str, ascii_only: bool) -> None:
+        skey = _key_string(key)
+        uuids, payloads = _entry_rows(entries, ascii_only)
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                row = self._db.execute(SQL_SEQ_OF_UUID, (skey, before)).fetchone()
+                if row is not None:
+                    later = self._db.execute(SQL_ROWS_FROM, (skey, row[0])).fetchall()
+                    self._db.execute(SQL_DELETE_FROM, (skey, row[0]))
+                    self._insert_with_facts(skey, entries + [_parsed_or_empty(payload) for _, payload in later],
+                                            uuids + [uid for uid, _ in later],
+                                            payloads + [payload for _, payload in later], ascii_only)
+                self._db.execute("COMMIT")
+            except BaseException:
+                _rollback(self._db)
+                raise
+        if row is None:   # nothing to put them before: they are the session's newest
+            self._append(key, entries, ascii_only)
 
     def _fold_summary(self, key: dict, entries: list[dict], mtime: int) -> None:
         """Fold a batch into its session's summary (the SDK's, when it is installed), inside the
@@ -4367,7 +4421,7 @@ class SqliteSessionStore:
             db.execute("COMMIT")
             return True
         except BaseException as exc:   # never a transaction left open, whatever stopped it
-            db.execute("ROLLBACK")
+            _rollback(db)
             if not isinstance(exc, sqlite3.OperationalError):
                 raise
             return False
@@ -4420,7 +4474,7 @@ class SqliteSessionStore:
                     self._db.execute("DELETE FROM sessions WHERE skey=?", (target,))
                 self._db.execute("COMMIT")
             except BaseException:
-                self._db.execute("ROLLBACK")
+                _rollback(self._db)
                 raise
 
     async def list_subkeys(self, key: dict) -> list[str]:
@@ -4719,26 +4773,60 @@ def cli_transcripts(project_key_: str, session_id: str, env: dict[str, str] | No
 _UUID_KEY = _lazy_re(r'"uuid":\s*"([^"]+)"')
 
 
+def keep_transcripts(paths: Iterable[str]) -> None:
+    """Keep the transcripts among ``paths`` that lie in a resume's temp copy (the SDK deletes it on
+    disconnect) in a ``claude-resume-kept-*`` dir beside it, where :func:`cli_transcripts` finds them
+    (a hard link: no room needed on a full disk; a copy elsewhere). Only the transcript, not the
+    credentials the copy also holds. Best effort."""
+    import shutil
+    for path in paths:
+        head, _, tail = path.partition(os.sep + "projects" + os.sep)
+        if not tail or not os.path.basename(head).startswith("claude-resume-") or \
+                os.path.basename(head).startswith("claude-resume-kept-"):
+            continue
+        kept = os.path.join(os.path.dirname(head), f"claude-resume-kept-{uuid.uuid4().hex[:12]}", "projects", tail)
+        with contextlib.suppress(OSError, FlowerError):
+            ensure_private_dir(os.path.dirname(kept))
+            try:
+                os.link(path, kept)
+            except OSError:
+                shutil.copyfile(path, kept)
+
+
 def missing_entries(lines: Iterable[str], known: set) -> list[dict]:
-    """What a CLI transcript holds beyond the store: the entries after the last one the store knows
-    (found by a scan for its uuid, without parsing what comes before), except bookkeeping entries
-    without a uuid, entries the store already has and flower's own healed stand-ins (a resume's
-    materialised copy holds those). Lines that do not parse are skipped."""
-    tail: list[str] = []
+    """What a CLI transcript holds beyond the store, in its order (see :func:`missing_runs`)."""
+    return [entry for run, _ in missing_runs(lines, known) for entry in run]
+
+
+def missing_runs(lines: Iterable[str], known: set) -> list[tuple[list[dict], str | None]]:
+    """The entries of a CLI transcript that the store lacks, as runs of consecutive ones, each with
+    the uuid of the stored entry that follows it in the transcript (None after the last one): a write
+    that failed leaves a hole in the middle of a session, a kill its end. Bookkeeping entries without
+    a uuid and flower's own healed stand-ins (a resume's materialised copy holds those) are not
+    entries to recover; a line whose uuid the store knows is not parsed. Lines that do not parse are
+    skipped."""
+    runs: list[tuple[list[dict], str | None]] = []
+    run: list[dict] = []
     for line in lines:
         ids = _UUID_KEY.findall(line)
-        if ids and ids[-1] in known:
-            tail = []
-        else:
-            tail.append(line)
-    out = []
-    for line in tail:
-        with contextlib.suppress(ValueError):
-            entry = json.loads(line)
-            if isinstance(entry, dict) and isinstance(entry.get("uuid"), str) and entry["uuid"] not in known \
-                    and not entry.get("flowerHealed"):
-                out.append(entry)
-    return out
+        uid = ids[-1] if ids and ids[-1] in known else None
+        if uid is None:
+            try:
+                entry = json.loads(line)
+            except ValueError:
+                continue
+            if not isinstance(entry, dict) or not isinstance(entry.get("uuid"), str) or entry.get("flowerHealed"):
+                continue
+            if entry["uuid"] not in known:
+                run.append(entry)
+                continue
+            uid = entry["uuid"]
+        if run:
+            runs.append((run, uid))
+            run = []
+    if run:
+        runs.append((run, None))
+    return runs
 
 
 def load_store_factory(spec: str) -> Any:
@@ -6823,6 +6911,7 @@ class _Turn:
     level: int = 0
     model: str | None = None
     crossed_in: str | None = None   # the answer (API message id) whose level crossed the threshold
+    mirror_failed: bool = False     # the store missed a batch of this connection
     late: bool = False              # an answer came after that one: the batch stop did not hold
 
 
@@ -7262,11 +7351,13 @@ class Runtime:
             lang=self.lang, on_state=lambda facts: emit(Event(facts["state"], data=facts)))
 
     def salvage(self, sid: str, *, keep_copies: bool = False) -> int:
-        """Before resuming ``sid`` (or deciding it was never stored): append to the store what the CLI
-        wrote to its own transcript but the mirror never delivered (flower was killed with appends in
-        flight, or the store was locked), then remove the temp copies a killed resume left behind
-        (they hold a copy of the credentials too). Returns how many entries were recovered (one info
-        line says so). Blocking; safe from a worker thread."""
+        """Before resuming ``sid`` (or deciding it was never stored): store what the CLI wrote to its
+        own transcript but the mirror never delivered (flower was killed with appends in flight, the
+        store was locked, a write failed on a full disk), each run of it in its place, then remove the
+        temp copies a killed resume left behind (they hold a copy of the credentials too). Returns how
+        many entries were recovered (one info line says so). ``keep_copies``: the connection is still
+        open (its copy is removed on disconnect); a copy the store could not take now is then kept
+        for the next salvage. Blocking; safe from a worker thread."""
         import shutil
         key = {"project_key": self.project_key, "session_id": sid}
         files = cli_transcripts(self.project_key, sid)
@@ -7281,12 +7372,14 @@ class Runtime:
                          if isinstance(e.get("uuid"), str)}
             for path in files:
                 with open(path, encoding="utf-8", errors="replace") as fh:
-                    extra = missing_entries(fh, known)
-                if extra:
-                    self._append_waiting(key, extra)
-                    known.update(e["uuid"] for e in extra if isinstance(e.get("uuid"), str))
+                    runs = missing_runs(fh, known)
+                for extra, before in runs:
+                    self._append_waiting(key, extra, before)
+                    known.update(e["uuid"] for e in extra)
                     recovered += len(extra)
         except Exception:   # salvage is a bonus: a store that cannot take it now is the resume's business
+            if keep_copies:   # the SDK deletes a resume's copy on disconnect: the next salvage needs it
+                keep_transcripts(files)
             return recovered
         for path in files if not keep_copies else ():
             leftover = path.split(os.sep + "projects" + os.sep)[0]
@@ -7296,13 +7389,17 @@ class Runtime:
             self._info(text("info_recovered", self.lang, n=recovered, sid=sid))
         return recovered
 
-    def _append_waiting(self, key: dict, entries: list[dict]) -> None:
+    def _append_waiting(self, key: dict, entries: list[dict], before: str | None = None) -> None:
         """Append, waiting out a store that is locked or busy (another process holds it): recovered
-        entries must be stored before the resume, or they would land after newer ones."""
+        entries must be stored before the resume, or they would land after newer ones. ``before``: the
+        uuid of the stored entry they precede (a store that can put them there does; the CLI follows
+        the parent links either way)."""
         deadline = time.monotonic() + max(60.0, self.resilience.max_offline_wait)
         while True:
             try:
-                if hasattr(self.raw_store, "append_sync"):
+                if before is not None and hasattr(self.raw_store, "insert_before_sync"):
+                    self.raw_store.insert_before_sync(key, entries, before)
+                elif hasattr(self.raw_store, "append_sync"):
                     self.raw_store.append_sync(key, entries)
                 else:
                     _run_sync(self.raw_store.append(key, entries))
@@ -7370,10 +7467,10 @@ class Runtime:
         finally:
             if watcher is not None:
                 watcher.cancel()
-            if turn.exception is not None or turn.cancelled:
-                # the CLI died mid-turn (killed alone, crashed, or stopped by rescue() on a signal): what
-                # it wrote but never mirrored is only in its temp copy, which disconnect() deletes: take
-                # it into the store first
+            if turn.exception is not None or turn.cancelled or turn.mirror_failed:
+                # the CLI died mid-turn (killed alone, crashed, or stopped by rescue() on a signal), or a
+                # store write failed: what it wrote but never mirrored is only in its temp copy, which
+                # disconnect() deletes: take it into the store first
                 with contextlib.suppress(Exception):
                     await asyncio.to_thread(self.salvage, st.sid, keep_copies=True)
             with contextlib.suppress(BaseException):
@@ -7406,7 +7503,8 @@ class Runtime:
                     details.update(attempt=data.get("attempt"), error_status=data.get("error_status"),
                                    error=data.get("error"))
                 elif msg.subtype == "mirror_error":
-                    # the store missed a batch: a resume of this session may lack those entries
+                    # the store missed a batch: taken from the CLI's transcript before disconnect
+                    turn.mirror_failed = True
                     line = text("info_mirror_error", self.lang, error=redact(str(data.get("error"))))
                     if line not in self.degraded:
                         self.degraded.append(line)

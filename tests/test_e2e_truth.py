@@ -143,6 +143,15 @@ class Truth(unittest.TestCase):
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
 
+    def stored_in(self, run_dir: str, sid: str) -> list[dict]:
+        import sqlite3
+        db = sqlite3.connect(os.path.join(run_dir, "sessions.db"))
+        try:
+            rows = db.execute("SELECT payload FROM entries WHERE skey LIKE ? ORDER BY seq", (f"%/{sid}",)).fetchall()
+            return [json.loads(r[0]) for r in rows]
+        finally:
+            db.close()
+
     def spec(self):
         return flower.AgentSpec("work", instructions="You do the work.", tools=["Bash"], allowed_tools=["Bash"])
 
@@ -210,6 +219,104 @@ class Truth(unittest.TestCase):
         self.assertIn(flower.text("killed_result"), said[-1])
         self.assertFalse(any("Exit code 137" in r or "Exit code 143" in r for r in said), said)
         self.assertIn("check2", model.kinds)
+
+    # -- item 6 --
+
+    def small_disk(self, size: str = "16m") -> str:
+        """A tmpfs of ``size`` for the run dir (root only: skipped where it cannot be mounted)."""
+        import subprocess
+        import tempfile
+        mnt = tempfile.mkdtemp(prefix="flower-small-")
+        self.addCleanup(os.rmdir, mnt)
+        done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=0700", "tmpfs", mnt],
+                              capture_output=True, text=True)
+        if done.returncode != 0:
+            self.skipTest(f"cannot mount a small tmpfs here: {done.stderr.strip()[:100]}")
+        self.addCleanup(subprocess.run, ["umount", mnt], capture_output=True)
+        return mnt
+
+    def test_a_store_write_that_failed_on_a_full_disk_is_recovered_from_the_clis_transcript(self):
+        """Step 2's command fills the run dir's disk; it has room again once flower has said that a write
+        failed (step 3's command waits for that). The store misses what came in between, the CLI's own
+        transcript holds it. The next wake sends it as it was (not "not produced"), nothing is done
+        twice, and the warning names the real cause."""
+        run_dir = os.path.join(self.small_disk(), "run")
+        ballast = os.path.join(os.path.dirname(run_dir), "ballast")
+        model = TrustingModel(self.ws, steps=4, slow={
+            2: f"{{ head -c 64M /dev/zero > {ballast} 2>/dev/null || true; }}",
+            3: f"for i in $(seq 600); do [ -e {ballast} ] || break; sleep 0.1; done"})
+        self.api.responder = model
+        events = []
+
+        def on_event(event):
+            events.append(event)
+            if event.kind == "info" and "could not save" in event.data.get("message", ""):
+                with contextlib.suppress(FileNotFoundError):
+                    os.remove(ballast)
+        rt = self._runtime(run_dir=run_dir, on_event=on_event)
+        first = asyncio.run(rt.run(self.spec(), "do the four steps", lineage_key="work"))
+        rt.close()
+        self.assertTrue(first.ok, first.error)
+        self.assertEqual(model.lines(), ["step-1", "step-2", "step-3", "step-4"])
+        warned = [e.data["message"] for e in events if e.kind == "info"]
+        self.assertFalse(os.path.exists(ballast), warned)                          # a write did fail
+        self.assertTrue(any("full" in line for line in warned), warned)           # the real cause is named
+        self.assertFalse(any("no transaction is active" in line for line in warned), warned)
+        sent = len(self.api.requests)
+        rt = self._runtime(run_dir=run_dir)
+        again = asyncio.run(rt.run(self.spec(), "check the steps once more", resume=first.session_id,
+                                   lineage_key="work"))
+        rt.close()
+        self.assertTrue(again.ok, again.error)
+        self.assertEqual(model.lines(), ["step-1", "step-2", "step-3", "step-4"])   # nothing done twice
+        woke = self.api.requests[sent]
+        said = self.sent_results(woke)
+        self.assertEqual([re.findall(r"STEP-\d-OK", r)[:1] for r in said],
+                         [["STEP-1-OK"], ["STEP-2-OK"], ["STEP-3-OK"], ["STEP-4-OK"]])
+        self.assertIn("doing step 3", FakeAnthropic.messages_text(woke))
+        self.assertNotIn("not produced", FakeAnthropic.messages_text(woke))
+        # the store has them back in their place: each step's result before the next answer
+        order = [m for e in self.stored_in(run_dir, first.session_id) for b in flower.blocks_of(e)
+                 if isinstance(b, dict) and b.get("type") in ("text", "tool_result")
+                 for m in re.findall(r"STEP-\d-OK|doing step \d", flower.block_text(b))]
+        self.assertEqual(order[:8], ["doing step 1", "STEP-1-OK", "doing step 2", "STEP-2-OK",
+                                     "doing step 3", "STEP-3-OK", "doing step 4", "STEP-4-OK"])
+
+    def test_what_a_resumed_connection_could_not_store_is_kept_for_the_next_wake(self):
+        """A resumed session writes its transcript into the SDK's temp copy, which disconnect deletes.
+        The disk is full from step 2's command to the end of that connection: the copy is kept, and
+        the next wake stores what it holds before the model is asked anything."""
+        run_dir = os.path.join(self.small_disk(), "run")
+        ballast = os.path.join(os.path.dirname(run_dir), "ballast")
+        model = TrustingModel(self.ws, steps=1, slow={2: f"{{ head -c 64M /dev/zero > {ballast} 2>/dev/null || true; }}"})
+        self.api.responder = model
+        rt = self._runtime(run_dir=run_dir)
+        first = asyncio.run(rt.run(self.spec(), "do the steps", lineage_key="work"))
+        model.steps = 3
+        events = []
+        rt.on_event = events.append
+        second = asyncio.run(rt.run(self.spec(), "now all three", resume=first.session_id, lineage_key="work"))
+        rt.close()
+        self.assertTrue(second.ok, second.error)
+        self.assertTrue(any("full" in e.data.get("message", "") for e in events if e.kind == "info"))
+        os.remove(ballast)
+        sent = len(self.api.requests)
+        rt = self._runtime(run_dir=run_dir)
+        third = asyncio.run(rt.run(self.spec(), "check the steps once more", resume=first.session_id,
+                                   lineage_key="work"))
+        rt.close()
+        self.assertTrue(third.ok, third.error)
+        self.assertEqual(model.lines(), ["step-1", "step-2", "step-3"])
+        woke = FakeAnthropic.messages_text(self.api.requests[sent])
+        for k in (1, 2, 3):
+            self.assertIn(f"STEP-{k}-OK", " ".join(self.sent_results(self.api.requests[sent])))
+        self.assertIn("all 3 steps done", woke)
+        self.assertNotIn(flower.text("killed_result"), woke)
+        self.assertNotIn("not produced", woke)
+        import glob
+        import tempfile
+        self.assertEqual(glob.glob(os.path.join(tempfile.gettempdir(), "claude-resume-kept-*", "projects", "*",
+                                                first.session_id + ".jsonl")), [])   # stored, then removed
 
 
 if __name__ == "__main__":

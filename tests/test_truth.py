@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import json
 import random
+import sqlite3
 import unittest
+from unittest import mock
 
 import flower
 from flower import prune
@@ -57,6 +59,45 @@ class KilledCalls(unittest.TestCase):
         self.assertEqual(report.healed, 1)
         self.assertEqual(report.tokens, flower.estimate_tokens(out))   # the heal counted with its text
         self.assertNotIn("not produced", json.dumps(out))
+
+
+def entry(uid: str, text: str, parent: str | None = None) -> dict:
+    return {"type": "user", "uuid": uid, "parentUuid": parent, "message": {"role": "user", "content": text}}
+
+
+class FailedWrites(unittest.TestCase):
+    key = {"project_key": "p", "session_id": "s"}
+
+    def setUp(self):
+        self.store = flower.SqliteSessionStore(":memory:")
+        self.addCleanup(self.store.close)
+
+    def test_a_hole_is_filled_in_its_place(self):
+        self.store.append_sync(self.key, [entry("a", "one"), entry("b", "two", "a")])
+        self.store.append_sync(self.key, [entry("d", "four", "c"), entry("e", "five", "d")])
+        self.store.insert_before_sync(self.key, [entry("c", "three", "b")], "d")
+        self.assertEqual([e["uuid"] for e in self.store.load_sync(self.key)], ["a", "b", "c", "d", "e"])
+        self.store.insert_before_sync(self.key, [entry("c", "again", "b"), entry("f", "six", "e")], "nowhere")
+        loaded = self.store.load_sync(self.key)
+        self.assertEqual([e["uuid"] for e in loaded], ["a", "b", "c", "d", "e", "f"])   # no place: the end
+        self.assertEqual(loaded[2]["message"]["content"], "three")                     # the first one stays
+        self.assertEqual(self.store.last_context("p", "s"), None)
+
+    def test_the_real_cause_of_a_failed_write_is_raised(self):
+        real = self.store._insert_with_facts
+
+        def full(*args, **kwargs):
+            real(*args, **kwargs)
+            self.store._db.execute("ROLLBACK")   # what SQLite does itself when the disk is full
+            raise sqlite3.OperationalError("database or disk is full")
+        with mock.patch.object(self.store, "_insert_with_facts", side_effect=full):
+            with self.assertRaisesRegex(sqlite3.OperationalError, "disk is full"):
+                self.store.append_sync(self.key, [entry("a", "one")])
+            with self.assertRaisesRegex(sqlite3.OperationalError, "disk is full"):
+                self.store.insert_before_sync(self.key, [entry("b", "two")], "a")
+        self.assertIsNone(self.store.load_sync(self.key))
+        self.store.append_sync(self.key, [entry("a", "one")])   # and the store goes on working
+        self.assertEqual(len(self.store.load_sync(self.key)), 1)
 
 
 if __name__ == "__main__":
