@@ -7159,6 +7159,7 @@ class Runtime:
         before the next request. Nothing that ran is then recorded as rejected (an interrupt lands
         under a call that starts after it), and no answer is paid for that nobody reads."""
         async def after_batch(data: dict, tool_use_id: Any, context: Any) -> dict:
+            st.batches += 1
             if not isinstance(data, dict) or data.get("agent_id"):
                 return {}   # a subagent's batch: the main thread's level decides
             calls = data.get("tool_calls") if isinstance(data.get("tool_calls"), list) else []
@@ -7446,6 +7447,7 @@ class Runtime:
         assert self._human_event is not None
         self._human_event.clear()
         st.interrupt_sent = st.stop_batches = False
+        st.batches = 0
         st.calls_seen.clear()
         client = sdk.ClaudeSDKClient(options=options)
         watcher = None
@@ -7570,8 +7572,10 @@ class Runtime:
                         self.soft(self.windows.path, lambda w=ctx_window: self.windows.learn(st.model, w))
                 emit(Event("system", session_id=st.sid, level=st.level, window=st.window,
                            data={"subtype": "turn_result", "cost_usd": turn.cost, "is_error": bool(msg.is_error)}))
-            if turn.handoff and results_in and not st.interrupt_sent and not ritual and (turn.late or not st.batch_hook):
-                # no batch hook stopped the turn: interrupt it where no call of an answer is open
+            if turn.handoff and results_in and not st.interrupt_sent and not ritual and \
+                    (not st.batch_hook or turn.late and not st.batches):
+                # no batch hook (or a CLI that never calls it) stopped the turn: interrupt it where no
+                # call of an answer is open
                 st.interrupt_sent = True
                 with contextlib.suppress(Exception):
                     await client.interrupt()
@@ -7728,6 +7732,7 @@ class _RunState:
     failed_in_row: int = 0   # failed connections since the model last made progress
     start_prompt: str | None = None
     batch_hook: bool = False      # the connection stops a turn after a batch of tools (PostToolBatch)
+    batches: int = 0              # batches the hook heard of on this connection (0: the CLI may lack it)
     stop_batches: bool = False    # this turn crossed the threshold: the next batch of tools ends it
     calls_seen: set = field(default_factory=set)   # main-thread tool calls the stream has shown
     call_seen: Any = None         # asyncio.Event: set whenever ``calls_seen`` grows

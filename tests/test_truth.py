@@ -3,14 +3,20 @@ the end of a run cut off, and what a failed store write says (see also tests/tes
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
 import random
 import sqlite3
+import tempfile
 import unittest
 from unittest import mock
 
 import flower
 from flower import prune
+from tests import fakesdk
+from tests.fakesdk import FAKE
+from tests.test_notes import LEDGER_EN
 from tests.transcripts import Builder
 
 KILLED = flower.text("killed_result")
@@ -98,6 +104,52 @@ class FailedWrites(unittest.TestCase):
         self.assertIsNone(self.store.load_sync(self.key))
         self.store.append_sync(self.key, [entry("a", "one")])   # and the store goes on working
         self.assertEqual(len(self.store.load_sync(self.key)), 1)
+
+
+class HandoffStop(unittest.TestCase):
+    """Where the handoff stops the crossing turn (the real CLI's side: tests/test_e2e_truth.py)."""
+
+    def setUp(self):
+        fakesdk.install()
+        self.tmp = tempfile.TemporaryDirectory()
+        ws = os.path.join(self.tmp.name, "ws")
+        os.makedirs(ws)
+        self.rt = flower.Runtime(workspace=ws, run_dir=os.path.join(self.tmp.name, "runs"),
+                                 resilience=flower.Resilience(probe=False, base_delay=0),
+                                 handoff=flower.HandoffPolicy(window=200_000))
+
+    def tearDown(self):
+        self.rt.close()
+        fakesdk.uninstall()
+        self.tmp.cleanup()
+
+    def turns(self):
+        FAKE.turns = [[("text", "step 1", 100_000), ("tool", "Bash", {"command": "make"}, "built", 151_000),
+                       ("tool", "Bash", {"command": "never runs"}, "x", 152_000)],
+                      [("text", LEDGER_EN, 152_000)], [("text", "finished", 20_000)]]
+
+    def test_a_batch_hook_ends_the_turn_after_the_crossing_tools(self):
+        self.turns()
+        result = asyncio.run(self.rt.run(flower.AgentSpec("work"), "go", lineage_key="work"))
+        self.assertTrue(result.ok, result.error)
+        self.assertEqual((FAKE.interrupts, FAKE.hook_stops), (0, 1))
+        self.assertIn("PostToolBatch", FAKE.calls[0]["options"].hooks)
+        self.assertEqual(FAKE.calls[1]["prompt"], flower.text("handoff_prompt"))
+        retired = self.rt.raw_store.load_sync({"project_key": self.rt.project_key, "session_id": result.retired[0]})
+        self.assertIn("built", json.dumps(retired))
+        self.assertNotIn("never runs", json.dumps(retired))   # the turn ended after the crossing batch
+
+    def test_without_hooks_the_interrupt_waits_for_the_results_of_the_answer(self):
+        self.turns()
+        saved = fakesdk.HookMatcher
+        del fakesdk.HookMatcher
+        try:
+            result = asyncio.run(self.rt.run(flower.AgentSpec("work"), "go", lineage_key="work"))
+        finally:
+            fakesdk.HookMatcher = saved
+        self.assertTrue(result.ok, result.error)
+        self.assertEqual((FAKE.interrupts, FAKE.hook_stops), (1, 0))
+        self.assertIsNone(FAKE.calls[0]["options"].hooks)
 
 
 if __name__ == "__main__":
