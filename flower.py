@@ -1064,10 +1064,28 @@ def on_death_signal(signum):
 
 stopping = []
 
+def tool_groups(cli):  # the process groups the CLI runs its tools in (a Bash call gets one of its own)
+    groups = set()
+    try:
+        names = [n for n in os.listdir("/proc") if n.isdigit()]
+    except OSError:
+        return groups
+    for name in names:
+        try:
+            with open("/proc/%s/stat" % name) as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()
+            if int(fields[1]) == cli:
+                groups.add(int(fields[2]))
+        except (OSError, IndexError, ValueError):
+            pass
+    groups.discard(os.getpgid(0))
+    return groups
+
 def stop_group():  # SIGTERM: the CLI writes its transcript and exits; the whole group dies after the grace
     if stopping:
         return
     stopping.append(1)
+    tools = tool_groups(child)  # read now: once the CLI is gone its tools belong to init
     try:
         os.kill(child, signal.SIGTERM)
     except OSError:
@@ -1081,6 +1099,11 @@ def stop_group():  # SIGTERM: the CLI writes its transcript and exits; the whole
             break
         time.sleep(0.01)
     forget()  # kept until now: a re-run's reaper waits for this CLI instead of killing it mid-write
+    for group in tools:  # a tool must not run on after its flower: nobody would record what it did
+        try:
+            os.killpg(group, signal.SIGKILL)
+        except OSError:
+            pass
     os.killpg(0, signal.SIGKILL)
 
 def on_parent_death(*_):
@@ -1206,19 +1229,41 @@ def _gone(pid: int) -> bool:
         return False
 
 
+def tool_groups(pid: int) -> set[int]:
+    """The process groups of ``pid``'s children other than its own (the CLI runs each Bash call in a
+    group of its own); empty where /proc cannot tell."""
+    groups = set()
+    try:
+        names = [n for n in os.listdir("/proc") if n.isdigit()]
+    except OSError:
+        return groups
+    for name in names:
+        try:
+            with open(f"/proc/{name}/stat", "rb") as fh:
+                fields = fh.read().rsplit(b")", 1)[1].split()
+            if int(fields[1]) == pid:
+                groups.add(int(fields[2]))
+        except (OSError, IndexError, ValueError):
+            continue
+    with contextlib.suppress(OSError):
+        groups.discard(os.getpgid(pid))
+    return groups
+
+
 def _stop_guards(guards: list[tuple[int, int]], grace: float) -> list[int]:
     """Stop ``(guard pid, CLI pid)`` pairs: SIGTERM to each CLI, so that it writes what it still holds
-    to its transcript and exits, then SIGKILL of each guard's whole group once all CLIs are gone or
-    ``grace`` seconds have passed. Blocking. Returns the guard pids."""
+    to its transcript and exits, then SIGKILL of each guard's whole group, and of the groups its tools
+    run in, once all CLIs are gone or ``grace`` seconds have passed. Blocking. Returns the guard pids."""
+    tools = {group for _, cli in guards for group in tool_groups(cli)}   # before the CLI is gone
     for _, cli in guards:
         with contextlib.suppress(OSError):
             os.kill(cli, signal.SIGTERM)
     deadline = time.monotonic() + grace
     while guards and time.monotonic() < deadline and not all(_gone(cli) for _, cli in guards):
         time.sleep(0.01)
-    for guard, _ in guards:
+    for group in tools | {guard for guard, _ in guards}:
         with contextlib.suppress(OSError):
-            os.killpg(guard, signal.SIGKILL)
+            os.killpg(group, signal.SIGKILL)
     return [guard for guard, _ in guards]
 
 

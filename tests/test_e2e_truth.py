@@ -201,9 +201,9 @@ class Truth(unittest.TestCase):
 
     def test_a_tool_stopped_by_a_kill_of_flower_reads_as_stopped_on_resume(self):
         """kill -9 of flower while step 2's command runs (after its line is written): the guard stops
-        the CLI and its tool. The resumed model is told the command was stopped by the kill (not an exit
+        the CLI and its tool (the CLI runs it in a process group of its own). The resumed model is told the command was stopped by the kill (not an exit
         code it would take for a failure), so it looks at the disk instead of running the step again."""
-        model = TrustingModel(self.ws, steps=3, slow={2: "python3 -c 'import time; time.sleep(30)'"})
+        model = TrustingModel(self.ws, steps=3, slow={2: "python3 -c 'import time; time.sleep(120)'"})
         self.flow(model)
         self.addCleanup(self.stop_leftovers)
         proc = self.spawn("do the three steps")
@@ -211,6 +211,8 @@ class Truth(unittest.TestCase):
         self.wait_for(lambda: model.lines() == ["step-1", "step-2"], timeout=120, what="step 2 to be running")
         proc.kill()
         proc.wait(timeout=30)
+        from tests.test_e2e_driver import processes_in
+        self.wait_for(lambda: not processes_in(self.ws), timeout=20, what="the tool to stop with its flower")
         killed = len(self.api.requests)
         self.flower()
         self.assertEqual(model.lines(), ["step-1", "step-2", "step-3"])   # step 2 was not run again

@@ -152,5 +152,28 @@ class HandoffStop(unittest.TestCase):
         self.assertIsNone(FAKE.calls[0]["options"].hooks)
 
 
+class ToolGroups(unittest.TestCase):
+    @unittest.skipUnless(os.path.isdir("/proc"), "needs /proc")
+    def test_stopping_a_cli_stops_the_tools_it_runs_in_groups_of_their_own(self):
+        import subprocess
+        import sys
+        import time
+        # a "CLI" in a group of its own that starts a "tool" in a session of its own, as the CLI does
+        code = ("import os, subprocess, sys, time\n"
+                "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'], start_new_session=True)\n"
+                "print(p.pid, flush=True)\ntime.sleep(120)\n")
+        cli = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, start_new_session=True)
+        self.addCleanup(cli.wait)
+        tool = int(cli.stdout.readline())
+        cli.stdout.close()
+        self.addCleanup(lambda: os.kill(tool, 9) if not flower._gone(tool) else None)
+        self.assertEqual(flower.tool_groups(cli.pid), {tool})
+        flower._stop_guards([(cli.pid, cli.pid)], grace=0.2)
+        deadline = time.monotonic() + 30
+        while not flower._gone(tool) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        self.assertTrue(flower._gone(tool))
+
+
 if __name__ == "__main__":
     unittest.main()
