@@ -177,6 +177,9 @@ TEXTS: dict[str, dict[str, str]] = {
             "continue from where it stopped; do not start over."
         ),
         "interrupted_result": "[The previous round was interrupted here; this tool result was not produced.]",
+        "killed_result": (
+            "[This command was stopped when the run was killed; it may have partly run: check before doing it again.]"
+        ),
         "expired_result": "[result of `{cmd}` expired {n} turns ago; re-run if needed]",
         "trimmed_result": "[tool result archived: {n} chars, full text in {path}; Read it if needed]",
         "human_interrupt": (
@@ -201,6 +204,10 @@ TEXTS: dict[str, dict[str, str]] = {
             "Your handoff document has these problems: {problems}. Reply again with the whole document, "
             "fixed, under the same five headings. Successes belong under Decisions or Status, finished "
             "items under Status; Next step names a path or a command. Do not call tools."
+        ),
+        "handoff_stop": (
+            "flower: the context window is nearly full, so this round stops here, after the tool calls above "
+            "ran and their results were recorded; a handoff follows."
         ),
         "carry_head": (
             "You take over unfinished work from an earlier session whose context was full. You have no "
@@ -412,6 +419,7 @@ TEXTS: dict[str, dict[str, str]] = {
     "zh": {
         "resume_prompt": "上一轮在完成之前被中断了。先看看磁盘上已经有什么,从中断处继续,不要从头开始。",
         "interrupted_result": "[上一轮在此处被中断,该工具结果未产生]",
+        "killed_result": "[这条命令在运行被终止时被停下;它可能已部分执行:再做之前先检查]",
         "expired_result": "[`{cmd}` 的结果已在 {n} 轮前过期;需要时请重新运行]",
         "trimmed_result": "[工具结果已归档:{n} 字符,全文在 {path};需要时请读取]",
         "human_interrupt": "[人类中断了上一轮;出现标记为中断的工具结果是正常的。] ",
@@ -434,6 +442,7 @@ TEXTS: dict[str, dict[str, str]] = {
             "成功的做法放在「已经定下的」或「现在在做什么」,已完成的事放在「现在在做什么」;"
             "「下一步」写一个路径或一条命令。不要调用工具。"
         ),
+        "handoff_stop": "flower:上下文窗口快满了,本轮在上面的工具调用执行完、结果已记录之后停在这里;接下来是交接。",
         "carry_head": (
             "你接手一项未完成的工作,之前的会话上下文已满。你不记得它;它交接的材料在下面。材料已分层,"
             "请按需取用而非通读。从「下一步」开始。尝试某个方法前,先查「走不通的路」。"
@@ -1655,10 +1664,28 @@ def on_death_signal(signum):
 
 stopping = []
 
+def tool_groups(cli):  # the process groups the CLI runs its tools in (a Bash call gets one of its own)
+    groups = set()
+    try:
+        names = [n for n in os.listdir("/proc") if n.isdigit()]
+    except OSError:
+        return groups
+    for name in names:
+        try:
+            with open("/proc/%s/stat" % name) as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()
+            if int(fields[1]) == cli:
+                groups.add(int(fields[2]))
+        except (OSError, IndexError, ValueError):
+            pass
+    groups.discard(os.getpgid(0))
+    return groups
+
 def stop_group():  # SIGTERM: the CLI writes its transcript and exits; the whole group dies after the grace
     if stopping:
         return
     stopping.append(1)
+    tools = tool_groups(child)  # read now: once the CLI is gone its tools belong to init
     try:
         os.kill(child, signal.SIGTERM)
     except OSError:
@@ -1672,6 +1699,11 @@ def stop_group():  # SIGTERM: the CLI writes its transcript and exits; the whole
             break
         time.sleep(0.01)
     forget()  # kept until now: a re-run's reaper waits for this CLI instead of killing it mid-write
+    for group in tools:  # a tool must not run on after its flower: nobody would record what it did
+        try:
+            os.killpg(group, signal.SIGKILL)
+        except OSError:
+            pass
     os.killpg(0, signal.SIGKILL)
 
 def on_parent_death(*_):
@@ -1797,19 +1829,41 @@ def _gone(pid: int) -> bool:
         return False
 
 
+def tool_groups(pid: int) -> set[int]:
+    """The process groups of ``pid``'s children other than its own (the CLI runs each Bash call in a
+    group of its own); empty where /proc cannot tell."""
+    groups = set()
+    try:
+        names = [n for n in os.listdir("/proc") if n.isdigit()]
+    except OSError:
+        return groups
+    for name in names:
+        try:
+            with open(f"/proc/{name}/stat", "rb") as fh:
+                fields = fh.read().rsplit(b")", 1)[1].split()
+            if int(fields[1]) == pid:
+                groups.add(int(fields[2]))
+        except (OSError, IndexError, ValueError):
+            continue
+    with contextlib.suppress(OSError):
+        groups.discard(os.getpgid(pid))
+    return groups
+
+
 def _stop_guards(guards: list[tuple[int, int]], grace: float) -> list[int]:
     """Stop ``(guard pid, CLI pid)`` pairs: SIGTERM to each CLI, so that it writes what it still holds
-    to its transcript and exits, then SIGKILL of each guard's whole group once all CLIs are gone or
-    ``grace`` seconds have passed. Blocking. Returns the guard pids."""
+    to its transcript and exits, then SIGKILL of each guard's whole group, and of the groups its tools
+    run in, once all CLIs are gone or ``grace`` seconds have passed. Blocking. Returns the guard pids."""
+    tools = {group for _, cli in guards for group in tool_groups(cli)}   # before the CLI is gone
     for _, cli in guards:
         with contextlib.suppress(OSError):
             os.kill(cli, signal.SIGTERM)
     deadline = time.monotonic() + grace
     while guards and time.monotonic() < deadline and not all(_gone(cli) for _, cli in guards):
         time.sleep(0.01)
-    for guard, _ in guards:
+    for group in tools | {guard for guard, _ in guards}:
         with contextlib.suppress(OSError):
-            os.killpg(guard, signal.SIGKILL)
+            os.killpg(group, signal.SIGKILL)
     return [guard for guard, _ in guards]
 
 
@@ -2143,6 +2197,9 @@ def settings_problems(env: dict[str, str] | None = None) -> list[str]:
 
 
 PROGRESS_ANSWERS = 2   # a failed connection with this many answers of the model made progress
+# How long a batch hook waits for the stream to show the batch's calls (it comes right after them):
+# past it, the hook decides on the level it knows
+BATCH_SHOWN_WAIT = 10.0
 
 
 @record
@@ -2920,7 +2977,7 @@ def _estimate(st: _Pruning) -> int | None:
     where entries may have left unseen (careful) or a tool use is not indexed once (an id twice)."""
     if st.careful or st.recount:
         return None
-    chars = st.chars + st.report.healed * len(text("interrupted_result", st.policy.lang))
+    chars = st.chars + st.report.healed * len(text("killed_result", st.policy.lang))
     for _, _, block, _ in st.results:
         said = block.get("content")
         chars += len(said) if said.__class__ is str else _rich_chars(block)
@@ -3265,23 +3322,61 @@ def _with_content(entry: dict, content: list) -> dict:
 
 
 def _neutralize_interrupts(st: _Pruning) -> None:
-    """Step 3: the result of an interrupted call gets a neutral text, not an error."""
-    if not st.halted:
+    """Step 3: the result of an interrupted call gets a neutral text, not an error. A call the human
+    stopped says it was interrupted; one that the end of a run cut off (the CLI's own note for a call
+    left without result, or a kill's exit code that no answer of the model followed) says it was
+    stopped by the kill and may have partly run: a model that trusts its history looks before it
+    does the step again."""
+    killed = _killed_results(st)
+    if not st.halted and not killed:
         return
-    neutral = text("interrupted_result", st.policy.lang)
+    texts = {key: text(key, st.policy.lang) for key in ("interrupted_result", "killed_result")}
     work, results, halted = st.work, st.results, st.halted
     last, interrupted = -1, False
     for k, (i, j, block, tool_id) in enumerate(results):
-        if i not in halted:
+        if i not in halted and k not in killed:
             continue
         if i != last:
-            interrupted, last = _is_interrupt(work[i]), i
-        if interrupted and block_text(block) != neutral:
+            interrupted, last = i in halted and _is_interrupt(work[i]), i
+        if not interrupted and k not in killed:
+            continue
+        cut_off = k in killed or work[i].get("toolDenialKind") == "interrupted"
+        neutral = texts["killed_result" if cut_off else "interrupted_result"]
+        if block_text(block) != neutral:
             st.report.chars_saved += len(block_text(block)) - len(neutral)
             entry = st.set_result(k, neutral, is_error=False)
             if isinstance(entry.get("toolUseResult"), str):
                 entry["toolUseResult"] = neutral
             st.report.interrupts += 1
+
+
+_KILL_EXIT = _lazy_re(r"Exit code (137|143)\b")   # SIGKILL, SIGTERM: how a call stopped with its CLI ends
+
+
+def _killed_results(st: _Pruning) -> set[int]:
+    """Rows of ``results`` that a kill's exit code ended and that no answer of the model followed
+    before the next prompt (the run ended there): the calls stopped with flower."""
+    import bisect
+    errors = [(i, j) for i, j, block, _ in st.errors if _KILL_EXIT.match(block_text(block))]
+    if not errors:
+        return set()
+    found = set()
+    rows = {(i, j): k for k, (i, j, _, _) in enumerate(st.results)}
+    for i, j in errors:
+        answer = bisect.bisect_right(st.call_at, i)
+        end = st.call_at[answer] if answer < len(st.call_at) else len(st.work)
+        if (i, j) in rows and (end == len(st.work) or any(_is_prompt(entry) for entry in st.work[i + 1:end])):
+            found.add(rows[(i, j)])
+    return found
+
+
+def _is_prompt(entry: dict) -> bool:
+    """Whether an entry is a user prompt (text from the user, not tool results)."""
+    if entry.get("type") != "user" or not isinstance(entry.get("message"), dict):
+        return False
+    content = entry["message"].get("content")
+    return isinstance(content, str) or isinstance(content, list) and not any(
+        isinstance(b, dict) and b.get("type") == "tool_result" for b in content)
 
 
 def _expire_glances(st: _Pruning) -> None:
@@ -3472,7 +3567,7 @@ def _spliced(st: _Pruning, gone: set, heal_at: set, orphans: dict) -> list[dict]
     work = st.work
     if not gone and not heal_at:
         return work
-    neutral = text("interrupted_result", st.policy.lang)
+    neutral = text("killed_result", st.policy.lang)
     out: list[dict] = []
     start = 0
     for k in sorted(gone | heal_at):
@@ -3491,7 +3586,7 @@ def _relinked_carefully(st: _Pruning, orphans: dict, repoint: dict) -> list[dict
     work, drop = st.work, st.drop
     survivor = _survivors(drop, st.parents)
     heal_ids = set(repoint.values())
-    neutral = text("interrupted_result", st.policy.lang)
+    neutral = text("killed_result", st.policy.lang)
     out = []
     for entry in work:
         uid = entry.get("uuid")
@@ -4442,6 +4537,10 @@ SQL_SUMMARY = "SELECT data FROM summaries WHERE project_key=? AND session_id=?"
 SQL_PUT_SUMMARY = "INSERT OR REPLACE INTO summaries(project_key, session_id, mtime, data) VALUES (?,?,?,?)"
 SQL_SESSION_KNOWN = "SELECT 1 FROM sessions WHERE skey=?"
 SQL_ENTRIES_BY_UUID = "SELECT uuid, CAST(payload AS BLOB) FROM entries WHERE skey=? AND uuid IN ({marks})"
+# A session's rows from one on (an insert before it takes them out and puts them back after)
+SQL_SEQ_OF_UUID = "SELECT seq FROM entries WHERE skey=? AND uuid=?"
+SQL_ROWS_FROM = "SELECT uuid, payload FROM entries WHERE skey=? AND seq>=? ORDER BY seq"
+SQL_DELETE_FROM = "DELETE FROM entries WHERE skey=? AND seq>=?"
 SQL_LOAD_PAYLOADS = "SELECT payload FROM entries WHERE skey=? ORDER BY seq"
 SQL_LOAD_BLOBS = "SELECT CAST(payload AS BLOB) FROM entries WHERE skey=? ORDER BY seq"   # bytes: never a decode error
 SQL_ALL_BLOBS = ("SELECT s.project_key, s.session_id, s.subpath, CAST(e.payload AS BLOB) FROM entries e "
@@ -4580,6 +4679,24 @@ def utf8_or_none(blob: Any) -> str | None:
         return None
 
 
+def _parsed_or_empty(payload: str) -> dict:
+    """A stored row's entry, or {} for one that does not parse to an object (it is kept as it is)."""
+    try:
+        entry = json.loads(payload)
+    except ValueError:
+        return {}
+    return entry if isinstance(entry, dict) else {}
+
+
+def _rollback(db: sqlite3.Connection) -> None:
+    """Undo the open transaction, if there is one: SQLite has already rolled back a transaction that a
+    full disk or an I/O error broke, and a ROLLBACK then would raise "no transaction is active" in
+    place of the real error."""
+    if db.in_transaction:
+        with contextlib.suppress(sqlite3.Error):
+            db.execute("ROLLBACK")
+
+
 class SqliteSessionStore:
     """The SDK ``SessionStore`` protocol on one SQLite file (WAL), plus sync extras for flower.
 
@@ -4711,7 +4828,7 @@ class SqliteSessionStore:
                     db.execute(SQL_CUT_TRIGGER.format(name=name, when=when))
             db.execute("COMMIT")
         except BaseException:
-            db.execute("ROLLBACK")
+            _rollback(db)
             raise
 
     @staticmethod
@@ -4747,8 +4864,40 @@ class SqliteSessionStore:
                     self._fold_summary(key, entries, mtime)
                 self._db.execute("COMMIT")
             except BaseException:
-                self._db.execute("ROLLBACK")
+                _rollback(self._db)
                 raise
+
+    def insert_before_sync(self, key: dict, entries: list[dict], before: str) -> None:
+        """Put ``entries`` just before the stored entry whose uuid is ``before`` (at the end when there is
+        none), in one transaction: the rows from that entry on are taken out and put back after them,
+        as they were. For what a failed write left out of the middle of a session (duplicates by uuid
+        are ignored, as by an append)."""
+        if not entries:
+            return
+        try:
+            self._insert_before(key, entries, before, ascii_only=False)
+        except UnicodeEncodeError:
+            self._insert_before(key, entries, before, ascii_only=True)
+
+    def _insert_before(self, key: dict, entries: list[dict], before: str, ascii_only: bool) -> None:
+        skey = _key_string(key)
+        uuids, payloads = _entry_rows(entries, ascii_only)
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                row = self._db.execute(SQL_SEQ_OF_UUID, (skey, before)).fetchone()
+                if row is not None:
+                    later = self._db.execute(SQL_ROWS_FROM, (skey, row[0])).fetchall()
+                    self._db.execute(SQL_DELETE_FROM, (skey, row[0]))
+                    self._insert_with_facts(skey, entries + [_parsed_or_empty(payload) for _, payload in later],
+                                            uuids + [uid for uid, _ in later],
+                                            payloads + [payload for _, payload in later], ascii_only)
+                self._db.execute("COMMIT")
+            except BaseException:
+                _rollback(self._db)
+                raise
+        if row is None:   # nothing to put them before: they are the session's newest
+            self._append(key, entries, ascii_only)
 
     def _fold_summary(self, key: dict, entries: list[dict], mtime: int) -> None:
         """Fold a batch into its session's summary (the SDK's, when it is installed), inside the
@@ -5025,7 +5174,7 @@ class SqliteSessionStore:
             db.execute("COMMIT")
             return True
         except BaseException as exc:   # never a transaction left open, whatever stopped it
-            db.execute("ROLLBACK")
+            _rollback(db)
             if not isinstance(exc, sqlite3.OperationalError):
                 raise
             return False
@@ -5078,7 +5227,7 @@ class SqliteSessionStore:
                     self._db.execute("DELETE FROM sessions WHERE skey=?", (target,))
                 self._db.execute("COMMIT")
             except BaseException:
-                self._db.execute("ROLLBACK")
+                _rollback(self._db)
                 raise
 
     async def list_subkeys(self, key: dict) -> list[str]:
@@ -5472,26 +5621,60 @@ def cli_dirs_problem(lang: str = "en") -> str | None:
 _UUID_KEY = _lazy_re(r'"uuid":\s*"([^"]+)"')
 
 
+def keep_transcripts(paths: Iterable[str]) -> None:
+    """Keep the transcripts among ``paths`` that lie in a resume's temp copy (the SDK deletes it on
+    disconnect) in a ``claude-resume-kept-*`` dir beside it, where :func:`cli_transcripts` finds them
+    (a hard link: no room needed on a full disk; a copy elsewhere). Only the transcript, not the
+    credentials the copy also holds. Best effort."""
+    import shutil
+    for path in paths:
+        head, _, tail = path.partition(os.sep + "projects" + os.sep)
+        if not tail or not os.path.basename(head).startswith("claude-resume-") or \
+                os.path.basename(head).startswith("claude-resume-kept-"):
+            continue
+        kept = os.path.join(os.path.dirname(head), f"claude-resume-kept-{uuid.uuid4().hex[:12]}", "projects", tail)
+        with contextlib.suppress(OSError, FlowerError):
+            ensure_private_dir(os.path.dirname(kept))
+            try:
+                os.link(path, kept)
+            except OSError:
+                shutil.copyfile(path, kept)
+
+
 def missing_entries(lines: Iterable[str], known: set) -> list[dict]:
-    """What a CLI transcript holds beyond the store: the entries after the last one the store knows
-    (found by a scan for its uuid, without parsing what comes before), except bookkeeping entries
-    without a uuid, entries the store already has and flower's own healed stand-ins (a resume's
-    materialised copy holds those). Lines that do not parse are skipped."""
-    tail: list[str] = []
+    """What a CLI transcript holds beyond the store, in its order (see :func:`missing_runs`)."""
+    return [entry for run, _ in missing_runs(lines, known) for entry in run]
+
+
+def missing_runs(lines: Iterable[str], known: set) -> list[tuple[list[dict], str | None]]:
+    """The entries of a CLI transcript that the store lacks, as runs of consecutive ones, each with
+    the uuid of the stored entry that follows it in the transcript (None after the last one): a write
+    that failed leaves a hole in the middle of a session, a kill its end. Bookkeeping entries without
+    a uuid and flower's own healed stand-ins (a resume's materialised copy holds those) are not
+    entries to recover; a line whose uuid the store knows is not parsed. Lines that do not parse are
+    skipped."""
+    runs: list[tuple[list[dict], str | None]] = []
+    run: list[dict] = []
     for line in lines:
         ids = _UUID_KEY.findall(line)
-        if ids and ids[-1] in known:
-            tail = []
-        else:
-            tail.append(line)
-    out = []
-    for line in tail:
-        with contextlib.suppress(ValueError):
-            entry = json.loads(line)
-            if isinstance(entry, dict) and isinstance(entry.get("uuid"), str) and entry["uuid"] not in known \
-                    and not entry.get("flowerHealed"):
-                out.append(entry)
-    return out
+        uid = ids[-1] if ids and ids[-1] in known else None
+        if uid is None:
+            try:
+                entry = json.loads(line)
+            except ValueError:
+                continue
+            if not isinstance(entry, dict) or not isinstance(entry.get("uuid"), str) or entry.get("flowerHealed"):
+                continue
+            if entry["uuid"] not in known:
+                run.append(entry)
+                continue
+            uid = entry["uuid"]
+        if run:
+            runs.append((run, uid))
+            run = []
+    if run:
+        runs.append((run, None))
+    return runs
 
 
 def load_store_factory(spec: str) -> Any:
@@ -7884,6 +8067,8 @@ class _Turn:
     model: str | None = None
     stalled: str | None = None   # why the stall watch stopped the CLI
     stall_cancelled: bool = False   # the stall watch cancelled the reading of the turn
+    crossed_in: str | None = None   # the answer (API message id) whose level crossed the threshold
+    late: bool = False              # an answer came after that one: the batch stop did not hold
 
 
 class Runtime:
@@ -8086,10 +8271,11 @@ class Runtime:
             raise FlowerError("claude-agent-sdk is not installed: pip install claude-agent-sdk", EXIT_SETUP) from None
 
     def build_options(self, sdk: Any, spec: AgentSpec, *, session_id: str | None, resume: str | None,
-                      fork: bool, manage_context: bool) -> Any:
+                      fork: bool, manage_context: bool, after_batch: Callable | None = None) -> Any:
         """``ClaudeAgentOptions`` for one connection: cwd, the pruning store with eager flush, a
         pre-assigned session id (fork with ``fork_session``), resume, CLI env defaults, and
-        ``DISABLE_AUTO_COMPACT=1`` when flower manages the context."""
+        ``DISABLE_AUTO_COMPACT=1`` when flower manages the context. ``after_batch`` becomes the
+        ``PostToolBatch`` hook (where the SDK has hooks)."""
         env = {**cli_env_defaults(), **spec.env}
         if os.environ.get(STATE_ENV):
             env[STATE_ENV] = ""   # the database's connection string is flower's, not the agent's
@@ -8119,6 +8305,8 @@ class Runtime:
             kwargs["mcp_servers"] = {"flower": self._ask_server(sdk, spec.ask)}
             allowed.append("mcp__flower__ask")
         kwargs["allowed_tools"] = allowed
+        if after_batch is not None and hasattr(sdk, "HookMatcher"):
+            kwargs["hooks"] = {"PostToolBatch": [sdk.HookMatcher(matcher=None, hooks=[after_batch])]}
         if guard is not None:
             kwargs["cli_path"], kwargs["env"] = guard[0], {**env, **guard[1]}
         if resume:
@@ -8140,6 +8328,22 @@ class Runtime:
         tool = sdk.tool("ask", "Ask the human one question whose answer changes the approach.",
                         {"question": str})(ask_tool)
         return sdk.create_sdk_mcp_server(name="flower", version=__version__, tools=[tool])
+
+    def _batch_hook(self, st: "_RunState") -> Callable[[dict, Any, Any], Awaitable[dict]]:
+        """The ``PostToolBatch`` hook: once a turn crossed the handoff threshold, the turn ends after
+        the batch of tools that was running, when every call of it ran and its result is recorded and
+        before the next request. Nothing that ran is then recorded as rejected (an interrupt lands
+        under a call that starts after it), and no answer is paid for that nobody reads."""
+        async def after_batch(data: dict, tool_use_id: Any, context: Any) -> dict:
+            st.batches += 1
+            if not isinstance(data, dict) or data.get("agent_id"):
+                return {}   # a subagent's batch: the main thread's level decides
+            calls = data.get("tool_calls") if isinstance(data.get("tool_calls"), list) else []
+            await st.shown([c.get("tool_use_id") for c in calls if isinstance(c, dict)], BATCH_SHOWN_WAIT)
+            if not st.stop_batches:
+                return {}
+            return {"continue_": False, "stopReason": text("handoff_stop", self.lang)}
+        return after_batch
 
     def _on_stderr(self, line: str) -> None:
         self._stderr.append(line.rstrip())
@@ -8173,7 +8377,8 @@ class Runtime:
         model = spec.model or self.model
         window, source = resolve_window(model, explicit=self.handoff.window, book=self.windows, warn=self.notify)
         st = _RunState(name=name, window=window, at=self.handoff.at(window), warn_at=self.handoff.warn_at(window),
-                       manage=manage, emit=lambda event: None, model=model, window_source=source)
+                       manage=manage, emit=lambda event: None, model=model, window_source=source,
+                       call_seen=asyncio.Event())
 
         def emit(event: Event) -> None:
             """Every event carries the step and the main thread's current water level."""
@@ -8222,7 +8427,9 @@ class Runtime:
                 self._write_ahead(lineage_key, st.sid, None if resuming else current_prompt)
                 result.session_id = st.sid
                 options = self.build_options(sdk, spec, session_id=st.sid, resume=resuming, fork=fork,
-                                             manage_context=manage)
+                                             manage_context=manage,
+                                             after_batch=self._batch_hook(st) if manage else None)
+                st.batch_hook = getattr(options, "hooks", None) is not None
                 if resuming and not fork:
                     emit(Event("resume", session_id=st.sid, data={"attempt": result.attempts}))
                 turn = await self._connect_and_drive(sdk, options, current_prompt, st)
@@ -8332,11 +8539,13 @@ class Runtime:
             lang=self.lang, on_state=lambda facts: emit(Event(facts["state"], data=facts)))
 
     def salvage(self, sid: str, *, keep_copies: bool = False) -> int:
-        """Before resuming ``sid`` (or deciding it was never stored): append to the store what the CLI
-        wrote to its own transcript but the mirror never delivered (flower was killed with appends in
-        flight, or the store was locked), then remove the temp copies a killed resume left behind
-        (they hold a copy of the credentials too). Returns how many entries were recovered (one info
-        line says so). Blocking; safe from a worker thread."""
+        """Before resuming ``sid`` (or deciding it was never stored): store what the CLI wrote to its
+        own transcript but the mirror never delivered (flower was killed with appends in flight, the
+        store was locked, a write failed on a full disk), each run of it in its place, then remove the
+        temp copies a killed resume left behind (they hold a copy of the credentials too). Returns how
+        many entries were recovered (one info line says so). ``keep_copies``: the connection is still
+        open (its copy is removed on disconnect); a copy the store could not take now is then kept
+        for the next salvage. Blocking; safe from a worker thread."""
         import shutil
         if live_driver(self.paths.run_dir, sid) is not None:
             return 0   # another flower drives it: its transcript and its copies are not ours to touch
@@ -8353,12 +8562,14 @@ class Runtime:
                          if isinstance(e.get("uuid"), str)}
             for path in files:
                 with open(path, encoding="utf-8", errors="replace") as fh:
-                    extra = missing_entries(fh, known)
-                if extra:
-                    self._append_waiting(key, extra)
-                    known.update(e["uuid"] for e in extra if isinstance(e.get("uuid"), str))
+                    runs = missing_runs(fh, known)
+                for extra, before in runs:
+                    self._append_waiting(key, extra, before)
+                    known.update(e["uuid"] for e in extra)
                     recovered += len(extra)
         except Exception:   # salvage is a bonus: a store that cannot take it now is the resume's business
+            if keep_copies:   # the SDK deletes a resume's copy on disconnect: the next salvage needs it
+                keep_transcripts(files)
             return recovered
         for path in files if not keep_copies else ():
             leftover = path.split(os.sep + "projects" + os.sep)[0]
@@ -8371,13 +8582,17 @@ class Runtime:
             self._info(text("info_recovered", self.lang, n=recovered, sid=sid))
         return recovered
 
-    def _append_waiting(self, key: dict, entries: list[dict]) -> None:
+    def _append_waiting(self, key: dict, entries: list[dict], before: str | None = None) -> None:
         """Append, waiting out a store that is locked or busy (another process holds it): recovered
-        entries must be stored before the resume, or they would land after newer ones."""
+        entries must be stored before the resume, or they would land after newer ones. ``before``: the
+        uuid of the stored entry they precede (a store that can put them there does; the CLI follows
+        the parent links either way)."""
         deadline = time.monotonic() + max(60.0, self.resilience.max_offline_wait)
         while True:
             try:
-                if hasattr(self.raw_store, "append_sync"):
+                if before is not None and hasattr(self.raw_store, "insert_before_sync"):
+                    self.raw_store.insert_before_sync(key, entries, before)
+                elif hasattr(self.raw_store, "append_sync"):
                     self.raw_store.append_sync(key, entries)
                 else:
                     _run_sync(self.raw_store.append(key, entries))
@@ -8436,7 +8651,9 @@ class Runtime:
         self._stderr = []
         assert self._human_event is not None
         self._human_event.clear()
-        st.interrupt_sent = False
+        st.interrupt_sent = st.stop_batches = False
+        st.batches = 0
+        st.calls_seen.clear()
         client = sdk.ClaudeSDKClient(options=options)
         watcher = None
         stall_watch = None
@@ -8476,10 +8693,10 @@ class Runtime:
             self._watched = None
             if watcher is not None:
                 watcher.cancel()
-            if turn.exception is not None or turn.cancelled:
-                # the CLI died mid-turn (killed alone, crashed, or stopped by rescue() on a signal): what
-                # it wrote but never mirrored is only in its temp copy, which disconnect() deletes: take
-                # it into the store first
+            if turn.exception is not None or turn.cancelled or turn.mirror_failed:
+                # the CLI died mid-turn (killed alone, crashed, or stopped by rescue() on a signal), or a
+                # store write failed: what it wrote but never mirrored is only in its temp copy, which
+                # disconnect() deletes: take it into the store first
                 with contextlib.suppress(Exception):
                     await asyncio.to_thread(self.salvage, st.sid, keep_copies=True)
             with contextlib.suppress(BaseException):
@@ -8552,11 +8769,13 @@ class Runtime:
         pending_tools: set = set()
         if not ritual:
             st.pending = pending_tools
+        results_in = False   # the last message was tool results with no call left open
         emit = (lambda e: None) if ritual else st.emit
         async for msg in client.receive_response():
             st.heard = time.monotonic()
             # matched by class name, not isinstance: the SDK module is imported lazily (or faked in tests)
             kind = type(msg).__name__
+            results_in = False
             if kind in ("SystemMessage", "MirrorErrorMessage"):
                 data = getattr(msg, "data", None) or {}
                 details: dict = {"subtype": msg.subtype}
@@ -8568,7 +8787,7 @@ class Runtime:
                                    error=data.get("error"))
                 elif msg.subtype == "mirror_error":
                     turn.mirror_failed = True
-                    # the store missed a batch: a resume of this session may lack those entries
+                    # the store missed a batch: taken from the CLI's transcript before disconnect
                     if store_damage(str(data.get("error"))):   # no later batch will fare better
                         raise FlowerError(str(data.get("error")), EXIT_SETUP)
                     line = text("info_mirror_error", self.lang, error=redact(str(data.get("error"))))
@@ -8579,7 +8798,10 @@ class Runtime:
             elif kind == "AssistantMessage":
                 main = getattr(msg, "parent_tool_use_id", None) is None
                 synthetic = getattr(msg, "model", None) == SYNTHETIC_MODEL
+                answer = getattr(msg, "message_id", None)
+                calls: list[str] = []
                 if main and not synthetic:
+                    turn.late = turn.late or (turn.handoff and answer != turn.crossed_in)
                     turn.answers += 1
                     if isinstance(getattr(msg, "uuid", None), str):
                         turn.answer_ids.append(msg.uuid)
@@ -8599,15 +8821,20 @@ class Runtime:
                     elif bkind == "ToolUseBlock":
                         if main:
                             pending_tools.add(block.id)
+                            calls.append(block.id)
                         emit(Event("tool_call", session_id=st.sid, level=st.level, window=st.window,
                                    data={"name": block.name, "input": _short_input(block.input), "id": block.id}))
                 if main and not synthetic and not ritual and st.manage:
-                    self._check_level(st, turn)
+                    self._check_level(st, turn, answer)
+                if calls:   # after the level: a batch hook waiting for these calls then knows it
+                    st.calls_seen.update(calls)
+                    st.call_seen.set()
             elif kind == "UserMessage":
                 content = msg.content if isinstance(msg.content, list) else []
                 for block in content:
                     if type(block).__name__ == "ToolResultBlock":
                         pending_tools.discard(block.tool_use_id)
+                        results_in = not pending_tools
                         body = _content_text(block.content)
                         emit(Event("tool_result", session_id=st.sid, data={
                             "id": block.tool_use_id, "is_error": bool(block.is_error),
@@ -8630,19 +8857,23 @@ class Runtime:
                         self.soft(self.windows.path, lambda w=ctx_window: self.windows.learn(st.model, w))
                 emit(Event("system", session_id=st.sid, level=st.level, window=st.window,
                            data={"subtype": "turn_result", "cost_usd": turn.cost, "is_error": bool(msg.is_error)}))
-            if turn.handoff and not pending_tools and not st.interrupt_sent and not ritual:
+            if turn.handoff and results_in and not st.interrupt_sent and not ritual and \
+                    (not st.batch_hook or turn.late and not st.batches):
+                # no batch hook (or a CLI that never calls it) stopped the turn: interrupt it where no
+                # call of an answer is open
                 st.interrupt_sent = True
                 with contextlib.suppress(Exception):
                     await client.interrupt()
 
-    def _check_level(self, st: "_RunState", turn: _Turn) -> None:
+    def _check_level(self, st: "_RunState", turn: _Turn, answer: str | None = None) -> None:
         if st.level >= st.warn_at and not st.near_sent:
             st.near_sent = True
             st.emit(Event("handoff", session_id=st.sid, level=st.level, window=st.window,
                           data={"phase": "near", "context": st.level, "window": st.window, "at": st.at,
                                 "window_source": st.window_source}))
         if st.level >= st.at and not turn.handoff:
-            turn.handoff = True
+            turn.handoff = st.stop_batches = True
+            turn.crossed_in = answer
 
     async def _ritual(self, client: Any, st: "_RunState", turn: _Turn) -> None:
         """Ask the retiring session for its handoff document on the same live client (fail-soft)."""
@@ -8651,6 +8882,7 @@ class Runtime:
                       data={"phase": "writing", "context": st.level, "window": st.window}))
         sub = _Turn()
         docs: list[str] = []
+        st.stop_batches = False   # a tool the retiring session still calls runs, and the document follows
 
         async def ask() -> None:
             await client.query(text("handoff_prompt", self.lang))
@@ -8786,6 +9018,25 @@ class _RunState:
     start_prompt: str | None = None
     heard: float = 0.0       # time.monotonic() of the CLI's last message
     pending: Any = None      # the main thread's tool calls still running (a set, while a turn is read)
+    batch_hook: bool = False      # the connection stops a turn after a batch of tools (PostToolBatch)
+    batches: int = 0              # batches the hook heard of on this connection (0: the CLI may lack it)
+    stop_batches: bool = False    # this turn crossed the threshold: the next batch of tools ends it
+    calls_seen: set = field(default_factory=set)   # main-thread tool calls the stream has shown
+    call_seen: Any = None         # asyncio.Event: set whenever ``calls_seen`` grows
+
+    async def shown(self, ids: Iterable[str], timeout: float) -> None:
+        """Wait until the stream has shown every call of ``ids`` (their answer's level is then known),
+        at most ``timeout`` seconds."""
+        import asyncio
+        wanted = set(ids)
+        deadline = time.monotonic() + timeout
+        while self.call_seen is not None and not wanted <= self.calls_seen:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return
+            self.call_seen.clear()   # no await since the check: a call shown meanwhile sets it again
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self.call_seen.wait(), remaining)
 
 
 def _short_input(value: Any, limit: int = 300) -> Any:

@@ -116,6 +116,13 @@ class ClaudeAgentOptions:
     session_store: Any = None
     session_store_flush: str = "batched"
     cli_path: Any = None
+    hooks: Any = None
+
+
+@dataclass
+class HookMatcher:
+    matcher: Any = None
+    hooks: list = field(default_factory=list)
 
 
 class ProcessError(Exception):
@@ -148,6 +155,7 @@ class World:
         self.context_window = 200_000
         self.connections = 0
         self.interrupts = 0
+        self.hook_stops = 0                # turns a PostToolBatch hook ended (continue_ False)
 
     def next_turn(self, prompt: str, options: ClaudeAgentOptions, loaded: list | None) -> list:
         if not self.turns:
@@ -253,6 +261,12 @@ class ClaudeSDKClient:
                                             {"type": "tool_result", "tool_use_id": tid, "content": result_text,
                                              "is_error": False}]}})
                     await q.put(UserMessage([ToolResultBlock(tid, result_text, False)]))
+                    if await self._batch_stops([{"tool_name": name, "tool_input": args, "tool_use_id": tid,
+                                                 "tool_response": result_text}]):
+                        FAKE.hook_stops += 1
+                        await q.put(ResultMessage("success", 1, 1, False, turns, self._sid, self._cost, None,
+                                                  None, None, None, "hook_stopped"))
+                        return
                 elif kind == "block":
                     event = FAKE.events.setdefault(action[1], asyncio.Event())
                     while not event.is_set() and not self._interrupted:
@@ -283,6 +297,16 @@ class ClaudeSDKClient:
                                       "completed"))
         except Exception as exc:  # surfaced from receive_response, like a dying CLI
             await q.put(exc)
+
+    async def _batch_stops(self, calls: list) -> bool:
+        """Run the PostToolBatch hooks after a tool call, as the CLI does; True when one stops the turn."""
+        stop = False
+        for matcher in (self.options.hooks or {}).get("PostToolBatch", []):
+            for hook in matcher.hooks:
+                answer = await hook({"hook_event_name": "PostToolBatch", "session_id": self._sid,
+                                     "tool_calls": calls}, None, {})
+                stop = stop or (answer or {}).get("continue_") is False
+        return stop
 
     async def receive_response(self):
         assert self._queue is not None

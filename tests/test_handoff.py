@@ -220,7 +220,7 @@ class RuntimeHandoff(unittest.TestCase):
         self.assertEqual(len(self.handoffs("near")), 1)
         self.assertEqual(len(self.handoffs("writing")), 1)
         self.assertEqual(len(self.handoffs("done")), 1)
-        self.assertEqual(FAKE.interrupts, 1)
+        self.assertEqual((FAKE.interrupts, FAKE.hook_stops), (0, 1))   # stopped after the tool, not under it
         prompts = [c["prompt"] for c in FAKE.calls]
         self.assertEqual(prompts[1], flower.text("handoff_prompt"))
         self.assertIn("Run `python -m pytest tests/test_parser.py`", prompts[2])   # the carry

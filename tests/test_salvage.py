@@ -22,11 +22,14 @@ def line(uid, **extra):
 
 
 class MissingEntries(unittest.TestCase):
-    def test_only_what_follows_the_last_known_entry(self):
+    def test_what_the_store_lacks_in_the_middle_and_at_the_end(self):
         lines = [line("a"), line("b"), line("x-not-stored-before"), line("c"), line("d"), "{broken\n",
                  json.dumps({"type": "last-prompt"}) + "\n", line("h", flowerHealed=True), line("e")]
         got = flower.missing_entries(lines, known={"a", "b", "c"})
-        self.assertEqual([e["uuid"] for e in got], ["d", "e"])   # x precedes a known entry: not a tail
+        self.assertEqual([e["uuid"] for e in got], ["x-not-stored-before", "d", "e"])   # a failed write's hole too
+        runs = flower.missing_runs(lines, known={"a", "b", "c"})
+        self.assertEqual([([e["uuid"] for e in run], before) for run, before in runs],
+                         [(["x-not-stored-before"], "c"), (["d", "e"], None)])
 
     def test_nothing_missing_and_nothing_known(self):
         self.assertEqual(flower.missing_entries([line("a"), line("b")], known={"a", "b"}), [])

@@ -326,7 +326,8 @@ class PruneSteps(unittest.TestCase):
         text = model_view(out)
         self.assertNotIn("doesn't want to proceed", text)
         self.assertNotIn("Tool call interrupted", text)
-        self.assertEqual(text.count(json.dumps(NEUTRAL)[1:-1]), 2)
+        self.assertEqual(text.count(json.dumps(NEUTRAL)[1:-1]), 1)   # the human's interrupt
+        self.assertEqual(text.count(json.dumps(flower.text("killed_result"))[1:-1]), 1)   # the run's end
         self.assertEqual(len(tool_results(out)), 2)
         zh, _ = prune(b.entries, PrunePolicy(lang="zh"))
         self.assertIn("上一轮在此处被中断", json.dumps(zh, ensure_ascii=False))
