@@ -41,6 +41,7 @@ class PgServer:
         self.sockets = os.path.join(self.base, "s")
         self.port = _free_port()
         self.user = None
+        self.running = False
         os.makedirs(self.data)
         os.makedirs(self.sockets)
         if hasattr(os, "geteuid") and os.geteuid() == 0:
@@ -61,10 +62,12 @@ class PgServer:
         options = f"-h 127.0.0.1 -p {self.port} -k {self.sockets} -c fsync=off -c max_connections=200"
         self._commands.pg_ctl(["-w", "-o", options, "-l", os.path.join(self.data, "log"), "start"],
                               pgdata=self.data, user=self.user, timeout=60)
+        self.running = True
         return self
 
     def stop(self, mode: str = "fast") -> None:
         """Stop the server (``immediate`` = like a crash: connections are cut at once)."""
+        self.running = False
         self._commands.pg_ctl(["-w", "-m", mode, "stop"], pgdata=self.data, user=self.user, timeout=60)
 
     def close(self) -> None:

@@ -1,15 +1,47 @@
 """Run the whole suite (or the modules named) and end with one plain line:
 ``N passed, N failed, N skipped``. Exit 0 only when nothing failed and something ran.
 
-    python -m tests.run                      # everything
-    python -m tests.run tests.test_e2e       # one module
+    python -m tests.run                      # everything, in parallel worker processes
+    python -m tests.run tests.test_e2e       # one module (or module.Class, module.Class.test)
+    python -m tests.run -j 1 ...             # one unit after another, in this process
+    python -m tests.run --quick              # the pure tier: no real SDK, CLI, server or subprocess
+
+Every unit (a test module; the classes of a module in ``SPLIT``) runs in a worker process of its own,
+up to ``-j`` (``FLOWER_TEST_JOBS``, default 3) at a time, the slowest first: most real-tier time is
+spent waiting on the CLI and the fake API, not on the CPU. A unit's output is printed whole when it
+ends, so workers never interleave; the failures and errors with their tracebacks are in it.
 """
 
 from __future__ import annotations
 
+import glob
+import json
 import os
+import subprocess
 import sys
+import tempfile
+import time
 import unittest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# Seconds a unit took on an idle 2-core machine: the scheduler starts the longest first, so that the
+# last to finish is a short one. A module not listed counts as short.
+COST = {
+    "tests.test_chaos.ChaosOneSeedPostgres": 110, "tests.test_chaos.ChaosOneSeed": 90,
+    "tests.test_e2e": 90, "tests.test_e2e_postgres": 80, "tests.test_e2e_driver": 70,
+    "tests.test_driver": 50, "tests.test_store": 45, "tests.test_cli_contract": 40, "tests.test_cli": 30,
+    "tests.test_postgres": 30, "tests.test_e2e_redaction": 20, "tests.test_e2e_economy": 15,
+}
+DEFAULT_COST = 5
+
+# Modules whose classes are independent and long enough to run in workers of their own.
+SPLIT = {"tests.test_chaos"}
+
+# The pure tier (``--quick``, ``make quick``): logic in this process, no real SDK, no server.
+QUICK = ["tests.test_util", "tests.test_resilience", "tests.test_transcript", "tests.test_notes",
+         "tests.test_handoff", "tests.test_runtime", "tests.test_workflow", "tests.test_redaction",
+         "tests.test_texts", "tests.test_prune_economy", "tests.test_salvage"]
 
 
 class CountingResult(unittest.TextTestResult):
@@ -24,22 +56,133 @@ class CountingResult(unittest.TextTestResult):
         self.passed += 1
 
 
-def main(argv: list[str]) -> int:
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    os.chdir(root)
-    sys.path.insert(0, root)
+def run_here(names: list[str], stream=None) -> dict:
+    """Run the named tests in this process; the tally as a dict."""
     loader = unittest.TestLoader()
-    if argv:
-        suite = unittest.TestSuite(loader.loadTestsFromName(name) for name in argv)
-    else:
-        suite = loader.discover("tests", top_level_dir=root)
+    suite = unittest.TestSuite(loader.loadTestsFromName(name) for name in names)
     verbosity = 2 if os.environ.get("VERBOSE") else 1
-    result = unittest.TextTestRunner(verbosity=verbosity, buffer=False, resultclass=CountingResult).run(suite)
-    skipped = len(result.skipped)
-    failed = len(result.failures) + len(result.errors) + len(result.unexpectedSuccesses)
-    passed = result.passed
-    reasons = sorted({reason for _, reason in result.skipped})
-    for reason in reasons:
+    runner = unittest.TextTestRunner(stream=stream or sys.stderr, verbosity=verbosity, buffer=False,
+                                     resultclass=CountingResult)
+    result = runner.run(suite)
+    return {"passed": result.passed,
+            "failed": len(result.failures) + len(result.errors) + len(result.unexpectedSuccesses),
+            "skipped": len(result.skipped),
+            "reasons": sorted({reason for _, reason in result.skipped})}
+
+
+def all_modules() -> list[str]:
+    """Every ``tests/test_*.py``, as module names."""
+    return sorted("tests." + os.path.basename(path)[:-3] for path in glob.glob(os.path.join(ROOT, "tests", "test_*.py")))
+
+
+def units_of(module: str) -> list[str]:
+    """The module itself, or for a module in ``SPLIT`` its test classes one by one."""
+    if module not in SPLIT:
+        return [module]
+    classes = []
+    for group in unittest.TestLoader().loadTestsFromName(module):
+        for test in group:
+            name = f"{module}.{type(test).__name__}"
+            if name not in classes:
+                classes.append(name)
+    return classes or [module]
+
+
+def schedule(units: list[str]) -> list[str]:
+    """Longest first (ties in name order)."""
+    return sorted(units, key=lambda unit: (-COST.get(unit, DEFAULT_COST), unit))
+
+
+def worker(unit: str, result_path: str) -> subprocess.Popen:
+    """A process running one unit; its output (stdout and stderr together) goes to a temp file."""
+    out = tempfile.TemporaryFile(mode="w+", prefix="flower-test-")
+    proc = subprocess.Popen([sys.executable, "-m", "tests.run", "--worker", result_path, unit], cwd=ROOT,
+                            stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT)
+    proc.output = out
+    return proc
+
+
+def finished(unit: str, proc: subprocess.Popen, result_path: str, seconds: float) -> dict:
+    """Print a finished unit's output whole; its tally (a worker that died without one counts as failed)."""
+    proc.output.seek(0)
+    text = proc.output.read()
+    proc.output.close()
+    try:
+        with open(result_path) as fh:
+            tally = json.load(fh)
+    except (OSError, ValueError):
+        tally = {"passed": 0, "failed": 1, "skipped": 0, "reasons": []}
+        text += f"\nworker for {unit} exited {proc.returncode} without a result\n"
+    tally["unit"], tally["seconds"] = unit, seconds
+    head = f"{tally['passed']} passed, {tally['failed']} failed, {tally['skipped']} skipped"
+    print(f"==== {unit} ({seconds:.1f} s): {head}\n{text.rstrip()}", flush=True)
+    return tally
+
+
+def run_parallel(units: list[str], jobs: int) -> list[dict]:
+    """Run ``units`` in up to ``jobs`` worker processes; their tallies."""
+    pending, running, tallies = schedule(units), {}, []
+    scratch = tempfile.mkdtemp(prefix="flower-test-run-")
+    try:
+        while pending or running:
+            while pending and len(running) < jobs:
+                unit = pending.pop(0)
+                path = os.path.join(scratch, f"{unit}.json")
+                running[unit] = (worker(unit, path), path, time.monotonic())
+            time.sleep(0.05)
+            for unit, (proc, path, started) in list(running.items()):
+                if proc.poll() is not None:
+                    del running[unit]
+                    tallies.append(finished(unit, proc, path, time.monotonic() - started))
+    except KeyboardInterrupt:
+        for proc, _, _ in running.values():
+            proc.kill()
+            proc.wait()
+        raise
+    finally:
+        for path in glob.glob(os.path.join(scratch, "*")):
+            os.unlink(path)
+        os.rmdir(scratch)
+    return tallies
+
+
+def parse(argv: list[str]) -> tuple[int, bool, list[str]]:
+    """``(jobs, quick, names)`` from the command line."""
+    jobs, quick, names = int(os.environ.get("FLOWER_TEST_JOBS") or 3), False, []
+    args = iter(argv)
+    for arg in args:
+        if arg == "-j":
+            jobs = int(next(args))
+        elif arg.startswith("-j"):
+            jobs = int(arg[2:])
+        elif arg == "--quick":
+            quick = True
+        else:
+            names.append(arg)
+    return max(1, jobs), quick, names
+
+
+def main(argv: list[str]) -> int:
+    os.chdir(ROOT)
+    sys.path.insert(0, ROOT)
+    if argv[:1] == ["--worker"]:   # one unit, its tally written where the parent reads it
+        tally = run_here(argv[2:])
+        with open(argv[1], "w") as fh:
+            json.dump(tally, fh)
+        return 0
+    jobs, quick, names = parse(argv)
+    names = names or (QUICK if quick else all_modules())
+    units = [unit for name in names for unit in units_of(name)]
+    started = time.monotonic()
+    if jobs == 1 or len(units) == 1:
+        tallies = [run_here(units)]
+    else:
+        tallies = run_parallel(units, jobs)
+        print(f"wall {time.monotonic() - started:.1f} s with {jobs} workers; by unit: " + ", ".join(
+            f"{t['unit'].removeprefix('tests.')} {t['seconds']:.0f}"
+            for t in sorted(tallies, key=lambda t: -t["seconds"])))
+    passed, failed, skipped = (sum(t[k] for t in tallies) for k in ("passed", "failed", "skipped"))
+    for reason in sorted({reason for t in tallies for reason in t["reasons"]}):
         print(f"skipped: {reason}")
     print(f"{passed} passed, {failed} failed, {skipped} skipped")
     return 0 if failed == 0 and passed > 0 else 1
