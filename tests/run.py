@@ -4,9 +4,9 @@
     python -m tests.run                      # everything, in parallel worker processes
     python -m tests.run tests.test_e2e       # one module (or module.Class, module.Class.test)
     python -m tests.run -j 1 ...             # one unit after another, in this process
-    python -m tests.run --quick              # the pure tier: no real SDK, CLI, server or subprocess
+    python -m tests.run --quick              # the pure tier: logic and the fake SDK, under a minute
 
-Every unit (a test module; the classes of a module in ``SPLIT``) runs in a worker process of its own,
+Every unit (a test module; the classes or tests of a module in ``SPLIT``) runs in a worker process of its own,
 up to ``-j`` (``FLOWER_TEST_JOBS``, default 3) at a time, the slowest first: most real-tier time is
 spent waiting on the CLI and the fake API, not on the CPU. A unit's output is printed whole when it
 ends, so workers never interleave; the failures and errors with their tracebacks are in it.
@@ -25,20 +25,22 @@ import unittest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-# Seconds a unit took on an idle 2-core machine: the scheduler starts the longest first, so that the
-# last to finish is a short one. A module not listed counts as short.
+# Seconds a module (or a unit) took on an idle 2-core machine: the scheduler starts the longest first,
+# so that the last to finish is a short one. A module not listed counts as short; a split module's
+# units share its cost.
 COST = {
-    "tests.test_chaos.ChaosOneSeedPostgres": 110, "tests.test_chaos.ChaosOneSeed": 90,
-    "tests.test_e2e": 90, "tests.test_e2e_postgres": 80, "tests.test_e2e_driver": 70,
-    "tests.test_driver": 50, "tests.test_store": 45, "tests.test_cli_contract": 40, "tests.test_cli": 30,
-    "tests.test_postgres": 30, "tests.test_e2e_redaction": 20, "tests.test_e2e_economy": 15,
+    "tests.test_chaos.ChaosOneSeedPostgres": 80, "tests.test_chaos.ChaosOneSeed": 70,
+    "tests.test_e2e": 180, "tests.test_e2e_postgres": 80, "tests.test_e2e_driver": 70,
+    "tests.test_cli_contract": 90, "tests.test_store": 45, "tests.test_postgres": 40, "tests.test_driver": 25,
+    "tests.test_cli": 20, "tests.test_e2e_redaction": 20, "tests.test_e2e_economy": 15,
 }
 DEFAULT_COST = 5
 
-# Modules whose classes are independent and long enough to run in workers of their own.
-SPLIT = {"tests.test_chaos"}
+# Modules run as several units, by "class" or by "test": their tests are independent (no class or
+# module fixture shared across the split) and together they would outlast the rest of the suite.
+SPLIT = {"tests.test_chaos": "class", "tests.test_e2e": "test", "tests.test_cli_contract": "class"}
 
-# The pure tier (``--quick``, ``make quick``): logic in this process, no real SDK, no server.
+# The pure tier (``--quick``, ``make quick``): logic and the fake SDK; no real CLI, no PostgreSQL server.
 QUICK = ["tests.test_util", "tests.test_resilience", "tests.test_transcript", "tests.test_notes",
          "tests.test_handoff", "tests.test_runtime", "tests.test_workflow", "tests.test_redaction",
          "tests.test_texts", "tests.test_prune_economy", "tests.test_salvage"]
@@ -75,22 +77,32 @@ def all_modules() -> list[str]:
     return sorted("tests." + os.path.basename(path)[:-3] for path in glob.glob(os.path.join(ROOT, "tests", "test_*.py")))
 
 
-def units_of(module: str) -> list[str]:
-    """The module itself, or for a module in ``SPLIT`` its test classes one by one."""
-    if module not in SPLIT:
-        return [module]
-    classes = []
-    for group in unittest.TestLoader().loadTestsFromName(module):
-        for test in group:
-            name = f"{module}.{type(test).__name__}"
-            if name not in classes:
-                classes.append(name)
-    return classes or [module]
+def tests_in(suite) -> list[unittest.TestCase]:
+    """The test cases of a (nested) suite, in order."""
+    found = []
+    for item in suite:
+        found.extend(tests_in(item) if isinstance(item, unittest.TestSuite) else [item])
+    return found
 
 
-def schedule(units: list[str]) -> list[str]:
+def units_of(module: str) -> list[tuple[str, float]]:
+    """``(unit, cost)``: the module itself, or a module in ``SPLIT`` class by class or test by test."""
+    how = SPLIT.get(module)
+    units = []
+    if how:
+        for test in tests_in(unittest.TestLoader().loadTestsFromName(module)):
+            name = f"{type(test).__module__}.{type(test).__qualname__}"
+            name = f"{name}.{test._testMethodName}" if how == "test" else name
+            if name not in units and name.startswith(module + "."):
+                units.append(name)
+    units = units or [module]
+    share = COST.get(module, DEFAULT_COST) / len(units)
+    return [(unit, COST.get(unit, share)) for unit in units]
+
+
+def schedule(units: list[tuple[str, float]]) -> list[str]:
     """Longest first (ties in name order)."""
-    return sorted(units, key=lambda unit: (-COST.get(unit, DEFAULT_COST), unit))
+    return [unit for unit, _ in sorted(units, key=lambda uc: (-uc[1], uc[0]))]
 
 
 def worker(unit: str, result_path: str) -> subprocess.Popen:
@@ -121,7 +133,7 @@ def finished(unit: str, proc: subprocess.Popen, result_path: str, seconds: float
 
 def run_parallel(units: list[str], jobs: int) -> list[dict]:
     """Run ``units`` in up to ``jobs`` worker processes; their tallies."""
-    pending, running, tallies = schedule(units), {}, []
+    pending, running, tallies = list(units), {}, []
     scratch = tempfile.mkdtemp(prefix="flower-test-run-")
     try:
         while pending or running:
@@ -172,7 +184,7 @@ def main(argv: list[str]) -> int:
         return 0
     jobs, quick, names = parse(argv)
     names = names or (QUICK if quick else all_modules())
-    units = [unit for name in names for unit in units_of(name)]
+    units = schedule([unit for name in names for unit in units_of(name)])
     started = time.monotonic()
     if jobs == 1 or len(units) == 1:
         tallies = [run_here(units)]
