@@ -8,6 +8,7 @@ runs as the unprivileged user ``embedded_postgres`` (PostgreSQL refuses to run a
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import importlib.util
 import os
@@ -42,6 +43,7 @@ class PgServer:
         self.port = _free_port()
         self.user = None
         self.running = False
+        atexit.register(self.close)   # an interrupted test run leaves no server behind
         os.makedirs(self.data)
         os.makedirs(self.sockets)
         if hasattr(os, "geteuid") and os.geteuid() == 0:
@@ -71,7 +73,9 @@ class PgServer:
         self._commands.pg_ctl(["-w", "-m", mode, "stop"], pgdata=self.data, user=self.user, timeout=60)
 
     def close(self) -> None:
-        """Stop and remove everything."""
+        """Stop and remove everything (again: nothing)."""
+        if not os.path.isdir(self.base):
+            return
         with contextlib.suppress(Exception):
             self.stop("immediate")
         shutil.rmtree(self.base, ignore_errors=True)

@@ -6,22 +6,25 @@
     python -m tests.run -j 1 ...             # one unit after another, in this process
     python -m tests.run --quick              # the pure tier: logic and the fake SDK, under a minute
 
-Every unit (a test module; the classes or tests of a module in ``SPLIT``) runs in a worker process of its own,
-up to ``-j`` (``FLOWER_TEST_JOBS``, default 3) at a time, the slowest first: most real-tier time is
-spent waiting on the CLI and the fake API, not on the CPU. A unit's output is printed whole when it
-ends, so workers never interleave; the failures and errors with their tracebacks are in it.
+Every unit (a test module; the classes or tests of a module in ``SPLIT``) runs in a worker process of
+its own, up to ``-j`` (``FLOWER_TEST_JOBS``, default 3) at a time, the longest first: most real-tier
+time is spent waiting on the CLI and the fake API, not on the CPU. A unit's output is printed whole
+when it ends, so workers never interleave; the failures and errors with their tracebacks are in it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import glob
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
 import time
 import unittest
+from typing import Any
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -76,7 +79,8 @@ def run_here(names: list[str], stream=None) -> dict:
 
 def all_modules() -> list[str]:
     """Every ``tests/test_*.py``, as module names."""
-    return sorted("tests." + os.path.basename(path)[:-3] for path in glob.glob(os.path.join(ROOT, "tests", "test_*.py")))
+    paths = glob.glob(os.path.join(ROOT, "tests", "test_*.py"))
+    return sorted("tests." + os.path.basename(path)[:-3] for path in paths)
 
 
 def tests_in(suite) -> list[unittest.TestCase]:
@@ -103,60 +107,72 @@ def units_of(module: str) -> list[tuple[str, float]]:
 
 
 def schedule(units: list[tuple[str, float]]) -> list[str]:
-    """Longest first (ties in name order)."""
+    """Longest first (ties in name order), so that the last to finish is a short one."""
     return [unit for unit, _ in sorted(units, key=lambda uc: (-uc[1], uc[0]))]
 
 
-def worker(unit: str, result_path: str) -> subprocess.Popen:
-    """A process running one unit; its output (stdout and stderr together) goes to a temp file."""
-    out = tempfile.TemporaryFile(mode="w+", prefix="flower-test-")
-    proc = subprocess.Popen([sys.executable, "-m", "tests.run", "--worker", result_path, unit], cwd=ROOT,
-                            stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT)
-    proc.output = out
-    return proc
+@dataclasses.dataclass
+class Worker:
+    """A process running one unit: its output (stdout and stderr together) in a temp file, its tally
+    written to ``result`` as JSON."""
 
+    unit: str
+    result: str
+    output: Any = None
+    proc: subprocess.Popen | None = None
+    started: float = 0.0
 
-def finished(unit: str, proc: subprocess.Popen, result_path: str, seconds: float) -> dict:
-    """Print a finished unit's output whole; its tally (a worker that died without one counts as failed)."""
-    proc.output.seek(0)
-    text = proc.output.read()
-    proc.output.close()
-    try:
-        with open(result_path) as fh:
-            tally = json.load(fh)
-    except (OSError, ValueError):
-        tally = {"passed": 0, "failed": 1, "skipped": 0, "reasons": []}
-        text += f"\nworker for {unit} exited {proc.returncode} without a result\n"
-    tally["unit"], tally["seconds"] = unit, seconds
-    head = f"{tally['passed']} passed, {tally['failed']} failed, {tally['skipped']} skipped"
-    print(f"==== {unit} ({seconds:.1f} s): {head}\n{text.rstrip()}", flush=True)
-    return tally
+    def start(self) -> "Worker":
+        self.output = tempfile.TemporaryFile(mode="w+", prefix="flower-test-")
+        self.started = time.monotonic()
+        self.proc = subprocess.Popen([sys.executable, "-m", "tests.run", "--worker", self.result, self.unit],
+                                     cwd=ROOT, env=dict(os.environ, PYTHONUNBUFFERED="1"),
+                                     stdin=subprocess.DEVNULL, stdout=self.output, stderr=subprocess.STDOUT)
+        return self
+
+    def stop(self) -> None:
+        """Interrupt the unit (its servers stop at exit), killed if it does not end in 10 s."""
+        self.proc.send_signal(signal.SIGINT)
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+    def finish(self) -> dict:
+        """Print the unit's output whole; its tally (a worker that died without one counts as failed)."""
+        seconds = time.monotonic() - self.started
+        self.output.seek(0)
+        text = self.output.read()
+        self.output.close()
+        try:
+            with open(self.result) as fh:
+                tally = json.load(fh)
+        except (OSError, ValueError):
+            tally = {"passed": 0, "failed": 1, "skipped": 0, "reasons": []}
+            text += f"\nworker for {self.unit} exited {self.proc.returncode} without a result\n"
+        tally["unit"], tally["seconds"] = self.unit, seconds
+        head = f"{tally['passed']} passed, {tally['failed']} failed, {tally['skipped']} skipped"
+        print(f"==== {self.unit} ({seconds:.1f} s): {head}\n{text.rstrip()}", flush=True)
+        return tally
 
 
 def run_parallel(units: list[str], jobs: int) -> list[dict]:
-    """Run ``units`` in up to ``jobs`` worker processes; their tallies."""
-    pending, running, tallies = list(units), {}, []
-    scratch = tempfile.mkdtemp(prefix="flower-test-run-")
-    try:
-        while pending or running:
-            while pending and len(running) < jobs:
-                unit = pending.pop(0)
-                path = os.path.join(scratch, f"{unit}.json")
-                running[unit] = (worker(unit, path), path, time.monotonic())
-            time.sleep(0.05)
-            for unit, (proc, path, started) in list(running.items()):
-                if proc.poll() is not None:
-                    del running[unit]
-                    tallies.append(finished(unit, proc, path, time.monotonic() - started))
-    except KeyboardInterrupt:
-        for proc, _, _ in running.values():
-            proc.kill()
-            proc.wait()
-        raise
-    finally:
-        for path in glob.glob(os.path.join(scratch, "*")):
-            os.unlink(path)
-        os.rmdir(scratch)
+    """Run ``units`` in up to ``jobs`` worker processes, in order; their tallies as they end."""
+    pending, running, tallies = list(units), [], []
+    with tempfile.TemporaryDirectory(prefix="flower-test-run-") as scratch:
+        try:
+            while pending or running:
+                while pending and len(running) < jobs:
+                    unit = pending.pop(0)
+                    running.append(Worker(unit, os.path.join(scratch, unit + ".json")).start())
+                time.sleep(0.05)
+                for worker in [w for w in running if w.proc.poll() is not None]:
+                    running.remove(worker)
+                    tallies.append(worker.finish())
+        finally:   # Ctrl-C: no worker outlives the run; each is interrupted first, to clean up
+            for worker in running:
+                worker.stop()
     return tallies
 
 
