@@ -136,7 +136,7 @@ class EndToEnd(unittest.TestCase):
         finally:
             db.close()
 
-    def wait_for(self, predicate, timeout=60, what="condition"):
+    def wait_for(self, predicate, timeout=300, what="condition"):
         deadline = time.time() + timeout
         while time.time() < deadline:
             if predicate():

@@ -116,7 +116,7 @@ class ManyMachines(unittest.TestCase):
         return [json.loads(p) for (p,) in self.sql("SELECT payload FROM flower.entries WHERE sid=%s AND sub='' "
                                                    "ORDER BY id", sid)]
 
-    def wait_for(self, predicate, timeout=90, what="condition"):
+    def wait_for(self, predicate, timeout=300, what="condition"):
         deadline = time.time() + timeout
         while time.time() < deadline:
             try:
