@@ -36,7 +36,8 @@ COST = {
     "tests.test_e2e": 190, "tests.test_e2e_driver": 120, "tests.test_e2e_postgres": 65,
     "tests.test_chaos.ChaosOneSeedPostgres": 40, "tests.test_chaos.ChaosOneSeed": 35,
     "tests.test_cli_contract": 45, "tests.test_store": 40, "tests.test_postgres": 35, "tests.test_driver": 12,
-    "tests.test_cli": 10, "tests.test_e2e_redaction": 11, "tests.test_e2e_economy": 20, "tests.test_handoff": 15,
+    "tests.test_cli": 10, "tests.test_e2e_redaction": 11, "tests.test_e2e_economy": 20,
+    "tests.test_transcript": 20, "tests.test_handoff": 12, "tests.test_redaction": 6, "tests.test_prune_economy": 6,
 }
 DEFAULT_COST = 5
 
