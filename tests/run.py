@@ -33,6 +33,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # units share its cost.
 COST = {
     "tests.test_e2e_driver.OneDriver.test_kill_9_at_random_points_leaves_no_orphan": 80,
+    "tests.test_cli_contract.Validation": 25,
     "tests.test_e2e": 190, "tests.test_e2e_driver": 120, "tests.test_e2e_postgres": 65,
     "tests.test_chaos.ChaosOneSeedPostgres": 40, "tests.test_chaos.ChaosOneSeed": 35,
     "tests.test_cli_contract": 45, "tests.test_store": 40, "tests.test_postgres": 35, "tests.test_driver": 12,
