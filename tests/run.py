@@ -33,7 +33,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # units share its cost.
 COST = {
     "tests.test_e2e_driver.OneDriver.test_kill_9_at_random_points_leaves_no_orphan": 80,
-    "tests.test_cli_contract.Validation": 25,
+    "tests.test_cli_contract.Validation": 25, "tests.test_store.StoredFacts": 20, "tests.test_store.Concurrency": 15,
+    "tests.test_store.BatchedParse": 8,
     "tests.test_e2e": 190, "tests.test_e2e_driver": 120, "tests.test_e2e_postgres": 65,
     "tests.test_chaos.ChaosOneSeedPostgres": 40, "tests.test_chaos.ChaosOneSeed": 35,
     "tests.test_cli_contract": 45, "tests.test_store": 40, "tests.test_postgres": 35, "tests.test_driver": 12,
@@ -45,7 +46,7 @@ DEFAULT_COST = 5
 # Modules run as several units, by "class" or by "test": their tests are independent (no class or
 # module fixture shared across the split) and together they would outlast the rest of the suite.
 SPLIT = {"tests.test_chaos": "class", "tests.test_e2e": "test", "tests.test_e2e_driver": "test",
-         "tests.test_cli_contract": "class"}
+         "tests.test_cli_contract": "class", "tests.test_store": "class"}
 
 # The pure tier (``--quick``, ``make quick``): logic and the fake SDK; no real CLI, no PostgreSQL server.
 QUICK = ["tests.test_util", "tests.test_resilience", "tests.test_transcript", "tests.test_notes",
