@@ -1,10 +1,14 @@
 # flower.py -- make test runs everything CI runs (the real-SDK tier skips itself without the SDK).
 PYTHON ?= python3
 
-.PHONY: test core e2e bench chaos fixtures lint
+.PHONY: test quick core e2e bench chaos fixtures lint
 
 test:
 	$(PYTHON) -m tests.run
+
+# the pure tier (logic and the fake SDK: no real CLI, no PostgreSQL server): under a minute
+quick:
+	$(PYTHON) -m tests.run --quick
 
 core:
 	$(PYTHON) -m tests.run tests.test_util tests.test_resilience tests.test_transcript tests.test_notes \

@@ -8,6 +8,7 @@ runs as the unprivileged user ``embedded_postgres`` (PostgreSQL refuses to run a
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import importlib.util
 import os
@@ -41,6 +42,8 @@ class PgServer:
         self.sockets = os.path.join(self.base, "s")
         self.port = _free_port()
         self.user = None
+        self.running = False
+        atexit.register(self.close)   # an interrupted test run leaves no server behind
         os.makedirs(self.data)
         os.makedirs(self.sockets)
         if hasattr(os, "geteuid") and os.geteuid() == 0:
@@ -61,14 +64,18 @@ class PgServer:
         options = f"-h 127.0.0.1 -p {self.port} -k {self.sockets} -c fsync=off -c max_connections=200"
         self._commands.pg_ctl(["-w", "-o", options, "-l", os.path.join(self.data, "log"), "start"],
                               pgdata=self.data, user=self.user, timeout=60)
+        self.running = True
         return self
 
     def stop(self, mode: str = "fast") -> None:
         """Stop the server (``immediate`` = like a crash: connections are cut at once)."""
+        self.running = False
         self._commands.pg_ctl(["-w", "-m", mode, "stop"], pgdata=self.data, user=self.user, timeout=60)
 
     def close(self) -> None:
-        """Stop and remove everything."""
+        """Stop and remove everything (again: nothing)."""
+        if not os.path.isdir(self.base):
+            return
         with contextlib.suppress(Exception):
             self.stop("immediate")
         shutil.rmtree(self.base, ignore_errors=True)

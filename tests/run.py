@@ -1,15 +1,57 @@
 """Run the whole suite (or the modules named) and end with one plain line:
 ``N passed, N failed, N skipped``. Exit 0 only when nothing failed and something ran.
 
-    python -m tests.run                      # everything
-    python -m tests.run tests.test_e2e       # one module
+    python -m tests.run                      # everything, in parallel worker processes
+    python -m tests.run tests.test_e2e       # one module (or module.Class, module.Class.test)
+    python -m tests.run -j 1 ...             # one unit after another, in this process
+    python -m tests.run --quick              # the pure tier: logic and the fake SDK, under a minute
+
+Every unit (a test module; the classes or tests of a module in ``SPLIT``) runs in a worker process of
+its own, up to ``-j`` (``FLOWER_TEST_JOBS``, default 3) at a time, the longest first: most real-tier
+time is spent waiting on the CLI and the fake API, not on the CPU. A unit's output is printed whole
+when it ends, so workers never interleave; the failures and errors with their tracebacks are in it.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import glob
+import json
 import os
+import signal
+import subprocess
 import sys
+import tempfile
+import time
 import unittest
+from typing import Any
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# Seconds a module (or a unit) took on an idle 2-core machine: the scheduler starts the longest first,
+# so that the last to finish is a short one. A module not listed counts as short; a split module's
+# units share its cost.
+COST = {
+    "tests.test_e2e_driver.OneDriver.test_kill_9_at_random_points_leaves_no_orphan": 80,
+    "tests.test_cli_contract.Validation": 25, "tests.test_store.StoredFacts": 20, "tests.test_store.Concurrency": 15,
+    "tests.test_store.BatchedParse": 8,
+    "tests.test_e2e": 190, "tests.test_e2e_driver": 120, "tests.test_e2e_postgres": 65,
+    "tests.test_chaos.ChaosOneSeedPostgres": 40, "tests.test_chaos.ChaosOneSeed": 35,
+    "tests.test_cli_contract": 45, "tests.test_store": 40, "tests.test_postgres": 35, "tests.test_driver": 12,
+    "tests.test_cli": 10, "tests.test_e2e_redaction": 11, "tests.test_e2e_economy": 20,
+    "tests.test_transcript": 20, "tests.test_handoff": 12, "tests.test_redaction": 6, "tests.test_prune_economy": 6,
+}
+DEFAULT_COST = 5
+
+# Modules run as several units, by "class" or by "test": their tests are independent (no class or
+# module fixture shared across the split) and together they would outlast the rest of the suite.
+SPLIT = {"tests.test_chaos": "class", "tests.test_e2e": "test", "tests.test_e2e_driver": "test",
+         "tests.test_cli_contract": "class", "tests.test_store": "class"}
+
+# The pure tier (``--quick``, ``make quick``): logic and the fake SDK; no real CLI, no PostgreSQL server.
+QUICK = ["tests.test_util", "tests.test_resilience", "tests.test_transcript", "tests.test_notes",
+         "tests.test_handoff", "tests.test_runtime", "tests.test_workflow", "tests.test_redaction",
+         "tests.test_texts", "tests.test_prune_economy", "tests.test_salvage"]
 
 
 class CountingResult(unittest.TextTestResult):
@@ -24,22 +66,156 @@ class CountingResult(unittest.TextTestResult):
         self.passed += 1
 
 
-def main(argv: list[str]) -> int:
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    os.chdir(root)
-    sys.path.insert(0, root)
+def run_here(names: list[str], stream=None) -> dict:
+    """Run the named tests in this process; the tally as a dict."""
     loader = unittest.TestLoader()
-    if argv:
-        suite = unittest.TestSuite(loader.loadTestsFromName(name) for name in argv)
-    else:
-        suite = loader.discover("tests", top_level_dir=root)
+    suite = unittest.TestSuite(loader.loadTestsFromName(name) for name in names)
     verbosity = 2 if os.environ.get("VERBOSE") else 1
-    result = unittest.TextTestRunner(verbosity=verbosity, buffer=False, resultclass=CountingResult).run(suite)
-    skipped = len(result.skipped)
-    failed = len(result.failures) + len(result.errors) + len(result.unexpectedSuccesses)
-    passed = result.passed
-    reasons = sorted({reason for _, reason in result.skipped})
-    for reason in reasons:
+    runner = unittest.TextTestRunner(stream=stream or sys.stderr, verbosity=verbosity, buffer=False,
+                                     resultclass=CountingResult)
+    result = runner.run(suite)
+    return {"passed": result.passed,
+            "failed": len(result.failures) + len(result.errors) + len(result.unexpectedSuccesses),
+            "skipped": len(result.skipped),
+            "reasons": sorted({reason for _, reason in result.skipped})}
+
+
+def all_modules() -> list[str]:
+    """Every ``tests/test_*.py``, as module names."""
+    paths = glob.glob(os.path.join(ROOT, "tests", "test_*.py"))
+    return sorted("tests." + os.path.basename(path)[:-3] for path in paths)
+
+
+def tests_in(suite) -> list[unittest.TestCase]:
+    """The test cases of a (nested) suite, in order."""
+    found = []
+    for item in suite:
+        found.extend(tests_in(item) if isinstance(item, unittest.TestSuite) else [item])
+    return found
+
+
+def units_of(module: str) -> list[tuple[str, float]]:
+    """``(unit, cost)``: the module itself, or a module in ``SPLIT`` class by class or test by test."""
+    how = SPLIT.get(module)
+    units = []
+    if how:
+        for test in tests_in(unittest.TestLoader().loadTestsFromName(module)):
+            name = f"{type(test).__module__}.{type(test).__qualname__}"
+            name = f"{name}.{test._testMethodName}" if how == "test" else name
+            if name not in units and name.startswith(module + "."):
+                units.append(name)
+    units = units or [module]
+    share = COST.get(module, DEFAULT_COST) / len(units)
+    return [(unit, COST.get(unit, share)) for unit in units]
+
+
+def schedule(units: list[tuple[str, float]]) -> list[str]:
+    """Longest first (ties in name order), so that the last to finish is a short one."""
+    return [unit for unit, _ in sorted(units, key=lambda uc: (-uc[1], uc[0]))]
+
+
+@dataclasses.dataclass
+class Worker:
+    """A process running one unit: its output (stdout and stderr together) in a temp file, its tally
+    written to ``result`` as JSON."""
+
+    unit: str
+    result: str
+    output: Any = None
+    proc: subprocess.Popen | None = None
+    started: float = 0.0
+
+    def start(self) -> "Worker":
+        self.output = tempfile.TemporaryFile(mode="w+", prefix="flower-test-")
+        self.started = time.monotonic()
+        self.proc = subprocess.Popen([sys.executable, "-m", "tests.run", "--worker", self.result, self.unit],
+                                     cwd=ROOT, env=dict(os.environ, PYTHONUNBUFFERED="1"),
+                                     stdin=subprocess.DEVNULL, stdout=self.output, stderr=subprocess.STDOUT)
+        return self
+
+    def stop(self) -> None:
+        """Interrupt the unit (its servers stop at exit), killed if it does not end in 10 s."""
+        self.proc.send_signal(signal.SIGINT)
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+    def finish(self) -> dict:
+        """Print the unit's output whole; its tally (a worker that died without one counts as failed)."""
+        seconds = time.monotonic() - self.started
+        self.output.seek(0)
+        text = self.output.read()
+        self.output.close()
+        try:
+            with open(self.result) as fh:
+                tally = json.load(fh)
+        except (OSError, ValueError):
+            tally = {"passed": 0, "failed": 1, "skipped": 0, "reasons": []}
+            text += f"\nworker for {self.unit} exited {self.proc.returncode} without a result\n"
+        tally["unit"], tally["seconds"] = self.unit, seconds
+        head = f"{tally['passed']} passed, {tally['failed']} failed, {tally['skipped']} skipped"
+        print(f"==== {self.unit} ({seconds:.1f} s): {head}\n{text.rstrip()}", flush=True)
+        return tally
+
+
+def run_parallel(units: list[str], jobs: int) -> list[dict]:
+    """Run ``units`` in up to ``jobs`` worker processes, in order; their tallies as they end."""
+    pending, running, tallies = list(units), [], []
+    with tempfile.TemporaryDirectory(prefix="flower-test-run-") as scratch:
+        try:
+            while pending or running:
+                while pending and len(running) < jobs:
+                    unit = pending.pop(0)
+                    running.append(Worker(unit, os.path.join(scratch, unit + ".json")).start())
+                time.sleep(0.05)
+                for worker in [w for w in running if w.proc.poll() is not None]:
+                    running.remove(worker)
+                    tallies.append(worker.finish())
+        finally:   # Ctrl-C: no worker outlives the run; each is interrupted first, to clean up
+            for worker in running:
+                worker.stop()
+    return tallies
+
+
+def parse(argv: list[str]) -> tuple[int, bool, list[str]]:
+    """``(jobs, quick, names)`` from the command line."""
+    jobs, quick, names = int(os.environ.get("FLOWER_TEST_JOBS") or 3), False, []
+    args = iter(argv)
+    for arg in args:
+        if arg == "-j":
+            jobs = int(next(args))
+        elif arg.startswith("-j"):
+            jobs = int(arg[2:])
+        elif arg == "--quick":
+            quick = True
+        else:
+            names.append(arg)
+    return max(1, jobs), quick, names
+
+
+def main(argv: list[str]) -> int:
+    os.chdir(ROOT)
+    sys.path.insert(0, ROOT)
+    if argv[:1] == ["--worker"]:   # one unit, its tally written where the parent reads it
+        tally = run_here(argv[2:])
+        with open(argv[1], "w") as fh:
+            json.dump(tally, fh)
+        return 0
+    jobs, quick, names = parse(argv)
+    names = names or (QUICK if quick else all_modules())
+    units = schedule([unit for name in names for unit in units_of(name)])
+    started = time.monotonic()
+    if jobs == 1 or len(units) == 1:
+        tallies = [run_here(units)]
+    else:
+        tallies = run_parallel(units, jobs)
+        print(f"wall {time.monotonic() - started:.1f} s with {jobs} workers; by unit: " + ", ".join(
+            f"{t['unit'].removeprefix('tests.')} {t['seconds']:.0f}"
+            for t in sorted(tallies, key=lambda t: -t["seconds"])))
+    passed, failed, skipped = (sum(t[k] for t in tallies) for k in ("passed", "failed", "skipped"))
+    for reason in sorted({reason for t in tallies for reason in t["reasons"]}):
         print(f"skipped: {reason}")
     print(f"{passed} passed, {failed} failed, {skipped} skipped")
     return 0 if failed == 0 and passed > 0 else 1

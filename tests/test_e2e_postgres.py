@@ -116,7 +116,7 @@ class ManyMachines(unittest.TestCase):
         return [json.loads(p) for (p,) in self.sql("SELECT payload FROM flower.entries WHERE sid=%s AND sub='' "
                                                    "ORDER BY id", sid)]
 
-    def wait_for(self, predicate, timeout=90, what="condition"):
+    def wait_for(self, predicate, timeout=300, what="condition"):
         deadline = time.time() + timeout
         while time.time() < deadline:
             try:
@@ -230,6 +230,7 @@ class ManyMachines(unittest.TestCase):
 
     def test_database_down_10s_mid_turn_the_run_finishes_with_every_entry(self):
         outage = {}
+        back = os.path.join(self.tmp.name, "database-back")
 
         def stop_for_a_while():
             outage["down"] = time.time()
@@ -237,10 +238,11 @@ class ManyMachines(unittest.TestCase):
             time.sleep(10)
             self.server.start()
             outage["up"] = time.time()
+            open(back, "w").close()
 
-        def tool_then_outage(body):
+        def tool_then_outage(body):   # the tool ends once the database is back: the outage is mid-turn
             threading.Thread(target=stop_for_a_while, daemon=True).start()
-            return tool("Bash", {"command": "python3 -c \"import time; time.sleep(13); print('SLEPT-MARK')\""},
+            return tool("Bash", {"command": f"while [ ! -e '{back}' ]; do sleep 0.1; done; echo SLEPT-MARK"},
                         say="OUTAGE-MARK")
         self.roles.work = [tool_then_outage, text("finished after the outage")]
         p = self.run_flower(self.a, "write hello", timeout=300)

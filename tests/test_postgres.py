@@ -102,18 +102,31 @@ class Identity(unittest.TestCase):
         self.assertEqual(p.stdout.strip(), "[]", p.stderr)
 
 
+_SERVER: list[PgServer] = []
+
+
+def shared_server() -> PgServer:
+    """The module's one server, started by the first class that needs it (initdb + start take seconds)."""
+    if not _SERVER:
+        _SERVER.append(PgServer().start())
+    return _SERVER[0]
+
+
+def tearDownModule():
+    while _SERVER:
+        _SERVER.pop().close()
+
+
 class PgCase(unittest.TestCase):
-    """One server per test class, one fresh database per test."""
+    """One server per module, one fresh database per test."""
 
     @classmethod
     def setUpClass(cls):
-        cls.server = PgServer().start()
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.server.close()
+        cls.server = shared_server()
 
     def setUp(self):
+        if not self.server.running:   # a test that failed during an outage left it down
+            self.server.start()
         self.dsn = self.server.database()
         self.tmp = tempfile.TemporaryDirectory()
         self.addCleanup(self.tmp.cleanup)
