@@ -497,6 +497,8 @@ class Chaos:
             env["ANTHROPIC_BASE_URL"] = f"{self.api.base_url}/{mark}"
         env.update(FLOWER_PROBE_INTERVAL="0.5", FLOWER_BASE_DELAY="0.2", FLOWER_MAX_DELAY="1",
                    FLOWER_MAX_OFFLINE_WAIT="120", NO_COLOR="1", TMPDIR=tmp or self.tmp)
+        if self.pg is not None:   # one job's identity on every machine (a second one has another path)
+            env["FLOWER_WORKSPACE_ID"] = "chaos-job"
         return env
 
     def state_args(self) -> list[str]:
@@ -726,18 +728,25 @@ class Chaos:
         self.spawn_second()
 
     def spawn_second(self) -> None:
-        """A second machine: flower in the same workspace on the same state (its own HOME and TMPDIR,
-        its own API mark), as a user on another machine would start it."""
+        """A second machine: flower on the same state with its own HOME, TMPDIR and API mark, as a user
+        on another machine would start it. With ``--state pg`` it has its own checkout (another path, no
+        ``.flower/``, the same workspace id) whose steps.log is the first machine's (a symlink: one log
+        of every step done); locally it runs in the same workspace."""
         k = len(self.seconds)
         home, tmp = os.path.join(self.home2, f"h{k}"), os.path.join(self.home2, f"t{k}")
         os.makedirs(home, exist_ok=True)
         os.makedirs(tmp, exist_ok=True)
+        cwd = self.ws
+        if self.pg is not None:
+            cwd = os.path.join(self.home2, f"ws{k}")
+            os.makedirs(cwd, exist_ok=True)
+            os.symlink(os.path.join(self.ws, tm.STEP_LOG), os.path.join(cwd, tm.STEP_LOG))
         args = [self.s.python, FLOWER, "--json", "--model", MODEL, "--window", str(self.job.window),
                 *self.state_args()]
         mark = f"m{k}"
         path = os.path.join(self.logs, f"second-{k:02d}")
         with open(path + ".out", "w") as out, open(path + ".err", "w") as err:
-            proc = subprocess.Popen(args, cwd=self.ws, env=self.env(mark=mark, home=home, tmp=tmp),
+            proc = subprocess.Popen(args, cwd=cwd, env=self.env(mark=mark, home=home, tmp=tmp),
                                     stdin=subprocess.DEVNULL, stdout=out, stderr=err, start_new_session=True)
         self.seconds.append({"n": k, "pid": proc.pid, "start": time.time(), "end": None, "exit": None,
                              "ended_by": None, "mark": mark, "proc": proc, "out": path + ".out"})
@@ -1211,6 +1220,8 @@ class Chaos:
                 fh.write(json.dumps(e) + "\n")
             for r in self.runs:
                 fh.write(json.dumps(dict(r, kind="run")) + "\n")
+            for m in self.seconds:
+                fh.write(json.dumps(dict({k: v for k, v in m.items() if k != "proc"}, kind="run")) + "\n")
         with open(os.path.join(self.logs, "result.json"), "w") as fh:
             json.dump({k: v for k, v in result.items() if k != "files"}, fh, indent=1, default=str)
         if self.db_summary is not None:
@@ -1375,7 +1386,7 @@ def timeline(seed_dir: str) -> None:
     with open(os.path.join(logs, "api.jsonl")) as fh:
         for line in fh:
             r = json.loads(line)
-            what = f"req {r['i']:>4} {r['role']:<7} {r['sid'][:8]} n={r['n']:<4} "
+            what = f"req {r['i']:>4} {r.get('mark', ''):<3} {r['role']:<7} {r['sid'][:8]} n={r['n']:<4} "
             what += f"line={r['line']} " if r["line"] else ""
             what += f"FAULT {r['fault']} {r['status']} " if r["fault"] else ""
             what += "" if r["delivered"] else "(not delivered)"
@@ -1384,9 +1395,10 @@ def timeline(seed_dir: str) -> None:
         for line in fh:
             e = json.loads(line)
             if e["kind"] == "run":
-                items.append((e["start"], f"=== run {e['n']} starts (pid {e['pid']})"))
+                name = e.get("mark") or e["n"]
+                items.append((e["start"], f"=== run {name} starts (pid {e['pid']})"))
                 if e["end"]:
-                    items.append((e["end"], f"=== run {e['n']} ends: {e['ended_by']} exit {e['exit']}"))
+                    items.append((e["end"], f"=== run {name} ends: {e['ended_by']} exit {e['exit']}"))
             else:
                 items.append((e["t"], "*** " + " ".join(f"{k}={v}" for k, v in e.items() if k not in ("t",))))
     items.sort(key=lambda item: item[0])
