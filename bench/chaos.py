@@ -322,6 +322,8 @@ class TrustingModel(Model):
     smallest step the conversation does not show done; the handoff document lists the steps done; the
     judge reads steps.log (every step there at least once: doubles are the harness's to count)."""
 
+    tool_s = 0.0   # seconds each step's command goes on after appending its line (--tool)
+
     def _answer(self, rec: dict, body: dict) -> Reply:
         role, i = rec["role"], rec["i"]
         if role not in ("work", "ritual", "judge"):
@@ -346,7 +348,7 @@ class TrustingModel(Model):
             return Reply([("text", ledger)], usage=usage, msg_id=msg_id)
         self._hooks(rec, body)
         tool_id = f"toolu_chaos{i:06d}"
-        blocks, k = tm.work_blocks(messages, self.job.turns, tool_id)
+        blocks, k = tm.work_blocks(messages, self.job.turns, tool_id, self.tool_s)
         if k is None:
             blocks = [("text", f"{blocks[0][1]} {tag}")]
         else:
@@ -426,6 +428,7 @@ class Settings:
     trusting: bool = False      # the model trusts its transcript (TrustingModel) and the faults add TRUSTING_KINDS
     full: tuple = (2.0, 8.0)    # --trusting: seconds a disk stays full
     disk_mb: int = 64           # --trusting: the size of HOME's and the run dir's tmpfs
+    tool_s: float = 0.5         # --trusting: seconds a step's command runs after its side effect
 
 
 class Chaos:
@@ -461,6 +464,7 @@ class Chaos:
         self.api = FakeAnthropic(port=_free_port())
         self.model = (TrustingModel if settings.trusting else Model)(self.ws, self.job, settings.latency)
         self.model.api = self.api
+        self.model.tool_s = settings.tool_s
         self.api.responder = self.model
         self.api.on_done = self.model.done
         self.events: list[dict] = []        # the harness's own log: faults, kills, runs
@@ -1192,8 +1196,9 @@ class Chaos:
                 return "concurrent"
         last = [reading for index, reading in read_as.get(earlier[-1].tool_id, []) if index < rec["i"]]
         said = tm.user_text(messages)
-        where = ("lost" if not (tm.carried_done(messages) or flower.text("carry_head")[:40] in said)
-                 else "degraded-handoff" if "[degraded" in said else "handoff")
+        same = prior is not None and prior["sid"] == rec["sid"]
+        where = ("lost" if same or not (tm.carried_done(messages) or flower.text("carry_head")[:40] in said)
+                 else "degraded-handoff" if _degraded_chain(said, bodies) else "handoff")
         return f"{where}:{last[-1] if last else 'never-sent'}"
 
     def cli_transcripts(self) -> str:
@@ -1227,6 +1232,22 @@ class Chaos:
         if self.db_summary is not None:
             with open(os.path.join(self.logs, "db.json"), "w") as fh:
                 json.dump(self.db_summary, fh, indent=1, default=str)
+
+
+LEDGER_TAG = re.compile(re.escape(tm.DONE_MARK) + r"[^\[\n]*\[a(\d+)\]")
+
+
+def _degraded_chain(said: str, bodies: list) -> bool:
+    """Whether a successor's carried handoff is flower's degraded one, or the model's ledger written by a
+    session that (through its own carried ledger, and so on) started from a degraded one."""
+    for _ in range(20):
+        if "[degraded" in said:
+            return True
+        m = LEDGER_TAG.search(said)
+        if not m or int(m.group(1)) >= len(bodies):
+            return False
+        said = tm.user_text(bodies[int(m.group(1))].get("messages") or [])
+    return False
 
 
 def mount_tmpfs(point: str, megabytes: int) -> bool:
@@ -1428,6 +1449,8 @@ def main(argv: list[str] | None = None) -> int:
                          "(tmpfs, needs root) and a database blip followed by a second machine")
     ap.add_argument("--full", type=float, nargs=2, default=(2.0, 8.0), metavar=("MIN", "MAX"),
                     help="--trusting: seconds HOME's or the run dir's disk stays full")
+    ap.add_argument("--tool", type=float, default=0.5, help="--trusting: seconds each step's command runs after "
+                    "appending its line (so a kill can land mid-tool)")
     ap.add_argument("--timeout", type=float, default=2400.0, help="give a seed up after this many seconds")
     ap.add_argument("--dir", help="where workspaces and logs go (default: a temporary directory)")
     ap.add_argument("--keep", action="store_true", help="keep workspaces and logs")
@@ -1436,10 +1459,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--show", metavar="SEED_DIR", help="print the timeline of a kept seed and exit")
     ap.add_argument("--report", metavar="DIR", help="print the table of the seeds kept under DIR (one or "
                     "more runs with --dir) and exit")
+    ap.add_argument("--reanalyse", metavar="DIR", help="--trusting: classify the kept seeds under DIR again "
+                    "from their logs, rewrite their result.json, print the table and exit")
     args = ap.parse_args(argv)
     if args.show:
         timeline(args.show)
         return 0
+    if args.reanalyse:
+        reanalyse(args.reanalyse)
+        return report(args.reanalyse)
     if args.report:
         return report(args.report)
     try:
@@ -1456,7 +1484,7 @@ def main(argv: list[str] | None = None) -> int:
     settings = Settings(job=Job(turns=args.turns, window=args.window, handoffs=args.handoffs), faults=args.faults,
                         outage=tuple(args.outage), dblock=tuple(args.dblock), timeout=args.timeout, latency=args.latency,
                         keep=args.keep, verbose=args.verbose, state=args.state, trusting=args.trusting,
-                        full=tuple(args.full))
+                        full=tuple(args.full), tool_s=args.tool)
     base_dir = args.dir or tempfile.mkdtemp(prefix="flower-chaos-")
     os.makedirs(base_dir, exist_ok=True)
     seeds = args.seed or list(range(1, args.seeds + 1))
@@ -1488,6 +1516,42 @@ def main(argv: list[str] | None = None) -> int:
     if not args.keep and not args.dir:
         shutil.rmtree(base_dir, ignore_errors=True)
     return 0 if all(r["ok"] for r in results) else 1
+
+
+def reanalyse(directory: str) -> None:
+    """--trusting: classify again what the kept seeds under ``directory`` logged (api.jsonl,
+    requests.jsonl.gz, harness.jsonl, ws/steps.log) and rewrite their result.json (after a change of
+    this analysis; no process runs)."""
+    from types import SimpleNamespace
+    for top, _, names in sorted(os.walk(directory)):
+        if "result.json" not in names or "api.jsonl" not in names:
+            continue
+        seed_dir = os.path.dirname(top)
+        with open(os.path.join(top, "result.json")) as fh:
+            result = json.load(fh)
+        if "dup" not in result:
+            continue
+        with open(os.path.join(top, "api.jsonl")) as fh:
+            log = [json.loads(line) for line in fh]
+        with gzip.open(os.path.join(top, "requests.jsonl.gz"), "rt") as fh:
+            bodies = [json.loads(line) for line in fh]
+        with open(os.path.join(top, "harness.jsonl")) as fh:
+            events = [json.loads(line) for line in fh]
+        stub = SimpleNamespace(model=SimpleNamespace(log=log), api=SimpleNamespace(requests=bodies),
+                               silent_done=[{k: v for k, v in e.items() if k not in ("kind", "t")}
+                                            for e in events if e["kind"] == "silent-done"],
+                               seconds=[e for e in events if e["kind"] == "run" and str(e.get("mark", "")).startswith("m")],
+                               _why_redo=Chaos._why_redo, _concurrent=Chaos._concurrent)
+        stub._spans = lambda stub=stub: Chaos._spans(stub)
+        steps = tm.read_step_log(os.path.join(seed_dir, "ws", tm.STEP_LOG))
+        old = result.get("silent_done")
+        result.update(Chaos.trusting_analysis(stub, steps))
+        result["silent_done"] = old if old is not None else result["silent_done"]
+        if result["seed"] is not None:
+            result["ok"] = (result["finished"] and result["identical"] and not result["dup"]
+                            and not result["concurrent"] and not result["false_np"] and not result["silent_done"])
+        with open(os.path.join(top, "result.json"), "w") as fh:
+            json.dump(result, fh, indent=1, default=str)
 
 
 def report(directory: str) -> int:

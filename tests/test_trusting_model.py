@@ -121,6 +121,12 @@ class TrustsItsTranscript(unittest.TestCase):
         redone = judged + [call(2, "t2b"), result("t2b", "wrote step 2")]
         self.assertEqual(tm.next_step(redone, 3), 3)
 
+    def test_a_slow_step_is_still_its_step(self):
+        command = tm.step_command(4, "t4", 0.5)
+        self.assertIn("sleep 0.5", command)
+        self.assertLess(command.index(tm.STEP_LOG), command.index("sleep"))   # the side effect comes first
+        self.assertEqual(tm.step_of_input({"command": command}), 4)
+
     def test_all_done_is_a_final_text(self):
         messages = conversation(call(1, "t1"), result("t1", "wrote step 1"))
         blocks, k = tm.work_blocks(messages, 1, "t9")

@@ -42,9 +42,12 @@ _READINGS = [
 ]
 
 
-def step_command(k: int, tool_id: str) -> str:
-    """The Bash command of step ``k`` (its line names the tool call that wrote it)."""
-    return (f'echo "step {k} $(date +%s.%N) $$ {tool_id}" >> {STEP_LOG} && echo "wrote step {k}"')
+def step_command(k: int, tool_id: str, seconds: float = 0.0) -> str:
+    """The Bash command of step ``k`` (its line names the tool call that wrote it); ``seconds`` > 0: the
+    command goes on that long after its side effect (a kill can land between the two)."""
+    wait = f" && sleep {seconds:g}" if seconds > 0 else ""
+    return f'echo "step {k} $(date +%s.%N) $$ {tool_id}" >> {STEP_LOG}{wait} && echo "wrote step {k}"'
+
 
 
 def step_of_input(tool_input: object) -> int | None:
@@ -179,14 +182,14 @@ def next_step(messages: list[dict], steps: int) -> int | None:
     return next((k for k in range(1, steps + 1) if k not in done), None)
 
 
-def work_blocks(messages: list[dict], steps: int, tool_id: str) -> tuple[list, int | None]:
+def work_blocks(messages: list[dict], steps: int, tool_id: str, seconds: float = 0.0) -> tuple[list, int | None]:
     """The answer to a work request, as fakeapi.Reply blocks: text then a Bash tool_use for the next step
     not done, or a final text; and that step (None for the final text)."""
     k = next_step(messages, steps)
     if k is None:
         return [("text", f"All {steps} steps are done.")], None
     return [("text", f"Step {k} is not done yet; doing it now."),
-            ("tool_use", "Bash", {"command": step_command(k, tool_id), "description": f"step {k}"}, tool_id)], k
+            ("tool_use", "Bash", {"command": step_command(k, tool_id, seconds), "description": f"step {k}"}, tool_id)], k
 
 
 def ledger_status(messages: list[dict]) -> str:
