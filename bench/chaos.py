@@ -734,7 +734,7 @@ class Chaos:
     def spawn_second(self) -> None:
         """A second machine: flower on the same state with its own HOME, TMPDIR and API mark, as a user
         on another machine would start it. With ``--state pg`` it has its own checkout (another path, no
-        ``.flower/``, the same workspace id) whose steps.log is the first machine's (a symlink: one log
+        ``.flower/``, the same workspace id) whose steps.log is the first machine's (a hard link: one log
         of every step done); locally it runs in the same workspace."""
         k = len(self.seconds)
         home, tmp = os.path.join(self.home2, f"h{k}"), os.path.join(self.home2, f"t{k}")
@@ -744,7 +744,9 @@ class Chaos:
         if self.pg is not None:
             cwd = os.path.join(self.home2, f"ws{k}")
             os.makedirs(cwd, exist_ok=True)
-            os.symlink(os.path.join(self.ws, tm.STEP_LOG), os.path.join(cwd, tm.STEP_LOG))
+            shared = os.path.join(self.ws, tm.STEP_LOG)
+            open(shared, "a").close()   # a hard link (the CLI refuses a symlink out of its workspace)
+            os.link(shared, os.path.join(cwd, tm.STEP_LOG))
         args = [self.s.python, FLOWER, "--json", "--model", MODEL, "--window", str(self.job.window),
                 *self.state_args()]
         mark = f"m{k}"
