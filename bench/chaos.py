@@ -1200,7 +1200,7 @@ class Chaos:
         said = tm.user_text(messages)
         same = prior is not None and prior["sid"] == rec["sid"]
         where = ("lost" if same or not (tm.carried_done(messages) or flower.text("carry_head")[:40] in said)
-                 else "degraded-handoff" if _degraded_chain(said, bodies) else "handoff")
+                 else _carried_from(said, bodies, earlier[-1].tool_id))
         return f"{where}:{last[-1] if last else 'never-sent'}"
 
     def cli_transcripts(self) -> str:
@@ -1239,17 +1239,24 @@ class Chaos:
 LEDGER_TAG = re.compile(re.escape(tm.DONE_MARK) + r"[^\[\n]*\[a(\d+)\]")
 
 
-def _degraded_chain(said: str, bodies: list) -> bool:
-    """Whether a successor's carried handoff is flower's degraded one, or the model's ledger written by a
-    session that (through its own carried ledger, and so on) started from a degraded one."""
+def _carried_from(said: str, bodies: list, tool_id: str) -> str:
+    """Why a successor's carried handoff did not show a call as done, following the model's ledgers back
+    to the session that had the call: ``handoff`` (a ledger writer saw the call, its result not OK),
+    ``degraded-handoff`` (flower's own handoff document, e.g. after an overflow, left it out) or
+    ``lost-before-handoff`` (the session that wrote the ledger never had the call in its history)."""
     for _ in range(20):
         if "[degraded" in said:
-            return True
+            return "degraded-handoff"
         m = LEDGER_TAG.search(said)
         if not m or int(m.group(1)) >= len(bodies):
-            return False
-        said = tm.user_text(bodies[int(m.group(1))].get("messages") or [])
-    return False
+            return "handoff"
+        writer = bodies[int(m.group(1))].get("messages") or []
+        if tool_id in tm.calls_in(writer):
+            return "handoff"
+        said = tm.user_text(writer)
+        if not (tm.carried_done(writer) or flower.text("carry_head")[:40] in said):
+            return "lost-before-handoff"
+    return "handoff"
 
 
 def mount_tmpfs(point: str, megabytes: int) -> bool:
@@ -1546,9 +1553,9 @@ def reanalyse(directory: str) -> None:
                                _why_redo=Chaos._why_redo, _concurrent=Chaos._concurrent)
         stub._spans = lambda stub=stub: Chaos._spans(stub)
         steps = tm.read_step_log(os.path.join(seed_dir, "ws", tm.STEP_LOG))
-        old = result.get("silent_done")
+        kept = {k: result[k] for k in ("silent_done", "seconds") if result.get(k)}
         result.update(Chaos.trusting_analysis(stub, steps))
-        result["silent_done"] = old if old is not None else result["silent_done"]
+        result.update(kept)   # older logs do not hold these
         if result["seed"] is not None:
             result["ok"] = (result["finished"] and result["identical"] and not result["dup"]
                             and not result["concurrent"] and not result["false_np"] and not result["silent_done"])
