@@ -569,12 +569,13 @@ class Chaos:
             args.append(TASK)   # as a user would: the task again when nothing was started yet
         out = open(os.path.join(self.logs, f"run-{n:03d}.out"), "w")
         err = open(os.path.join(self.logs, f"run-{n:03d}.err"), "w")
-        self.proc = subprocess.Popen(args, cwd=self.ws, env=self.env(mark=f"r{n}"), stdin=subprocess.DEVNULL,
+        mark = f"r{n}" if self.s.trusting else ""   # today's mode runs exactly as before
+        self.proc = subprocess.Popen(args, cwd=self.ws, env=self.env(mark=mark), stdin=subprocess.DEVNULL,
                                      stdout=out, stderr=err, start_new_session=True)
         out.close()
         err.close()
         self.runs.append({"n": n, "pid": self.proc.pid, "start": time.time(), "end": None, "exit": None,
-                          "ended_by": None, "task": TASK in args, "mark": f"r{n}"})
+                          "ended_by": None, "task": TASK in args, "mark": mark})
 
     def ended(self, by: str) -> None:
         assert self.proc is not None
