@@ -1,7 +1,7 @@
 # flower.py -- make test runs everything CI runs (the real-SDK tier skips itself without the SDK).
 PYTHON ?= python3
 
-.PHONY: test quick core e2e bench chaos fixtures lint
+.PHONY: test quick core e2e bench chaos chaos-trusting fixtures lint
 
 test:
 	$(PYTHON) -m tests.run
@@ -30,6 +30,12 @@ bench:
 
 chaos:
 	$(PYTHON) bench/chaos.py --seeds 10
+
+# a model that trusts its transcript (it redoes what its history does not show done); 10 seeds of a 40-step job, local then PostgreSQL (root: tmpfs disks)
+TRUSTING = --trusting --seeds 10 --turns 40 --faults 12 --handoffs 2 --outage 3 8 --dblock 3 8 --timeout 600
+chaos-trusting:
+	$(PYTHON) bench/chaos.py $(TRUSTING)
+	$(PYTHON) bench/chaos.py $(TRUSTING) --state pg
 
 fixtures:
 	$(PYTHON) -m tests.capture_fixtures

