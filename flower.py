@@ -36,7 +36,7 @@ import time
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # names used only in (postponed) annotations: importing typing would cost start-up time
-    from typing import Any, Awaitable, Callable, Iterable, Iterator, Sequence
+    from typing import Any, Awaitable, Callable, Collection, Iterable, Iterator, Sequence
 
 
 class _OnFirstUse:
@@ -3270,30 +3270,37 @@ def _escaped(text: str, i: int) -> bool:
     return (i - 1 - k) % 2 == 1
 
 
-def plan_cuts(plan: LeavePlan, rows: Iterable[tuple[int, Any, str]], policy: PrunePolicy, present: set | None) -> None:
+def plan_cuts(plan: LeavePlan, rows: Iterable[tuple[int, Any, str]], policy: PrunePolicy,
+              present: Collection[str] | Callable[[list[str]], Collection[str] | None] | None) -> None:
     """Which rows with cut facts (``rows``: (seq, uuid, fact), oldest first) a load with ``policy``
     reads cut, into ``plan``: those :func:`_trim` would trim for sure, whose spill file is among
-    ``present`` (the names in the spill dir). A result is sure to be big at trim time when it is at
-    least ``trim_min_chars`` long and too long to expire as a glance; one that ``trim_keep`` such results
-    follow is old (the other results can only add to those). ValueError on a fact that does not parse."""
+    ``present`` (the names in the spill dir, or a function that tells which of the names it is given are
+    there: asked once, only for the rows that would be cut). A result is sure to be big at trim time when
+    it is at least ``trim_min_chars`` long and too long to expire as a glance; one that ``trim_keep`` such
+    results follow is old (the other results can only add to those). ValueError on a fact that does
+    not parse."""
     if not policy.trim or not present:
         return
     least = max(policy.trim_min_chars, policy.glance_max_chars + 1 if policy.expire_glances else 0)
     folder = os.path.join(policy.spill_dir or ".flower/spill", "")
     template, keep, cuts, saved = text("trimmed_result", policy.lang).format, policy.trim_keep, plan.cuts, 0
     newer = 0   # sure-big results after the row at hand
+    old = []
     for seq, uid, fact in reversed(list(rows)):
         chars = _count(fact[2:].partition("|")[0])
         if chars < least:
             continue
         if newer >= keep and uid.__class__ is str:
-            name = uid + "-0.txt"   # the spill name of a uuid; one found in the listing is a plain name there
-            if name in present:
-                marker = template(n=chars, path=folder + name)
-                if len(marker) < policy.trim_min_chars:   # else _trim would take the marker for a big result
-                    cuts[seq] = (uid, fact, marker)
-                    saved += chars - len(marker)
+            old.append((seq, uid, fact, chars, uid + "-0.txt"))   # the spill name of a uuid (a plain name)
         newer += 1
+    if old and callable(present):
+        present = present([name for *_, name in old])
+    for seq, uid, fact, chars, name in old if present else ():
+        if name in present:
+            marker = template(n=chars, path=folder + name)
+            if len(marker) < policy.trim_min_chars:   # else _trim would take the marker for a big result
+                cuts[seq] = (uid, fact, marker)
+                saved += chars - len(marker)
     plan.cut_saved += saved
 
 
@@ -4213,7 +4220,7 @@ class SqliteSessionStore:
         cuts = self._db.execute(SQL_CUT_ROWS, (skey,)).fetchall()
         plan.noted = {seq for seq, _, _ in cuts}
         if cuts:
-            plan_cuts(plan, cuts, policy, _existing_names(policy.spill_dir or ".flower/spill"))
+            plan_cuts(plan, cuts, policy, functools.partial(present_names, policy.spill_dir or ".flower/spill"))
         return plan, left, self._db.execute(SQL_LOAD_TRIMMING, (skey, _json_text(list(plan.cuts))))
 
     @staticmethod
@@ -4590,17 +4597,15 @@ def write_spills(spills: dict[str, str]) -> None:
     """Write each trimmed result once (redacted), never again on later loads. No fsync: a spill file
     can always be rebuilt from the store, so it is not worth a disk flush per file on the resume path."""
     made: set = set()
-    present: dict[str, set | None] = {}
+    present: dict[str, Collection[str] | None] = {}
+    wanted: dict[str, list[str]] = {}
+    places = [(path, full, *_spill_place(path)) for path, full in spills.items()]
+    for _, _, directory, name in places:
+        wanted.setdefault(directory, []).append(name)
     secrets = _env_secrets()   # once, not per file: reading os.environ is most of a small file's redact
-    for path, full in spills.items():
-        if os.altsep and os.altsep in path:
-            directory, name = os.path.split(path)
-        else:   # os.path.split costs half of a load that finds every file present
-            directory, sep, name = path.rpartition(os.sep)
-            directory = directory or sep
-        directory = directory or "."
+    for path, full, directory, name in places:
         if directory not in present:
-            present[directory] = _existing_names(directory)
+            present[directory] = present_names(directory, wanted.get(directory, ()))
         names = present[directory]
         if (name in names) if names is not None else os.path.exists(path):
             continue
@@ -4614,17 +4619,87 @@ def write_spills(spills: dict[str, str]) -> None:
         os.replace(tmp, path)
 
 
-def _existing_names(directory: str) -> set | None:
-    """The names in ``directory`` for which ``os.path.exists`` holds, in one listing instead of a stat
-    per file (a resume meets thousands of spill files); empty when it does not exist, None when it
-    cannot be listed."""
+def _spill_place(path: str) -> tuple[str, str]:
+    """(folder, name) of a spill file's path."""
+    if os.altsep and os.altsep in path:
+        directory, name = os.path.split(path)
+    else:   # os.path.split costs half of a load that finds every file present
+        directory, sep, name = path.rpartition(os.sep)
+        directory = directory or sep
+    return directory or ".", name
+
+
+# What a spill folder holds, listed once per process and kept while the folder's stamp (device, inode,
+# mtime, ctime) stays the same: any file made, removed or renamed in it changes its mtime and ctime. Every
+# load of a session with subagents looks up its own spill names: listing the whole shared folder each
+# time made the loads grow with sessions x files. A listing is kept only when the folder was last changed
+# SPILL_SETTLED seconds or more before it began: a change in the same tick of a coarse file clock would
+# leave the stamp as it was. Until then (and after this process writes files, which change the stamp too:
+# another process may have removed one meanwhile) a lookup lists again, or stats just the names it is
+# asked about when that is cheaper. Only presence is ever taken from a kept listing, and only while the
+# stamp holds; a name it does not hold is looked for again.
+SPILL_SETTLED = 2.0
+_SPILL_LISTINGS: dict[str, tuple[tuple, frozenset]] = {}   # folder -> (its stamp when listed, the names)
+
+
+def _folder_stamp(st: os.stat_result) -> tuple:
+    return st.st_dev, st.st_ino, st.st_mtime_ns, st.st_ctime_ns
+
+
+def present_names(directory: str, wanted: Collection[str]) -> Collection[str] | None:
+    """Names in ``directory`` for which ``os.path.exists`` holds: all of them, or at least those of
+    ``wanted`` that do (a resume meets thousands of spill files); empty when the folder does not exist,
+    None when it cannot be listed. From the folder's kept listing while its stamp holds (see
+    SPILL_SETTLED), else from one listing, or a stat of each wanted name where the folder is known to
+    hold many more names than that."""
+    folder = os.path.abspath(directory)
     try:
-        with os.scandir(directory) as listing:
-            return {e.name for e in listing if not e.is_symlink() or os.path.exists(e.path)}
+        stamp = _folder_stamp(os.stat(folder))
     except FileNotFoundError:
         return set()
     except OSError:
         return None
+    kept = _SPILL_LISTINGS.get(folder)
+    if kept is not None and kept[0] == stamp:
+        return kept[1]
+    if not wanted:
+        return set()
+    if kept is not None and 4 * len(wanted) < len(kept[1]):   # a stat costs about 4 names listed
+        return {name for name in wanted if os.path.exists(os.path.join(folder, name))}
+    began = time.time()
+    names, plain = _existing_names(folder)
+    if names is None:
+        return None
+    try:
+        after = os.stat(folder)
+    except OSError:
+        return names
+    if plain and _folder_stamp(after) == stamp and after.st_mtime <= began - SPILL_SETTLED:
+        _SPILL_LISTINGS[folder] = (stamp, frozenset(names))
+    else:   # not to be kept, but its size tells what the next lookup should do
+        _SPILL_LISTINGS[folder] = ((), frozenset(names))
+    return names
+
+
+def _existing_names(directory: str) -> tuple[set | None, bool]:
+    """The names in ``directory`` for which ``os.path.exists`` holds, in one listing instead of a stat
+    per file (empty when it does not exist, None when it cannot be listed), and whether none of them is a
+    symbolic link (whose target may go without the folder's stamp changing)."""
+    plain = True
+    try:
+        with os.scandir(directory) as listing:
+            names = set()
+            for e in listing:
+                if e.is_symlink():
+                    plain = False
+                    if not os.path.exists(e.path):
+                        continue
+                names.add(e.name)
+            return names, plain
+    except FileNotFoundError:
+        return set(), True
+    except OSError:
+        return None, False
 
 
 def _run_sync(awaitable: Any) -> Any:

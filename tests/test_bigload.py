@@ -1,0 +1,184 @@
+"""Big loads (issues 44, 46): the spill folder listed once per process and still right when another
+process adds or removes files; a session that does not fit decided in one prune."""
+
+import asyncio
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+import unittest.mock
+
+import flower
+from tests.transcripts import Builder, anchor_transcript, random_transcript, sized_transcript, with_odd_entries
+
+PK = "proj"
+
+
+def session_with_big_results(seed: int, big: int, sid: str = "s1") -> list[dict]:
+    """A short transcript with ``big`` Bash results of 3,000-6,000 chars (too long to expire as glances)."""
+    rng = random.Random(seed)
+    b = Builder(rng, sid)
+    b.prompt("go")
+    for i in range(big):
+        b.tool("Bash", {"command": f"python3 gen.py {i}"}, f"{seed}-{i} " + "y" * rng.randint(3000, 6000))
+        if rng.random() < 0.5:
+            b.tool("Bash", {"command": "git status"}, "clean")
+        if rng.random() < 0.2:
+            b.say("on it", 1000 + i)
+    b.say("done", 9000)
+    return b.entries
+
+
+def report_counts(report) -> dict:
+    return report.as_dict()
+
+
+class Folder:
+    """Counts the folder listings flower makes (os.scandir in flower's module)."""
+
+    def __init__(self):
+        self.listings = 0
+        self.real = os.scandir
+
+    def scandir(self, path):
+        self.listings += 1
+        return self.real(path)
+
+
+def forget_listings():
+    flower._SPILL_LISTINGS.clear()
+
+
+def age(folder: str, seconds: float = 60) -> None:
+    """Make the folder look last changed ``seconds`` ago (its ctime moves to now, its mtime back)."""
+    then = time.time() - seconds
+    os.utime(folder, (then, then))
+
+
+def other_process(code: str) -> None:
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+class SpillListing(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp()
+        self.spill = os.path.join(self.tmp, "spill")
+        self.policy = flower.PrunePolicy(trim=True, trim_keep=2, spill_dir=self.spill)
+        self.store = flower.SqliteSessionStore(os.path.join(self.tmp, "s.db"))
+        self.wrapped = flower.PruningSessionStore(self.store, policy=self.policy)
+        self.keys = [{"project_key": PK, "session_id": "s1"}]
+        self.store.append_sync(self.keys[0], session_with_big_results(1, 8))
+        for k in range(12):
+            key = {"project_key": PK, "session_id": "s1", "subpath": f"subagents/agent-{k}"}
+            self.store.append_sync(key, session_with_big_results(100 + k, 3 + k % 4))
+            self.keys.append(key)
+        forget_listings()
+        self.addCleanup(forget_listings)
+        self.addCleanup(self.store.close)
+
+    def load_all(self) -> None:
+        """Each key loaded as the SDK does, each equal to prune() of its stored rows (entries and report)."""
+        for key in self.keys:
+            got = asyncio.run(self.wrapped.load(key))
+            report = self.wrapped.last_report
+            want, want_report = flower.prune(self.store.load_sync(key), self.policy)
+            self.assertEqual(json.dumps(got), json.dumps(want), key)
+            self.assertEqual(report_counts(report), report_counts(want_report), key)
+
+    def spill_files(self) -> set:
+        return {n for n in os.listdir(self.spill) if n.endswith(".txt")}
+
+    def test_later_loads_of_many_keys_list_the_folder_once(self):
+        self.load_all()          # writes the spill files, notes the cut facts
+        age(self.spill)
+        folder = Folder()
+        with unittest.mock.patch.object(flower.os, "scandir", folder.scandir):
+            self.load_all()
+            self.load_all()
+        self.assertEqual(folder.listings, 1)
+
+    def test_a_file_another_process_removes_is_written_again(self):
+        self.load_all()
+        age(self.spill)
+        self.load_all()   # the listing is kept now
+        files = sorted(self.spill_files())
+        gone = files[len(files) // 2]
+        other_process(f"import os; os.remove({os.path.join(self.spill, gone)!r})")
+        self.load_all()   # every load still equals prune(): the row of the file that went is read whole
+        self.assertIn(gone, self.spill_files())
+
+    def test_a_file_removed_among_many_others_is_written_again(self):
+        # a folder of many more names than a session asks about: the lookup stats the names it wants
+        self.load_all()
+        for i in range(2000):
+            with open(os.path.join(self.spill, f"other-{i}.txt"), "w"):
+                pass
+        age(self.spill)
+        self.load_all()
+        files = sorted(self.spill_files() - {f"other-{i}.txt" for i in range(2000)})
+        gone = files[3]
+        other_process(f"import os; os.remove({os.path.join(self.spill, gone)!r})")
+        folder = Folder()
+        with unittest.mock.patch.object(flower.os, "scandir", folder.scandir):
+            self.load_all()
+        self.assertIn(gone, self.spill_files())
+        self.assertEqual(folder.listings, 0)   # the stale listing's size chose stats, not 13 listings
+
+    def test_a_file_another_process_creates_is_seen(self):
+        os.makedirs(self.spill)
+        age(self.spill)
+        self.assertEqual(set(flower.present_names(self.spill, ["a.txt"])), set())
+        other_process(f"open({os.path.join(self.spill, 'a.txt')!r}, 'w').close()")
+        self.assertIn("a.txt", flower.present_names(self.spill, ["a.txt"]))
+
+    def test_a_listing_of_a_folder_changed_just_now_is_not_kept(self):
+        # A file system clock that does not tick between two changes (a coarse one): the stamp alone
+        # cannot tell them apart, so a listing made right after a change must not be kept
+        os.makedirs(self.spill)
+        for name in ("a.txt", "b.txt"):
+            with open(os.path.join(self.spill, name), "w"):
+                pass
+        coarse = lambda st: (st.st_dev, st.st_ino)   # noqa: E731
+        with unittest.mock.patch.object(flower, "_folder_stamp", coarse):
+            self.assertEqual(set(flower.present_names(self.spill, ["a.txt", "b.txt"])), {"a.txt", "b.txt"})
+            other_process(f"import os; os.remove({os.path.join(self.spill, 'a.txt')!r})")
+            self.assertEqual(set(flower.present_names(self.spill, ["a.txt", "b.txt"])) & {"a.txt", "b.txt"},
+                             {"b.txt"})
+
+    def test_a_symlink_whose_target_goes_is_not_kept_present(self):
+        os.makedirs(self.spill)
+        target = os.path.join(self.tmp, "elsewhere.txt")
+        with open(target, "w"):
+            pass
+        os.symlink(target, os.path.join(self.spill, "a.txt"))
+        age(self.spill)
+        self.assertIn("a.txt", flower.present_names(self.spill, ["a.txt"]))
+        os.remove(target)   # the folder itself does not change
+        self.assertNotIn("a.txt", flower.present_names(self.spill, ["a.txt"]))
+
+    def test_own_writes_then_removal_by_another_process(self):
+        # this process writes files (the stamp changes), another removes one at once: never believed there
+        self.load_all()
+        age(self.spill)
+        self.load_all()
+        extra = {os.path.join(self.spill, f"new-{i}.txt"): "x" * 10 for i in range(5)}
+        flower.write_spills(extra)
+        other_process(f"import os; os.remove({os.path.join(self.spill, 'new-2.txt')!r})")
+        self.assertNotIn("new-2.txt", flower.present_names(self.spill, sorted(os.path.basename(p) for p in extra)))
+        flower.write_spills(extra)
+        self.assertIn("new-2.txt", self.spill_files())
+
+    def test_missing_and_unlistable_folders(self):
+        self.assertEqual(set(flower.present_names(os.path.join(self.tmp, "none"), ["a.txt"])), set())
+        path = os.path.join(self.tmp, "file")
+        with open(path, "w"):
+            pass
+        self.assertIsNone(flower.present_names(path, ["a.txt"]))
+
+
+if __name__ == "__main__":
+    unittest.main()
