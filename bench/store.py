@@ -18,6 +18,13 @@
     (vs the floor plus writing files of the same sizes plainly: wall time, paired), later loads find
     them; and ``prepare()`` + ``load()`` (what Runtime does before a resume).
 
+(d) a session with subagent transcripts, loaded as the SDK resumes it (the main key, then each subagent's
+    key): 50K main entries + 150K subagent entries in 4,500 keys (a tenth of that with BENCH_QUICK), trim
+    off and on, first load (writes the spill files; wall time, vs the floor plus writing files of the
+    same sizes) and later loads, vs the floor of every key's rows; then the per-entry cost as the
+    sessions grow 10x (a tenth of the session, then all of it) and as the spill folder holds 10x more
+    files (other sessions' spills): goal <= 1.3x for later trim-on loads, <= 1.1x per entry.
+
 BENCH_QUICK=1 runs fewer sizes and repetitions (development only; figures for the README come from a full run)."""
 
 import asyncio
@@ -230,10 +237,117 @@ def trim_bench(tmp, label, make, n):
     loop.close()
 
 
+def subagent_keys(store, scale, main=50_000, sub=150_000, keys=4_500):
+    """A session of ``main // scale`` main entries and about ``sub // scale`` subagent entries in
+    ``keys // scale`` keys, all anchor-style: nine in ten small (~19 entries), one in ten ~8x bigger
+    (enough big results that old ones are trimmed). Each transcript has uuids of its own (seeded by its key)."""
+    import random
+    main_key = {"project_key": "p", "session_id": "s"}
+    store.append_sync(main_key, anchor_transcript(main // scale))
+    out, total, rng = [main_key], 0, random.Random(7)
+    for k in range(keys // scale):
+        key = dict(main_key, subpath=f"subagents/agent-{k:05d}")
+        size = 160 if k % 10 == 0 else 10 + rng.randint(0, 18)
+        entries = [dict(e, isSidechain=True) for e in anchor_transcript(size, seed=100_000 + k)]
+        for i in range(0, len(entries), 100):
+            store.append_sync(key, entries[i:i + 100])
+        total += len(entries)
+        out.append(key)
+    return out, main // scale + total
+
+
+def keys_floor(path, keys):
+    db = sqlite3.connect(path)
+    skeys = [flower._key_string(k) for k in keys]
+
+    def floor():
+        gc.disable()
+        try:
+            return [[json.loads(r[0]) for r in db.execute(SELECT, (skey,))] for skey in skeys]
+        finally:
+            gc.enable()
+    return db, floor
+
+
+def keys_loader(wrapped, keys, loop):
+    async def every():
+        return [await wrapped.load(key) for key in keys]
+    return lambda: loop.run_until_complete(every())
+
+
+def subagent_bench(tmp):
+    """(d): see the module's doc."""
+    loop = asyncio.new_event_loop()
+    cold = flower.is_read_only_command.cache_clear
+    per_entry = {}
+    scales = (100, 10) if QUICK else (10, 1)
+    for scale in scales:
+        path = os.path.join(tmp, f"sub{scale}.db")
+        store = flower.SqliteSessionStore(path)
+        keys, n = subagent_keys(store, scale)
+        db, floor = keys_floor(path, keys)
+        label = f"{n:,} entries in {len(keys):,} keys"
+        repeat = 5 if scale > 1 or QUICK else 3
+        if scale == scales[-1]:
+            plain = flower.PruningSessionStore(store)
+            report(f"(d) load(), trim off, {label}", *paired(keys_loader(plain, keys, loop), floor, repeat,
+                                                            setup=cold, collect=True, clock=CPU), goal=1.3)
+        spill = os.path.join(tmp, f"spill-sub{scale}")
+        wrapped = flower.PruningSessionStore(store, policy=flower.PrunePolicy(trim=True, spill_dir=spill))
+        ours = keys_loader(wrapped, keys, loop)
+        if scale == scales[-1]:
+            written = []
+            real_write = flower.write_spills
+            flower.write_spills = lambda spills: (written.extend(len(t.encode("utf-8", "surrogatepass"))
+                                                                 for t in spills.values()), real_write(spills))
+            try:
+                cold()
+                gc.collect()
+                start = time.perf_counter()
+                ours()
+                gc.collect()
+                first = time.perf_counter() - start
+            finally:
+                flower.write_spills = real_write
+            plain_dir = os.path.join(tmp, f"plain-sub{scale}")
+            os.mkdir(plain_dir)
+            gc.collect()
+            start = time.perf_counter()
+            floor()
+            for i, size in enumerate(written):
+                with open(os.path.join(plain_dir, f"{i}.txt"), "wb") as fh:
+                    fh.write(b"x" * size)
+            gc.collect()
+            report(f"    trim on, first load (writes {len(written)} spills), wall", first, time.perf_counter() - start)
+        else:
+            ours()
+        t_ours, t_floor, pair = paired(ours, floor, repeat, setup=cold, collect=True, clock=CPU)
+        report(f"(d) trim-on later loads, {label}", t_ours, t_floor, pair, goal=1.3)
+        per_entry[scale] = (t_ours / n, t_floor / n)
+        if scale == scales[-1]:
+            files = len(os.listdir(spill))
+            for i in range(9 * max(files, 1000)):   # other sessions' spill files: 10x as many in the folder
+                with open(os.path.join(spill, f"{i:08d}-0000-4000-8000-{i:012d}-0.txt"), "wb"):
+                    pass
+            t2, f2, pair2 = paired(ours, floor, repeat, setup=cold, collect=True, clock=CPU)
+            report(f"    the same, {len(os.listdir(spill)):,} files in the spill folder (was {files:,})", t2, f2, pair2,
+                   goal=1.3)
+            growth = (t2 / f2) / (t_ours / t_floor)
+            print(f"    per-entry cost with 10x the spill files, relative to the floor's: {growth:.2f}x"
+                  f"{'  ok' if growth <= 1.1 else '  ABOVE GOAL 1.1x'}", flush=True)
+        db.close()
+        store.close()
+    big, small = scales[-1], scales[0]
+    growth = (per_entry[big][0] / per_entry[small][0]) / (per_entry[big][1] / per_entry[small][1])
+    print(f"    per-entry cost with 10x the sessions (and entries), relative to the floor's: {growth:.2f}x"
+          f"{'  ok' if growth <= 1.1 else '  ABOVE GOAL 1.1x'}", flush=True)
+    loop.close()
+
+
 def main():
     only = sys.argv[1:]
     if not only:   # each part in a process of its own: what one part imported is not heap for the next
-        for part in ("append", "load", "trim"):
+        for part in ("append", "load", "trim", "subagents"):
             subprocess.run([sys.executable, os.path.abspath(__file__), part], check=True)
         return
     if "append" not in only:
@@ -251,6 +365,8 @@ def main():
         if "trim" in only:
             for label, make in mixes.items():
                 trim_bench(tmp, label, make, 50_000)
+        if "subagents" in only:
+            subagent_bench(tmp)
 
 
 if __name__ == "__main__":
