@@ -2070,6 +2070,11 @@ class PrunePolicy:
     trim_min_chars: int = 2000
     spill_dir: str | None = None
     lang: str = "en"
+    # When what this policy leaves is estimated at more than ``budget`` tokens, the last steps (glances,
+    # trim) take ``fallback`` instead, in the same prune (see PruningSessionStore.prepare); it must trim at
+    # least what this one trims: rows a load reads cut for this policy are taken as trimmed by it too
+    budget: int | None = None
+    fallback: PrunePolicy | None = None
 
 
 @record
@@ -2277,26 +2282,47 @@ def _prune(entries: Iterable[dict], policy: PrunePolicy, consume: bool = False, 
     # that replaces a block puts the new one in its row of ``results``
     if policy.neutralize_interrupts:
         _neutralize_interrupts(st)
-    if policy.expire_glances:
-        _expire_glances(st)
-    if policy.trim:
-        _trim(st)
+    late = _late_steps(st, policy)
+    if policy.fallback is not None and policy.budget is not None:
+        tokens = _estimate(st, late)
+        if tokens is not None and tokens > policy.budget:   # decided here: the fallback's steps instead
+            st.policy = policy = policy.fallback
+            late = _late_steps(st, policy)
+    _expire(st, late[0])
+    _trim(st, late[1])
     out = _relink_and_heal(st)
     if estimate:
         st.report.tokens = _estimate(st)
     return out, st.report
 
 
-def _estimate(st: _Pruning) -> int | None:
+def _late_steps(st: _Pruning, policy: PrunePolicy) -> tuple[list[tuple[int, str, str]], list[tuple]]:
+    """What steps 4 and 5 would change with ``policy``, before they change it: the glances that expire
+    ((k, text now, marker), newest first) and the results trimmed ((k, full text, spill path, marker))."""
+    expiries = _expiries(st, _stale_glances(st, policy), policy) if policy.expire_glances else []
+    trims = _trims(st, policy, {k: marker for k, _, marker in expiries}) if policy.trim else []
+    return expiries, trims
+
+
+def _estimate(st: _Pruning, late: tuple[list, list] | None = None) -> int | None:
     """:func:`estimate_tokens` of what the prune returns: what the scan counted of the entries kept,
     plus the results and the indexed tool uses as the steps left them, plus the healing entries. None
-    where entries may have left unseen (careful) or a tool use is not indexed once (an id twice)."""
+    where entries may have left unseen (careful) or a tool use is not indexed once (an id twice).
+    With ``late`` (see :func:`_late_steps`), before those steps and the healing are done: as if they were."""
     if st.careful or st.recount:
         return None
-    chars = st.chars + st.report.healed * len(text("interrupted_result", st.policy.lang))
+    healed = st.report.healed if late is None else sum(map(len, _orphans(st).values()))
+    chars = st.chars + healed * len(text("interrupted_result", st.policy.lang))
     for _, _, block, _ in st.results:
         said = block.get("content")
         chars += len(said) if said.__class__ is str else _rich_chars(block)
+    if late:
+        final = {k: marker for k, _, marker in late[0]}
+        final.update((k, marker) for k, _, _, marker in late[1])
+        for k, marker in final.items():
+            block = st.results[k][2]
+            said = block.get("content")
+            chars += len(marker) - (len(said) if said.__class__ is str else _rich_chars(block))
     inputs = [use[1].get("input") for use in st.uses.values()]
     inputs += st.extra
     try:
@@ -2657,12 +2683,12 @@ def _neutralize_interrupts(st: _Pruning) -> None:
             st.report.interrupts += 1
 
 
-def _expire_glances(st: _Pruning) -> None:
-    """Step 4: results of read-only shell commands older than the newest ``keep_glances`` expire
-    (only short ones: a big one is the trim step's business). Walks newest to oldest: past the newest
-    ``keep_glances`` glances, a result that could not expire anyway (too long, already trimmed) is not
-    classified at all."""
-    policy, work, bash, drop, healed, careful = st.policy, st.work, st.bash, st.drop, st.healed, st.careful
+def _stale_glances(st: _Pruning, policy: PrunePolicy) -> list[tuple[int, str, str]]:
+    """Step 4, what it finds: results of read-only shell commands older than the newest ``keep_glances``
+    expire (only short ones: a big one is the trim step's business): (k, command, text now), newest first.
+    Walks newest to oldest: past the newest ``keep_glances`` glances, a result that could not expire anyway
+    (too long, already trimmed) is not classified at all."""
+    work, bash, drop, healed, careful = st.work, st.bash, st.drop, st.healed, st.careful
     keep, limit, marks = policy.keep_glances, policy.glance_max_chars, st.marks or {}
     kept = 0
     stale = []   # newest first
@@ -2688,17 +2714,25 @@ def _expire_glances(st: _Pruning) -> None:
                 kept += 1
             else:
                 stale.append((k, command, now))
-    if stale:
-        _expire(st, stale)
+    return stale
 
 
-def _expire(st: _Pruning, stale: list[tuple[int, str, str]]) -> None:
-    """Replace the stale glances (newest first) by a marker that says how many turns ago they expired."""
+def _expiries(st: _Pruning, stale: list[tuple[int, str, str]], policy: PrunePolicy) -> list[tuple[int, str, str]]:
+    """(k, text now, marker) of the stale glances (newest first): a marker says how many turns ago they expired."""
+    if not stale:
+        return []
+    template = text("expired_result", policy.lang).format
+    return [(k, now, template(cmd=command if len(command) <= 80 else command[:77] + "...", n=turns))
+            for (k, command, now), turns in zip(stale, _turns_after(st, [st.results[k][0] for k, _, _ in stale]))]
+
+
+def _expire(st: _Pruning, expiries: list[tuple[int, str, str]]) -> None:
+    """Step 4: the stale glances get their markers (see :func:`_expiries`)."""
+    if not expiries:
+        return
     results, own = st.results, st.own
-    template = text("expired_result", st.policy.lang).format
     expired = saved = 0
-    for (k, command, now), turns in zip(stale, _turns_after(st, [results[k][0] for k, _, _ in stale])):
-        marker = template(cmd=command if len(command) <= 80 else command[:77] + "...", n=turns)
+    for k, now, marker in expiries:
         if now != marker:
             expired += 1
             saved += len(now) - len(marker)
@@ -2741,16 +2775,16 @@ def _uuid_spill_name(uid: Any, index: int) -> str | None:
 _SPILL_UUID = _lazy_re(r"[A-Za-z0-9-]{1,80}")
 
 
-def _trim(st: _Pruning) -> None:
-    """Step 5: old huge tool results move to spill files (returned in the report, written by the
-    caller); the entry keeps a pointer and loses the CLI's side copy (``toolUseResult``)."""
-    policy, work, drop, healed, careful = st.policy, st.work, st.drop, st.healed, st.careful
+def _trims(st: _Pruning, policy: PrunePolicy, replaced: dict[int, str]) -> list[tuple[int, str, str, str]]:
+    """Step 5, what it finds: old huge tool results, as (k, full text, spill path, marker), ``replaced``
+    telling the results step 4 gives a new text (k -> it)."""
+    work, drop, healed, careful = st.work, st.drop, st.healed, st.careful
     least = policy.trim_min_chars
     big = []
     for k, (i, j, block, _) in enumerate(st.results):
         if careful and _leaving(drop, work[i].get("uuid")) or i in healed:
             continue
-        now = block.get("content")
+        now = replaced.get(k) if replaced and k in replaced else block.get("content")
         if now.__class__ is not str:
             if not _text_only(now):   # an image in it would not come back from a spill file
                 continue
@@ -2759,16 +2793,23 @@ def _trim(st: _Pruning) -> None:
             big.append((k, now))
     folder = os.path.join(policy.spill_dir or ".flower/spill", "")   # + a file name: os.path.join of the two
     template = text("trimmed_result", policy.lang)
-    spills, saved = st.report.spills, 0
-    old = big[:max(0, len(big) - policy.trim_keep)]
-    for k, full in old:
+    trims = []
+    for k, full in big[:max(0, len(big) - policy.trim_keep)]:
         i, j = st.results[k][:2]
         path = folder + spill_name(work[i], j, full)
+        trims.append((k, full, path, template.format(n=len(full), path=path)))
+    return trims
+
+
+def _trim(st: _Pruning, trims: list[tuple[int, str, str, str]]) -> None:
+    """Step 5: the old huge tool results (see :func:`_trims`) move to spill files (returned in the report,
+    written by the caller); the entry keeps a pointer and loses the CLI's side copy (``toolUseResult``)."""
+    spills, saved = st.report.spills, 0
+    for k, full, path, marker in trims:
         spills[path] = full
-        marker = template.format(n=len(full), path=path)
         saved += len(full) - len(marker)
         st.set_result(k, marker).pop("toolUseResult", None)
-    st.report.trimmed += len(old)
+    st.report.trimmed += len(trims)
     st.report.chars_saved += saved
 
 
@@ -3282,6 +3323,7 @@ def plan_cuts(plan: LeavePlan, rows: Iterable[tuple[int, Any, str]], policy: Pru
     if not policy.trim or not present:
         return
     least = max(policy.trim_min_chars, policy.glance_max_chars + 1 if policy.expire_glances else 0)
+    longest = min(policy.trim_min_chars, policy.fallback.trim_min_chars) if policy.fallback else policy.trim_min_chars
     folder = os.path.join(policy.spill_dir or ".flower/spill", "")
     template, keep, cuts, saved = text("trimmed_result", policy.lang).format, policy.trim_keep, plan.cuts, 0
     newer = 0   # sure-big results after the row at hand
@@ -3298,7 +3340,7 @@ def plan_cuts(plan: LeavePlan, rows: Iterable[tuple[int, Any, str]], policy: Pru
     for seq, uid, fact, chars, name in old if present else ():
         if name in present:
             marker = template(n=chars, path=folder + name)
-            if len(marker) < policy.trim_min_chars:   # else _trim would take the marker for a big result
+            if len(marker) < longest:   # else _trim would take the marker for a big result
                 cuts[seq] = (uid, fact, marker)
                 saved += chars - len(marker)
     plan.cut_saved += saved
@@ -4459,14 +4501,15 @@ class PruningSessionStore:
         prepared = self._prepared.pop(_key_string(key), None)
         if prepared is not None:
             return prepared
-        done = await self._with_pruner(key, lambda pruned: pruned(self.policy))
+        done = await self._with_pruner(key, lambda pruned, keep: keep(pruned(self.policy)))
         return None if done is None else done[0]
 
-    async def _with_pruner(self, key: dict,
-                           body: Callable[[Callable[..., tuple[list[dict], PruneReport] | None]], Any]) -> Any:
-        """``body(pruned)``, where ``pruned(policy, estimate=False)`` is the session of ``key`` pruned with
-        ``policy`` and its report (None when the store has no such key; with ``estimate``, the report
-        tells its size, as :func:`_prune` does), loading and pruning under one GC pause: in the store's
+    async def _with_pruner(self, key: dict, body: Callable[[Callable[..., tuple[list[dict], PruneReport] | None],
+                                                            Callable[[Any], Any]], Any]) -> Any:
+        """``body(pruned, keep)``, where ``pruned(policy, estimate=False)`` is the session of ``key`` pruned
+        with ``policy`` and its report (None when the store has no such key; with ``estimate``, the report
+        tells its size, as :func:`_prune` does) and ``keep(done)`` has the spill files of such a result
+        written (see :meth:`_kept`; a result not kept writes none), loading and pruning under one GC pause: in the store's
         worker thread when the store loads in one (the SQLite and PostgreSQL stores), so that the
         cyclic GC neither walks the growing heap nor runs a deferred collection between the load and
         the prune; in the caller's thread for a session the store says is small (``small_held``), whose
@@ -4476,8 +4519,8 @@ class PruningSessionStore:
 
             def work(spills: dict | None = None) -> Any:
                 with _gc_paused():
-                    return body(lambda policy, estimate=False:
-                                self._kept(self._owned_pruned(key, policy, estimate), spills))
+                    return body(lambda policy, estimate=False: self._owned_pruned(key, policy, estimate),
+                                lambda done: self._kept(done, spills))
             small_held = getattr(self.inner, "small_held", None)
             if small_held is not None:
                 spills: dict[str, str] = {}
@@ -4495,8 +4538,8 @@ class PruningSessionStore:
             if entries is None:
                 return None
             with _gc_paused():   # another store's list: it may keep it (never emptied here)
-                return self._kept(_prune(entries, policy, estimate=estimate))
-        return body(pruned)
+                return _prune(entries, policy, estimate=estimate)
+        return body(pruned, self._kept)
 
     def _owned_pruned(self, key: dict, policy: PrunePolicy, estimate: bool) -> tuple[list[dict], PruneReport] | None:
         """Prune a fresh load nobody else holds (changed in place and freed on the way: a lower peak),
@@ -4524,24 +4567,41 @@ class PruningSessionStore:
     async def prepare(self, key: dict, max_tokens: int) -> bool:
         """Make the next ``load(key)`` fit under ``max_tokens`` (estimated): when the pruned session is
         bigger, trim harder (every older big result, then every older glance). True when it fits;
-        False means a resume would send an overflowing request (the caller hands off instead)."""
-        def fit(pruned: Callable[..., tuple[list[dict], PruneReport] | None]) -> tuple[list[dict], int] | None:
-            done = pruned(self.policy, True)
+        False means a resume would send an overflowing request (the caller hands off instead: no spill
+        file is written and nothing is kept for the next load, which prunes afresh).
+
+        One load and one prune decide: the prune tells the size its last steps would leave before it
+        takes them, and takes the harder ones instead when that is too big (see ``PrunePolicy.budget``).
+        Only where its scan cannot tell the size (uuids or tool ids twice) is the result walked, and the
+        session loaded again to be trimmed harder."""
+        harder = self.harder_policy()
+        policy = dataclasses.replace(self.policy, budget=max_tokens, fallback=harder)
+
+        def fit(pruned: Callable[..., tuple[list[dict], PruneReport] | None],
+                keep: Callable[[Any], Any]) -> tuple[list[dict], bool] | None:
+            done = pruned(policy, True)
             if done is None:
                 return None
-            entries, tokens = done[0], _size(done)
-            if tokens > max_tokens:
-                harder = dataclasses.replace(self.policy, trim=True, trim_keep=1, trim_min_chars=1000, keep_glances=0,
-                                             spill_dir=self.policy.spill_dir or ".flower/spill")
-                again = pruned(harder, True)
-                if again is not None:
-                    entries, tokens = again[0], _size(again)
-            return entries, tokens
+            if done[1].tokens is None and estimate_tokens(done[0]) > max_tokens:
+                done = pruned(harder, True) or done
+            if _size(done) > max_tokens:
+                done[1].spills = {}
+                self.last_report = done[1]
+                return [], False
+            return keep(done)[0], True
         done = await self._with_pruner(key, fit)
         if done is None:
             return True
-        self._prepared[_key_string(key)] = done[0]
-        return done[1] <= max_tokens
+        if done[1]:
+            self._prepared[_key_string(key)] = done[0]
+        return done[1]
+
+    def harder_policy(self) -> PrunePolicy:
+        """How :meth:`prepare` trims a session that does not fit: every older big result (of 1,000 chars
+        or more; all but the newest), every older glance, and never less than this store's policy trims."""
+        return dataclasses.replace(self.policy, trim=True, trim_keep=min(1, self.policy.trim_keep),
+                                   trim_min_chars=min(1000, self.policy.trim_min_chars), keep_glances=0,
+                                   spill_dir=self.policy.spill_dir or ".flower/spill", budget=None, fallback=None)
 
     async def load_raw(self, key: dict) -> list[dict] | None:
         """The entries exactly as stored."""

@@ -2,6 +2,7 @@
 process adds or removes files; a session that does not fit decided in one prune."""
 
 import asyncio
+import dataclasses
 import json
 import os
 import random
@@ -191,6 +192,93 @@ class SpillListing(unittest.TestCase):
         with open(path, "w"):
             pass
         self.assertIsNone(flower.present_names(path, ["a.txt"]))
+
+
+def prepared_before(raw: list[dict], policy, harder, budget: int):
+    """What prepare() + load() gave before a prune decided it once: prune, walk; too big: prune harder."""
+    entries, report = flower.prune(raw, policy)
+    if flower.estimate_tokens(entries) > budget:
+        entries, report = flower.prune(raw, harder)
+    return entries, report, flower.estimate_tokens(entries) <= budget
+
+
+def mixes():
+    rng = random.Random(3)
+    yield "random", random_transcript(4, 300)
+    yield "hostile", with_odd_entries(rng, random_transcript(5, 200), "s-5", 40)
+    yield "anchor", anchor_transcript(900, seed=8)
+    yield "dense", sized_transcript(700)
+    yield "big results", session_with_big_results(9, 40)
+
+
+POLICIES = {
+    "trim off": dict(),
+    "trim on": dict(trim=True),
+    "trim keep 0, min 500": dict(trim=True, trim_keep=0, trim_min_chars=500),
+    "keep errors, no glances": dict(trim=True, drop_api_errors=False, expire_glances=False),
+}
+
+
+class PruneOnce(unittest.TestCase):
+    """prepare() decides with one load and one prune what two prunes decided before."""
+
+    def budgets(self, raw, policy, harder):
+        soft = flower.estimate_tokens(flower.prune(raw, policy)[0])
+        hard = flower.estimate_tokens(flower.prune(raw, harder)[0])
+        return sorted({soft, soft - 1, hard, hard - 1, (soft + hard) // 2, 10**9})
+
+    def test_prepare_decides_and_loads_as_two_prunes_did(self):
+        for (mix, raw), (name, fields) in ((m, p) for m in mixes() for p in POLICIES.items()):
+            tmp = tempfile.mkdtemp()
+            policy = flower.PrunePolicy(spill_dir=os.path.join(tmp, "spill"), **fields)
+            store = flower.SqliteSessionStore(os.path.join(tmp, "s.db"))
+            key = {"project_key": PK, "session_id": "s"}
+            store.append_sync(key, raw)
+            wrapped = flower.PruningSessionStore(store, policy=policy)
+            harder = wrapped.harder_policy()
+            for budget in self.budgets(raw, policy, harder):
+                want, want_report, want_fits = prepared_before(raw, policy, harder, budget)
+                for attempt in ("first", "again"):   # again: spill files exist, rows may be read cut
+                    with self.subTest(mix=mix, policy=name, budget=budget, attempt=attempt):
+                        fits = asyncio.run(wrapped.prepare(key, budget))
+                        self.assertEqual(fits, want_fits)
+                        if fits:
+                            self.assertEqual(json.dumps(asyncio.run(wrapped.load(key))), json.dumps(want))
+                            self.assertEqual(wrapped.last_report.as_dict(), want_report.as_dict())
+                        else:
+                            self.assertEqual(wrapped._prepared, {})
+            store.close()
+
+    def test_prune_with_a_budget_is_prune_of_the_policy_it_picks(self):
+        for (mix, raw), (name, fields) in ((m, p) for m in mixes() for p in POLICIES.items()):
+            policy = flower.PrunePolicy(spill_dir="/s", **fields)
+            harder = flower.PruningSessionStore(None, policy=policy).harder_policy()
+            for budget in self.budgets(raw, policy, harder):
+                with self.subTest(mix=mix, policy=name, budget=budget):
+                    want, want_report, _ = prepared_before(raw, policy, harder, budget)
+                    got, report = flower._prune(raw, dataclasses.replace(policy, budget=budget, fallback=harder),
+                                                estimate=True)
+                    if report.tokens is None:   # uuids or tool ids twice: only a walk tells, prepare() walks
+                        want, want_report = flower.prune(raw, policy)
+                    self.assertEqual(json.dumps(got), json.dumps(want))
+                    self.assertEqual(report.as_dict(), want_report.as_dict())
+                    self.assertEqual(report.spills, want_report.spills)
+
+    def test_a_session_that_does_not_fit_is_loaded_and_pruned_once_and_spills_nothing(self):
+        tmp = tempfile.mkdtemp()
+        spill = os.path.join(tmp, "spill")
+        store = flower.SqliteSessionStore(os.path.join(tmp, "s.db"))
+        key = {"project_key": PK, "session_id": "s"}
+        store.append_sync(key, session_with_big_results(2, 60))
+        wrapped = flower.PruningSessionStore(store, policy=flower.PrunePolicy(trim=True, spill_dir=spill))
+        with unittest.mock.patch.object(store, "load_pruned", wraps=store.load_pruned) as loads, \
+                unittest.mock.patch.object(flower, "_late_steps", wraps=flower._late_steps) as steps:
+            self.assertFalse(asyncio.run(wrapped.prepare(key, 50)))
+        self.assertEqual(loads.call_count, 1)
+        self.assertEqual(steps.call_count, 2)   # the policy's last steps, then the harder ones instead
+        self.assertFalse(os.path.exists(spill) and os.listdir(spill))
+        self.assertEqual(wrapped._prepared, {})
+        store.close()
 
 
 if __name__ == "__main__":
