@@ -225,7 +225,7 @@ class PruneOnce(unittest.TestCase):
     def budgets(self, raw, policy, harder):
         soft = flower.estimate_tokens(flower.prune(raw, policy)[0])
         hard = flower.estimate_tokens(flower.prune(raw, harder)[0])
-        return sorted({soft, soft - 1, hard, hard - 1, (soft + hard) // 2, 10**9})
+        return sorted({soft, soft - 1, hard, hard - 1, (soft + hard) // 2, 10**9}, reverse=True)   # spills first
 
     def test_prepare_decides_and_loads_as_two_prunes_did(self):
         for (mix, raw), (name, fields) in ((m, p) for m in mixes() for p in POLICIES.items()):
