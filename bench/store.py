@@ -25,6 +25,11 @@
     sessions grow 10x (a tenth of the session, then all of it) and as the spill folder holds 10x more
     files (other sessions' spills): goal <= 1.3x for later trim-on loads, <= 1.1x per entry.
 
+(e) big outputs (issue 44): the first trim-on load of a 10K-entry session with a few huge tool outputs
+    (~800 spill files, ~33 MB) vs the floor plus writing the same files plainly (wall time, paired), and
+    one 5 MB tool output spilled (``write_spills``) vs writing it plainly; each with today's ``redact()``
+    and with redaction left out (a no-op patched in here only), to tell what is redaction's.
+
 BENCH_QUICK=1 runs fewer sizes and repetitions (development only; figures for the README come from a full run)."""
 
 import asyncio
@@ -344,10 +349,86 @@ def subagent_bench(tmp):
     loop.close()
 
 
+def build_log(rng, chars):
+    """A build/test log of about ``chars`` characters, with the assignments such logs hold (no secret)."""
+    lines, n = [], 0
+    while n < chars:
+        i = rng.randrange(10**6)
+        line = rng.choice([
+            f"gcc -O2 -Wall -c src/mod{i % 977}.c -o build/mod{i % 977}.o",
+            f"tests/test_mod{i % 311}.py::test_case_{i % 53} PASSED                                 [{i % 100:3d}%]",
+            f"make[2]: Entering directory '/w/build/sub{i % 17}'",
+            f"CFLAGS=-O2 LDFLAGS=-L/usr/lib PATH=/usr/local/bin:/usr/bin ./configure --prefix=/opt/x{i % 9}",
+            f"  File \"/w/src/mod{i % 977}.py\", line {i % 900}, in handler_{i % 41}",
+            f"{{\"id\": {i}, \"name\": \"item-{i}\", \"size\": {i % 4096}, \"ok\": true}}",
+            f"[{i % 24:02d}:{i % 60:02d}:{i % 60:02d}] INFO worker-{i % 8} processed batch {i} in {i % 999} ms",
+        ])
+        lines.append(line)
+        n += len(line) + 1
+    return "\n".join(lines)
+
+
+def big_output_session(n=10_000):
+    """``n`` anchor-style entries whose Bash outputs are ~800 logs of 20-60 KB and a few of 1-5 MB."""
+    import random
+    rng = random.Random(44)
+    entries = anchor_transcript(n, seed=44)
+    results = [e for e in entries if e.get("type") == "user" and isinstance(e["message"].get("content"), list)
+               and e["message"]["content"] and e["message"]["content"][0].get("type") == "tool_result"
+               and not e["message"]["content"][0].get("is_error")]
+    for k, entry in enumerate(rng.sample(results, min(800, len(results)))):
+        text = build_log(rng, rng.choice([1_000_000, 3_000_000, 5_000_000]) if k < 4 else rng.randint(20_000, 40_000))
+        entry["message"]["content"][0]["content"] = text
+        entry["toolUseResult"] = {"stdout": text}
+    return entries
+
+
+def spill_bench(tmp):
+    """(e): see the module's doc."""
+    key = {"project_key": "p", "session_id": "s"}
+    path = os.path.join(tmp, "bigout.db")
+    store = flower.SqliteSessionStore(path)
+    entries = big_output_session()
+    store.append_sync(key, entries)
+    del entries
+    db, floor = floor_of(path)
+    real_redact = flower.redact
+    for label, redact in (("today's redact()", real_redact), ("redaction left out", lambda value, secrets=None: value)):
+        flower.redact = redact
+        try:
+            ours, base, ratio, written = first_trim_pairs(tmp, store, f"bigout-{len(label)}", 10_000, floor, trials=3)
+        finally:
+            flower.redact = real_redact
+        report(f"(e) first trim-on load, 10K entries, big outputs ({written} spills), {label}", ours, base, ratio,
+               goal=1.5)
+    db.close()
+    store.close()
+    import random
+    text = build_log(random.Random(5), 5_000_000)
+    for label, redact in (("today's redact()", real_redact), ("redaction left out", lambda value, secrets=None: value)):
+        counter = [0]
+
+        def spilled():
+            counter[0] += 1
+            flower.write_spills({os.path.join(tmp, f"one-{len(label)}", f"{counter[0]}-0.txt"): text})
+
+        def plain():
+            counter[0] += 1
+            os.makedirs(os.path.join(tmp, f"plain-{len(label)}"), exist_ok=True)
+            with open(os.path.join(tmp, f"plain-{len(label)}", f"{counter[0]}.txt"), "w", encoding="utf-8") as fh:
+                fh.write(text)
+        flower.redact = redact
+        try:
+            report(f"(e) one 5 MB tool output spilled vs written plainly, {label}", *paired(spilled, plain, 3 if QUICK else 9),
+                   goal=1.5)
+        finally:
+            flower.redact = real_redact
+
+
 def main():
     only = sys.argv[1:]
     if not only:   # each part in a process of its own: what one part imported is not heap for the next
-        for part in ("append", "load", "trim", "subagents"):
+        for part in ("append", "load", "trim", "subagents", "spill"):
             subprocess.run([sys.executable, os.path.abspath(__file__), part], check=True)
         return
     if "append" not in only:
@@ -367,6 +448,8 @@ def main():
                 trim_bench(tmp, label, make, 50_000)
         if "subagents" in only:
             subagent_bench(tmp)
+        if "spill" in only:
+            spill_bench(tmp)
 
 
 if __name__ == "__main__":
