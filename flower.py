@@ -3930,6 +3930,10 @@ SQL_LOAD_WITH_FACTS = _LOAD_ROWS.format(payload="payload", seq="NULL")
 SQL_LOAD_TRIMMING = _LOAD_ROWS.format(
     payload="CASE WHEN facts IS NULL AND seq IN (SELECT value FROM json_each(?2)) THEN uuid ELSE payload END",
     seq=f"CASE WHEN facts IS NULL OR facts >= '{FACTS_VERSION}t' THEN seq END")
+# Every row, but those with a cut fact (and the uuid it was noted of) bring their uuid and fact, not their payload
+SQL_LOAD_OUTLINE = (f"SELECT CASE WHEN c.fact IS NULL THEN e.payload ELSE e.uuid END, c.fact FROM entries e "
+                    f"LEFT JOIN cut_facts c ON c.skey = e.skey AND c.seq = e.seq AND c.uuid = e.uuid "
+                    f"AND c.fact >= '{_CUT_FACT}' AND c.fact < '{FACTS_VERSION}t' WHERE e.skey=? ORDER BY e.seq")
 SQL_JSON_EACH = "SELECT value FROM json_each('[1]')"   # fails where SQLite was built without JSON
 # Every payload, with the Bash verdicts only (for a prune that keeps API errors)
 SQL_LOAD_KEEPING_ERRORS = (f"SELECT payload, CASE WHEN facts >= '{FACTS_VERSION}b' AND facts < '{FACTS_VERSION}c' "
@@ -4185,6 +4189,27 @@ class SqliteSessionStore:
             rows = self._db.execute(SQL_LOAD_PAYLOADS, (skey,))
             with _gc_paused():
                 entries = list(parsed_objects((payload for (payload,) in rows), bad))
+            self.skipped[skey] = bad[0]
+            return entries
+
+    def load_outline(self, key: dict) -> list[dict] | None:
+        """:meth:`load_sync`, but the big tool results whose cut facts a trim-on load noted come with ""
+        as their text and without their side copy (toolUseResult), parsed from the fact's skeleton: their
+        rows are not even fetched. What a handoff reads: its ledger, thread and slim transcript never look
+        at a result's text (and a huge session that does not fit has just had its cut facts noted)."""
+        skey = _key_string(key)
+        scan = json.decoder.JSONDecoder().scan_once
+        with self._lock:
+            if not self._db.execute(SQL_SESSION_KNOWN, (skey,)).fetchone():
+                return None
+            bad = [0]
+            try:
+                rows = self._db.execute(SQL_LOAD_OUTLINE, (skey,))
+                with _gc_paused():
+                    entries = list(parsed_objects((payload if fact is None else self._read_cut(payload, payload, fact, "", scan)
+                                                   for payload, fact in rows), bad))
+            except (ValueError, sqlite3.OperationalError):   # a fact that does not tell its row: read them all
+                return self.load_sync(key)
             self.skipped[skey] = bad[0]
             return entries
 
@@ -4605,6 +4630,14 @@ class PruningSessionStore:
 
     async def load_raw(self, key: dict) -> list[dict] | None:
         """The entries exactly as stored."""
+        return await self.inner.load(key)
+
+    async def load_outline(self, key: dict) -> list[dict] | None:
+        """The entries as stored, where the inner store can leave out the text of big tool results
+        (``load_outline``: "" in its place, no side copy), else exactly as stored: for a handoff."""
+        if hasattr(self.inner, "load_outline"):
+            import asyncio
+            return await asyncio.to_thread(self.inner.load_outline, key)
         return await self.inner.load(key)
 
     async def list_sessions(self, project_key: str) -> list[dict]:
@@ -7608,7 +7641,7 @@ class Runtime:
             return None
         old = st.sid
         try:
-            entries = await self.raw_store.load({"project_key": self.project_key, "session_id": old}) or []
+            entries = await self.store.load_outline({"project_key": self.project_key, "session_id": old}) or []
         except Exception:  # nothing blocks the handover: the carry is built from what there is
             entries = []
         ledger = None

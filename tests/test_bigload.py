@@ -281,5 +281,61 @@ class PruneOnce(unittest.TestCase):
         store.close()
 
 
+def handoff_material(entries: list[dict]) -> tuple:
+    """What a handoff makes of a retired session's entries (see Runtime._hand_over)."""
+    ledger = flower.degraded_ledger(entries, "the stored session does not fit the window", "the step's prompt")
+    return (flower.slim_transcript(entries, "s"), flower.recent_thread(entries),
+            ledger.render("work", 2, "en"))
+
+
+class Outline(unittest.TestCase):
+    """A handoff reads big tool results' rows cut, and makes exactly what it made of the whole rows."""
+
+    def test_handoff_material_from_the_outline_is_that_of_the_stored_rows(self):
+        for mix, raw in mixes():
+            with self.subTest(mix=mix):
+                tmp = tempfile.mkdtemp()
+                store = flower.SqliteSessionStore(os.path.join(tmp, "s.db"))
+                key = {"project_key": PK, "session_id": "s"}
+                store.append_sync(key, raw)
+                wrapped = flower.PruningSessionStore(store, policy=flower.PrunePolicy(
+                    trim=True, spill_dir=os.path.join(tmp, "spill")))
+                self.assertFalse(asyncio.run(wrapped.prepare(key, 10)))   # notes the cut facts
+                outline = asyncio.run(wrapped.load_outline(key))
+                self.assertEqual(handoff_material(outline), handoff_material(store.load_sync(key)))
+                self.assertEqual(len(outline), len(store.load_sync(key)))
+                cut = sum(1 for e in outline if e.get("type") == "user" and isinstance(e["message"].get("content"), list)
+                          and e["message"]["content"][:1] and isinstance(e["message"]["content"][0], dict)
+                          and e["message"]["content"][0].get("content") == "")
+                facts = store._db.execute("SELECT COUNT(*) FROM cut_facts").fetchone()[0]
+                self.assertGreater(facts, 0)
+                self.assertGreaterEqual(cut, facts)   # every row with a cut fact came cut
+                store.close()
+
+    def test_a_row_another_writer_replaces_is_read_as_it_is(self):
+        tmp = tempfile.mkdtemp()
+        path = os.path.join(tmp, "s.db")
+        store = flower.SqliteSessionStore(path)
+        key = {"project_key": PK, "session_id": "s"}
+        store.append_sync(key, session_with_big_results(3, 12))
+        wrapped = flower.PruningSessionStore(store, policy=flower.PrunePolicy(trim=True, spill_dir=os.path.join(tmp, "sp")))
+        asyncio.run(wrapped.prepare(key, 10))
+        seq, uid = store._db.execute("SELECT seq, uuid FROM cut_facts ORDER BY seq LIMIT 1").fetchone()
+        other = {"type": "user", "uuid": "f" * 8, "parentUuid": None, "message": {"role": "user", "content": "NEW WORDS"}}
+        import sqlite3
+        db = sqlite3.connect(path)
+        # INSERT OR REPLACE fires no trigger: the fact stays, noted of another uuid (one put back under the
+        # same seq and uuid is believed, as a load believes it)
+        for _ in range(1):
+            db.execute("INSERT OR REPLACE INTO entries(seq, skey, uuid, payload) VALUES (?,?,?,?)",
+                       (seq, "proj/s", other["uuid"], json.dumps(other)))
+            db.commit()
+            outline = asyncio.run(wrapped.load_outline(key))
+            self.assertEqual(handoff_material(outline), handoff_material(store.load_sync(key)))
+            self.assertIn("NEW WORDS", handoff_material(outline)[0])
+        db.close()
+        store.close()
+
+
 if __name__ == "__main__":
     unittest.main()
