@@ -254,6 +254,12 @@ def subagent_keys(store, scale, main=50_000, sub=150_000, keys=4_500):
         key = dict(main_key, subpath=f"subagents/agent-{k:05d}")
         size = 160 if k % 10 == 0 else 10 + rng.randint(0, 18)
         entries = [dict(e, isSidechain=True) for e in anchor_transcript(size, seed=100_000 + k)]
+        while entries and entries[-1].get("type") == "assistant":   # a subagent ends with its report, not
+            entries.pop()                                             # with a call cut off mid-way
+        entries.append({"type": "assistant", "uuid": f"end-{k}", "parentUuid": entries[-1].get("uuid"),
+                        "isSidechain": True, "sessionId": "s-anchor", "message": {
+                            "id": f"msg_end{k}", "role": "assistant", "model": "claude-opus-5-5",
+                            "content": [{"type": "text", "text": "Report: done, see above."}]}})
         for i in range(0, len(entries), 100):
             store.append_sync(key, entries[i:i + 100])
         total += len(entries)
