@@ -5428,24 +5428,39 @@ def _is_ritual_prompt(said: str) -> bool:
 def recent_thread(entries: list[dict], limit: int = 10, max_chars: int = 700) -> list[tuple[str, str]]:
     """The last ``limit`` user prompts and assistant texts of the main thread, oldest first, each
     cut to ``max_chars``; error noise, tool traffic, interrupt markers and flower's own handoff
-    exchange (the ritual prompt and everything after it) left out."""
-    items: list[tuple[str, str]] = []
-    for entry in entries:
+    exchange (the ritual prompt and everything after it) left out. Walks back from the ritual prompt (or
+    the end) only until it has them: a huge session's handoff reads it twice."""
+    end = len(entries)
+    for i, entry in enumerate(entries):
         if entry.get("type") == "user" and _is_ritual_prompt(entry_text(entry)):
+            end = i
             break
-        if entry.get("isSidechain") or is_api_error_entry(entry):
-            continue
-        if entry.get("type") == "assistant" and is_main_assistant(entry):
-            said = entry_text(entry).strip()
-            if said:
-                items.append(("assistant", said))
-        elif entry.get("type") == "user":
-            lines = "\n".join(_user_prompts([entry])).splitlines()
-            said = "\n".join(line for line in lines if not line.startswith("[Request interrupted")).strip()
-            if said:
-                items.append(("user", said))
-    items = items[-limit:]
+    if limit > 0:
+        items: list[tuple[str, str]] = []
+        for i in range(end - 1, -1, -1):
+            item = _thread_item(entries[i])
+            if item is not None:
+                items.append(item)
+                if len(items) == limit:
+                    break
+        items.reverse()
+    else:
+        items = [item for item in map(_thread_item, entries[:end]) if item is not None][-limit:]
     return [(role, said if len(said) <= max_chars else said[:max_chars - 1] + "…") for role, said in items]
+
+
+def _thread_item(entry: dict) -> tuple[str, str] | None:
+    """(role, text) of an entry of the main thread's conversation (see :func:`recent_thread`), or None."""
+    if entry.get("isSidechain") or is_api_error_entry(entry):
+        return None
+    if entry.get("type") == "assistant" and is_main_assistant(entry):
+        said = entry_text(entry).strip()
+        return ("assistant", said) if said else None
+    if entry.get("type") == "user":
+        lines = "\n".join(_user_prompts([entry])).splitlines()
+        said = "\n".join(line for line in lines if not line.startswith("[Request interrupted")).strip()
+        return ("user", said) if said else None
+    return None
 
 
 def degraded_ledger(entries: list[dict], why: str, prompt: str = "") -> Ledger:

@@ -337,5 +337,42 @@ class Outline(unittest.TestCase):
         store.close()
 
 
+def recent_thread_before(entries, limit=10, max_chars=700):
+    """recent_thread() as it was: a walk over every entry."""
+    items = []
+    for entry in entries:
+        if entry.get("type") == "user" and flower._is_ritual_prompt(flower.entry_text(entry)):
+            break
+        if entry.get("isSidechain") or flower.is_api_error_entry(entry):
+            continue
+        if entry.get("type") == "assistant" and flower.is_main_assistant(entry):
+            said = flower.entry_text(entry).strip()
+            if said:
+                items.append(("assistant", said))
+        elif entry.get("type") == "user":
+            lines = "\n".join(flower._user_prompts([entry])).splitlines()
+            said = "\n".join(line for line in lines if not line.startswith("[Request interrupted")).strip()
+            if said:
+                items.append(("user", said))
+    items = items[-limit:]
+    return [(role, said if len(said) <= max_chars else said[:max_chars - 1] + "…") for role, said in items]
+
+
+class RecentThread(unittest.TestCase):
+    def test_the_walk_back_finds_what_the_walk_over_all_found(self):
+        ritual = flower.text("handoff_prompt", "en")
+        for mix, raw in mixes():
+            variants = {"as is": raw}
+            for at in (0, len(raw) // 3, len(raw) - 1):   # the ritual prompt here (a user entry), maybe as a sidechain
+                variants[f"ritual at {at}"] = raw[:at] + [{"type": "user", "message": {"role": "user", "content": ritual}},
+                                                          *raw[at:]]
+                variants[f"sidechain ritual at {at}"] = raw[:at] + [{"type": "user", "isSidechain": True, "message": {
+                    "role": "user", "content": [{"type": "text", "text": "x " + ritual}]}}, *raw[at:]]
+            for name, entries in variants.items():
+                for limit in (-3, 0, 1, 2, 10, 50, 10**6):
+                    with self.subTest(mix=mix, variant=name, limit=limit):
+                        self.assertEqual(flower.recent_thread(entries, limit, 80), recent_thread_before(entries, limit, 80))
+
+
 if __name__ == "__main__":
     unittest.main()
