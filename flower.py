@@ -38,7 +38,7 @@ import time
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # names used only in (postponed) annotations: importing typing would cost start-up time
-    from typing import Any, Awaitable, Callable, Iterable, Iterator, Sequence
+    from typing import Any, Awaitable, Callable, Collection, Iterable, Iterator, Sequence
 
 
 class _OnFirstUse:
@@ -2754,6 +2754,11 @@ class PrunePolicy:
     trim_min_chars: int = 2000
     spill_dir: str | None = None
     lang: str = "en"
+    # When what this policy leaves is estimated at more than ``budget`` tokens, the last steps (glances,
+    # trim) take ``fallback`` instead, in the same prune (see PruningSessionStore.prepare); it must trim at
+    # least what this one trims: rows a load reads cut for this policy are taken as trimmed by it too
+    budget: int | None = None
+    fallback: PrunePolicy | None = None
 
 
 @record
@@ -2961,26 +2966,47 @@ def _prune(entries: Iterable[dict], policy: PrunePolicy, consume: bool = False, 
     # that replaces a block puts the new one in its row of ``results``
     if policy.neutralize_interrupts:
         _neutralize_interrupts(st)
-    if policy.expire_glances:
-        _expire_glances(st)
-    if policy.trim:
-        _trim(st)
+    late = _late_steps(st, policy)
+    if policy.fallback is not None and policy.budget is not None:
+        tokens = _estimate(st, late)
+        if tokens is not None and tokens > policy.budget:   # decided here: the fallback's steps instead
+            st.policy = policy = policy.fallback
+            late = _late_steps(st, policy)
+    _expire(st, late[0])
+    _trim(st, late[1])
     out = _relink_and_heal(st)
     if estimate:
         st.report.tokens = _estimate(st)
     return out, st.report
 
 
-def _estimate(st: _Pruning) -> int | None:
+def _late_steps(st: _Pruning, policy: PrunePolicy) -> tuple[list[tuple[int, str, str]], list[tuple]]:
+    """What steps 4 and 5 would change with ``policy``, before they change it: the glances that expire
+    ((k, text now, marker), newest first) and the results trimmed ((k, full text, spill path, marker))."""
+    expiries = _expiries(st, _stale_glances(st, policy), policy) if policy.expire_glances else []
+    trims = _trims(st, policy, {k: marker for k, _, marker in expiries}) if policy.trim else []
+    return expiries, trims
+
+
+def _estimate(st: _Pruning, late: tuple[list, list] | None = None) -> int | None:
     """:func:`estimate_tokens` of what the prune returns: what the scan counted of the entries kept,
     plus the results and the indexed tool uses as the steps left them, plus the healing entries. None
-    where entries may have left unseen (careful) or a tool use is not indexed once (an id twice)."""
+    where entries may have left unseen (careful) or a tool use is not indexed once (an id twice).
+    With ``late`` (see :func:`_late_steps`), before those steps and the healing are done: as if they were."""
     if st.careful or st.recount:
         return None
-    chars = st.chars + st.report.healed * len(text("killed_result", st.policy.lang))
+    healed = st.report.healed if late is None else sum(map(len, _orphans(st).values()))
+    chars = st.chars + healed * len(text("killed_result", st.policy.lang))
     for _, _, block, _ in st.results:
         said = block.get("content")
         chars += len(said) if said.__class__ is str else _rich_chars(block)
+    if late:
+        final = {k: marker for k, _, marker in late[0]}
+        final.update((k, marker) for k, _, _, marker in late[1])
+        for k, marker in final.items():
+            block = st.results[k][2]
+            said = block.get("content")
+            chars += len(marker) - (len(said) if said.__class__ is str else _rich_chars(block))
     inputs = [use[1].get("input") for use in st.uses.values()]
     inputs += st.extra
     try:
@@ -3379,12 +3405,12 @@ def _is_prompt(entry: dict) -> bool:
         isinstance(b, dict) and b.get("type") == "tool_result" for b in content)
 
 
-def _expire_glances(st: _Pruning) -> None:
-    """Step 4: results of read-only shell commands older than the newest ``keep_glances`` expire
-    (only short ones: a big one is the trim step's business). Walks newest to oldest: past the newest
-    ``keep_glances`` glances, a result that could not expire anyway (too long, already trimmed) is not
-    classified at all."""
-    policy, work, bash, drop, healed, careful = st.policy, st.work, st.bash, st.drop, st.healed, st.careful
+def _stale_glances(st: _Pruning, policy: PrunePolicy) -> list[tuple[int, str, str]]:
+    """Step 4, what it finds: results of read-only shell commands older than the newest ``keep_glances``
+    expire (only short ones: a big one is the trim step's business): (k, command, text now), newest first.
+    Walks newest to oldest: past the newest ``keep_glances`` glances, a result that could not expire anyway
+    (too long, already trimmed) is not classified at all."""
+    work, bash, drop, healed, careful = st.work, st.bash, st.drop, st.healed, st.careful
     keep, limit, marks = policy.keep_glances, policy.glance_max_chars, st.marks or {}
     kept = 0
     stale = []   # newest first
@@ -3410,17 +3436,25 @@ def _expire_glances(st: _Pruning) -> None:
                 kept += 1
             else:
                 stale.append((k, command, now))
-    if stale:
-        _expire(st, stale)
+    return stale
 
 
-def _expire(st: _Pruning, stale: list[tuple[int, str, str]]) -> None:
-    """Replace the stale glances (newest first) by a marker that says how many turns ago they expired."""
+def _expiries(st: _Pruning, stale: list[tuple[int, str, str]], policy: PrunePolicy) -> list[tuple[int, str, str]]:
+    """(k, text now, marker) of the stale glances (newest first): a marker says how many turns ago they expired."""
+    if not stale:
+        return []
+    template = text("expired_result", policy.lang).format
+    return [(k, now, template(cmd=command if len(command) <= 80 else command[:77] + "...", n=turns))
+            for (k, command, now), turns in zip(stale, _turns_after(st, [st.results[k][0] for k, _, _ in stale]))]
+
+
+def _expire(st: _Pruning, expiries: list[tuple[int, str, str]]) -> None:
+    """Step 4: the stale glances get their markers (see :func:`_expiries`)."""
+    if not expiries:
+        return
     results, own = st.results, st.own
-    template = text("expired_result", st.policy.lang).format
     expired = saved = 0
-    for (k, command, now), turns in zip(stale, _turns_after(st, [results[k][0] for k, _, _ in stale])):
-        marker = template(cmd=command if len(command) <= 80 else command[:77] + "...", n=turns)
+    for k, now, marker in expiries:
         if now != marker:
             expired += 1
             saved += len(now) - len(marker)
@@ -3463,16 +3497,16 @@ def _uuid_spill_name(uid: Any, index: int) -> str | None:
 _SPILL_UUID = _lazy_re(r"[A-Za-z0-9-]{1,80}")
 
 
-def _trim(st: _Pruning) -> None:
-    """Step 5: old huge tool results move to spill files (returned in the report, written by the
-    caller); the entry keeps a pointer and loses the CLI's side copy (``toolUseResult``)."""
-    policy, work, drop, healed, careful = st.policy, st.work, st.drop, st.healed, st.careful
+def _trims(st: _Pruning, policy: PrunePolicy, replaced: dict[int, str]) -> list[tuple[int, str, str, str]]:
+    """Step 5, what it finds: old huge tool results, as (k, full text, spill path, marker), ``replaced``
+    telling the results step 4 gives a new text (k -> it)."""
+    work, drop, healed, careful = st.work, st.drop, st.healed, st.careful
     least = policy.trim_min_chars
     big = []
     for k, (i, j, block, _) in enumerate(st.results):
         if careful and _leaving(drop, work[i].get("uuid")) or i in healed:
             continue
-        now = block.get("content")
+        now = replaced.get(k) if replaced and k in replaced else block.get("content")
         if now.__class__ is not str:
             if not _text_only(now):   # an image in it would not come back from a spill file
                 continue
@@ -3481,16 +3515,23 @@ def _trim(st: _Pruning) -> None:
             big.append((k, now))
     folder = os.path.join(policy.spill_dir or ".flower/spill", "")   # + a file name: os.path.join of the two
     template = text("trimmed_result", policy.lang)
-    spills, saved = st.report.spills, 0
-    old = big[:max(0, len(big) - policy.trim_keep)]
-    for k, full in old:
+    trims = []
+    for k, full in big[:max(0, len(big) - policy.trim_keep)]:
         i, j = st.results[k][:2]
         path = folder + spill_name(work[i], j, full)
+        trims.append((k, full, path, template.format(n=len(full), path=path)))
+    return trims
+
+
+def _trim(st: _Pruning, trims: list[tuple[int, str, str, str]]) -> None:
+    """Step 5: the old huge tool results (see :func:`_trims`) move to spill files (returned in the report,
+    written by the caller); the entry keeps a pointer and loses the CLI's side copy (``toolUseResult``)."""
+    spills, saved = st.report.spills, 0
+    for k, full, path, marker in trims:
         spills[path] = full
-        marker = template.format(n=len(full), path=path)
         saved += len(full) - len(marker)
         st.set_result(k, marker).pop("toolUseResult", None)
-    st.report.trimmed += len(old)
+    st.report.trimmed += len(trims)
     st.report.chars_saved += saved
 
 
@@ -3992,30 +4033,38 @@ def _escaped(text: str, i: int) -> bool:
     return (i - 1 - k) % 2 == 1
 
 
-def plan_cuts(plan: LeavePlan, rows: Iterable[tuple[int, Any, str]], policy: PrunePolicy, present: set | None) -> None:
+def plan_cuts(plan: LeavePlan, rows: Iterable[tuple[int, Any, str]], policy: PrunePolicy,
+              present: Collection[str] | Callable[[list[str]], Collection[str] | None] | None) -> None:
     """Which rows with cut facts (``rows``: (seq, uuid, fact), oldest first) a load with ``policy``
     reads cut, into ``plan``: those :func:`_trim` would trim for sure, whose spill file is among
-    ``present`` (the names in the spill dir). A result is sure to be big at trim time when it is at
-    least ``trim_min_chars`` long and too long to expire as a glance; one that ``trim_keep`` such results
-    follow is old (the other results can only add to those). ValueError on a fact that does not parse."""
+    ``present`` (the names in the spill dir, or a function that tells which of the names it is given are
+    there: asked once, only for the rows that would be cut). A result is sure to be big at trim time when
+    it is at least ``trim_min_chars`` long and too long to expire as a glance; one that ``trim_keep`` such
+    results follow is old (the other results can only add to those). ValueError on a fact that does
+    not parse."""
     if not policy.trim or not present:
         return
     least = max(policy.trim_min_chars, policy.glance_max_chars + 1 if policy.expire_glances else 0)
+    longest = min(policy.trim_min_chars, policy.fallback.trim_min_chars) if policy.fallback else policy.trim_min_chars
     folder = os.path.join(policy.spill_dir or ".flower/spill", "")
     template, keep, cuts, saved = text("trimmed_result", policy.lang).format, policy.trim_keep, plan.cuts, 0
     newer = 0   # sure-big results after the row at hand
+    old = []
     for seq, uid, fact in reversed(list(rows)):
         chars = _count(fact[2:].partition("|")[0])
         if chars < least:
             continue
         if newer >= keep and uid.__class__ is str:
-            name = uid + "-0.txt"   # the spill name of a uuid; one found in the listing is a plain name there
-            if name in present:
-                marker = template(n=chars, path=folder + name)
-                if len(marker) < policy.trim_min_chars:   # else _trim would take the marker for a big result
-                    cuts[seq] = (uid, fact, marker)
-                    saved += chars - len(marker)
+            old.append((seq, uid, fact, chars, uid + "-0.txt"))   # the spill name of a uuid (a plain name)
         newer += 1
+    if old and callable(present):
+        present = present([name for *_, name in old])
+    for seq, uid, fact, chars, name in old if present else ():
+        if name in present:
+            marker = template(n=chars, path=folder + name)
+            if len(marker) < longest:   # else _trim would take the marker for a big result
+                cuts[seq] = (uid, fact, marker)
+                saved += chars - len(marker)
     plan.cut_saved += saved
 
 
@@ -4610,6 +4659,10 @@ SQL_LOAD_WITH_FACTS = _LOAD_ROWS.format(payload="payload", seq="NULL")
 SQL_LOAD_TRIMMING = _LOAD_ROWS.format(
     payload="CASE WHEN facts IS NULL AND seq IN (SELECT value FROM json_each(?2)) THEN uuid ELSE payload END",
     seq=f"CASE WHEN facts IS NULL OR facts >= '{FACTS_VERSION}t' THEN seq END")
+# Every row, but those with a cut fact (and the uuid it was noted of) bring their uuid and fact, not their payload
+SQL_LOAD_OUTLINE = (f"SELECT CASE WHEN c.fact IS NULL THEN e.payload ELSE e.uuid END, c.fact FROM entries e "
+                    f"LEFT JOIN cut_facts c ON c.skey = e.skey AND c.seq = e.seq AND c.uuid = e.uuid "
+                    f"AND c.fact >= '{_CUT_FACT}' AND c.fact < '{FACTS_VERSION}t' WHERE e.skey=? ORDER BY e.seq")
 SQL_JSON_EACH = "SELECT value FROM json_each('[1]')"   # fails where SQLite was built without JSON
 # Every payload, with the Bash verdicts only (for a prune that keeps API errors)
 SQL_LOAD_KEEPING_ERRORS = (f"SELECT payload, CASE WHEN facts >= '{FACTS_VERSION}b' AND facts < '{FACTS_VERSION}c' "
@@ -4996,6 +5049,27 @@ class SqliteSessionStore:
                     damaged[name] = damaged.get(name, 0) + 1
         return total, damaged
 
+    def load_outline(self, key: dict) -> list[dict] | None:
+        """:meth:`load_sync`, but the big tool results whose cut facts a trim-on load noted come with ""
+        as their text and without their side copy (toolUseResult), parsed from the fact's skeleton: their
+        rows are not even fetched. What a handoff reads: its ledger, thread and slim transcript never look
+        at a result's text (and a huge session that does not fit has just had its cut facts noted)."""
+        skey = _key_string(key)
+        scan = json.decoder.JSONDecoder().scan_once
+        with self._lock:
+            if not self._db.execute(SQL_SESSION_KNOWN, (skey,)).fetchone():
+                return None
+            bad = [0]
+            try:
+                rows = self._db.execute(SQL_LOAD_OUTLINE, (skey,))
+                with _gc_paused():
+                    entries = list(parsed_objects((payload if fact is None else self._read_cut(payload, payload, fact, "", scan)
+                                                   for payload, fact in rows), bad))
+            except (ValueError, sqlite3.OperationalError):   # a fact that does not tell its row: read them all
+                return self.load_sync(key)
+            self.skipped[skey] = bad[0]
+            return entries
+
     @contextlib.contextmanager
     def small_held(self, key: dict) -> Iterator[bool]:
         """True, with the store's lock held until the block ends, when the session of ``key`` has at
@@ -5070,7 +5144,7 @@ class SqliteSessionStore:
         cuts = self._db.execute(SQL_CUT_ROWS, (skey,)).fetchall()
         plan.noted = {seq for seq, _, _ in cuts}
         if cuts:
-            plan_cuts(plan, cuts, policy, _existing_names(policy.spill_dir or ".flower/spill"))
+            plan_cuts(plan, cuts, policy, functools.partial(present_names, policy.spill_dir or ".flower/spill"))
         return plan, left, self._db.execute(SQL_LOAD_TRIMMING, (skey, _json_text(list(plan.cuts))))
 
     @staticmethod
@@ -5313,14 +5387,15 @@ class PruningSessionStore:
         prepared = self._prepared.pop(_key_string(key), None)
         if prepared is not None:
             return prepared
-        done = await self._with_pruner(key, lambda pruned: pruned(self.policy))
+        done = await self._with_pruner(key, lambda pruned, keep: keep(pruned(self.policy)))
         return None if done is None else done[0]
 
-    async def _with_pruner(self, key: dict,
-                           body: Callable[[Callable[..., tuple[list[dict], PruneReport] | None]], Any]) -> Any:
-        """``body(pruned)``, where ``pruned(policy, estimate=False)`` is the session of ``key`` pruned with
-        ``policy`` and its report (None when the store has no such key; with ``estimate``, the report
-        tells its size, as :func:`_prune` does), loading and pruning under one GC pause: in the store's
+    async def _with_pruner(self, key: dict, body: Callable[[Callable[..., tuple[list[dict], PruneReport] | None],
+                                                            Callable[[Any], Any]], Any]) -> Any:
+        """``body(pruned, keep)``, where ``pruned(policy, estimate=False)`` is the session of ``key`` pruned
+        with ``policy`` and its report (None when the store has no such key; with ``estimate``, the report
+        tells its size, as :func:`_prune` does) and ``keep(done)`` has the spill files of such a result
+        written (see :meth:`_kept`; a result not kept writes none), loading and pruning under one GC pause: in the store's
         worker thread when the store loads in one (the SQLite and PostgreSQL stores), so that the
         cyclic GC neither walks the growing heap nor runs a deferred collection between the load and
         the prune; in the caller's thread for a session the store says is small (``small_held``), whose
@@ -5330,8 +5405,8 @@ class PruningSessionStore:
 
             def work(spills: dict | None = None) -> Any:
                 with _gc_paused():
-                    return body(lambda policy, estimate=False:
-                                self._kept(self._owned_pruned(key, policy, estimate), spills))
+                    return body(lambda policy, estimate=False: self._owned_pruned(key, policy, estimate),
+                                lambda done: self._kept(done, spills))
             small_held = getattr(self.inner, "small_held", None)
             if small_held is not None:
                 spills: dict[str, str] = {}
@@ -5349,8 +5424,8 @@ class PruningSessionStore:
             if entries is None:
                 return None
             with _gc_paused():   # another store's list: it may keep it (never emptied here)
-                return self._kept(_prune(entries, policy, estimate=estimate))
-        return body(pruned)
+                return _prune(entries, policy, estimate=estimate)
+        return body(pruned, self._kept)
 
     def _owned_pruned(self, key: dict, policy: PrunePolicy, estimate: bool) -> tuple[list[dict], PruneReport] | None:
         """Prune a fresh load nobody else holds (changed in place and freed on the way: a lower peak),
@@ -5378,27 +5453,52 @@ class PruningSessionStore:
     async def prepare(self, key: dict, max_tokens: int) -> bool:
         """Make the next ``load(key)`` fit under ``max_tokens`` (estimated): when the pruned session is
         bigger, trim harder (every older big result, then every older glance). True when it fits;
-        False means a resume would send an overflowing request (the caller hands off instead)."""
-        def fit(pruned: Callable[..., tuple[list[dict], PruneReport] | None]) -> tuple[list[dict], int] | None:
-            done = pruned(self.policy, True)
+        False means a resume would send an overflowing request (the caller hands off instead: no spill
+        file is written and nothing is kept for the next load, which prunes afresh).
+
+        One load and one prune decide: the prune tells the size its last steps would leave before it
+        takes them, and takes the harder ones instead when that is too big (see ``PrunePolicy.budget``).
+        Only where its scan cannot tell the size (uuids or tool ids twice) is the result walked, and the
+        session loaded again to be trimmed harder."""
+        harder = self.harder_policy()
+        policy = dataclasses.replace(self.policy, budget=max_tokens, fallback=harder)
+
+        def fit(pruned: Callable[..., tuple[list[dict], PruneReport] | None],
+                keep: Callable[[Any], Any]) -> tuple[list[dict], bool] | None:
+            done = pruned(policy, True)
             if done is None:
                 return None
-            entries, tokens = done[0], _size(done)
-            if tokens > max_tokens:
-                harder = dataclasses.replace(self.policy, trim=True, trim_keep=1, trim_min_chars=1000, keep_glances=0,
-                                             spill_dir=self.policy.spill_dir or ".flower/spill")
-                again = pruned(harder, True)
-                if again is not None:
-                    entries, tokens = again[0], _size(again)
-            return entries, tokens
+            if done[1].tokens is None and estimate_tokens(done[0]) > max_tokens:
+                done = pruned(harder, True) or done
+            if _size(done) > max_tokens:
+                done[1].spills = {}
+                self.last_report = done[1]
+                return [], False
+            return keep(done)[0], True
         done = await self._with_pruner(key, fit)
         if done is None:
             return True
-        self._prepared[_key_string(key)] = done[0]
-        return done[1] <= max_tokens
+        if done[1]:
+            self._prepared[_key_string(key)] = done[0]
+        return done[1]
+
+    def harder_policy(self) -> PrunePolicy:
+        """How :meth:`prepare` trims a session that does not fit: every older big result (of 1,000 chars
+        or more; all but the newest), every older glance, and never less than this store's policy trims."""
+        return dataclasses.replace(self.policy, trim=True, trim_keep=min(1, self.policy.trim_keep),
+                                   trim_min_chars=min(1000, self.policy.trim_min_chars), keep_glances=0,
+                                   spill_dir=self.policy.spill_dir or ".flower/spill", budget=None, fallback=None)
 
     async def load_raw(self, key: dict) -> list[dict] | None:
         """The entries exactly as stored."""
+        return await self.inner.load(key)
+
+    async def load_outline(self, key: dict) -> list[dict] | None:
+        """The entries as stored, where the inner store can leave out the text of big tool results
+        (``load_outline``: "" in its place, no side copy), else exactly as stored: for a handoff."""
+        if hasattr(self.inner, "load_outline"):
+            import asyncio
+            return await asyncio.to_thread(self.inner.load_outline, key)
         return await self.inner.load(key)
 
     async def list_sessions(self, project_key: str) -> list[dict]:
@@ -5451,17 +5551,15 @@ def write_spills(spills: dict[str, str]) -> None:
     """Write each trimmed result once (redacted), never again on later loads. No fsync: a spill file
     can always be rebuilt from the store, so it is not worth a disk flush per file on the resume path."""
     made: set = set()
-    present: dict[str, set | None] = {}
+    present: dict[str, Collection[str] | None] = {}
+    wanted: dict[str, list[str]] = {}
+    places = [(path, full, *_spill_place(path)) for path, full in spills.items()]
+    for _, _, directory, name in places:
+        wanted.setdefault(directory, []).append(name)
     secrets = _env_secrets()   # once, not per file: reading os.environ is most of a small file's redact
-    for path, full in spills.items():
-        if os.altsep and os.altsep in path:
-            directory, name = os.path.split(path)
-        else:   # os.path.split costs half of a load that finds every file present
-            directory, sep, name = path.rpartition(os.sep)
-            directory = directory or sep
-        directory = directory or "."
+    for path, full, directory, name in places:
         if directory not in present:
-            present[directory] = _existing_names(directory)
+            present[directory] = present_names(directory, wanted.get(directory, ()))
         names = present[directory]
         if (name in names) if names is not None else os.path.exists(path):
             continue
@@ -5475,17 +5573,87 @@ def write_spills(spills: dict[str, str]) -> None:
         os.replace(tmp, path)
 
 
-def _existing_names(directory: str) -> set | None:
-    """The names in ``directory`` for which ``os.path.exists`` holds, in one listing instead of a stat
-    per file (a resume meets thousands of spill files); empty when it does not exist, None when it
-    cannot be listed."""
+def _spill_place(path: str) -> tuple[str, str]:
+    """(folder, name) of a spill file's path."""
+    if os.altsep and os.altsep in path:
+        directory, name = os.path.split(path)
+    else:   # os.path.split costs half of a load that finds every file present
+        directory, sep, name = path.rpartition(os.sep)
+        directory = directory or sep
+    return directory or ".", name
+
+
+# What a spill folder holds, listed once per process and kept while the folder's stamp (device, inode,
+# mtime, ctime) stays the same: any file made, removed or renamed in it changes its mtime and ctime. Every
+# load of a session with subagents looks up its own spill names: listing the whole shared folder each
+# time made the loads grow with sessions x files. A listing is kept only when the folder was last changed
+# SPILL_SETTLED seconds or more before it began: a change in the same tick of a coarse file clock would
+# leave the stamp as it was. Until then (and after this process writes files, which change the stamp too:
+# another process may have removed one meanwhile) a lookup lists again, or stats just the names it is
+# asked about when that is cheaper. Only presence is ever taken from a kept listing, and only while the
+# stamp holds; a name it does not hold is looked for again.
+SPILL_SETTLED = 2.0
+_SPILL_LISTINGS: dict[str, tuple[tuple, frozenset]] = {}   # folder -> (its stamp when listed, the names)
+
+
+def _folder_stamp(st: os.stat_result) -> tuple:
+    return st.st_dev, st.st_ino, st.st_mtime_ns, st.st_ctime_ns
+
+
+def present_names(directory: str, wanted: Collection[str]) -> Collection[str] | None:
+    """Names in ``directory`` for which ``os.path.exists`` holds: all of them, or at least those of
+    ``wanted`` that do (a resume meets thousands of spill files); empty when the folder does not exist,
+    None when it cannot be listed. From the folder's kept listing while its stamp holds (see
+    SPILL_SETTLED), else from one listing, or a stat of each wanted name where the folder is known to
+    hold many more names than that."""
+    folder = os.path.abspath(directory)
     try:
-        with os.scandir(directory) as listing:
-            return {e.name for e in listing if not e.is_symlink() or os.path.exists(e.path)}
+        stamp = _folder_stamp(os.stat(folder))
     except FileNotFoundError:
         return set()
     except OSError:
         return None
+    kept = _SPILL_LISTINGS.get(folder)
+    if kept is not None and kept[0] == stamp:
+        return kept[1]
+    if not wanted:
+        return set()
+    if kept is not None and 4 * len(wanted) < len(kept[1]):   # a stat costs about 4 names listed
+        return {name for name in wanted if os.path.exists(os.path.join(folder, name))}
+    began = time.time()
+    names, plain = _existing_names(folder)
+    if names is None:
+        return None
+    try:
+        after = os.stat(folder)
+    except OSError:
+        return names
+    if plain and _folder_stamp(after) == stamp and after.st_mtime <= began - SPILL_SETTLED:
+        _SPILL_LISTINGS[folder] = (stamp, frozenset(names))
+    else:   # not to be kept, but its size tells what the next lookup should do
+        _SPILL_LISTINGS[folder] = ((), frozenset(names))
+    return names
+
+
+def _existing_names(directory: str) -> tuple[set | None, bool]:
+    """The names in ``directory`` for which ``os.path.exists`` holds, in one listing instead of a stat
+    per file (empty when it does not exist, None when it cannot be listed), and whether none of them is a
+    symbolic link (whose target may go without the folder's stamp changing)."""
+    plain = True
+    try:
+        with os.scandir(directory) as listing:
+            names = set()
+            for e in listing:
+                if e.is_symlink():
+                    plain = False
+                    if not os.path.exists(e.path):
+                        continue
+                names.add(e.name)
+            return names, plain
+    except FileNotFoundError:
+        return set(), True
+    except OSError:
+        return None, False
 
 
 def _run_sync(awaitable: Any) -> Any:
@@ -6303,24 +6471,39 @@ def _is_ritual_prompt(said: str) -> bool:
 def recent_thread(entries: list[dict], limit: int = 10, max_chars: int = 700) -> list[tuple[str, str]]:
     """The last ``limit`` user prompts and assistant texts of the main thread, oldest first, each
     cut to ``max_chars``; error noise, tool traffic, interrupt markers and flower's own handoff
-    exchange (the ritual prompt and everything after it) left out."""
-    items: list[tuple[str, str]] = []
-    for entry in entries:
+    exchange (the ritual prompt and everything after it) left out. Walks back from the ritual prompt (or
+    the end) only until it has them: a huge session's handoff reads it twice."""
+    end = len(entries)
+    for i, entry in enumerate(entries):
         if entry.get("type") == "user" and _is_ritual_prompt(entry_text(entry)):
+            end = i
             break
-        if entry.get("isSidechain") or is_api_error_entry(entry):
-            continue
-        if entry.get("type") == "assistant" and is_main_assistant(entry):
-            said = entry_text(entry).strip()
-            if said:
-                items.append(("assistant", said))
-        elif entry.get("type") == "user":
-            lines = "\n".join(_user_prompts([entry])).splitlines()
-            said = "\n".join(line for line in lines if not line.startswith("[Request interrupted")).strip()
-            if said:
-                items.append(("user", said))
-    items = items[-limit:]
+    if limit > 0:
+        items: list[tuple[str, str]] = []
+        for i in range(end - 1, -1, -1):
+            item = _thread_item(entries[i])
+            if item is not None:
+                items.append(item)
+                if len(items) == limit:
+                    break
+        items.reverse()
+    else:
+        items = [item for item in map(_thread_item, entries[:end]) if item is not None][-limit:]
     return [(role, said if len(said) <= max_chars else said[:max_chars - 1] + "…") for role, said in items]
+
+
+def _thread_item(entry: dict) -> tuple[str, str] | None:
+    """(role, text) of an entry of the main thread's conversation (see :func:`recent_thread`), or None."""
+    if entry.get("isSidechain") or is_api_error_entry(entry):
+        return None
+    if entry.get("type") == "assistant" and is_main_assistant(entry):
+        said = entry_text(entry).strip()
+        return ("assistant", said) if said else None
+    if entry.get("type") == "user":
+        lines = "\n".join(_user_prompts([entry])).splitlines()
+        said = "\n".join(line for line in lines if not line.startswith("[Request interrupted")).strip()
+        return ("user", said) if said else None
+    return None
 
 
 def degraded_ledger(entries: list[dict], why: str, prompt: str = "") -> Ledger:
@@ -8947,7 +9130,7 @@ class Runtime:
             return None
         old = st.sid
         try:
-            entries = await self.raw_store.load({"project_key": self.project_key, "session_id": old}) or []
+            entries = await self.store.load_outline({"project_key": self.project_key, "session_id": old}) or []
         except Exception:  # nothing blocks the handover: the carry is built from what there is
             entries = []
         ledger = None

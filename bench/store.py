@@ -18,6 +18,18 @@
     (vs the floor plus writing files of the same sizes plainly: wall time, paired), later loads find
     them; and ``prepare()`` + ``load()`` (what Runtime does before a resume).
 
+(d) a session with subagent transcripts, loaded as the SDK resumes it (the main key, then each subagent's
+    key): 50K main entries + 150K subagent entries in 4,500 keys (a tenth of that with BENCH_QUICK), trim
+    off and on, first load (writes the spill files; wall time, vs the floor plus writing files of the
+    same sizes) and later loads, vs the floor of every key's rows; then the per-entry cost as the
+    sessions grow 10x (a tenth of the session, then all of it) and as the spill folder holds 10x more
+    files (other sessions' spills): goal <= 1.3x for later trim-on loads, <= 1.1x per entry.
+
+(e) big outputs (issue 44): the first trim-on load of a 10K-entry session with a few huge tool outputs
+    (~800 spill files, ~33 MB) vs the floor plus writing the same files plainly (wall time, paired), and
+    one 5 MB tool output spilled (``write_spills``) vs writing it plainly; each with today's ``redact()``
+    and with redaction left out (a no-op patched in here only), to tell what is redaction's.
+
 BENCH_QUICK=1 runs fewer sizes and repetitions (development only; figures for the README come from a full run)."""
 
 import asyncio
@@ -230,10 +242,199 @@ def trim_bench(tmp, label, make, n):
     loop.close()
 
 
+def subagent_keys(store, scale, main=50_000, sub=150_000, keys=4_500):
+    """A session of ``main // scale`` main entries and about ``sub // scale`` subagent entries in
+    ``keys // scale`` keys, all anchor-style: nine in ten small (~19 entries), one in ten ~8x bigger
+    (enough big results that old ones are trimmed). Each transcript has uuids of its own (seeded by its key)."""
+    import random
+    main_key = {"project_key": "p", "session_id": "s"}
+    store.append_sync(main_key, anchor_transcript(main // scale))
+    out, total, rng = [main_key], 0, random.Random(7)
+    for k in range(keys // scale):
+        key = dict(main_key, subpath=f"subagents/agent-{k:05d}")
+        size = 160 if k % 10 == 0 else 10 + rng.randint(0, 18)
+        entries = [dict(e, isSidechain=True) for e in anchor_transcript(size, seed=100_000 + k)]
+        while entries and entries[-1].get("type") == "assistant":   # a subagent ends with its report, not
+            entries.pop()                                             # with a call cut off mid-way
+        entries.append({"type": "assistant", "uuid": f"end-{k}", "parentUuid": entries[-1].get("uuid"),
+                        "isSidechain": True, "sessionId": "s-anchor", "message": {
+                            "id": f"msg_end{k}", "role": "assistant", "model": "claude-opus-5-5",
+                            "content": [{"type": "text", "text": "Report: done, see above."}]}})
+        for i in range(0, len(entries), 100):
+            store.append_sync(key, entries[i:i + 100])
+        total += len(entries)
+        out.append(key)
+    return out, main // scale + total
+
+
+def keys_floor(path, keys):
+    db = sqlite3.connect(path)
+    skeys = [flower._key_string(k) for k in keys]
+
+    def floor():
+        gc.disable()
+        try:
+            return [[json.loads(r[0]) for r in db.execute(SELECT, (skey,))] for skey in skeys]
+        finally:
+            gc.enable()
+    return db, floor
+
+
+def keys_loader(wrapped, keys, loop):
+    async def every():
+        return [await wrapped.load(key) for key in keys]
+    return lambda: loop.run_until_complete(every())
+
+
+def subagent_bench(tmp):
+    """(d): see the module's doc."""
+    loop = asyncio.new_event_loop()
+    cold = flower.is_read_only_command.cache_clear
+    per_entry = {}
+    scales = (100, 10) if QUICK else (10, 1)
+    for scale in scales:
+        path = os.path.join(tmp, f"sub{scale}.db")
+        store = flower.SqliteSessionStore(path)
+        keys, n = subagent_keys(store, scale)
+        db, floor = keys_floor(path, keys)
+        label = f"{n:,} entries in {len(keys):,} keys"
+        repeat = 5 if scale > 1 or QUICK else 3
+        if scale == scales[-1]:
+            plain = flower.PruningSessionStore(store)
+            report(f"(d) load(), trim off, {label}", *paired(keys_loader(plain, keys, loop), floor, repeat,
+                                                            setup=cold, collect=True, clock=CPU), goal=1.3)
+        spill = os.path.join(tmp, f"spill-sub{scale}")
+        wrapped = flower.PruningSessionStore(store, policy=flower.PrunePolicy(trim=True, spill_dir=spill))
+        ours = keys_loader(wrapped, keys, loop)
+        if scale == scales[-1]:
+            written = []
+            real_write = flower.write_spills
+            flower.write_spills = lambda spills: (written.extend(len(t.encode("utf-8", "surrogatepass"))
+                                                                 for t in spills.values()), real_write(spills))
+            try:
+                cold()
+                gc.collect()
+                start = time.perf_counter()
+                ours()
+                gc.collect()
+                first = time.perf_counter() - start
+            finally:
+                flower.write_spills = real_write
+            plain_dir = os.path.join(tmp, f"plain-sub{scale}")
+            os.mkdir(plain_dir)
+            gc.collect()
+            start = time.perf_counter()
+            floor()
+            for i, size in enumerate(written):
+                with open(os.path.join(plain_dir, f"{i}.txt"), "wb") as fh:
+                    fh.write(b"x" * size)
+            gc.collect()
+            report(f"    trim on, first load (writes {len(written)} spills), wall", first, time.perf_counter() - start)
+        else:
+            ours()
+        t_ours, t_floor, pair = paired(ours, floor, repeat, setup=cold, collect=True, clock=CPU)
+        report(f"(d) trim-on later loads, {label}", t_ours, t_floor, pair, goal=1.3)
+        per_entry[scale] = (t_ours / n, t_floor / n)
+        if scale == scales[-1]:
+            files = len(os.listdir(spill))
+            for i in range(9 * max(files, 1000)):   # other sessions' spill files: 10x as many in the folder
+                with open(os.path.join(spill, f"{i:08d}-0000-4000-8000-{i:012d}-0.txt"), "wb"):
+                    pass
+            t2, f2, pair2 = paired(ours, floor, repeat, setup=cold, collect=True, clock=CPU)
+            report(f"    the same, {len(os.listdir(spill)):,} files in the spill folder (was {files:,})", t2, f2, pair2,
+                   goal=1.3)
+            growth = (t2 / f2) / (t_ours / t_floor)
+            print(f"    per-entry cost with 10x the spill files, relative to the floor's: {growth:.2f}x"
+                  f"{'  ok' if growth <= 1.1 else '  ABOVE GOAL 1.1x'}", flush=True)
+        db.close()
+        store.close()
+    big, small = scales[-1], scales[0]
+    growth = (per_entry[big][0] / per_entry[small][0]) / (per_entry[big][1] / per_entry[small][1])
+    print(f"    per-entry cost with 10x the sessions (and entries), relative to the floor's: {growth:.2f}x"
+          f"{'  ok' if growth <= 1.1 else '  ABOVE GOAL 1.1x'}", flush=True)
+    loop.close()
+
+
+def build_log(rng, chars):
+    """A build/test log of about ``chars`` characters, with the assignments such logs hold (no secret)."""
+    lines, n = [], 0
+    while n < chars:
+        i = rng.randrange(10**6)
+        line = rng.choice([
+            f"gcc -O2 -Wall -c src/mod{i % 977}.c -o build/mod{i % 977}.o",
+            f"tests/test_mod{i % 311}.py::test_case_{i % 53} PASSED                                 [{i % 100:3d}%]",
+            f"make[2]: Entering directory '/w/build/sub{i % 17}'",
+            f"CFLAGS=-O2 LDFLAGS=-L/usr/lib PATH=/usr/local/bin:/usr/bin ./configure --prefix=/opt/x{i % 9}",
+            f"  File \"/w/src/mod{i % 977}.py\", line {i % 900}, in handler_{i % 41}",
+            f"{{\"id\": {i}, \"name\": \"item-{i}\", \"size\": {i % 4096}, \"ok\": true}}",
+            f"[{i % 24:02d}:{i % 60:02d}:{i % 60:02d}] INFO worker-{i % 8} processed batch {i} in {i % 999} ms",
+        ])
+        lines.append(line)
+        n += len(line) + 1
+    return "\n".join(lines)
+
+
+def big_output_session(n=10_000):
+    """``n`` anchor-style entries whose Bash outputs are ~800 logs of 20-60 KB and a few of 1-5 MB."""
+    import random
+    rng = random.Random(44)
+    entries = anchor_transcript(n, seed=44)
+    results = [e for e in entries if e.get("type") == "user" and isinstance(e["message"].get("content"), list)
+               and e["message"]["content"] and e["message"]["content"][0].get("type") == "tool_result"
+               and not e["message"]["content"][0].get("is_error")]
+    for k, entry in enumerate(rng.sample(results, min(800, len(results)))):
+        text = build_log(rng, rng.choice([1_000_000, 3_000_000, 5_000_000]) if k < 4 else rng.randint(20_000, 40_000))
+        entry["message"]["content"][0]["content"] = text
+        entry["toolUseResult"] = {"stdout": text}
+    return entries
+
+
+def spill_bench(tmp):
+    """(e): see the module's doc."""
+    key = {"project_key": "p", "session_id": "s"}
+    path = os.path.join(tmp, "bigout.db")
+    store = flower.SqliteSessionStore(path)
+    entries = big_output_session()
+    store.append_sync(key, entries)
+    del entries
+    db, floor = floor_of(path)
+    real_redact = flower.redact
+    for label, redact in (("today's redact()", real_redact), ("redaction left out", lambda value, secrets=None: value)):
+        flower.redact = redact
+        try:
+            ours, base, ratio, written = first_trim_pairs(tmp, store, f"bigout-{len(label)}", 10_000, floor, trials=3)
+        finally:
+            flower.redact = real_redact
+        report(f"(e) first trim-on load, 10K entries, big outputs ({written} spills), {label}", ours, base, ratio,
+               goal=1.5)
+    db.close()
+    store.close()
+    import random
+    text = build_log(random.Random(5), 5_000_000)
+    for label, redact in (("today's redact()", real_redact), ("redaction left out", lambda value, secrets=None: value)):
+        counter = [0]
+
+        def spilled():
+            counter[0] += 1
+            flower.write_spills({os.path.join(tmp, f"one-{len(label)}", f"{counter[0]}-0.txt"): text})
+
+        def plain():
+            counter[0] += 1
+            os.makedirs(os.path.join(tmp, f"plain-{len(label)}"), exist_ok=True)
+            with open(os.path.join(tmp, f"plain-{len(label)}", f"{counter[0]}.txt"), "w", encoding="utf-8") as fh:
+                fh.write(text)
+        flower.redact = redact
+        try:
+            report(f"(e) one 5 MB tool output spilled vs written plainly, {label}", *paired(spilled, plain, 3 if QUICK else 9),
+                   goal=1.5)
+        finally:
+            flower.redact = real_redact
+
+
 def main():
     only = sys.argv[1:]
     if not only:   # each part in a process of its own: what one part imported is not heap for the next
-        for part in ("append", "load", "trim"):
+        for part in ("append", "load", "trim", "subagents", "spill"):
             subprocess.run([sys.executable, os.path.abspath(__file__), part], check=True)
         return
     if "append" not in only:
@@ -251,6 +452,10 @@ def main():
         if "trim" in only:
             for label, make in mixes.items():
                 trim_bench(tmp, label, make, 50_000)
+        if "subagents" in only:
+            subagent_bench(tmp)
+        if "spill" in only:
+            spill_bench(tmp)
 
 
 if __name__ == "__main__":

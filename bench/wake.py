@@ -5,10 +5,16 @@ twice: the tool_result and its toolUseResult copy), stored in SQLite, resumed th
 Printed: what the resumed model is sent (the messages' bytes), what flower holds after the load (the
 pruned list, JSON bytes; goal < 2x the bytes sent), the first wake (writes the spill files) and a later one
 (finds them) against the floor SELECT + json.loads (GC paused, deferred collection counted), and the
-peak memory of a later wake vs the floor's."""
+peak memory of a later wake vs the floor's.
+
+``wake.py huge``: a session that does not fit even trimmed hard (issue 44: 20K entries here, 200K with
+BENCH_HUGE=200000; a tenth of its results 20-60 KB logs): what Runtime does before it hands off (``prepare()``,
+then the handoff's read of the session and its ledger, thread and slim transcript) on the first wake (no cut
+facts, no spill files) and a later one, vs the floor; and what the store still holds after it decided."""
 
 import asyncio
 import gc
+import sys
 import json
 import os
 import sqlite3
@@ -39,7 +45,98 @@ def sent_bytes(entries):
                if e.get("type") in ("user", "assistant") and isinstance(e.get("message"), dict))
 
 
+def huge_session(n):
+    import random
+    from tests.transcripts import anchor_transcript
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from store import build_log
+    rng = random.Random(46)
+    entries = anchor_transcript(n, seed=46)
+    for e in entries:
+        content = e.get("message", {}).get("content") if isinstance(e.get("message"), dict) else None
+        if e.get("type") == "user" and isinstance(content, list) and content and content[0].get("type") == "tool_result" \
+                and not content[0].get("is_error") and rng.random() < 0.1:
+            content[0]["content"] = text = build_log(rng, rng.randint(20_000, 60_000))
+            e["toolUseResult"] = {"stdout": text}
+        elif e.get("type") == "assistant" and isinstance(content, list) and content and content[0].get("type") == "text":
+            content[0]["text"] += " The tests in this module fail because the fixture is stale." * 50   # 3 KB
+    return entries
+
+
+def handoff_read(wrapped, key, loop):
+    read = getattr(wrapped, "load_outline", None) or wrapped.load_raw   # (main before issue 44: a plain load)
+    entries = loop.run_until_complete(read(key))
+    ledger = flower.degraded_ledger(entries, "the stored session does not fit the window", "step prompt")
+    return flower.slim_transcript(entries, "s"), flower.recent_thread(entries), ledger.render("work", 2)
+
+
+def huge():
+    n = int(os.environ.get("BENCH_HUGE", 20_000))
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "s.db")
+        store = flower.SqliteSessionStore(path)
+        key = {"project_key": "p", "session_id": "s"}
+        store.append_sync(key, huge_session(n))
+        spill = os.path.join(tmp, "spill")
+        wrapped = flower.PruningSessionStore(store, policy=flower.PrunePolicy(trim=True, spill_dir=spill))
+        loop = asyncio.new_event_loop()
+        limit = int(150_000 * 0.9)
+        db = sqlite3.connect(path)
+
+        def floor():
+            gc.disable()
+            try:
+                return [json.loads(r[0]) for r in db.execute("SELECT payload FROM entries WHERE skey=? ORDER BY seq",
+                                                             ("p/s",))]
+            finally:
+                gc.enable()
+
+        def wake():
+            fits = loop.run_until_complete(wrapped.prepare(key, limit))
+            return fits, None if fits else handoff_read(wrapped, key, loop)
+        print(f"{n:,} entries, {os.path.getsize(path) / 2**20:.0f} MB stored", flush=True)
+        firsts, floors, ratios = [], [], []
+        for _ in range(3):
+            store._db.execute("DELETE FROM cut_facts")
+            if os.path.isdir(spill):
+                import shutil
+                shutil.rmtree(spill)
+            gc.collect()
+            start = time.perf_counter()   # wall time: the old way writes spill files
+            fits, _ = wake()
+            gc.collect()
+            firsts.append(time.perf_counter() - start)
+            gc.collect()
+            start = time.perf_counter()
+            floor()
+            gc.collect()
+            floors.append(time.perf_counter() - start)
+            ratios.append(firsts[-1] / floors[-1])
+        import statistics
+        spills = len(os.listdir(spill)) if os.path.isdir(spill) else 0
+        report(f"first wake, fits={fits}: prepare() + the handoff's read ({spills} spill files), wall",
+               statistics.median(firsts), statistics.median(floors), statistics.median(ratios), goal=1.5)
+        from common import paired
+        report("later wake (cut facts noted), CPU", *paired(wake, floor, 3 if QUICK else 5, collect=True,
+                                                             clock=time.process_time), goal=1.3)
+        real_redact = flower.redact
+        flower.redact = lambda value, secrets=None: value
+        try:
+            report("    the same, redaction left out (the slim transcript's, the ledger's)",
+                   *paired(wake, floor, 3 if QUICK else 5, collect=True, clock=time.process_time), goal=1.3)
+        finally:
+            flower.redact = real_redact
+        prepared = getattr(wrapped, "_prepared", {})
+        held = sum(len(json.dumps(v, ensure_ascii=False).encode()) for v in prepared.values())
+        print(f"    held by the store after it decided: {held / 2**20:.2f} MB ({len(prepared)} prepared sessions)")
+        db.close()
+        store.close()
+        loop.close()
+
+
 def main():
+    if sys.argv[1:] == ["huge"]:
+        return huge()
     n = 500 if QUICK else 2_000
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "s.db")
