@@ -6506,10 +6506,36 @@ def _thread_item(entry: dict) -> tuple[str, str] | None:
     return None
 
 
+# A degraded ledger lists the shell commands that ran, newest first, up to this many characters: a
+# successor that trusts its history redoes whatever the carry does not show as done
+DEGRADED_RAN_CHARS = 4000
+
+
+def _ran_lines(commands: list[str], budget: int = DEGRADED_RAN_CHARS) -> list[str]:
+    """``- ran: `command``` lines, in the order they ran, of the newest commands that fit ``budget``
+    (each cut at 200 characters; a command run again is listed once, where it last ran), after a line
+    that counts the older ones left out."""
+    lines: list[str] = []
+    seen: set[str] = set()
+    used = 0
+    newest_first = list(reversed(commands))
+    for n, command in enumerate(newest_first):
+        line = f"- ran: `{command[:200]}`"
+        if line in seen:
+            continue
+        if used + len(line) > budget:
+            older = len({c[:200] for c in newest_first[n:]} - {l[8:-1] for l in seen})
+            return [f"- ({older} earlier command(s) not listed)"] + lines[::-1]
+        seen.add(line)
+        lines.append(line)
+        used += len(line) + 1
+    return lines[::-1]
+
+
 def degraded_ledger(entries: list[dict], why: str, prompt: str = "") -> Ledger:
     """A ledger built mechanically from a transcript when the ritual failed: the latest TodoWrite
-    list, the last three assistant texts, files written or edited, the last shell commands and the
-    step's prompt. Marked ``degraded`` with ``why``."""
+    list, the last three assistant texts, files written or edited, the shell commands that ran (as many
+    of the newest as fit :data:`DEGRADED_RAN_CHARS`) and the step's prompt. Marked ``degraded`` with ``why``."""
     uses = _tool_inputs(entries)
     todos: list[dict] = []
     files: list[str] = []
@@ -6535,7 +6561,7 @@ def degraded_ledger(entries: list[dict], why: str, prompt: str = "") -> Ledger:
         short_prompt = short_prompt[:1500] + "…"
     next_step = (f"Continue with the first open item: {open_todo}" if open_todo else
                  "Check the files below against the task, then continue the task:\n" + short_prompt)
-    pointers = [f"- edited: {p}" for p in files[-20:]] + [f"- ran: `{c[:200]}`" for c in commands[-5:]]
+    pointers = [f"- edited: {p}" for p in files[-20:]] + _ran_lines(commands)
     ledger = Ledger({
         "status": "\n".join(status_lines) or "(the transcript holds no assistant text yet)",
         "decisions": "(not recorded: degraded handoff)",

@@ -5,6 +5,7 @@ import asyncio
 import json
 import os
 import random
+import re
 import tempfile
 import unittest
 
@@ -143,6 +144,24 @@ class Degraded(unittest.TestCase):
         self.assertIn("python3 md2html.py", ledger.get("pointers"))
         self.assertNotIn("API Error", json.dumps(ledger.sections))
         self.assertIn("[degraded: timed out]", ledger.render("work", 1))
+
+    def test_lists_every_command_that_fits_newest_kept(self):
+        # a successor that trusts its history redoes what the carry does not show as run
+        b = Builder(random.Random(2))
+        b.prompt("run the steps")
+        for i in range(300):
+            b.tool("Bash", {"command": f'echo "step {i}" >> steps.log'}, "ok")
+        b.tool("Bash", {"command": 'echo "step 298" >> steps.log'}, "ok")   # run again: listed once
+        pointers = degraded_ledger(b.entries, "overflow", "run the steps").get("pointers")
+        ran = [line for line in pointers.splitlines() if line.startswith("- ran:")]
+        self.assertGreater(len(ran), 40)
+        self.assertEqual(ran[-1], '- ran: `echo "step 298" >> steps.log`')
+        self.assertEqual(ran[-2], '- ran: `echo "step 299" >> steps.log`')
+        self.assertEqual(len(ran), len(set(ran)))
+        shown = {int(re.search(r"step (\d+)", line).group(1)) for line in ran}
+        self.assertEqual(shown, set(range(300 - len(ran), 300)))
+        self.assertIn(f"({300 - len(ran)} earlier command(s) not listed)", pointers)
+        self.assertLessEqual(sum(len(line) + 1 for line in ran), flower.DEGRADED_RAN_CHARS)
 
     def test_empty_transcript_uses_the_prompt(self):
         ledger = degraded_ledger([], "overflow", "do the thing")
