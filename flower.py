@@ -4852,7 +4852,7 @@ class SqliteSessionStore:
                 if not _BUSY_DB.search(str(exc)):
                     raise
                 if waited + pause >= self.busy_timeout:
-                    raise sqlite3.OperationalError(f"{self.path} stayed locked by another process for "
+                    raise sqlite3.OperationalError(f"{self.path} stayed locked by another connection for "
                                                    f"{waited:.0f} s ({exc}); nothing was written") from None
             time.sleep(pause)
             pause = min(pause * 2, 0.5)
