@@ -4707,6 +4707,7 @@ def _writable(path: str) -> bool:
     return os.access(path, os.W_OK) and os.access(os.path.dirname(os.path.abspath(path)), os.W_OK)
 
 
+_BUSY_DB = _lazy_re(r"(?i)database is locked|database table is locked|busy")
 _DAMAGED_DB = _lazy_re(r"(?i)database disk image is malformed|file is not a database")
 
 
@@ -4768,6 +4769,7 @@ class SqliteSessionStore:
         """``reader``: a store that cannot be written (a read-only run dir, no permission) is opened
         read-only instead of refused (``status``, ``sessions``, ``show``)."""
         self.path = path
+        self.busy_timeout = busy_timeout
         self.skipped: dict[str, int] = {}  # session key -> unreadable rows skipped by the last load
         self._lock = threading.RLock()
         if path != ":memory:":
@@ -4889,6 +4891,25 @@ class SqliteSessionStore:
         """Whether the store has exactly this flower's triggers (else :meth:`_trust_facts` must write)."""
         return {name for (name,) in db.execute(SQL_TRIGGERS_KNOWN)} == {FACTS_TRIGGER, *CUT_TRIGGERS}
 
+    def _begin_immediate(self) -> None:
+        """``BEGIN IMMEDIATE`` (nothing else of the transaction has run yet), tried again with backoff
+        where SQLite says busy sooner than its busy timeout (a lock its busy handler does not wait
+        for), until that timeout is spent. A store still locked then: one line that names it."""
+        start, pause = time.monotonic(), 0.01
+        while True:
+            try:
+                self._db.execute("BEGIN IMMEDIATE")
+                return
+            except sqlite3.OperationalError as exc:
+                waited = time.monotonic() - start
+                if not _BUSY_DB.search(str(exc)):
+                    raise
+                if waited + pause >= self.busy_timeout:
+                    raise sqlite3.OperationalError(f"{self.path} stayed locked by another connection for "
+                                                   f"{waited:.0f} s ({exc}); nothing was written") from None
+            time.sleep(pause)
+            pause = min(pause * 2, 0.5)
+
     # -- sync core (also used by the async protocol methods) --
 
     def append_sync(self, key: dict, entries: list[dict]) -> None:
@@ -4906,15 +4927,18 @@ class SqliteSessionStore:
         skey = _key_string(key)
         uuids, payloads = _entry_rows(entries, ascii_only)
         context = entry_context(entries) if not key.get("subpath") else None
+        # Looked up before the write lock: the first lookup imports the SDK, which takes seconds on a
+        # loaded machine, and every other writer of the store would wait that long
+        fold = _summary_fold() if not key.get("subpath") else None
         with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
+            self._begin_immediate()
             try:   # facts inside the transaction: they describe the rows as this batch leaves them
                 self._insert_with_facts(skey, entries, uuids, payloads, ascii_only)
                 mtime = self._db.execute(SQL_TOUCH_SESSION, (skey, key["project_key"], key["session_id"],
                                                              key.get("subpath"), int(time.time() * 1000),
                                                              context)).fetchone()[0]
-                if not key.get("subpath"):
-                    self._fold_summary(key, entries, mtime)
+                if fold is not None:
+                    self._fold_summary(key, entries, mtime, fold)
                 self._db.execute("COMMIT")
             except BaseException:
                 _rollback(self._db)
@@ -4936,7 +4960,7 @@ class SqliteSessionStore:
         skey = _key_string(key)
         uuids, payloads = _entry_rows(entries, ascii_only)
         with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
+            self._begin_immediate()
             try:
                 row = self._db.execute(SQL_SEQ_OF_UUID, (skey, before)).fetchone()
                 if row is not None:
@@ -4952,12 +4976,9 @@ class SqliteSessionStore:
         if row is None:   # nothing to put them before: they are the session's newest
             self._append(key, entries, ascii_only)
 
-    def _fold_summary(self, key: dict, entries: list[dict], mtime: int) -> None:
-        """Fold a batch into its session's summary (the SDK's, when it is installed), inside the
-        caller's transaction."""
-        fold = _summary_fold()
-        if fold is None:
-            return
+    def _fold_summary(self, key: dict, entries: list[dict], mtime: int, fold: Callable) -> None:
+        """Fold a batch into its session's summary with ``fold`` (the SDK's, see :func:`_summary_fold`),
+        inside the caller's transaction."""
         names = (key["project_key"], key["session_id"])
         row = self._db.execute(SQL_SUMMARY, names).fetchone()
         try:
@@ -5286,7 +5307,7 @@ class SqliteSessionStore:
         """Delete a session; a main key takes its subpaths with it (SDK protocol)."""
         skey = _key_string(key)
         with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
+            self._begin_immediate()
             try:
                 if key.get("subpath"):
                     targets = [skey]
