@@ -835,7 +835,8 @@ _RUN_PREFIXES = ("sk-", "sk_live_", "sk_test_", "rk_live_", "rk_test_", "pk_live
 _DOT_PREFIXES = ("ya29.", "SG.", "hvs.", "hvb.", "hvr.", ".atlasv1.")
 _DISCORD_PREFIXES = ("MT", "Mj", "Mz", "ND", "NT", "Nj", "Nz", "OD", "OT")
 _RUN_STARTS = tuple(p.encode() for p in _RUN_PREFIXES + _DISCORD_PREFIXES)
-_DOT_ENDS = tuple(p.encode() for p in _DOT_PREFIXES)
+_DOT_ENDS = tuple(p.encode() for p in _DOT_PREFIXES)   # each ends with "."
+_RUN_HEADS = frozenset(p[:2] for p in _RUN_STARTS)      # each prefix is 2+ characters long
 _RUN = b"a" * 20
 _RUN_TABLE = bytes(97 if chr(i).isascii() and (chr(i).isalnum() or chr(i) in "_-") else 32 for i in range(256))
 
@@ -886,6 +887,12 @@ _WORD_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz012
 # every secret name holds one of these (lowercase): where none occurs, no assignment rule can apply
 _NAME_MARKERS = ("passw", "passphrase", "pwd", "token", "secret", "key", "cred", "auth", "dsn", "jwt", "webhook",
                  "connection", "signature")
+# in the lowercase image: a marker in a name that an operator follows (after the quote that closes the
+# name), and a dash followed by a name that holds a marker (a flag; its value follows a space)
+# (markers that share a first letter are one pattern: one scan of the text finds them all)
+_MARKER_ASSIGNED = [_ascii_re(first + "(?:" + "|".join(w[1:] for w in _NAME_MARKERS if w[0] == first) + r")"
+                              r"[a-z0-9_.\-]*\\*[\"']?[ \t]*[=:]") for first in dict.fromkeys(w[0] for w in _NAME_MARKERS)]
+_MARKER_FLAG = _ascii_re(r"-[a-z0-9_.\-]*?(?:" + "|".join(_NAME_MARKERS) + ")")
 _SECRET_WORDS = frozenset({"password", "passwd", "pwd", "passphrase", "token", "secret", "apikey", "credential",
                            "credentials", "auth", "authorization", "authtoken", "dsn", "jwt", "webhook",
                            "connectionstring"})
@@ -1061,21 +1068,45 @@ def _secret_name_at(text: str, start: int, end: int) -> int:
     return start
 
 
-def _redact_assignments(places: _Places) -> str:
+def _marker_hits(places: _Places) -> Iterator[int]:
+    """Every occurrence of a name marker."""
+    return (at for word in _NAME_MARKERS for at in places.of(word))
+
+
+def _assigned_marker_hits(places: _Places) -> Iterator[int]:
+    """The occurrences of name markers that :data:`_ASSIGNMENT` may match from: in a name that an
+    operator follows, or in a flag (a name that starts with a dash). Found by the regex engine, so a
+    marker in prose (``the key lookup``, ``author``) costs no Python step."""
+    low = places.low
+    for pattern in _MARKER_ASSIGNED:
+        for m in pattern.finditer(low):
+            yield m.start()
+    for m in _MARKER_FLAG.finditer(low):
+        yield m.start()
+
+
+def _redact_assignments(places: _Places, hits: Callable[[_Places], Iterable[int]] = _marker_hits) -> str:
     """The literal of every assignment to a secret name: names are found from their markers (every
-    secret name holds one), then matched where they start, so nothing before them can hide them."""
-    text, seen = places.text, {}
+    secret name holds one), then matched where they start, so nothing before them can hide them.
+    ``hits``: where to look for names (every marker, or only where an assignment may follow)."""
+    text, seen, found = places.text, set(), []
     names = None   # the ASCII image of ``text``: name characters ``a``, the others spaces
-    for word in _NAME_MARKERS:
-        for at in places.of(word):
-            if names is None:
-                names = text.encode("ascii", "replace").translate(_NAME_TABLE)
-            start = names.rfind(b" ", 0, at) + 1
-            if start not in seen:
-                end = names.find(b" ", at)
-                seen[start] = _secret_name_at(text, start, len(text) if end < 0 else end)
+    for at in hits(places):
+        if names is None:
+            names = text.encode("ascii", "replace").translate(_NAME_TABLE)
+        start = names.rfind(b" ", 0, at) + 1
+        if start in seen:
+            continue
+        seen.add(start)
+        end = names.find(b" ", at)
+        end = len(text) if end < 0 else end
+        # most names are plain words (``key``, ``author``): one cached look decides them
+        if text[start] in "-nrt" or _secret_name(text[start:end]):
+            start = _secret_name_at(text, start, end)
+            if start >= 0:
+                found.append(start)
     spans, last = [], 0
-    for start in sorted(s for s in seen.values() if s >= 0):
+    for start in sorted(found):
         if start < last:
             continue   # inside a value already redacted
         m = _ASSIGNMENT.match(text, start)
@@ -1108,23 +1139,32 @@ def _word_start(text: str, at: int) -> bool:
     return text[at - 1] in "nrt" and at >= 2 and text[at - 2] == "\\"
 
 
+@functools.lru_cache(maxsize=None)
+def _word_re(word: str) -> re.Pattern:
+    return re.compile(re.escape(word))
+
+
 class _Places:
     """Where words occur in a text (in its lowercase ASCII image unless asked by case), each word
-    looked for once however many rules ask; a word that holds another (``authorization``, ``auth``)
-    is found among the other's places."""
-
-    _WITHIN = {"authorization": "auth", "password": "passw"}
+    looked for once however many rules ask."""
 
     def __init__(self, text: str):
         self.text, self.low, self._found = text, _ascii_lower(text), {}
+
+    def has(self, word: str, case: bool = False) -> bool:
+        """Whether ``word`` occurs (as :meth:`of` would say, without finding every place)."""
+        found = self._found.get((word, case))
+        if found is not None:
+            return bool(found)
+        return _word_re(word).search(self.text if case else self.low) is not None
 
     def of(self, word: str, case: bool = False) -> list[int]:
         """The offsets where ``word`` occurs, in order."""
         found = self._found.get((word, case))
         if found is None:
             hay = self.text if case else self.low
-            if word in self._WITHIN:
-                found = [at for at in self.of(self._WITHIN[word]) if hay.startswith(word, at)]
+            if len(word) < 8:   # the regex engine finds a short word faster than str.find
+                found = [m.start() for m in _word_re(word).finditer(hay)]
             else:
                 found, at = [], hay.find(word)
                 while at >= 0:
@@ -1153,6 +1193,27 @@ def _anchored(words: tuple[str, ...], pattern: _LazyPattern, replace: Callable[[
                 out += (text[last:at], new)
                 last = m.end()
         return "".join(out) + text[last:] if out else text
+    return rule
+
+
+def _subbed(word: str, pattern: _LazyPattern, replace: Callable[[re.Match], str | None]) -> Callable[[_Places], str]:
+    """The rule ``_anchored((word,), pattern, replace, None, case=True)`` for a pattern that starts
+    with ``word`` and whose matches hold no other place of it: the regex engine goes from one place
+    to the next itself, with no Python step where a match fails."""
+    def rule(places: _Places) -> str:
+        text, changed = places.text, False
+        if not places.has(word, True):
+            return text
+
+        def found(m: re.Match) -> str:
+            nonlocal changed
+            new = replace(m)
+            if new is None:
+                return m.group(0)
+            changed = True
+            return new
+        out = pattern.sub(found, text)
+        return out if changed else text
     return rule
 
 
@@ -1206,7 +1267,7 @@ def _second(check: Callable[[str], bool] = _could_be_secret, after: str = "") ->
 _SHAPE_RULES = [(kind, prefixes, _sub_shape(kind, pattern)) for kind, prefixes, pattern in _SHAPES]
 # (kind, rule(places)): the rules for names, headers, flags and URLs, in the order they
 # run; each finds its own words, so it costs next to nothing where they do not occur
-_WORD_RULES = [
+_PLAIN_WORD_RULES = [
     ("webhook url", _anchored(("://",), _WEBHOOK_URL, _second(lambda v: True), None, case=True)),
     ("sentry dsn", _anchored(("://",), _URL_KEY_USER, _second(lambda v: True), None, case=True)),
     ("authorization header", _anchored(("authorization",), _AUTH_HEADER, _auth_header)),
@@ -1219,6 +1280,16 @@ _WORD_RULES = [
     (".netrc password", _anchored(("password",), _NETRC, _netrc_entry, case=True)),
     ("sig= parameter", _anchored(("sig=",), _SIG_PARAM, _second(), _token_start)),
     ("assignment or flag", _redact_assignments),
+]
+# what redact() runs: the same rules, with no Python step where a word occurs but cannot match
+# (_redact_reference() runs the plain ones, and the tests check that both give the same output)
+_WORD_RULES = [
+    ("webhook url", _subbed("://", _WEBHOOK_URL, _second(lambda v: True))),
+    ("sentry dsn", _subbed("://", _URL_KEY_USER, _second(lambda v: True))),
+    *_PLAIN_WORD_RULES[2:4],
+    ("url password", _subbed("://", _URL_PASSWORD, _second(after="@"))),
+    *_PLAIN_WORD_RULES[5:-1],
+    ("assignment or flag", functools.partial(_redact_assignments, hits=_assigned_marker_hits)),
 ]
 _SMALL = 2048   # below this, looking for token-like runs costs more than looking for every prefix
 
@@ -1287,8 +1358,10 @@ def _shape_lines(text: str) -> dict[int, int]:
     while at >= 0:
         end = runs.find(b" ", at)
         end = n if end < 0 else end
-        if (image.startswith(_RUN_STARTS, at) or image.endswith(_DOT_ENDS, 0, at) or image[at - 1:at] == b"\\"
-                or (image[at - 1:at] == b":" and image.startswith(b"AA", at))) and _shape_run(text, at, end):
+        before = image[at - 1:at]
+        if ((image[at:at + 2] in _RUN_HEADS and image.startswith(_RUN_STARTS, at))
+                or (before == b"." and image.endswith(_DOT_ENDS, 0, at)) or before == b"\\"
+                or (before == b":" and image.startswith(b"AA", at))) and _shape_run(text, at, end):
             line_end = image.find(b"\n", end)
             lines[image.rfind(b"\n", 0, at) + 1] = n if line_end < 0 else line_end
         at = runs.find(_RUN, end)
@@ -1335,7 +1408,7 @@ def _redact_reference(value: str, env_secrets: list[str] | None = None) -> str:
     out = _redact_env_and_blocks(value, env_secrets)
     for _, _, rule in _SHAPE_RULES:
         out = rule(out)
-    for _, rule in _WORD_RULES:
+    for _, rule in _PLAIN_WORD_RULES:
         out = rule(_Places(out))
     return out
 
