@@ -887,12 +887,14 @@ _WORD_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz012
 # every secret name holds one of these (lowercase): where none occurs, no assignment rule can apply
 _NAME_MARKERS = ("passw", "passphrase", "pwd", "token", "secret", "key", "cred", "auth", "dsn", "jwt", "webhook",
                  "connection", "signature")
-# in the lowercase image: a marker in a name that an operator follows (after the quote that closes the
-# name), and a dash followed by a name that holds a marker (a flag; its value follows a space)
-# (markers that share a first letter are one pattern: one scan of the text finds them all)
-_MARKER_ASSIGNED = [_ascii_re(first + "(?:" + "|".join(w[1:] for w in _NAME_MARKERS if w[0] == first) + r")"
-                              r"[a-z0-9_.\-]*\\*[\"']?[ \t]*[=:]") for first in dict.fromkeys(w[0] for w in _NAME_MARKERS)]
-_MARKER_FLAG = _ascii_re(r"-[a-z0-9_.\-]*?(?:" + "|".join(_NAME_MARKERS) + ")")
+# In the lowercase image, a marker in a name that an operator follows (after the quote that closes the
+# name), or, when the marker is not where the name starts (a flag's starts with its dashes), a space and
+# a value. One pattern for the markers that share a first letter: one scan of the text finds them all.
+_MARKER_ASSIGNED = [_ascii_re(
+    f"{head}(?:(?<=[a-z0-9_.\\-]{head})(?:{rests})[a-z0-9_.\\-]*\\\\*[\"']?(?:[ \\t]*[=:]|[ \\t]+[^\\-\\s])"
+    f"|(?:{rests})[a-z0-9_.\\-]*\\\\*[\"']?[ \\t]*[=:])")
+    for head, rests in (("pass", "w|phrase"), ("pwd", ""), ("token", ""), ("secret", ""), ("key", ""), ("cred", ""),
+                        ("auth", ""), ("dsn", ""), ("jwt", ""), ("webhook", ""), ("connection", ""), ("signature", ""))]
 _SECRET_WORDS = frozenset({"password", "passwd", "pwd", "passphrase", "token", "secret", "apikey", "credential",
                            "credentials", "auth", "authorization", "authtoken", "dsn", "jwt", "webhook",
                            "connectionstring"})
@@ -1075,14 +1077,12 @@ def _marker_hits(places: _Places) -> Iterator[int]:
 
 def _assigned_marker_hits(places: _Places) -> Iterator[int]:
     """The occurrences of name markers that :data:`_ASSIGNMENT` may match from: in a name that an
-    operator follows, or in a flag (a name that starts with a dash). Found by the regex engine, so a
-    marker in prose (``the key lookup``, ``author``) costs no Python step."""
+    operator follows, or in a flag. Found by the regex engine, so a marker in prose (``the key
+    lookup``, ``author``) costs no Python step."""
     low = places.low
     for pattern in _MARKER_ASSIGNED:
         for m in pattern.finditer(low):
             yield m.start()
-    for m in _MARKER_FLAG.finditer(low):
-        yield m.start()
 
 
 def _redact_assignments(places: _Places, hits: Callable[[_Places], Iterable[int]] = _marker_hits) -> str:
