@@ -971,13 +971,13 @@ def _credential_like(value: str) -> bool:
     kinds credentials use, mixing letters and digits (or 20+ of them with no ``_``, unlike a name)."""
     return len(value) >= 6 and bool(_CREDENTIAL_CHARS.fullmatch(value)) and (
         (len(value) >= 20 and "_" not in value)
-        or (any(c.isdigit() for c in value) and any(c.isalpha() for c in value)))
+        or (any(map(str.isdigit, value)) and any(map(str.isalpha, value))))
 
 
 def _variable(value: str) -> bool:
     """A name with no digit in it (``t``, ``password``, ``PlainToken``, ``DEFAULT_TOKEN``): in code, a
     variable; in a document, a placeholder or a word."""
-    return bool(_IDENTIFIER.fullmatch(value)) and not any(c.isdigit() for c in value)
+    return bool(_IDENTIFIER.fullmatch(value)) and not any(map(str.isdigit, value))
 
 
 def _line_rest(text: str, at: int) -> str:
@@ -990,7 +990,7 @@ def _expression(value: str) -> bool:
     ``settings.API_KEY``; not ``s.<long random part>``), a command substitution."""
     if not _EXPRESSION.fullmatch(value):
         return False
-    return not (_DOTTED.fullmatch(value) and any(len(p) >= 16 and any(c.isdigit() for c in p)
+    return not (_DOTTED.fullmatch(value) and any(len(p) >= 16 and any(map(str.isdigit, p))
                                                  for p in value.split(".")))
 
 
