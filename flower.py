@@ -889,12 +889,21 @@ _NAME_MARKERS = ("passw", "passphrase", "pwd", "token", "secret", "key", "cred",
                  "connection", "signature")
 # In the lowercase image, a marker in a name that an operator follows (after the quote that closes the
 # name), or, when the marker is not where the name starts (a flag's starts with its dashes), a space and
-# a value. One pattern for the markers that share a first letter: one scan of the text finds them all.
-_MARKER_ASSIGNED = [_ascii_re(
-    f"{head}(?:(?<=[a-z0-9_.\\-]{head})(?:{rests})[a-z0-9_.\\-]*\\\\*[\"']?(?:[ \\t]*[=:]|[ \\t]+[^\\-\\s])"
-    f"|(?:{rests})[a-z0-9_.\\-]*\\\\*[\"']?[ \\t]*[=:])")
-    for head, rests in (("pass", "w|phrase"), ("pwd", ""), ("token", ""), ("secret", ""), ("key", ""), ("cred", ""),
-                        ("auth", ""), ("dsn", ""), ("jwt", ""), ("webhook", ""), ("connection", ""), ("signature", ""))]
+# a value. ``key`` and ``signature`` name a secret only after another part (``api_key``, ``amz_signature``),
+# so a name that starts with them (``key=len``, ``keys=6``) is not looked at. One pattern for the markers
+# that share a head: one scan of the text finds them all.
+_NAMED = r"[a-z0-9_.\-]*\\*[\"']?"
+
+
+def _marker_pattern(head: str, rests: str, starts: bool) -> _LazyPattern:
+    inside = f"(?<=[a-z0-9_.\\-]{head})(?:{rests}){_NAMED}(?:[ \\t]*[=:]|[ \\t]+[^\\-\\s])"
+    return _ascii_re(f"{head}(?:{inside}|(?:{rests}){_NAMED}[ \\t]*[=:])" if starts else head + inside)
+
+
+_MARKER_ASSIGNED = [_marker_pattern(head, rests, head not in ("key", "signature"))
+                    for head, rests in (("pass", "w|phrase"), ("pwd", ""), ("token", ""), ("secret", ""), ("key", ""),
+                                        ("cred", ""), ("auth", ""), ("dsn", ""), ("jwt", ""), ("webhook", ""),
+                                        ("connection", ""), ("signature", ""))]
 _SECRET_WORDS = frozenset({"password", "passwd", "pwd", "passphrase", "token", "secret", "apikey", "credential",
                            "credentials", "auth", "authorization", "authtoken", "dsn", "jwt", "webhook",
                            "connectionstring"})
@@ -1151,13 +1160,6 @@ class _Places:
     def __init__(self, text: str):
         self.text, self.low, self._found = text, _ascii_lower(text), {}
 
-    def has(self, word: str, case: bool = False) -> bool:
-        """Whether ``word`` occurs (as :meth:`of` would say, without finding every place)."""
-        found = self._found.get((word, case))
-        if found is not None:
-            return bool(found)
-        return _word_re(word).search(self.text if case else self.low) is not None
-
     def of(self, word: str, case: bool = False) -> list[int]:
         """The offsets where ``word`` occurs, in order."""
         found = self._found.get((word, case))
@@ -1198,12 +1200,14 @@ def _anchored(words: tuple[str, ...], pattern: _LazyPattern, replace: Callable[[
 
 def _subbed(word: str, pattern: _LazyPattern, replace: Callable[[re.Match], str | None]) -> Callable[[_Places], str]:
     """The rule ``_anchored((word,), pattern, replace, None, case=True)`` for a pattern that starts
-    with ``word`` and whose matches hold no other place of it: the regex engine goes from one place
-    to the next itself, with no Python step where a match fails."""
+    with ``word`` and whose matches hold no other place of it: where the word is frequent, the regex
+    engine goes from one place to the next itself, with no Python step where a match fails."""
+    anchored = _anchored((word,), pattern, replace, None, case=True)
+
     def rule(places: _Places) -> str:
         text, changed = places.text, False
-        if not places.has(word, True):
-            return text
+        if len(places.of(word, True)) < 64:
+            return anchored(places)   # its places are known already: no scan of the text
 
         def found(m: re.Match) -> str:
             nonlocal changed

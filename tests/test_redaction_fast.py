@@ -43,6 +43,12 @@ ASSIGNMENTS = [
     (f"X-Amz-Signature={SECRET}", SECRET),
     (f"user_credentials = {SECRET}", SECRET),
     (f"pwd: {SECRET}", SECRET),
+    (f"token: {SECRET}", SECRET),   # a marker where the name starts
+    (f"secret={SECRET}", SECRET),
+    (f"passwd={SECRET}", SECRET),
+    (f"dsn: {SECRET}", SECRET),
+    (f"credentials={SECRET}", SECRET),
+    (f"connectionString={SECRET}", SECRET),
 ]
 URLS = [
     (f"see http://u:${{PW}}@h/x and https://bob:{SECRET}@db.example.com/x", SECRET),
@@ -90,6 +96,11 @@ class FastPathsMatchTheRules(unittest.TestCase):
 
     def test_urls(self):
         self.check(URLS)
+
+    def test_many_urls(self):   # past the count where the :// rules hand the text to the regex engine
+        many = " ".join(f"http://u{i}:${{PW}}@h{i}/x https://api.example.com/{i}" for i in range(80))
+        self.check([(many + f" https://bob:{SECRET}@db.example.com/x " + many, SECRET)] + [(many + " " + t, s)
+                                                                                           for t, s in URLS])
 
     def test_token_shapes(self):
         self.check(TOKENS)
