@@ -1200,16 +1200,20 @@ def _anchored(words: tuple[str, ...], pattern: _LazyPattern, replace: Callable[[
     return rule
 
 
-def _subbed(word: str, pattern: _LazyPattern, replace: Callable[[re.Match], str | None]) -> Callable[[_Places], str]:
+def _subbed(word: str, pattern: _LazyPattern, replace: Callable[[re.Match], str | None],
+            needs: str = "") -> Callable[[_Places], str]:
     """The rule ``_anchored((word,), pattern, replace, None, case=True)`` for a pattern that starts
     with ``word`` and whose matches hold no other place of it: where the word is frequent, the regex
-    engine goes from one place to the next itself, with no Python step where a match fails."""
+    engine goes from one place to the next itself, with no Python step where a match fails, and not
+    at all when the text lacks ``needs`` (a character every match holds)."""
     anchored = _anchored((word,), pattern, replace, None, case=True)
 
     def rule(places: _Places) -> str:
         text, changed = places.text, False
         if len(places.of(word, True)) < 64:
             return anchored(places)   # its places are known already: no scan of the text
+        if needs and needs not in text:
+            return text
 
         def found(m: re.Match) -> str:
             nonlocal changed
@@ -1291,9 +1295,9 @@ _PLAIN_WORD_RULES = [
 # (_redact_reference() runs the plain ones, and the tests check that both give the same output)
 _WORD_RULES = [
     ("webhook url", _subbed("://", _WEBHOOK_URL, _second(lambda v: True))),
-    ("sentry dsn", _subbed("://", _URL_KEY_USER, _second(lambda v: True))),
+    ("sentry dsn", _subbed("://", _URL_KEY_USER, _second(lambda v: True), needs="@")),
     *_PLAIN_WORD_RULES[2:4],
-    ("url password", _subbed("://", _URL_PASSWORD, _second(after="@"))),
+    ("url password", _subbed("://", _URL_PASSWORD, _second(after="@"), needs="@")),
     *_PLAIN_WORD_RULES[5:-1],
     ("assignment or flag", functools.partial(_redact_assignments, hits=_assigned_marker_hits)),
 ]
