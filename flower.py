@@ -1081,30 +1081,28 @@ def _secret_name_at(text: str, start: int, end: int) -> int:
     return start
 
 
-def _marker_hits(places: _Places) -> Iterator[int]:
+def _marker_hits(places: _Places) -> list[int]:
     """Every occurrence of a name marker."""
-    return (at for word in _NAME_MARKERS for at in places.of(word))
+    return [at for word in _NAME_MARKERS for at in places.of(word)]
 
 
-def _assigned_marker_hits(places: _Places) -> Iterator[int]:
+def _assigned_marker_hits(places: _Places) -> list[int]:
     """The occurrences of name markers that :data:`_ASSIGNMENT` may match from: in a name that an
     operator follows, or in a flag. Found by the regex engine, so a marker in prose (``the key
     lookup``, ``author``) costs no Python step."""
     low = places.low
-    for pattern in _MARKER_ASSIGNED:
-        for m in pattern.finditer(low):
-            yield m.start()
+    return [m.start() for pattern in _MARKER_ASSIGNED for m in pattern.finditer(low)]
 
 
-def _redact_assignments(places: _Places, hits: Callable[[_Places], Iterable[int]] = _marker_hits) -> str:
+def _redact_assignments(places: _Places, hits: Callable[[_Places], list[int]] = _marker_hits) -> str:
     """The literal of every assignment to a secret name: names are found from their markers (every
     secret name holds one), then matched where they start, so nothing before them can hide them.
     ``hits``: where to look for names (every marker, or only where an assignment may follow)."""
-    text, seen, found = places.text, set(), []
-    names = None   # the ASCII image of ``text``: name characters ``a``, the others spaces
-    for at in hits(places):
-        if names is None:
-            names = text.encode("ascii", "replace").translate(_NAME_TABLE)
+    text, seen, found, ats = places.text, set(), [], hits(places)
+    if not ats:
+        return text
+    names = text.encode("ascii", "replace").translate(_NAME_TABLE)   # name characters ``a``, others spaces
+    for at in ats:
         start = names.rfind(b" ", 0, at) + 1
         if start in seen:
             continue
