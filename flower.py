@@ -898,8 +898,11 @@ _NAMED = r"[a-z0-9_.\-]*\\*[\"']?"
 
 
 def _marker_pattern(head: str, rests: str, starts: bool) -> _LazyPattern:
-    inside = f"(?<=[a-z0-9_.\\-]{head})(?:{rests}){_NAMED}(?:[ \\t]*[=:]|[ \\t]+[^\\-\\s])"
-    return _ascii_re(f"{head}(?:{inside}|(?:{rests}){_NAMED}[ \\t]*[=:])" if starts else head + inside)
+    """``head`` then one of ``rests`` (``|``-separated, or nothing), as _MARKER_ASSIGNED says; the
+    head comes first, so the regex engine jumps from one place of it to the next."""
+    rest = f"(?:{rests})" if rests else ""
+    inside = f"(?<=[a-z0-9_.\\-]{head}){rest}{_NAMED}(?:[ \\t]*[=:]|[ \\t]+[^\\-\\s])"
+    return _ascii_re(f"{head}(?:{inside}|{rest}{_NAMED}[ \\t]*[=:])" if starts else head + inside)
 
 
 _MARKER_ASSIGNED = [_marker_pattern(head, rests, head not in ("key", "signature"))
