@@ -883,9 +883,11 @@ def safe_name(name: str) -> str:
 # lines (PEM, PGP, PuTTY); token shapes and word rules (names, headers, flags, URLs), each of which only
 # ever looks at one line. Speed: every pattern starts with a literal (the regex engine jumps from one
 # occurrence to the next instead of trying every position); the word rules are tried only where their
-# words occur (found once per text); on a long text the shape rules run only on the lines that hold a
-# token-like run a shape may begin (a byte scan of an ASCII image). _redact_reference() runs every rule
-# over the whole text, and the tests check that redact() gives the same output.
+# words occur (found once per text), the assignment rule only where the regex engine finds a marker in a
+# name that an operator or a flag's value follows; on a long text the shape rules run only on the lines
+# that hold a token-like run a shape may begin (a byte scan of an ASCII image). _redact_reference() runs
+# every rule over the whole text, at every place of its words, and the tests check that redact() gives
+# the same output.
 
 REDACTED = "[REDACTED]"
 # a token starts after a non-token character, or right after a JSON escape such as ``\n``
@@ -954,7 +956,8 @@ _RUN_PREFIXES = ("sk-", "sk_live_", "sk_test_", "rk_live_", "rk_test_", "pk_live
 _DOT_PREFIXES = ("ya29.", "SG.", "hvs.", "hvb.", "hvr.", ".atlasv1.")
 _DISCORD_PREFIXES = ("MT", "Mj", "Mz", "ND", "NT", "Nj", "Nz", "OD", "OT")
 _RUN_STARTS = tuple(p.encode() for p in _RUN_PREFIXES + _DISCORD_PREFIXES)
-_DOT_ENDS = tuple(p.encode() for p in _DOT_PREFIXES)
+_DOT_ENDS = tuple(p.encode() for p in _DOT_PREFIXES)   # each ends with "."
+_RUN_HEADS = frozenset(p[:2] for p in _RUN_STARTS)      # each prefix is 2+ characters long
 _RUN = b"a" * 20
 _RUN_TABLE = bytes(97 if chr(i).isascii() and (chr(i).isalnum() or chr(i) in "_-") else 32 for i in range(256))
 
@@ -1005,6 +1008,26 @@ _WORD_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz012
 # every secret name holds one of these (lowercase): where none occurs, no assignment rule can apply
 _NAME_MARKERS = ("passw", "passphrase", "pwd", "token", "secret", "key", "cred", "auth", "dsn", "jwt", "webhook",
                  "connection", "signature")
+# In the lowercase image, a marker in a name that an operator follows (after the quote that closes the
+# name), or, when the marker is not where the name starts (a flag's starts with its dashes), a space and
+# a value. ``key`` and ``signature`` name a secret only after another part (``api_key``, ``amz_signature``),
+# so a name that starts with them (``key=len``, ``keys=6``) is not looked at. One pattern for the markers
+# that share a head: one scan of the text finds them all.
+_NAMED = r"[a-z0-9_.\-]*\\*[\"']?"
+
+
+def _marker_pattern(head: str, rests: str, starts: bool) -> _LazyPattern:
+    """``head`` then one of ``rests`` (``|``-separated, or nothing), as _MARKER_ASSIGNED says; the
+    head comes first, so the regex engine jumps from one place of it to the next."""
+    rest = f"(?:{rests})" if rests else ""
+    inside = f"(?<=[a-z0-9_.\\-]{head}){rest}{_NAMED}(?:[ \\t]*[=:]|[ \\t]+[^\\-\\s])"
+    return _ascii_re(f"{head}(?:{inside}|{rest}{_NAMED}[ \\t]*[=:])" if starts else head + inside)
+
+
+_MARKER_ASSIGNED = [_marker_pattern(head, rests, head not in ("key", "signature"))
+                    for head, rests in (("pass", "w|phrase"), ("pwd", ""), ("token", ""), ("secret", ""), ("key", ""),
+                                        ("cred", ""), ("auth", ""), ("dsn", ""), ("jwt", ""), ("webhook", ""),
+                                        ("connection", ""), ("signature", ""))]
 _SECRET_WORDS = frozenset({"password", "passwd", "pwd", "passphrase", "token", "secret", "apikey", "credential",
                            "credentials", "auth", "authorization", "authtoken", "dsn", "jwt", "webhook",
                            "connectionstring"})
@@ -1081,13 +1104,13 @@ def _credential_like(value: str) -> bool:
     kinds credentials use, mixing letters and digits (or 20+ of them with no ``_``, unlike a name)."""
     return len(value) >= 6 and bool(_CREDENTIAL_CHARS.fullmatch(value)) and (
         (len(value) >= 20 and "_" not in value)
-        or (any(c.isdigit() for c in value) and any(c.isalpha() for c in value)))
+        or (any(map(str.isdigit, value)) and any(map(str.isalpha, value))))
 
 
 def _variable(value: str) -> bool:
     """A name with no digit in it (``t``, ``password``, ``PlainToken``, ``DEFAULT_TOKEN``): in code, a
     variable; in a document, a placeholder or a word."""
-    return bool(_IDENTIFIER.fullmatch(value)) and not any(c.isdigit() for c in value)
+    return bool(_IDENTIFIER.fullmatch(value)) and not any(map(str.isdigit, value))
 
 
 def _line_rest(text: str, at: int) -> str:
@@ -1100,7 +1123,7 @@ def _expression(value: str) -> bool:
     ``settings.API_KEY``; not ``s.<long random part>``), a command substitution."""
     if not _EXPRESSION.fullmatch(value):
         return False
-    return not (_DOTTED.fullmatch(value) and any(len(p) >= 16 and any(c.isdigit() for c in p)
+    return not (_DOTTED.fullmatch(value) and any(len(p) >= 16 and any(map(str.isdigit, p))
                                                  for p in value.split(".")))
 
 
@@ -1180,21 +1203,41 @@ def _secret_name_at(text: str, start: int, end: int) -> int:
     return start
 
 
-def _redact_assignments(places: _Places) -> str:
+def _marker_hits(places: _Places) -> list[int]:
+    """Every occurrence of a name marker."""
+    return [at for word in _NAME_MARKERS for at in places.of(word)]
+
+
+def _assigned_marker_hits(places: _Places) -> list[int]:
+    """The occurrences of name markers that :data:`_ASSIGNMENT` may match from: in a name that an
+    operator follows, or in a flag. Found by the regex engine, so a marker in prose (``the key
+    lookup``, ``author``) costs no Python step."""
+    low = places.low
+    return [m.start() for pattern in _MARKER_ASSIGNED for m in pattern.finditer(low)]
+
+
+def _redact_assignments(places: _Places, hits: Callable[[_Places], list[int]] = _marker_hits) -> str:
     """The literal of every assignment to a secret name: names are found from their markers (every
-    secret name holds one), then matched where they start, so nothing before them can hide them."""
-    text, seen = places.text, {}
-    names = None   # the ASCII image of ``text``: name characters ``a``, the others spaces
-    for word in _NAME_MARKERS:
-        for at in places.of(word):
-            if names is None:
-                names = text.encode("ascii", "replace").translate(_NAME_TABLE)
-            start = names.rfind(b" ", 0, at) + 1
-            if start not in seen:
-                end = names.find(b" ", at)
-                seen[start] = _secret_name_at(text, start, len(text) if end < 0 else end)
+    secret name holds one), then matched where they start, so nothing before them can hide them.
+    ``hits``: where to look for names (every marker, or only where an assignment may follow)."""
+    text, seen, found, ats = places.text, set(), [], hits(places)
+    if not ats:
+        return text
+    names = text.encode("ascii", "replace").translate(_NAME_TABLE)   # name characters ``a``, others spaces
+    for at in ats:
+        start = names.rfind(b" ", 0, at) + 1
+        if start in seen:
+            continue
+        seen.add(start)
+        end = names.find(b" ", at)
+        end = len(text) if end < 0 else end
+        # most names are plain words (``key``, ``author``): one cached look decides them
+        if text[start] in "-nrt" or _secret_name(text[start:end]):
+            start = _secret_name_at(text, start, end)
+            if start >= 0:
+                found.append(start)
     spans, last = [], 0
-    for start in sorted(s for s in seen.values() if s >= 0):
+    for start in sorted(found):
         if start < last:
             continue   # inside a value already redacted
         m = _ASSIGNMENT.match(text, start)
@@ -1227,12 +1270,14 @@ def _word_start(text: str, at: int) -> bool:
     return text[at - 1] in "nrt" and at >= 2 and text[at - 2] == "\\"
 
 
+@functools.lru_cache(maxsize=None)
+def _word_re(word: str) -> re.Pattern:
+    return re.compile(re.escape(word))
+
+
 class _Places:
     """Where words occur in a text (in its lowercase ASCII image unless asked by case), each word
-    looked for once however many rules ask; a word that holds another (``authorization``, ``auth``)
-    is found among the other's places."""
-
-    _WITHIN = {"authorization": "auth", "password": "passw"}
+    looked for once however many rules ask."""
 
     def __init__(self, text: str):
         self.text, self.low, self._found = text, _ascii_lower(text), {}
@@ -1242,8 +1287,8 @@ class _Places:
         found = self._found.get((word, case))
         if found is None:
             hay = self.text if case else self.low
-            if word in self._WITHIN:
-                found = [at for at in self.of(self._WITHIN[word]) if hay.startswith(word, at)]
+            if len(word) < 8:   # the regex engine finds a short word faster than str.find
+                found = [m.start() for m in _word_re(word).finditer(hay)]
             else:
                 found, at = [], hay.find(word)
                 while at >= 0:
@@ -1272,6 +1317,33 @@ def _anchored(words: tuple[str, ...], pattern: _LazyPattern, replace: Callable[[
                 out += (text[last:at], new)
                 last = m.end()
         return "".join(out) + text[last:] if out else text
+    return rule
+
+
+def _subbed(word: str, pattern: _LazyPattern, replace: Callable[[re.Match], str | None],
+            needs: str = "") -> Callable[[_Places], str]:
+    """The rule ``_anchored((word,), pattern, replace, None, case=True)`` for a pattern that starts
+    with ``word`` and whose matches hold no other place of it: where the word is frequent, the regex
+    engine goes from one place to the next itself, with no Python step where a match fails, and not
+    at all when the text lacks ``needs`` (a character every match holds)."""
+    anchored = _anchored((word,), pattern, replace, None, case=True)
+
+    def rule(places: _Places) -> str:
+        text, changed = places.text, False
+        if len(places.of(word, True)) < 64:
+            return anchored(places)   # its places are known already: no scan of the text
+        if needs and needs not in text:
+            return text
+
+        def found(m: re.Match) -> str:
+            nonlocal changed
+            new = replace(m)
+            if new is None:
+                return m.group(0)
+            changed = True
+            return new
+        out = pattern.sub(found, text)
+        return out if changed else text
     return rule
 
 
@@ -1325,7 +1397,7 @@ def _second(check: Callable[[str], bool] = _could_be_secret, after: str = "") ->
 _SHAPE_RULES = [(kind, prefixes, _sub_shape(kind, pattern)) for kind, prefixes, pattern in _SHAPES]
 # (kind, rule(places)): the rules for names, headers, flags and URLs, in the order they
 # run; each finds its own words, so it costs next to nothing where they do not occur
-_WORD_RULES = [
+_PLAIN_WORD_RULES = [
     ("webhook url", _anchored(("://",), _WEBHOOK_URL, _second(lambda v: True), None, case=True)),
     ("sentry dsn", _anchored(("://",), _URL_KEY_USER, _second(lambda v: True), None, case=True)),
     ("authorization header", _anchored(("authorization",), _AUTH_HEADER, _auth_header)),
@@ -1338,6 +1410,16 @@ _WORD_RULES = [
     (".netrc password", _anchored(("password",), _NETRC, _netrc_entry, case=True)),
     ("sig= parameter", _anchored(("sig=",), _SIG_PARAM, _second(), _token_start)),
     ("assignment or flag", _redact_assignments),
+]
+# what redact() runs: the same rules, with no Python step where a word occurs but cannot match
+# (_redact_reference() runs the plain ones, and the tests check that both give the same output)
+_WORD_RULES = [
+    ("webhook url", _subbed("://", _WEBHOOK_URL, _second(lambda v: True))),
+    ("sentry dsn", _subbed("://", _URL_KEY_USER, _second(lambda v: True), needs="@")),
+    *_PLAIN_WORD_RULES[2:4],
+    ("url password", _subbed("://", _URL_PASSWORD, _second(after="@"), needs="@")),
+    *_PLAIN_WORD_RULES[5:-1],
+    ("assignment or flag", functools.partial(_redact_assignments, hits=_assigned_marker_hits)),
 ]
 _SMALL = 2048   # below this, looking for token-like runs costs more than looking for every prefix
 
@@ -1406,8 +1488,10 @@ def _shape_lines(text: str) -> dict[int, int]:
     while at >= 0:
         end = runs.find(b" ", at)
         end = n if end < 0 else end
-        if (image.startswith(_RUN_STARTS, at) or image.endswith(_DOT_ENDS, 0, at) or image[at - 1:at] == b"\\"
-                or (image[at - 1:at] == b":" and image.startswith(b"AA", at))) and _shape_run(text, at, end):
+        before = image[at - 1:at]
+        if ((image[at:at + 2] in _RUN_HEADS and image.startswith(_RUN_STARTS, at))
+                or (before == b"." and image.endswith(_DOT_ENDS, 0, at)) or before == b"\\"
+                or (before == b":" and image.startswith(b"AA", at))) and _shape_run(text, at, end):
             line_end = image.find(b"\n", end)
             lines[image.rfind(b"\n", 0, at) + 1] = n if line_end < 0 else line_end
         at = runs.find(_RUN, end)
@@ -1454,7 +1538,7 @@ def _redact_reference(value: str, env_secrets: list[str] | None = None) -> str:
     out = _redact_env_and_blocks(value, env_secrets)
     for _, _, rule in _SHAPE_RULES:
         out = rule(out)
-    for _, rule in _WORD_RULES:
+    for _, rule in _PLAIN_WORD_RULES:
         out = rule(_Places(out))
     return out
 
