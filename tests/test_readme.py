@@ -204,17 +204,16 @@ class ShellExamples(unittest.TestCase):
         self.assertEqual(again[0], "python3 flower.py")
         self.assertEqual(again[2], 0, "a wake with nothing new after achieved paid a call")
         self.assertIn("nothing to do", again[1].stderr)
-        # The output excerpt: each line it shows appears, with costs and paths free.
+        # The output excerpt (after its "...") is the end of a real run's output, costs and paths free.
         excerpt = next(lines for info, lines in found if first_line(lines) == "...")
-        output = first.stderr + first.stdout
-        for line in excerpt:
-            if line.strip() in ("", "..."):
-                continue
-            pattern = re.escape(line.strip())
+        patterns = []
+        for line in excerpt[1:]:
+            pattern = re.escape(line)
             pattern = re.sub(r"\\\$0\\\.\d+", r"\\$[0-9.]+", pattern)
-            pattern = re.sub(r"\d+\\ turns", r"\\d+ turns?", pattern)
-            pattern = pattern.replace(re.escape("~/proj/.flower/manifest.jsonl"), r"\S*manifest\.jsonl")
-            self.assertRegex(output, pattern, f"README output line {line!r} not in a real run")
+            pattern = re.sub(r"\d+\\ turns?", r"\\d+\\ turns?", pattern)
+            patterns.append(pattern.replace(re.escape("~/proj/.flower/manifest.jsonl"), r"\S*manifest\.jsonl"))
+        self.assertRegex(first.stderr + first.stdout, "\n".join(patterns) + "\n$",
+                         "the README's output excerpt is not how a real run ends")
         # The wake sentence was added to the brief.
         with open(os.path.join(self.ws, ".flower", "notes", "brief.md"), encoding="utf-8") as fh:
             self.assertIn("also say bye", fh.read())
