@@ -9909,9 +9909,19 @@ class Reporter:
         self._clear_status()
 
 
+def program_name(argv0: str | None = None) -> str:
+    """How the user invoked flower, for usage lines and suggestions: ``flower`` from the installed
+    command, ``python3 flower.py`` when the file is run (``argv0`` defaults to ``sys.argv[0]``). Any
+    other caller (a test runner, a program calling ``main``) gets ``python3 flower.py``."""
+    base = os.path.basename(sys.argv[0] if argv0 is None else argv0)
+    if re.fullmatch(r"flower[\w-]*", base):
+        return base
+    return "python3 flower.py"
+
+
 class _ArgParser(argparse.ArgumentParser):
     def error(self, message: str) -> Any:  # one line, exit 2, no usage dump
-        raise FlowerError(f"{message} (see: python3 flower.py --help)", EXIT_USAGE)
+        raise FlowerError(f"{message} (see: {program_name()} --help)", EXIT_USAGE)
 
 
 KNOWN_TOOLS = frozenset({
@@ -10024,16 +10034,17 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     """The argument parser (``go`` is the default subcommand). With ``only`` (a command name), the
     parser of that one command alone is built; with ``only=""``, none (what ``--help`` and one command
     need: less to build on every start). The top-level help lists the commands either way."""
-    parser = _ArgParser(prog="flower.py", usage=(
-        'python3 flower.py ["what should be done"]        (= go)\n'
-        "       python3 flower.py COMMAND [options] ...      (COMMAND --help for its options)"),
+    prog = program_name()
+    parser = _ArgParser(prog=prog, usage=(
+        f'{prog} ["what should be done"]        (= go)\n'
+        f"       {prog} COMMAND [options] ...      (COMMAND --help for its options)"),
         description="Keep a long agent job going with Claude. Run it again in the same directory and it carries on.",
         epilog=_top_epilog(), formatter_class=_RawHelpFormatter)
     parser.add_argument("--version", action="version", version=f"flower.py {__version__}")
     _global_options(parser)
     if only == "":
         return parser
-    sub = parser.add_subparsers(dest="command", parser_class=_ArgParser, prog="python3 flower.py",
+    sub = parser.add_subparsers(dest="command", parser_class=_ArgParser, prog=prog,
                                 help=argparse.SUPPRESS)
 
     def command(name: str) -> argparse.ArgumentParser:
@@ -10135,8 +10146,9 @@ def _split_command(argv: list[str]) -> list[str]:
         close = difflib.get_close_matches(word.lower(), [*SUBCOMMANDS, "help"], n=1, cutoff=0.75)
         if close:
             hint = "--help" if close[0] == "help" else close[0]
-            raise FlowerError(f"{word!r} is not a command; did you mean: python3 flower.py {hint}? "
-                              f"(for a one-word task: python3 flower.py go {word})", EXIT_USAGE)
+            prog = program_name()
+            raise FlowerError(f"{word!r} is not a command; did you mean: {prog} {hint}? "
+                              f"(for a one-word task: {prog} go {word})", EXIT_USAGE)
     return ["go"] + argv
 
 
@@ -10144,7 +10156,7 @@ def _check_settings() -> None:
     """Before anything is paid: an unusable setting is a setup problem (exit 3), named in one line."""
     problems = settings_problems()
     if problems:
-        more = f" (and {len(problems) - 1} more: python3 flower.py doctor)" if len(problems) > 1 else ""
+        more = f" (and {len(problems) - 1} more: {program_name()} doctor)" if len(problems) > 1 else ""
         raise FlowerError(problems[0] + more, EXIT_SETUP)
 
 
