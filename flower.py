@@ -4456,12 +4456,14 @@ def parsed_objects(texts: Iterable[Any], bad: list[int] | None = None) -> Iterat
         yield from batch
 
 
-def parsed_batches(texts: Iterable[Any], bad: list[int] | None = None) -> Iterator[list[dict]]:
+def parsed_batches(texts: Iterable[Any], bad: list[int] | None = None,
+                   scan: Callable | None = None) -> Iterator[list[dict]]:
     """The JSON objects of ``texts``, in order, a list a batch (at most BATCH_ROWS, BATCH_CHARS): its
     ASCII texts parsed as one (:func:`parsed_batch`), the others alone in their place; a dict among
     them (an entry parsed already) passes in its place. A text that holds no object raises ValueError,
-    or with ``bad`` is skipped and counted in ``bad[0]``."""
-    scan = json.decoder.JSONDecoder().scan_once
+    or with ``bad`` is skipped and counted in ``bad[0]``. ``scan``: a JSON scanner's ``scan_once`` the
+    caller has already (else one is made)."""
+    scan = scan or json.decoder.JSONDecoder().scan_once
     slots: list = []
     batch: list[str] = []
     chars = 0
@@ -4629,6 +4631,15 @@ SQL_CUT_ROWS = (f"SELECT seq, uuid, fact FROM cut_facts WHERE skey=? AND fact >=
                 f"AND fact < '{FACTS_VERSION}t' ORDER BY seq")   # of another version or kind: noted again, replaced
 SQL_NOTE_CUT = "INSERT OR REPLACE INTO cut_facts(skey, seq, uuid, fact) VALUES (?,?,?,?)"
 SQL_DATA_VERSION = "PRAGMA data_version"
+# The schema cookie: any writer's CREATE or DROP (a trigger's too) changes it; a connection that saw this
+# flower's triggers under a cookie need not look for them again while it holds
+_SCHEMA_COOKIE = "(SELECT schema_version FROM pragma_schema_version)"
+SQL_SCHEMA_VERSION = f"SELECT {_SCHEMA_COOKIE}"
+# What a trim-on load asks first, in one statement: whether the session is known, data_version, the cookie
+SQL_LOAD_HEAD = (f"SELECT (SELECT 1 FROM sessions WHERE skey=?1), (SELECT data_version FROM pragma_data_version), "
+                 f"{_SCHEMA_COOKIE}")
+# SQL_ROW_PAST and the cookie
+SQL_SMALL_HEAD = f"SELECT ({SQL_ROW_PAST}), {_SCHEMA_COOKIE}"
 # Once, when a store gets the trigger (made before it, or another writer dropped it): every row's facts
 # are worked out again from the row as it is now, a session at a time
 SQL_FACT_SESSIONS = "SELECT DISTINCT skey FROM entries"
@@ -4806,6 +4817,7 @@ class SqliteSessionStore:
         schema = self._db.execute(SQL_ENTRIES_TABLE).fetchone()
         self._rising = bool(schema) and "AUTOINCREMENT" in schema[0].upper()
         self._json = self._has_json(self._db)   # without SQLite's JSON functions no row is read cut
+        self._trusted_cookie: int | None = None   # the schema cookie this flower's triggers were last seen under
 
     @staticmethod
     def _has_json(db: sqlite3.Connection) -> bool:
@@ -4883,6 +4895,23 @@ class SqliteSessionStore:
         except BaseException:
             _rollback(db)
             raise
+
+    def _trusted_under(self, cookie: int) -> bool:
+        """Whether the store has exactly this flower's triggers, its schema cookie being ``cookie``: asked
+        of sqlite_master only when the cookie is not the one they were last seen under (a trigger dropped
+        by any connection, this one too, changes the cookie)."""
+        if cookie == self._trusted_cookie:
+            return True
+        if not self._facts_trusted(self._db):
+            return False
+        self._trusted_cookie = cookie
+        return True
+
+    def _ensure_trusted(self, cookie: int) -> None:
+        """:meth:`_trust_facts`, unless the triggers were seen under ``cookie`` already."""
+        if not self._trusted_under(cookie):
+            self._trust_facts(self._db)
+            self._trusted_under(self._db.execute(SQL_SCHEMA_VERSION).fetchone()[0])
 
     @staticmethod
     def _facts_trusted(db: sqlite3.Connection) -> bool:
@@ -5080,8 +5109,8 @@ class SqliteSessionStore:
         small = False
         if self._lock.acquire(blocking=False):
             try:
-                small = self._db.execute(SQL_ROW_PAST, (_key_string(key), self.quick_rows)).fetchone() is None \
-                    and self._facts_trusted(self._db)
+                past, cookie = self._db.execute(SQL_SMALL_HEAD, (_key_string(key), self.quick_rows)).fetchone()
+                small = past is None and self._trusted_under(cookie)
             except sqlite3.Error:
                 pass
             finally:
@@ -5104,14 +5133,14 @@ class SqliteSessionStore:
         policy = policy or PrunePolicy()
         skey = _key_string(key)
         with self._lock:
-            if not self._db.execute(SQL_SESSION_KNOWN, (skey,)).fetchone():
+            known, version, cookie = self._db.execute(SQL_LOAD_HEAD, (skey,)).fetchone()
+            if not known:
                 return None
             marks: dict[int, str] = {}
             plan = None
             with _gc_paused():
                 try:
-                    self._trust_facts(self._db)   # another connection may have dropped a trigger since
-                    version = self._db.execute(SQL_DATA_VERSION).fetchone()[0]
+                    self._ensure_trusted(cookie)   # another connection may have dropped a trigger since
                     plan, left, rows = self._planned_rows(skey, policy)
                     found: list[tuple] = []
                     done = _prune(self._fresh(rows, marks, plan, found), policy, True, left, marks, plan, estimate)
@@ -5181,7 +5210,7 @@ class SqliteSessionStore:
                 n += 1
                 yield payload
         first = noting = 0   # the position of a batch's first entry; the next of ``notes``
-        for batch in parsed_batches(texts()):
+        for batch in parsed_batches(texts(), scan=scan):
             while noting < len(notes) and notes[noting][0] < first + len(batch):   # before prune changes it
                 at, seq, payload = notes[noting]
                 notes[noting] = None   # its payload is kept no longer than its batch
