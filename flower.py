@@ -4667,9 +4667,12 @@ _LOAD_ROWS = (f"SELECT {{payload}}, facts, CASE WHEN facts >= '{FACTS_VERSION}b'
 SQL_LOAD_WITH_FACTS = _LOAD_ROWS.format(payload="payload", seq="NULL")
 # A trim-on load also tells the seqs of the rows it reads cut (?2, a JSON array): those bring their uuid
 # in place of their payload, which SQLite then never reads (a row's big text lies in overflow pages)
+_NOTABLE_SEQ = f"CASE WHEN facts IS NULL OR facts >= '{FACTS_VERSION}t' THEN seq END"
 SQL_LOAD_TRIMMING = _LOAD_ROWS.format(
     payload="CASE WHEN facts IS NULL AND seq IN (SELECT value FROM json_each(?2)) THEN uuid ELSE payload END",
-    seq=f"CASE WHEN facts IS NULL OR facts >= '{FACTS_VERSION}t' THEN seq END")
+    seq=_NOTABLE_SEQ)
+# The same when no row is read cut (most keys): without the json_each lookup, a fifth of a small key's SELECT
+SQL_LOAD_UNCUT = _LOAD_ROWS.format(payload="payload", seq=_NOTABLE_SEQ)
 # Every row, but those with a cut fact (and the uuid it was noted of) bring their uuid and fact, not their payload
 SQL_LOAD_OUTLINE = (f"SELECT CASE WHEN c.fact IS NULL THEN e.payload ELSE e.uuid END, c.fact FROM entries e "
                     f"LEFT JOIN cut_facts c ON c.skey = e.skey AND c.seq = e.seq AND c.uuid = e.uuid "
@@ -5174,11 +5177,13 @@ class SqliteSessionStore:
         plan.noted = {seq for seq, _, _ in cuts}
         if cuts:
             plan_cuts(plan, cuts, policy, functools.partial(present_names, policy.spill_dir or ".flower/spill"))
+        if not plan.cuts:
+            return plan, left, self._db.execute(SQL_LOAD_UNCUT, (skey,))
         return plan, left, self._db.execute(SQL_LOAD_TRIMMING, (skey, _json_text(list(plan.cuts))))
 
     @staticmethod
     def _fresh(rows: Iterable[tuple], marks: dict, plan: LeavePlan | None, found: list) -> Iterator[dict]:
-        """The entries of rows of SQL_LOAD_WITH_FACTS or SQL_LOAD_TRIMMING, in order, parsed a batch at a
+        """The entries of rows of SQL_LOAD_WITH_FACTS, SQL_LOAD_UNCUT or SQL_LOAD_TRIMMING, in order, parsed a batch at a
         time (:func:`parsed_objects`; a batch fresh in the CPU cache while prune indexes it), but for the
         rows ``plan`` leaves unread, and those it reads cut (from their facts' skeletons); Bash verdicts
         go to ``marks`` (see :func:`_prune`), and (seq, uuid, fact) of the big results read whole

@@ -18,7 +18,7 @@ from tests.transcripts import anchor_transcript, random_transcript
 PK = "proj"
 
 
-class TriggerCookieTest(unittest.TestCase):
+class StoreCase(unittest.TestCase):
     def setUp(self):
         tmp = tempfile.TemporaryDirectory()
         self.addCleanup(tmp.cleanup)
@@ -36,6 +36,8 @@ class TriggerCookieTest(unittest.TestCase):
         self.assertEqual(got, want)
         self.assertEqual(report.as_dict(), want_report.as_dict())
 
+
+class TriggerCookieTest(StoreCase):
     def test_triggers_are_looked_up_once_while_the_schema_holds(self):
         key = {"project_key": PK, "session_id": "s"}
         self.store.append_sync(key, anchor_transcript(200))
@@ -93,6 +95,39 @@ class TriggerCookieTest(unittest.TestCase):
             got = asyncio.run(every())
             for key, entries in zip(keys, got):
                 self.assertEqual(entries, flower.prune(self.store.load_sync(key), self.policy)[0])
+
+
+class UncutKeysTest(StoreCase):
+    def test_keys_without_cuts_still_note_them_and_later_loads_read_rows_cut(self):
+        from tests.test_bigload import forget_listings, session_with_big_results
+        forget_listings()
+        self.addCleanup(forget_listings)
+        self.policy = flower.PrunePolicy(trim=True, trim_keep=2, spill_dir=self.spill)
+        keys = []
+        for k in range(8):
+            key = {"project_key": PK, "session_id": "s", "subpath": f"subagents/agent-{k}"}
+            self.store.append_sync(key, session_with_big_results(k, 6 if k % 2 else 0, sid="s"))
+            keys.append(key)
+        wrapped = flower.PruningSessionStore(self.store, policy=self.policy)
+
+        async def every():
+            return [await wrapped.load(key) for key in keys]
+        executed = []
+        real_fresh = flower.SqliteSessionStore._fresh
+
+        def fresh(rows, marks, plan, found):
+            executed.append(len(plan.cuts) if plan else None)
+            return real_fresh(rows, marks, plan, found)
+        with unittest.mock.patch.object(flower.SqliteSessionStore, "_fresh", staticmethod(fresh)):
+            for round in range(2):
+                got = asyncio.run(every())
+                for key, entries in zip(keys, got):
+                    self.assertEqual(entries, flower.prune(self.store.load_sync(key), self.policy)[0])
+                if round == 0:   # no spill file yet: no row read cut, but the big ones' cut facts noted
+                    self.assertEqual(executed, [0] * 8)
+                    noted = self.other.execute("SELECT COUNT(*) FROM cut_facts").fetchone()[0]
+                    self.assertGreater(noted, 0)
+        self.assertEqual([bool(n) for n in executed[8:]], [bool(k % 2) for k in range(8)])   # read cut now
 
 
 class OneScannerTest(unittest.TestCase):
