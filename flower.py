@@ -5183,8 +5183,8 @@ class SqliteSessionStore:
 
     @staticmethod
     def _fresh(rows: Iterable[tuple], marks: dict, plan: LeavePlan | None, found: list) -> Iterator[dict]:
-        """The entries of rows of SQL_LOAD_WITH_FACTS, SQL_LOAD_UNCUT or SQL_LOAD_TRIMMING, in order, parsed a batch at a
-        time (:func:`parsed_objects`; a batch fresh in the CPU cache while prune indexes it), but for the
+        """The entries of rows of SQL_LOAD_WITH_FACTS, SQL_LOAD_UNCUT or SQL_LOAD_TRIMMING, in order, parsed
+        a batch at a time (:func:`parsed_objects`; a batch fresh in the CPU cache while prune indexes it), but for the
         rows ``plan`` leaves unread, and those it reads cut (from their facts' skeletons); Bash verdicts
         go to ``marks`` (see :func:`_prune`), and (seq, uuid, fact) of the big results read whole
         without a noted cut fact to ``found``, when the plan notes them. Raises ValueError at a row
