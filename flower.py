@@ -4540,12 +4540,14 @@ def parsed_objects(texts: Iterable[Any], bad: list[int] | None = None) -> Iterat
         yield from batch
 
 
-def parsed_batches(texts: Iterable[Any], bad: list[int] | None = None) -> Iterator[list[dict]]:
+def parsed_batches(texts: Iterable[Any], bad: list[int] | None = None,
+                   scan: Callable | None = None) -> Iterator[list[dict]]:
     """The JSON objects of ``texts``, in order, a list a batch (at most BATCH_ROWS, BATCH_CHARS): its
     ASCII texts parsed as one (:func:`parsed_batch`), the others alone in their place; a dict among
     them (an entry parsed already) passes in its place. A text that holds no object raises ValueError,
-    or with ``bad`` is skipped and counted in ``bad[0]``."""
-    scan = json.decoder.JSONDecoder().scan_once
+    or with ``bad`` is skipped and counted in ``bad[0]``. ``scan``: a JSON scanner's ``scan_once`` the
+    caller has already (else one is made)."""
+    scan = scan or json.decoder.JSONDecoder().scan_once
     slots: list = []
     batch: list[str] = []
     chars = 0
@@ -4713,6 +4715,15 @@ SQL_CUT_ROWS = (f"SELECT seq, uuid, fact FROM cut_facts WHERE skey=? AND fact >=
                 f"AND fact < '{FACTS_VERSION}t' ORDER BY seq")   # of another version or kind: noted again, replaced
 SQL_NOTE_CUT = "INSERT OR REPLACE INTO cut_facts(skey, seq, uuid, fact) VALUES (?,?,?,?)"
 SQL_DATA_VERSION = "PRAGMA data_version"
+# The schema cookie: any writer's CREATE or DROP (a trigger's too) changes it; a connection that saw this
+# flower's triggers under a cookie need not look for them again while it holds
+_SCHEMA_COOKIE = "(SELECT schema_version FROM pragma_schema_version)"
+SQL_SCHEMA_VERSION = f"SELECT {_SCHEMA_COOKIE}"
+# What a trim-on load asks first, in one statement: whether the session is known, data_version, the cookie
+SQL_LOAD_HEAD = (f"SELECT (SELECT 1 FROM sessions WHERE skey=?1), (SELECT data_version FROM pragma_data_version), "
+                 f"{_SCHEMA_COOKIE}")
+# SQL_ROW_PAST and the cookie
+SQL_SMALL_HEAD = f"SELECT ({SQL_ROW_PAST}), {_SCHEMA_COOKIE}"
 # Once, when a store gets the trigger (made before it, or another writer dropped it): every row's facts
 # are worked out again from the row as it is now, a session at a time
 SQL_FACT_SESSIONS = "SELECT DISTINCT skey FROM entries"
@@ -4740,9 +4751,12 @@ _LOAD_ROWS = (f"SELECT {{payload}}, facts, CASE WHEN facts >= '{FACTS_VERSION}b'
 SQL_LOAD_WITH_FACTS = _LOAD_ROWS.format(payload="payload", seq="NULL")
 # A trim-on load also tells the seqs of the rows it reads cut (?2, a JSON array): those bring their uuid
 # in place of their payload, which SQLite then never reads (a row's big text lies in overflow pages)
+_NOTABLE_SEQ = f"CASE WHEN facts IS NULL OR facts >= '{FACTS_VERSION}t' THEN seq END"
 SQL_LOAD_TRIMMING = _LOAD_ROWS.format(
     payload="CASE WHEN facts IS NULL AND seq IN (SELECT value FROM json_each(?2)) THEN uuid ELSE payload END",
-    seq=f"CASE WHEN facts IS NULL OR facts >= '{FACTS_VERSION}t' THEN seq END")
+    seq=_NOTABLE_SEQ)
+# The same when no row is read cut (most keys): without the json_each lookup, a fifth of a small key's SELECT
+SQL_LOAD_UNCUT = _LOAD_ROWS.format(payload="payload", seq=_NOTABLE_SEQ)
 # Every row, but those with a cut fact (and the uuid it was noted of) bring their uuid and fact, not their payload
 SQL_LOAD_OUTLINE = (f"SELECT CASE WHEN c.fact IS NULL THEN e.payload ELSE e.uuid END, c.fact FROM entries e "
                     f"LEFT JOIN cut_facts c ON c.skey = e.skey AND c.seq = e.seq AND c.uuid = e.uuid "
@@ -4892,6 +4906,7 @@ class SqliteSessionStore:
         schema = self._db.execute(SQL_ENTRIES_TABLE).fetchone()
         self._rising = bool(schema) and "AUTOINCREMENT" in schema[0].upper()
         self._json = self._has_json(self._db)   # without SQLite's JSON functions no row is read cut
+        self._trusted_cookie: int | None = None   # the schema cookie this flower's triggers were last seen under
 
     @staticmethod
     def _has_json(db: sqlite3.Connection) -> bool:
@@ -4969,6 +4984,23 @@ class SqliteSessionStore:
         except BaseException:
             _rollback(db)
             raise
+
+    def _trusted_under(self, cookie: int) -> bool:
+        """Whether the store has exactly this flower's triggers, its schema cookie being ``cookie``: asked
+        of sqlite_master only when the cookie is not the one they were last seen under (a trigger dropped
+        by any connection, this one too, changes the cookie)."""
+        if cookie == self._trusted_cookie:
+            return True
+        if not self._facts_trusted(self._db):
+            return False
+        self._trusted_cookie = cookie
+        return True
+
+    def _ensure_trusted(self, cookie: int) -> None:
+        """:meth:`_trust_facts`, unless the triggers were seen under ``cookie`` already."""
+        if not self._trusted_under(cookie):
+            self._trust_facts(self._db)
+            self._trusted_under(self._db.execute(SQL_SCHEMA_VERSION).fetchone()[0])
 
     @staticmethod
     def _facts_trusted(db: sqlite3.Connection) -> bool:
@@ -5185,8 +5217,8 @@ class SqliteSessionStore:
         small = False
         if self._lock.acquire(blocking=False):
             try:
-                small = self._db.execute(SQL_ROW_PAST, (_key_string(key), self.quick_rows)).fetchone() is None \
-                    and self._facts_trusted(self._db)
+                past, cookie = self._db.execute(SQL_SMALL_HEAD, (_key_string(key), self.quick_rows)).fetchone()
+                small = past is None and self._trusted_under(cookie)
             except sqlite3.Error:
                 pass
             finally:
@@ -5209,14 +5241,14 @@ class SqliteSessionStore:
         policy = policy or PrunePolicy()
         skey = _key_string(key)
         with self._lock:
-            if not self._db.execute(SQL_SESSION_KNOWN, (skey,)).fetchone():
+            known, version, cookie = self._db.execute(SQL_LOAD_HEAD, (skey,)).fetchone()
+            if not known:
                 return None
             marks: dict[int, str] = {}
             plan = None
             with _gc_paused():
                 try:
-                    self._trust_facts(self._db)   # another connection may have dropped a trigger since
-                    version = self._db.execute(SQL_DATA_VERSION).fetchone()[0]
+                    self._ensure_trusted(cookie)   # another connection may have dropped a trigger since
                     plan, left, rows = self._planned_rows(skey, policy)
                     found: list[tuple] = []
                     done = _prune(self._fresh(rows, marks, plan, found), policy, True, left, marks, plan, estimate)
@@ -5250,12 +5282,14 @@ class SqliteSessionStore:
         plan.noted = {seq for seq, _, _ in cuts}
         if cuts:
             plan_cuts(plan, cuts, policy, functools.partial(present_names, policy.spill_dir or ".flower/spill"))
+        if not plan.cuts:
+            return plan, left, self._db.execute(SQL_LOAD_UNCUT, (skey,))
         return plan, left, self._db.execute(SQL_LOAD_TRIMMING, (skey, _json_text(list(plan.cuts))))
 
     @staticmethod
     def _fresh(rows: Iterable[tuple], marks: dict, plan: LeavePlan | None, found: list) -> Iterator[dict]:
-        """The entries of rows of SQL_LOAD_WITH_FACTS or SQL_LOAD_TRIMMING, in order, parsed a batch at a
-        time (:func:`parsed_objects`; a batch fresh in the CPU cache while prune indexes it), but for the
+        """The entries of rows of SQL_LOAD_WITH_FACTS, SQL_LOAD_UNCUT or SQL_LOAD_TRIMMING, in order, parsed
+        a batch at a time (:func:`parsed_objects`; a batch fresh in the CPU cache while prune indexes it), but for the
         rows ``plan`` leaves unread, and those it reads cut (from their facts' skeletons); Bash verdicts
         go to ``marks`` (see :func:`_prune`), and (seq, uuid, fact) of the big results read whole
         without a noted cut fact to ``found``, when the plan notes them. Raises ValueError at a row
@@ -5286,7 +5320,7 @@ class SqliteSessionStore:
                 n += 1
                 yield payload
         first = noting = 0   # the position of a batch's first entry; the next of ``notes``
-        for batch in parsed_batches(texts()):
+        for batch in parsed_batches(texts(), scan=scan):
             while noting < len(notes) and notes[noting][0] < first + len(batch):   # before prune changes it
                 at, seq, payload = notes[noting]
                 notes[noting] = None   # its payload is kept no longer than its batch
