@@ -1962,20 +1962,42 @@ def stop_own_clis(run_dir: str, grace: float = CLI_GRACE) -> list[int]:
     The CLI gets SIGTERM (it writes its transcript, which the runtime then takes into the store),
     its group SIGKILL after ``grace`` seconds. Blocking. Returns the pids stopped."""
     live = os.path.join(run_dir, "live")
+    script = os.path.join(run_dir, "cli-guard.py")
     try:
         names = [n for n in os.listdir(live) if n.endswith(".json")]
     except OSError:
-        return []
+        names = []
     guards = []
     for name in names:
         record = _peek_json(os.path.join(live, name))
         if not isinstance(record, dict) or record.get("parent") != os.getpid() or not isinstance(record.get("pid"), int):
             continue
-        if os.path.join(run_dir, "cli-guard.py") in _cmdline(record["pid"]):
+        if script in _cmdline(record["pid"]):
             guards.append(_guard_pair(record))
         with contextlib.suppress(OSError):
             os.unlink(os.path.join(live, name))
+    # a guard whose record could not be written (the run dir was full) is still this process's child:
+    # stopped through the guard, which passes SIGTERM on to its CLI
+    known = {guard for guard, _ in guards}
+    guards += [(pid, pid) for pid in _child_pids(os.getpid()) if pid not in known and script in _cmdline(pid)]
     return _stop_guards(guards, grace)
+
+
+def _child_pids(pid: int) -> list[int]:
+    """The live children of ``pid`` (empty where /proc cannot tell)."""
+    children: list[int] = []
+    try:
+        names = [n for n in os.listdir("/proc") if n.isdigit()]
+    except OSError:
+        return children
+    for name in names:
+        try:
+            with open(f"/proc/{name}/stat", "rb") as fh:
+                if int(fh.read().rsplit(b")", 1)[1].split()[1]) == pid:
+                    children.append(int(name))
+        except (OSError, IndexError, ValueError):
+            continue
+    return children
 
 
 def own_cli_stopped(run_dir: str) -> int | None:

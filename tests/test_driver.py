@@ -740,6 +740,14 @@ class Guard(Procs, unittest.TestCase):
         self.assertTrue(wait_until(lambda: not pids_with(sid)), pids_with(sid))
         self.assertEqual(self.records(), [])
 
+    def test_stop_own_clis_finds_a_guard_whose_record_was_never_written(self):
+        # a full run dir: the guard runs, its live record is not there; SIGTERM must still stop the CLI
+        guard, sid, ticks = self.running_guard("ticks-unrecorded")
+        os.unlink(os.path.join(self.run_dir, "live", f"{guard.pid}.json"))
+        self.assertEqual(flower.stop_own_clis(self.run_dir), [guard.pid])
+        self.assertTrue(self.told_to_stop(ticks))
+        self.assertTrue(wait_until(lambda: not pids_with(sid)), pids_with(sid))
+
     # BUG(issue 12): the guard reads its parent with os.getppid() when it starts. When flower dies
     # between spawning the guard and the guard's first line (Python start-up, ~20-50 ms), the guard
     # is already re-parented and records init (or a subreaper) as its "parent", never sees a change,
