@@ -6693,10 +6693,45 @@ def _ran_lines(commands: list[str], budget: int = DEGRADED_RAN_CHARS) -> list[st
     return lines[::-1]
 
 
-def degraded_ledger(entries: list[dict], why: str, prompt: str = "") -> Ledger:
+# How much of each section of the previous handoff document a degraded ledger carries on
+EARLIER_CHARS = 3000
+
+
+def _with_earlier(sections: dict[str, str], earlier: Ledger | None) -> dict[str, str]:
+    """``sections`` of a degraded ledger, each followed by the same section of ``earlier`` (whole
+    lines, at most :data:`EARLIER_CHARS`), under a line that says where it comes from."""
+    if earlier is None:
+        return sections
+    out = dict(sections)
+    for key in ("status", "decisions", "dead_ends", "pointers"):
+        body = (earlier.get(key) or "").strip()
+        if _is_empty(body) or _is_aside(body):
+            continue
+        kept, used = [], 0
+        for line in body.splitlines():
+            if used + len(line) + 1 > EARLIER_CHARS:
+                break
+            kept.append(line)
+            used += len(line) + 1
+        if kept:
+            earlier_part = "From the sessions before (their handoff document):\n" + "\n".join(kept)
+            out[key] = earlier_part if _is_aside(sections[key]) else f"{sections[key]}\n{earlier_part}"
+    return out
+
+
+def _is_aside(body: str) -> bool:
+    """Whether a section's body is only a parenthesised remark (``(none)``, ``(not recorded: ...)``)."""
+    body = body.strip()
+    return body.startswith("(") and body.endswith(")") and "\n" not in body
+
+
+def degraded_ledger(entries: list[dict], why: str, prompt: str = "", earlier: Ledger | None = None) -> Ledger:
     """A ledger built mechanically from a transcript when the ritual failed: the latest TodoWrite
     list, the last three assistant texts, files written or edited, the shell commands that ran (as many
-    of the newest as fit :data:`DEGRADED_RAN_CHARS`) and the step's prompt. Marked ``degraded`` with ``why``."""
+    of the newest as fit :data:`DEGRADED_RAN_CHARS`) and the step's prompt. Marked ``degraded`` with ``why``.
+    ``earlier``: the step's previous handoff document, whose sessions this transcript does not show: its
+    status, decisions, dead ends and pointers follow this session's (each cut to :data:`EARLIER_CHARS`),
+    so a successor that trusts its history does not redo what the sessions before this one did."""
     uses = _tool_inputs(entries)
     todos: list[dict] = []
     files: list[str] = []
@@ -6723,13 +6758,14 @@ def degraded_ledger(entries: list[dict], why: str, prompt: str = "") -> Ledger:
     next_step = (f"Continue with the first open item: {open_todo}" if open_todo else
                  "Check the files below against the task, then continue the task:\n" + short_prompt)
     pointers = [f"- edited: {p}" for p in files[-20:]] + _ran_lines(commands)
-    ledger = Ledger({
+    sections = {
         "status": "\n".join(status_lines) or "(the transcript holds no assistant text yet)",
         "decisions": "(not recorded: degraded handoff)",
         "dead_ends": "(none recorded)",
         "next_step": next_step,
         "pointers": "\n".join(pointers) or "(none)",
-    }, degraded=why)
+    }
+    ledger = Ledger(_with_earlier(sections, earlier), degraded=why)
     ledger.sections = {k: redact(v) for k, v in ledger.sections.items()}
     return ledger
 
@@ -9308,6 +9344,12 @@ class Runtime:
     def _capped(self, st: "_RunState") -> bool:
         return st.generation >= self.handoff.max_generations
 
+    def _earlier_ledger(self, st: "_RunState") -> Ledger | None:
+        """The step's previous handoff document, if it has one: what the sessions before this one did
+        (in this run or an earlier one), which this session's transcript does not show."""
+        previous = _read_text(self.paths.handoff(st.name))
+        return Ledger.parse(previous) if previous else None
+
     async def _hand_over(self, st: "_RunState", result: StepResult, step_prompt: str,
                          ledger_text: str | None, why: str | None) -> str | None:
         """Retire the current session: write the handoff document and slim transcript, pick a fresh
@@ -9327,7 +9369,8 @@ class Runtime:
             if problems:
                 why, ledger = "incomplete: " + "; ".join(problems), None
         if ledger is None:
-            ledger = degraded_ledger(entries, why or "no handoff document", step_prompt)
+            ledger = degraded_ledger(entries, why or "no handoff document", step_prompt,
+                                     earlier=self._earlier_ledger(st))
             st.degraded_in_row += 1
         else:
             st.degraded_in_row = 0

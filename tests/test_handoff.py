@@ -163,6 +163,36 @@ class Degraded(unittest.TestCase):
         self.assertIn(f"({300 - len(ran)} earlier command(s) not listed)", pointers)
         self.assertLessEqual(sum(len(line) + 1 for line in ran), flower.DEGRADED_RAN_CHARS)
 
+    def test_carries_on_what_the_sessions_before_handed_over(self):
+        # a session started from a carry: its transcript does not show what its predecessors did
+        before = Ledger({"status": "DONE-STEPS: 1-17", "decisions": "one Bash call per step",
+                         "dead_ends": "(none)", "next_step": "step 18", "pointers": "- steps.log"})
+        b = Builder(random.Random(3))
+        b.prompt("the carry")
+        b.tool("Bash", {"command": 'echo "step 18" >> steps.log'}, "ok")
+        ledger = degraded_ledger(b.entries, "overflow", "go on", earlier=Ledger.parse(before.render("work", 1)))
+        self.assertIn("DONE-STEPS: 1-17", ledger.get("status"))
+        self.assertIn("one Bash call per step", ledger.get("decisions"))
+        self.assertIn('- ran: `echo "step 18" >> steps.log`', ledger.get("pointers"))
+        self.assertIn("- steps.log", ledger.get("pointers"))
+        self.assertNotIn("From the sessions before", ledger.get("dead_ends"))   # "(none)" is not carried
+        long_before = Ledger({**before.sections, "status": "\n".join(f"- step {i} done" for i in range(2000))})
+        status = degraded_ledger(b.entries, "overflow", "go on", earlier=long_before).get("status")
+        self.assertLessEqual(len(status.split("From the sessions before")[1]), flower.EARLIER_CHARS + 60)
+        self.assertIn("- step 0 done", status)
+
+    def test_a_hand_over_reads_the_steps_previous_document(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            rt = flower.Runtime.__new__(flower.Runtime)
+            rt.paths = flower.Paths(tmp, None, "en")
+            st = type("St", (), {"name": "work"})()
+            self.assertIsNone(rt._earlier_ledger(st))
+            os.makedirs(os.path.dirname(rt.paths.handoff("work")), exist_ok=True)
+            with open(rt.paths.handoff("work"), "w") as fh:
+                fh.write(Ledger({"status": "DONE-STEPS: 1-3", "decisions": "d", "dead_ends": "(none)",
+                                 "next_step": "n", "pointers": "p"}).render("work", 1))
+            self.assertEqual(rt._earlier_ledger(st).get("status"), "DONE-STEPS: 1-3")
+
     def test_empty_transcript_uses_the_prompt(self):
         ledger = degraded_ledger([], "overflow", "do the thing")
         self.assertIn("do the thing", ledger.get("next_step"))
