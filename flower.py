@@ -1916,11 +1916,28 @@ def _gone(pid: int) -> bool:
 def tool_groups(pid: int) -> set[int]:
     """The process groups of ``pid``'s children other than its own (the CLI runs each Bash call in a
     group of its own); empty where /proc cannot tell."""
-    groups = set()
+    groups = {group for _, group in _children(pid)}
+    with contextlib.suppress(OSError):
+        groups.discard(os.getpgid(pid))
+    return groups
+
+
+def _children(pid: int) -> list[tuple[int, int]]:
+    """(pid, process group) of each live child of ``pid``; empty where /proc cannot tell."""
+    found: list[tuple[int, int]] = []
     try:
         names = [n for n in os.listdir("/proc") if n.isdigit()]
     except OSError:
-        return groups
+        return found
+    for name in names:
+        try:
+            with open(f"/proc/{name}/stat", "rb") as fh:
+                fields = fh.read().rsplit(b")", 1)[1].split()
+            if int(fields[1]) == pid:
+                found.append((int(name), int(fields[2])))
+        except (OSError, IndexError, ValueError):
+            continue
+    return found
     for name in names:
         try:
             with open(f"/proc/{name}/stat", "rb") as fh:
@@ -1979,25 +1996,8 @@ def stop_own_clis(run_dir: str, grace: float = CLI_GRACE) -> list[int]:
     # a guard whose record could not be written (the run dir was full) is still this process's child:
     # stopped through the guard, which passes SIGTERM on to its CLI
     known = {guard for guard, _ in guards}
-    guards += [(pid, pid) for pid in _child_pids(os.getpid()) if pid not in known and script in _cmdline(pid)]
+    guards += [(pid, pid) for pid, _ in _children(os.getpid()) if pid not in known and script in _cmdline(pid)]
     return _stop_guards(guards, grace)
-
-
-def _child_pids(pid: int) -> list[int]:
-    """The live children of ``pid`` (empty where /proc cannot tell)."""
-    children: list[int] = []
-    try:
-        names = [n for n in os.listdir("/proc") if n.isdigit()]
-    except OSError:
-        return children
-    for name in names:
-        try:
-            with open(f"/proc/{name}/stat", "rb") as fh:
-                if int(fh.read().rsplit(b")", 1)[1].split()[1]) == pid:
-                    children.append(int(name))
-        except (OSError, IndexError, ValueError):
-            continue
-    return children
 
 
 def own_cli_stopped(run_dir: str) -> int | None:
