@@ -1884,15 +1884,20 @@ def _cmdline(pid: int) -> str:
         return ""
 
 
-def live_driver(run_dir: str, session_id: str) -> dict | None:
-    """The record of a guard that another live flower runs for ``session_id`` (None when there is none)."""
+def _live_records(run_dir: str) -> list[tuple[str, Any]]:
+    """(path, parsed value or None) of every guard record in ``run_dir``'s ``live`` folder; empty when
+    the folder cannot be listed."""
     live = os.path.join(run_dir, "live")
     try:
         names = [n for n in os.listdir(live) if n.endswith(".json")]
     except OSError:
-        return None
-    for name in names:
-        record = _peek_json(os.path.join(live, name))
+        return []
+    return [(os.path.join(live, name), _peek_json(os.path.join(live, name))) for name in names]
+
+
+def live_driver(run_dir: str, session_id: str) -> dict | None:
+    """The record of a guard that another live flower runs for ``session_id`` (None when there is none)."""
+    for _, record in _live_records(run_dir):
         if not isinstance(record, dict) or not isinstance(record.get("pid"), int):
             continue
         parent = record.get("parent")
@@ -1978,21 +1983,15 @@ def stop_own_clis(run_dir: str, grace: float = CLI_GRACE) -> list[int]:
     at once, not run tools and paid calls that nobody records while the SDK waits for it to exit.
     The CLI gets SIGTERM (it writes its transcript, which the runtime then takes into the store),
     its group SIGKILL after ``grace`` seconds. Blocking. Returns the pids stopped."""
-    live = os.path.join(run_dir, "live")
     script = os.path.join(run_dir, "cli-guard.py")
-    try:
-        names = [n for n in os.listdir(live) if n.endswith(".json")]
-    except OSError:
-        names = []
     guards = []
-    for name in names:
-        record = _peek_json(os.path.join(live, name))
+    for path, record in _live_records(run_dir):
         if not isinstance(record, dict) or record.get("parent") != os.getpid() or not isinstance(record.get("pid"), int):
             continue
         if script in _cmdline(record["pid"]):
             guards.append(_guard_pair(record))
         with contextlib.suppress(OSError):
-            os.unlink(os.path.join(live, name))
+            os.unlink(path)
     # a guard whose record could not be written (the run dir was full) is still this process's child:
     # stopped through the guard, which passes SIGTERM on to its CLI
     known = {guard for guard, _ in guards}
@@ -2002,13 +2001,7 @@ def stop_own_clis(run_dir: str, grace: float = CLI_GRACE) -> list[int]:
 
 def own_cli_stopped(run_dir: str) -> int | None:
     """The pid of a CLI this process started that is stopped (SIGSTOP, a debugger), else None."""
-    live = os.path.join(run_dir, "live")
-    try:
-        names = [n for n in os.listdir(live) if n.endswith(".json")]
-    except OSError:
-        return None
-    for name in names:
-        record = _peek_json(os.path.join(live, name))
+    for _, record in _live_records(run_dir):
         if isinstance(record, dict) and record.get("parent") == os.getpid() and isinstance(record.get("pid"), int):
             cli = _guard_pair(record)[1]
             try:
@@ -2026,16 +2019,9 @@ def reap_orphans(run_dir: str, session_ids: Iterable[str] = (), grace: float = C
     proves it is that guard (the guard path and the record's own arguments): never a reused pid.
     Stopping is :func:`stop_own_clis`'s, so a CLI still writing its transcript after its flower was
     killed finishes that first and a salvage after this sees everything. Returns the pids stopped."""
-    live = os.path.join(run_dir, "live")
-    try:
-        names = [n for n in os.listdir(live) if n.endswith(".json")]
-    except OSError:
-        return []
     wanted = set(session_ids)
     guards, done = [], []
-    for name in names:
-        path = os.path.join(live, name)
-        record = _peek_json(path)
+    for path, record in _live_records(run_dir):
         if not isinstance(record, dict) or not isinstance(record.get("pid"), int):
             with contextlib.suppress(OSError):
                 os.unlink(path)
