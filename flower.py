@@ -10492,6 +10492,32 @@ def _archive_task(paths: Paths, lineage: Lineage, backend: StateBackend) -> list
     return moved
 
 
+def _quiet_loop_errors(reporter: Reporter) -> Callable[[Any, dict], None]:
+    """A loop exception handler for errors nobody awaited. The SDK answers the CLI's control requests
+    from tasks of its own; when the CLI is killed under one (a stop, a signal) its write fails and
+    asyncio would print "Task exception was never retrieved" with two tracebacks. That is expected
+    at a stop and says nothing: drop it. Anything else is one redacted line, never a traceback."""
+    def handler(loop: Any, context: dict) -> None:
+        exc = context.get("exception")
+        if exc is not None and _sdk_stop_noise(exc):
+            return
+        what = f"{type(exc).__name__}: {exc}" if exc is not None else context.get("message", "")
+        reporter.say(redact(f"flower: {context.get('message', 'background error')}: {what}")[:500],
+                     always=True)
+    return handler
+
+
+def _sdk_stop_noise(exc: BaseException) -> bool:
+    """True for an error the SDK raises in its own tasks when the CLI has gone (it was stopped)."""
+    for err in (exc, exc.__context__, exc.__cause__):
+        if err is None:
+            continue
+        if type(err).__module__.startswith("claude_agent_sdk") or isinstance(err, (BrokenPipeError,
+                                                                                   ConnectionResetError)):
+            return True
+    return False
+
+
 async def _run_with_signals(rt: Runtime, reporter: Reporter, body: Callable[[], Awaitable[Any]],
                             interactive: bool) -> Any:
     """Run ``body`` with flower's signal policy: the first Ctrl-C interrupts the turn cooperatively
@@ -10499,6 +10525,7 @@ async def _run_with_signals(rt: Runtime, reporter: Reporter, body: Callable[[], 
     write the manifest (rescue) and quit."""
     import asyncio
     loop = asyncio.get_running_loop()
+    loop.set_exception_handler(_quiet_loop_errors(reporter))
     task = asyncio.ensure_future(body())
     state = {"interrupts": 0, "signal": None}
 

@@ -341,3 +341,47 @@ class StallWatch(FakeRuntime, unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class UnawaitedErrors(unittest.TestCase):
+    """The SDK answers the CLI's control requests from tasks of its own; a CLI killed under one (a
+    stop, SIGTERM) made asyncio print "Task exception was never retrieved" and two tracebacks."""
+
+    def run_body(self, error: BaseException) -> str:
+        import io
+        out = io.StringIO()
+        reporter = flower.Reporter(out=out, err=out, tty=False)
+
+        class Rt:
+            _current = None
+
+            def rescue(self, *a):
+                pass
+
+        async def body():
+            async def fails():
+                raise error
+            task = asyncio.ensure_future(fails())
+            await asyncio.sleep(0.01)
+            del task   # never awaited: the loop's exception handler hears of it when it is collected
+            import gc
+            gc.collect()
+            return "done"
+        import contextlib
+        with contextlib.redirect_stderr(out):   # where asyncio's own handler would print
+            self.assertEqual(asyncio.run(flower._run_with_signals(Rt(), reporter, body, False)), "done")
+        return out.getvalue()
+
+    def test_the_sdk_failing_to_write_to_a_stopped_cli_is_not_shown(self):
+        sdk_error = type("CLIConnectionError", (Exception,), {"__module__": "claude_agent_sdk._errors"})
+        said = self.run_body(sdk_error("Cannot write to terminated process (exit code: -9)"))
+        self.assertNotIn("Traceback", said)
+        self.assertNotIn("never retrieved", said)
+        self.assertEqual(said, "")
+
+    def test_any_other_lost_error_is_one_line_without_a_secret(self):
+        said = self.run_body(ValueError("boom sk-ant-api03-" + "x" * 90))
+        self.assertNotIn("Traceback", said)
+        self.assertEqual(len(said.strip().splitlines()), 1, said)
+        self.assertIn("ValueError: boom", said)
+        self.assertNotIn("x" * 40, said)
