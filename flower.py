@@ -8317,7 +8317,9 @@ class PgLock(DriverLock):
 class AgentSpec:
     """What an agent is: its instructions, tools and limits. ``ask`` gives it an ``ask`` tool that
     reaches the human (an in-process MCP server); ``compaction=None`` lets flower manage the context
-    (handoff, auto-compact off), ``"auto"`` leaves the CLI's own compaction on."""
+    (handoff, auto-compact off), ``"auto"`` leaves the CLI's own compaction on. ``hooks`` are SDK hooks
+    of this agent, ``{event: [(matcher, hook), ...]}``; ``agents`` are the subagent definitions it may
+    call (``ClaudeAgentOptions.agents``)."""
 
     name: str
     instructions: str = ""
@@ -8334,6 +8336,9 @@ class AgentSpec:
     preset: bool = False
     ask: Callable[[str], Awaitable[str]] | None = None
     handoff: bool = True
+    hooks: dict[str, list[tuple[str | None, Callable]]] = field(default_factory=dict)
+    agents: dict[str, Any] | None = None
+
 
 
 PERMISSION_MODES = ("default", "acceptEdits", "plan", "bypassPermissions", "dontAsk", "auto")
@@ -8504,6 +8509,8 @@ class Runtime:
         self.store = PruningSessionStore(self.raw_store, policy=policy)
         self.store.on_append = self._stored
         self._stored_hooks: list[Callable[[dict, list[dict]], None]] = []
+        # each gives SDK hooks for a spec: {event: [(matcher, hook), ...]} (capabilities add theirs here)
+        self.hook_sources: list[Callable[[AgentSpec], dict]] = []
         self._watched: tuple[str, _Turn] | None = None   # the connection whose stored answers are counted
         self.run_id = run_id()
         self.manifest = self.state.manifest(self.run_id, notify=notify, lang=lang)
@@ -8697,8 +8704,12 @@ class Runtime:
             kwargs["mcp_servers"] = {"flower": self._ask_server(sdk, spec.ask)}
             allowed.append("mcp__flower__ask")
         kwargs["allowed_tools"] = allowed
-        if after_batch is not None and hasattr(sdk, "HookMatcher"):
-            kwargs["hooks"] = {"PostToolBatch": [sdk.HookMatcher(matcher=None, hooks=[after_batch])]}
+        if spec.agents:
+            kwargs["agents"] = dict(spec.agents)
+        hooks = self._hooks_for(spec, after_batch)
+        if hooks and hasattr(sdk, "HookMatcher"):
+            kwargs["hooks"] = {event: [sdk.HookMatcher(matcher=m, hooks=[h]) for m, h in pairs]
+                               for event, pairs in hooks.items()}
         if guard is not None:
             kwargs["cli_path"], kwargs["env"] = guard[0], {**env, **guard[1]}
         if resume:
@@ -8709,6 +8720,17 @@ class Runtime:
         else:
             kwargs["session_id"] = session_id
         return sdk.ClaudeAgentOptions(**kwargs)
+
+    def _hooks_for(self, spec: AgentSpec, after_batch: Callable | None) -> dict[str, list[tuple]]:
+        """Every SDK hook of one connection, ``{event: [(matcher, hook), ...]}``: the spec's own, then
+        each of ``hook_sources``' for the spec, then the batch stop (``PostToolBatch``)."""
+        hooks: dict[str, list[tuple]] = {}
+        for part in [spec.hooks, *(source(spec) for source in self.hook_sources)]:
+            for event, pairs in (part or {}).items():
+                hooks.setdefault(event, []).extend(pairs)
+        if after_batch is not None:
+            hooks.setdefault("PostToolBatch", []).append((None, after_batch))
+        return hooks
 
     def _ask_server(self, sdk: Any, ask: Callable[[str], Awaitable[str]]) -> Any:
         async def ask_tool(args: dict) -> dict:

@@ -117,6 +117,7 @@ class ClaudeAgentOptions:
     session_store_flush: str = "batched"
     cli_path: Any = None
     hooks: Any = None
+    agents: Any = None
 
 
 @dataclass

@@ -7,6 +7,7 @@ import shutil
 import subprocess
 import sys
 import time
+import tempfile
 import unittest
 
 import flower
@@ -514,3 +515,31 @@ class ManifestRows(Base):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class HookSeam(unittest.TestCase):
+    """Capabilities add SDK hooks through the spec or ``Runtime.hook_sources``, never by editing
+    ``build_options``: every one reaches the options, the batch stop last."""
+
+    def test_spec_hooks_sources_and_the_batch_stop_all_reach_the_options(self):
+        import asyncio
+        from tests import fakesdk
+        with tempfile.TemporaryDirectory() as tmp:
+            rt = flower.Runtime(workspace=tmp)
+            try:
+                async def mine(*a): return {}
+                async def theirs(*a): return {}
+                async def batch(*a): return {}
+                rt.hook_sources.append(lambda spec: {"PreToolUse": [("Bash", theirs)]})
+                spec = flower.AgentSpec("w", hooks={"PreToolUse": [("Write", mine)]},
+                                        agents={"worker": {"description": "d"}})
+                got = rt._hooks_for(spec, batch)
+                self.assertEqual(got, {"PreToolUse": [("Write", mine), ("Bash", theirs)],
+                                       "PostToolBatch": [(None, batch)]})
+                opts = rt.build_options(fakesdk, spec, session_id="s", resume=None, fork=False,
+                                        manage_context=True, after_batch=batch)
+                self.assertEqual([(m.matcher, m.hooks) for m in opts.hooks["PreToolUse"]],
+                                 [("Write", [mine]), ("Bash", [theirs])])
+                self.assertEqual(opts.agents, {"worker": {"description": "d"}})
+            finally:
+                rt.close()
