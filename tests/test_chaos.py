@@ -19,9 +19,8 @@ import tempfile
 import unittest
 
 from tests.pgserver import HAVE_PG, SKIP as PG_SKIP
+from tests.helpers import HAVE_SDK, ROOT
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-HAVE_SDK = importlib.util.find_spec("claude_agent_sdk") is not None
 SKIP = "claude-agent-sdk not installed: the chaos tier runs in CI (.ci/run installs it)"
 SEED = int(os.environ.get("FLOWER_CHAOS_SEED", "1"))
 

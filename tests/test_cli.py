@@ -4,49 +4,14 @@ import json
 import os
 import select
 import signal
-import socket
 import sqlite3
 import subprocess
 import sys
 import tempfile
 import time
 import unittest
+from tests.helpers import DUMMY_SDK, FLOWER, NO_SDK, base_env, load_json, manifest_rows, read_text
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-FLOWER = os.path.join(ROOT, "flower.py")
-NO_SDK = ("import sys, runpy; sys.modules['claude_agent_sdk'] = None; sys.argv = ['flower.py'] + sys.argv[1:]; "
-          f"runpy.run_path({FLOWER!r}, run_name='__main__')")
-DUMMY_SDK = ("import sys, types, runpy; sys.modules['claude_agent_sdk'] = types.ModuleType('claude_agent_sdk'); "
-             f"sys.argv = ['flower.py'] + sys.argv[1:]; runpy.run_path({FLOWER!r}, run_name='__main__')")
-
-
-def read_text(path):
-    with open(path, encoding="utf-8") as fh:
-        return fh.read()
-
-
-def load_json(path):
-    with open(path, encoding="utf-8") as fh:
-        return json.load(fh)
-
-
-def manifest_rows(run_dir):
-    """The manifest's rows as flower reads them (manifest.jsonl, one line per row version)."""
-    import flower
-    return flower.Manifest.read(run_dir)
-
-
-def closed_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def base_env(home):
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "CLAUDE_", "FLOWER_"))}
-    env.update(HOME=home, ANTHROPIC_BASE_URL=f"http://127.0.0.1:{closed_port()}", FLOWER_PROBE_TIMEOUT="1",
-               PYTHONPATH=ROOT, NO_COLOR="1")
-    return env
 
 
 class Cli(unittest.TestCase):

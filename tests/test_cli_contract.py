@@ -4,8 +4,8 @@ honest exit codes, offline notices, terminal hygiene, an empty wake after "achie
 Chinese, help.
 
 The CLI runs as a subprocess: "nosdk" (no SDK importable), "fake" (tests/fake_flower.py, the fake SDK;
-FAKE_LOG gets one line per model call, so "no paid call" is "no FAKE_LOG") or plain. Tests marked
-``BUG(issue 14)`` expose a defect in flower.py that is still open; they stay red until it is fixed.
+FAKE_LOG gets one line per model call, so "no paid call" is "no FAKE_LOG") or plain. A comment
+"Catches (issue 14)" names the defect its test goes red on.
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ import tempfile
 import time
 import unittest
 from unittest import mock
+from tests.helpers import FLOWER, NO_SDK, base_env, closed_port, load_json, manifest_rows, read_text
 
-from tests.test_cli import FLOWER, NO_SDK, base_env, closed_port, load_json, manifest_rows, read_text
 
 KEY = {"ANTHROPIC_API_KEY": "sk-test"}
 FAST_OFFLINE = {"FLOWER_NO_PROBE": "0", "FLOWER_MAX_OFFLINE_WAIT": "1", "FLOWER_PROBE_INTERVAL": "0.2",
@@ -273,7 +273,7 @@ class Validation(Base):
         self.assertNotIn("s3cretpassw0rd", line)
 
     def test_a_flag_setting_accepted_by_the_check_is_obeyed(self):
-        # BUG(issue 14): settings_problems() accepts FLOWER_NO_PROBE case-insensitively and stripped
+        # Catches (issue 14) the defect where settings_problems() accepts FLOWER_NO_PROBE case-insensitively and stripped
         # ("TRUE", "Yes", " 1"), Resilience.from_env only the exact "1"/"true"/"yes": a value that passes
         # the check is then silently ignored (the probe stays on).
         import flower
@@ -378,7 +378,7 @@ class StateDir(Base):
         self.assertIn(work, p.stdout.decode())
 
     def test_the_move_suggestion_names_the_workspace_when_started_elsewhere(self):
-        # BUG(issue 14, minor): with -w, ./runs is looked up in the current directory (the old default), but the
+        # Catches (issue 14, minor) the defect where with -w, ./runs is looked up in the current directory (the old default), but the
         # suggested "mv runs/* .flower/" moves it into the *current* directory's .flower, not the workspace's,
         # where flower will never look.
         elsewhere = os.path.join(self.tmp.name, "elsewhere")
@@ -398,7 +398,7 @@ class StateDir(Base):
         self.assertEqual(len(p.stdout.decode().strip().splitlines()), 2)   # clarify and work
 
     def test_a_users_own_sessions_db_in_runs_is_not_taken_for_flowers(self):
-        # BUG(issue 14): _paths() takes any ./runs/sessions.db as flower's old state (the lineage check is
+        # Catches (issue 14) the defect where _paths() takes any ./runs/sessions.db as flower's old state (the lineage check is
         # skipped when there is no lineage.json), and even `status` / `sessions` then open it with
         # SqliteSessionStore, which adds flower's tables (entries, sessions, summaries) to the user's database.
         import sqlite3
@@ -536,7 +536,7 @@ class JsonEverywhere(Base):
         self.assertIn({"ok": False, "kind": "network"}, [{"ok": c["ok"], "kind": c["kind"]} for c in doctor["checks"]])
 
     def test_paths_survive_a_shell_that_sets_pwd(self):
-        # BUG(issue 14 / redaction): every shell exports PWD (the working directory). _secret_name("PWD") is true
+        # Catches (issue 14 / redaction) the defect where every shell exports PWD (the working directory). _secret_name("PWD") is true
         # ("pwd" is a secret word), so _env_secrets() treats the cwd as a credential and redact() turns every
         # path under it into "[REDACTED]": the summary's manifest is "[REDACTED]/.flower/manifest.json", and so
         # are once's closing line and error lines. The subprocess tests miss it because they inherit the test
@@ -550,7 +550,7 @@ class JsonEverywhere(Base):
         self.assertNotIn("[REDACTED]", p.stderr.decode())
 
     def test_show_raw_json_keeps_the_envelope(self):
-        # BUG(issue 14): `show SID --raw --json` prints the stored entries one a line without the "v"/"kind"
+        # Catches (issue 14) the defect where `show SID --raw --json` prints the stored entries one a line without the "v"/"kind"
         # envelope (cmd_show handles --raw before --json), so a CI job reading --json lines finds no "v".
         p = self.run_cli(["once", "hello"], extra=self.paid())
         self.assertEqual(p.returncode, 0, p.stderr.decode())
@@ -849,7 +849,7 @@ class Terminal(Base):
         self.assertEqual(flower.sanitize(""), "")
 
     def test_sanitize_removes_every_c1_control(self):
-        # BUG(issue 14): sanitize() strips only 0x9b of the C1 controls; 0x90 (DCS), 0x9d (OSC), 0x9e, 0x9f
+        # Catches (issue 14) the defect where sanitize() strips only 0x9b of the C1 controls; 0x90 (DCS), 0x9d (OSC), 0x9e, 0x9f
         # and 0x84/0x85/0x8d (IND/NEL/RI) pass, and some terminals act on them. Its docstring promises "control
         # characters other than newline and tab are removed".
         import flower
@@ -927,7 +927,7 @@ class Pty(Base):
         self.assertIsNone(sgr.search(screen), screen)
 
     def test_term_dumb_gets_plain_text(self):
-        # BUG(issue 14): with TERM=dumb the live status line is still drawn with "\r\x1b[K" (a dumb terminal
+        # Catches (issue 14) the defect where with TERM=dumb the live status line is still drawn with "\r\x1b[K" (a dumb terminal
         # shows the escape bytes); only the colour is switched off (Reporter.color), not the status line.
         code, screen = self.spawn(["--no-goal", "x"], self.pty_env(TERM="dumb"))
         self.assertEqual(code, 0, screen)
@@ -935,7 +935,7 @@ class Pty(Base):
         self.assertNotIn(ESC.encode(), screen)
 
     def test_the_answer_on_a_terminal_is_sanitised(self):
-        # BUG(issue 14): go and once print the final answer on stdout with redact() only: on a terminal the
+        # Catches (issue 14) the defect where go and once print the final answer on stdout with redact() only: on a terminal the
         # model's escape sequences (window title, clear screen) reach it unfiltered.
         for argv in (["once", "hi"], ["--no-goal", "x"]):
             with self.subTest(argv=argv):
@@ -948,7 +948,7 @@ class Pty(Base):
                 self.assertNotIn(b"\x07", screen)
 
     def test_show_on_a_terminal_is_sanitised(self):
-        # BUG(issue 14): `show` prints stored model text (render_entries) without sanitize(); on a terminal
+        # Catches (issue 14) the defect where `show` prints stored model text (render_entries) without sanitize(); on a terminal
         # the model's escape sequences run.
         p = self.run_cli(["once", "hi"], extra=self.paid(FAKE_TEXT=HOSTILE))
         self.assertEqual(p.returncode, 0, p.stderr.decode())
@@ -960,7 +960,7 @@ class Pty(Base):
         self.assertNotIn(b"\x1b[2J", screen)
 
     def test_the_answer_is_never_glued_to_the_status_line(self):
-        # BUG(issue 14) for go: _go_run prints the work answer while the live status line is still drawn
+        # Catches (issue 14 for go) the defect where _go_run prints the work answer while the live status line is still drawn
         # ("... · 0m00sthe answer"); cmd_once clears it first (reporter.close()), _go_run does not.
         for argv in (["once", "hi"], ["--no-goal", "x"]):
             with self.subTest(argv=argv):

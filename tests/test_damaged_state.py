@@ -19,11 +19,8 @@ import unittest.mock
 import flower
 from flower import AgentSpec
 from tests.fakesdk import FAKE
-from tests.test_cli import base_env
-from tests.test_driver import FakeRuntime
+from tests.helpers import FLOWER, FakeRuntime, base_env
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-FLOWER = os.path.join(ROOT, "flower.py")
 
 
 class Damaged(unittest.TestCase):

@@ -6,9 +6,7 @@ Everything runs on the fake SDK (tests/fakesdk.py) or on plain processes: no net
 The guard tests use a shell script as the "CLI" and a small Python process as the "flower" whose
 death the guard must notice. Waiting is always "poll the state until a deadline", never a timed
 assertion on speed.
-
-Tests marked ``# BUG(issue 12)`` fail on main as of 9e23174; each says what is wrong, and the report
-to the lead says how to fix it (issue12-suggested-fixes.diff in the tests12 clone).
+A comment "Catches (issue 12)" names the defect its test goes red on.
 """
 
 from __future__ import annotations
@@ -34,13 +32,8 @@ import flower
 from flower import AgentSpec, Busy, DriverLock, Resilience, Runtime, Step, Workflow
 from tests import fakesdk
 from tests.fakesdk import FAKE
-from tests.test_cli import base_env, closed_port
-from tests.test_handoff import GOOD_LEDGER
+from tests.helpers import LEDGER_EN, FakeRuntime, NO_SDK, ROOT, base_env, closed_port, read_json, wait_until
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-FLOWER = os.path.join(ROOT, "flower.py")
-NO_SDK = ("import sys, runpy; sys.modules['claude_agent_sdk'] = None; sys.argv = ['flower.py'] + sys.argv[1:]; "
-          f"runpy.run_path({FLOWER!r}, run_name='__main__')")
 LINUX = sys.platform.startswith("linux") and os.path.isdir("/proc/self")
 BRIEF = ("## Goal\nmd2html script\n## Acceptance\nprints html\n## Bounds\nstdlib only\n"
          "## Unknowns and assumptions\nassumed UTF-8 input")
@@ -48,15 +41,6 @@ GOAL = "# Goal\nmd2html works\n\n# Checks\n- `python md2html.py t.md` prints <h1
 
 
 # --- small helpers: polling, processes ---
-
-def wait_until(predicate, timeout=10.0, interval=0.02):
-    """Poll ``predicate`` until it is true or ``timeout`` passes; returns its last value."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value or time.monotonic() > deadline:
-            return value
-        time.sleep(interval)
 
 
 def proc_state(pid):
@@ -101,11 +85,6 @@ def record_ready(path):
     """A guard's live record that is complete (it parses to an object with a pid)."""
     value = flower._peek_json(path)
     return isinstance(value, dict) and isinstance(value.get("pid"), int)
-
-
-def read_json(path):
-    with open(path, encoding="utf-8") as fh:
-        return json.load(fh)
 
 
 def write_bytes(path, data):
@@ -365,7 +344,7 @@ class GoLock(Procs, unittest.TestCase):
         DriverLock(lock_file, "workspace test").acquire().release()
 
 
-    # BUG(issue 12): the workspace lock lives in the run dir, so two `go` on one workspace with
+    # Catches (issue 12) the defect where the workspace lock lives in the run dir, so two `go` on one workspace with
     # different -r/--run-dir both run: two agents edit the same files at once. "One flower per
     # workspace" needs the lock keyed on the workspace (e.g. <workspace>/.flower/flower.lock).
     def test_two_gos_with_different_run_dirs_in_one_workspace(self):
@@ -386,37 +365,6 @@ class GoLock(Procs, unittest.TestCase):
             first.wait(timeout=30)
 
 # --- 2. one driver per step ---
-
-class FakeRuntime(fakesdk.FakeWorkspace):
-    """The fake SDK, a workspace, and Runtime factories that are closed in tearDown."""
-
-    def setUp(self):
-        super().setUp()
-        self.rts = []
-        self.events = []
-        self.lines = []
-        os.environ.pop("FLOWER_WINDOW", None)
-
-    def tearDown(self):
-        for rt in self.rts:
-            rt.close()
-        super().tearDown()
-
-    def runtime(self, **kw):
-        async def sleep(seconds):
-            pass
-        kw.setdefault("resilience", Resilience(probe=False, base_delay=0, max_attempts=4))
-        kw.setdefault("on_event", self.events.append)
-        kw.setdefault("notify", self.lines.append)
-        rt = Runtime(workspace=self.ws, run_dir=self.run_dir, sleep=sleep, **kw)
-        self.rts.append(rt)
-        return rt
-
-    def infos(self):
-        return [e.data["message"] for e in self.events if e.kind == "info" and "message" in e.data] + self.lines
-
-    def lineage(self):
-        return read_json(os.path.join(self.run_dir, "lineage.json"))
 
 
 class StepLock(Procs, FakeRuntime, unittest.TestCase):
@@ -748,7 +696,7 @@ class Guard(Procs, unittest.TestCase):
         self.assertTrue(self.told_to_stop(ticks))
         self.assertTrue(wait_until(lambda: not pids_with(sid)), pids_with(sid))
 
-    # BUG(issue 12): the guard reads its parent with os.getppid() when it starts. When flower dies
+    # Catches (issue 12) the defect where the guard reads its parent with os.getppid() when it starts. When flower dies
     # between spawning the guard and the guard's first line (Python start-up, ~20-50 ms), the guard
     # is already re-parented and records init (or a subreaper) as its "parent", never sees a change,
     # and the CLI runs on forever: an orphan, exactly what the guard is for.
@@ -764,7 +712,7 @@ class Guard(Procs, unittest.TestCase):
                 with contextlib.suppress(OSError):
                     os.killpg(os.getpgid(pid), signal.SIGKILL)
 
-    # BUG(issue 12): the guard writes its live record with open()+json.dump, not atomically. A reaper
+    # Catches (issue 12) the defect where the guard writes its live record with open()+json.dump, not atomically. A reaper
     # running at that moment (every new Runtime and every _write_ahead reaps) reads an empty or half
     # file, takes it for garbage and deletes it: that live guard is then invisible to every later
     # reaper. (This made an earlier version of the Reaper tests flaky.) Write a temp file + os.replace.
@@ -908,7 +856,7 @@ class Reaper(Procs, FakeRuntime, unittest.TestCase):
         time.sleep(0.1)
         self.assertIsNone(sleeper.poll())
 
-    # BUG(issue 12): the "proof" that a recorded pid is still that guard is only "cli-guard.py" plus
+    # Catches (issue 12) the defect where the "proof" that a recorded pid is still that guard is only "cli-guard.py" plus
     # the record's last two argv items, which are the same for every CLI the SDK starts
     # ("--input-format stream-json"). A stale record whose pid now belongs to ANOTHER flower's guard
     # (another workspace, another session) passes that check and the other flower's CLI is killed.
@@ -924,7 +872,7 @@ class Reaper(Procs, FakeRuntime, unittest.TestCase):
         time.sleep(0.1)
         self.assertIsNone(other.poll(), "another workspace's live CLI was killed")
 
-    # BUG(issue 12): _write_ahead -> reap_orphans(run_dir, [sid]) kills the guard of ANOTHER LIVE flower
+    # Catches (issue 12) the defect where _write_ahead -> reap_orphans(run_dir, [sid]) kills the guard of ANOTHER LIVE flower
     # that drives the same session (e.g. `once --resume SID` while `go` drives SID, or two such
     # `once`): the other flower's turn dies under it and both then drive one session in turn, each
     # killing the other's CLI before its next attempt. One driver per session means the second one
@@ -1075,7 +1023,7 @@ class WriteAhead(FakeRuntime, unittest.TestCase):
 
     def handed_over_then_killed(self, rt):
         """A work step hands over; the successor is killed before anything of it was stored."""
-        turns = [[("text", "step 1", 151_000)], [("text", GOOD_LEDGER, 151_000)], [("block", "never")]]
+        turns = [[("text", "step 1", 151_000)], [("text", LEDGER_EN, 151_000)], [("block", "never")]]
         rt.handoff = flower.HandoffPolicy(window=200_000)
         self.killed_run(rt, AgentSpec("work"), "BARE WORK PROMPT", turns, 3, lineage_key="work")
         successor = FAKE.calls[2]
@@ -1102,7 +1050,7 @@ class WriteAhead(FakeRuntime, unittest.TestCase):
 
         def refused(prompt, options, loaded):  # fails before anything of the session is mirrored
             raise fakesdk.ProcessError("Connection refused (ECONNREFUSED)")
-        FAKE.turns = [[("text", "step 1", 151_000)], [("text", GOOD_LEDGER, 151_000)], refused,
+        FAKE.turns = [[("text", "step 1", 151_000)], [("text", LEDGER_EN, 151_000)], refused,
                       [("text", "done", 1000)]]
         result = asyncio.run(rt.run(AgentSpec("work"), "BARE WORK PROMPT", lineage_key="work"))
         self.assertTrue(result.ok, result.error)
@@ -1160,7 +1108,7 @@ def failing_writes(match):
 
 class FailSoft(FakeRuntime, unittest.TestCase):
     def handoff_run(self, rt):
-        FAKE.turns = [[("text", "step 1", 151_000)], [("text", GOOD_LEDGER, 151_000)], [("text", "done", 1000)]]
+        FAKE.turns = [[("text", "step 1", 151_000)], [("text", LEDGER_EN, 151_000)], [("text", "done", 1000)]]
         return asyncio.run(Workflow([Step("work", AgentSpec("work"), "do it")]).run(rt))
 
     def test_each_state_write_failing_warns_once_and_the_work_goes_on(self):
@@ -1216,7 +1164,7 @@ class FailSoft(FakeRuntime, unittest.TestCase):
         self.assertTrue(failed)
         self.assertEqual(len(rt.degraded), 1)
 
-    # BUG(issue 12): an unreadable lineage.json (a directory here; EACCES or EIO in the wild) raises
+    # Catches (issue 12) the defect where an unreadable lineage.json (a directory here; EACCES or EIO in the wild) raises
     # FlowerError out of Runtime.run: Runtime.lineage opens it outside any fail-soft guard (and
     # _write_ahead evaluates ``self.lineage.path`` before calling soft). Continuity must never block work.
     def test_an_unreadable_lineage_never_stops_a_run(self):
@@ -1427,7 +1375,7 @@ class Shapes(InProcessCli, unittest.TestCase):
                 self.assertNotIn("retry", err)
                 self.assertEqual(len([ln for ln in err.splitlines() if "window.json" in ln and "set aside" in ln]), 1, err)
 
-    # BUG(issue 12): WindowBook.get() (the reader resolve_window uses before the first paid call) takes
+    # Catches (issue 12) the defect where WindowBook.get() (the reader resolve_window uses before the first paid call) takes
     # any int as a learned window: a negative window, 0-or-less, or a JSON ``true`` passes, the
     # handoff threshold becomes <= 0 and every turn hands over until "two degraded handoffs in a row"
     # fails the step, on every run (the writer sets the file aside only after that).

@@ -5,148 +5,21 @@ on disk and on what the fake server was sent (what the model saw). Skipped witho
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import json
 import os
 import signal
 import sqlite3
-import subprocess
-import sys
-import tempfile
 import threading
 import time
 import unittest
 
 import flower
-from tests import fakeapi
 from tests.fakeapi import FakeAnthropic, Reply, text, tool, error, last_user_text  # noqa: F401 (re-exported)
-
-HAVE_SDK = importlib.util.find_spec("claude_agent_sdk") is not None
-SKIP = "claude-agent-sdk not installed: the end-to-end tier runs in CI (.ci/run installs it)"
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-FLOWER = os.path.join(ROOT, "flower.py")
-
-BRIEF = ("## Goal\nWrite hello.txt\n## Acceptance\nhello.txt says hi\n## Bounds\nonly that file\n"
-         "## Unknowns and assumptions\nnone")
-GOAL = "# Goal\nhello.txt exists\n\n# Checks\n- hello.txt contains hi"
-LEDGER = ("## Status\nhalf done\n## Decisions\nkeep it small\n## Dead ends\n(none)\n"
-          "## Next step\nRun `cat hello.txt` and finish NEXT-STEP-MARK\n## Pointers\n- hello.txt")
-
-
-def system_of(body):
-    return json.dumps(body.get("system", ""), ensure_ascii=False)
-
-
-def role_of(body):
-    system = system_of(body)
-    if "You clarify" in system:
-        return "clarify"
-    if "into a goal" in system:
-        return "goal"
-    if "You judge" in system:
-        return "judge"
-    asked = last_user_text(body)
-    if any(flower.text("handoff_prompt", lang)[:40] in asked for lang in ("en", "zh")):
-        return "ritual"
-    if "You do the work" in system:
-        return "work"
-    return "other"
-
-
-class Roles:
-    """A responder: fixed answers for clarify/goal/judge, a queue for work, a log per role."""
-
-    def __init__(self, work=None, judge=None, ritual=None):
-        self.work = list(work or [])
-        self.judge = list(judge or [])
-        self.ritual = list(ritual or [])
-        self.log: list[tuple[str, dict]] = []
-        self.lock = threading.Lock()
-
-    def __call__(self, body):
-        role = role_of(body)
-        with self.lock:
-            self.log.append((role, body))
-            if role == "clarify":
-                return text(BRIEF)
-            if role == "goal":
-                return text(GOAL)
-            if role == "judge":
-                return self.judge.pop(0) if self.judge else text("VERDICT: achieved")
-            if role == "ritual":
-                return self.ritual.pop(0) if self.ritual else text(LEDGER)
-            if role == "work":
-                item = self.work.pop(0) if self.work else text("done")
-                return item(body) if callable(item) else item
-            return text("ok")
-
-    def bodies(self, role):
-        return [b for r, b in self.log if r == role]
+from tests.helpers import E2ECase, HAVE_SDK, SKIP, role_of
 
 
 @unittest.skipUnless(HAVE_SDK, SKIP)
-class EndToEnd(unittest.TestCase):
-    def setUp(self):
-        self.tmp = tempfile.TemporaryDirectory()
-        self.ws = os.path.join(self.tmp.name, "ws")
-        os.makedirs(self.ws)
-        self.api = FakeAnthropic().start()
-        self.roles = Roles()
-        self.api.responder = self.roles
-        self.env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "CLAUDE_", "FLOWER_"))}
-        self.env.update(fakeapi.cli_env(self.api, self.tmp.name))
-        self.env.update(FLOWER_PROBE_INTERVAL="0.5", FLOWER_BASE_DELAY="0.2", FLOWER_MAX_DELAY="1",
-                        FLOWER_MAX_OFFLINE_WAIT="120", NO_COLOR="1", PYTHONPATH=ROOT)
-
-    def tearDown(self):
-        self.api.stop()
-        if hasattr(self, "_saved_environ"):  # in-process runs borrowed the CLI environment
-            os.environ.clear()
-            os.environ.update(self._saved_environ)
-        self.tmp.cleanup()
-
-    # -- helpers --
-
-    def flower(self, *args, env=None, timeout=180, check=True):
-        p = subprocess.run([sys.executable, FLOWER, *args], cwd=self.ws, env=dict(self.env, **(env or {})),
-                           capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
-        if check:
-            self.assertEqual(p.returncode, 0, p.stderr[-3000:])
-        return p
-
-    def spawn(self, *args, env=None):
-        return subprocess.Popen([sys.executable, FLOWER, *args], cwd=self.ws, env=dict(self.env, **(env or {})),
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
-
-    def read(self, *parts):
-        with open(os.path.join(self.ws, *parts), encoding="utf-8") as fh:
-            return fh.read()
-
-    def lineage(self):
-        return json.loads(self.read(".flower", "lineage.json"))
-
-    def manifest(self):
-        return flower.Manifest.read(os.path.join(self.ws, ".flower"))
-
-    def stored(self, sid):
-        db = sqlite3.connect(os.path.join(self.ws, ".flower", "sessions.db"))
-        try:
-            rows = db.execute("SELECT payload FROM entries WHERE skey LIKE ? ORDER BY seq", (f"%/{sid}",)).fetchall()
-            return [json.loads(r[0]) for r in rows]
-        finally:
-            db.close()
-
-    def wait_for(self, predicate, timeout=300, what="condition"):
-        deadline = time.time() + timeout
-        while time.time() < deadline:
-            if predicate():
-                return
-            time.sleep(0.1)
-        self.fail(f"timed out waiting for {what}")
-
-    def work_row(self):
-        return [r for r in self.manifest() if r["step"] == "work"][-1]
-
+class EndToEnd(E2ECase, unittest.TestCase):
     # -- scenarios --
 
     def test_01_fresh_run_to_achieved_then_resume_in_a_second_process(self):
@@ -325,18 +198,6 @@ class EndToEnd(unittest.TestCase):
         self.assertIn(flower.text("resume_prompt"), seen)
         self.assertEqual(self.api.port, port)
         self.assertGreaterEqual(time.time() - state["down"], 15.0)   # it really waited the outage out
-
-    def _outage(self, seconds):
-        self.api.stop()
-        time.sleep(seconds)
-        self.api.restart()
-
-    def _runtime(self, **kw):
-        self._saved_environ = dict(os.environ)
-        for k, v in self.env.items():
-            if k.startswith(("ANTHROPIC_", "CLAUDE_", "DISABLE_", "FLOWER_")) or k in ("HOME", "IS_SANDBOX"):
-                os.environ[k] = v
-        return flower.Runtime(workspace=self.ws, **kw)
 
     def test_05_five_denials_then_resume_sees_one(self):
         target = os.path.join(self.ws, "x.txt")

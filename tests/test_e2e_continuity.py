@@ -22,9 +22,8 @@ import threading
 import unittest
 
 import flower
-from tests import test_e2e as base
-from tests.fakeapi import FakeAnthropic, text, tool
-from tests.test_e2e import HAVE_SDK, SKIP, last_user_text, role_of
+from tests.fakeapi import FakeAnthropic, text, tool, last_user_text
+from tests.helpers import E2ECase, HAVE_SDK, ROOT, SKIP, role_of
 
 
 def resume_copies(sid: str) -> list[str]:
@@ -39,14 +38,9 @@ def resume_copies(sid: str) -> list[str]:
     return sorted(found)
 
 
-class _Base(unittest.TestCase):
-    E = base.EndToEnd
-    setUp, tearDown, flower, read, wait_for = E.setUp, E.tearDown, E.flower, E.read, E.wait_for
-    lineage, manifest, stored, work_row = E.lineage, E.manifest, E.stored, E.work_row
-    del E
-
+class _Base(E2ECase, unittest.TestCase):
     def spawn(self, *args, env=None):
-        proc = base.EndToEnd.spawn(self, *args, env=env)
+        proc = E2ECase.spawn(self, *args, env=env)
         self.addCleanup(lambda: (proc.stdout.close(), proc.stderr.close()))
         self.addCleanup(lambda: proc.poll() is None and (proc.kill(), proc.wait()))
         return proc
@@ -145,7 +139,7 @@ class WriteAhead(_Base):
             fh.write("import os, time\nopen(os.environ['SDK_IMPORT_MARK'], 'w').close()\ntime.sleep(600)\n")
         with contextlib.suppress(FileNotFoundError):
             os.unlink(mark)
-        return {"PYTHONPATH": root + os.pathsep + base.ROOT, "SDK_IMPORT_MARK": mark}, mark
+        return {"PYTHONPATH": root + os.pathsep + ROOT, "SDK_IMPORT_MARK": mark}, mark
 
     def lineage_text(self) -> str:
         try:

@@ -14,9 +14,8 @@ import time
 import unittest
 
 import flower
-from tests.fakeapi import FakeAnthropic, Reply, text, tool
-from tests import test_e2e as base
-from tests.test_e2e import HAVE_SDK, SKIP, last_user_text, role_of
+from tests.fakeapi import FakeAnthropic, Reply, text, tool, last_user_text
+from tests.helpers import E2ECase, HAVE_SDK, SKIP, role_of
 
 SEED = int(os.environ.get("FLOWER_KILL_SEED", "12"))
 
@@ -38,16 +37,11 @@ def processes_in(directory: str) -> list[int]:
 
 
 @unittest.skipUnless(HAVE_SDK, SKIP)
-class OneDriver(unittest.TestCase):
+class OneDriver(E2ECase, unittest.TestCase):
     """Scenarios of issue 12 on the real CLI (the fixture and helpers are EndToEnd's)."""
 
-    E = base.EndToEnd
-    setUp, tearDown, flower, read, wait_for = E.setUp, E.tearDown, E.flower, E.read, E.wait_for
-    lineage, manifest, stored, work_row = E.lineage, E.manifest, E.stored, E.work_row
-    del E
-
     def spawn(self, *args, env=None):
-        proc = base.EndToEnd.spawn(self, *args, env=env)
+        proc = E2ECase.spawn(self, *args, env=env)
         self.addCleanup(lambda: (proc.stdout.close(), proc.stderr.close()))
         return proc
 
@@ -243,14 +237,10 @@ if __name__ == "__main__":
 
 
 @unittest.skipUnless(HAVE_SDK, SKIP)
-class Salvage(unittest.TestCase):
+class Salvage(E2ECase, unittest.TestCase):
     """What the CLI wrote but the store never got (a kill with mirror appends in flight, a locked
     store) is recovered before the resume; SIGTERM stops the CLI before anything else (issue 17)."""
 
-    E = base.EndToEnd
-    setUp, tearDown, flower, read, wait_for = E.setUp, E.tearDown, E.flower, E.read, E.wait_for
-    lineage, manifest, stored, work_row = E.lineage, E.manifest, E.stored, E.work_row
-    del E
     spawn = OneDriver.spawn
 
     def cli_wrote(self, needle: str) -> bool:

@@ -6,18 +6,12 @@ from __future__ import annotations
 import json
 import unittest
 
-from tests import test_e2e as base
-from tests.fakeapi import text, tool
-from tests.test_e2e import HAVE_SDK, SKIP, last_user_text
+from tests.fakeapi import text, tool, last_user_text
+from tests.helpers import E2ECase, HAVE_SDK, SKIP
 
 
 @unittest.skipUnless(HAVE_SDK, SKIP)
-class Economy(unittest.TestCase):
-    E = base.EndToEnd
-    setUp, tearDown, flower, read, lineage, work_row, manifest = (
-        E.setUp, E.tearDown, E.flower, E.read, E.lineage, E.work_row, E.manifest)
-    del E
-
+class Economy(E2ECase, unittest.TestCase):
     def test_waking_an_oversized_session_sends_a_request_under_the_threshold(self):
         big = "python3 -c \"print('y' * 20000)\""
         self.roles.work = [tool("Bash", {"command": big}, input_tokens=2000) for _ in range(40)] + \

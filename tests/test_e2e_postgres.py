@@ -7,134 +7,20 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import signal
-import subprocess
-import sys
-import tempfile
 import threading
 import time
 import unittest
 
 import flower
-from tests import fakeapi
-from tests.fakeapi import FakeAnthropic, Reply, text, tool
-from tests.pgserver import HAVE_PG, SKIP as PG_SKIP, PgServer
-from tests.test_e2e import BRIEF, HAVE_SDK, SKIP, Roles, last_user_text, role_of
+from tests.fakeapi import FakeAnthropic, Reply, text, tool, last_user_text
+from tests.pgserver import HAVE_PG, SKIP as PG_SKIP
+from tests.helpers import HAVE_SDK, MachinesCase, SKIP, role_of
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-FLOWER = os.path.join(ROOT, "flower.py")
-REMOTE = "git@github.com:acme/hello.git"
 
 
 @unittest.skipUnless(HAVE_SDK, SKIP)
 @unittest.skipUnless(HAVE_PG, PG_SKIP)
-class ManyMachines(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.server = PgServer().start()
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.server.close()
-
-    def setUp(self):
-        self.tmp = tempfile.TemporaryDirectory()
-        self.dsn = self.server.database()
-        self.api = FakeAnthropic().start()
-        self.roles = Roles()
-        self.api.responder = self.roles
-        self.a = self.machine("a")
-        with open(os.path.join(self.a, "README.md"), "w") as fh:
-            fh.write("the repository\n")
-        os.makedirs(os.path.join(self.a, ".git"))   # a checkout: the default workspace id is remote#branch
-        with open(os.path.join(self.a, ".git", "HEAD"), "w") as fh:
-            fh.write("ref: refs/heads/main\n")
-        with open(os.path.join(self.a, ".git", "config"), "w") as fh:
-            fh.write(f'[remote "origin"]\n\turl = {REMOTE}\n')
-        self.procs = []
-
-    def tearDown(self):
-        for proc in self.procs:
-            if proc.poll() is None:
-                proc.kill()
-            proc.wait()
-            proc.stdout.close()
-            proc.stderr.close()
-        self.api.stop()
-        self.tmp.cleanup()
-
-    # -- machines --
-
-    def machine(self, name):
-        ws = os.path.join(self.tmp.name, name, "src", "hello")
-        os.makedirs(ws)
-        os.makedirs(os.path.join(self.tmp.name, name, "home"))
-        return ws
-
-    def checkout_b(self):
-        """Machine B: a fresh copy of A's repository at another path (no .flower/, no runs/)."""
-        b = os.path.join(self.tmp.name, "b", "checkout", "hello")
-        shutil.copytree(self.a, b, ignore=shutil.ignore_patterns(".flower", "runs"))
-        os.makedirs(os.path.join(self.tmp.name, "b", "home"), exist_ok=True)
-        return b
-
-    def env(self, ws):
-        home = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(ws))), "home")
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "CLAUDE_", "FLOWER_"))}
-        env.update(fakeapi.cli_env(self.api, home))
-        env.update(FLOWER_PROBE_INTERVAL="0.5", FLOWER_BASE_DELAY="0.2", FLOWER_MAX_DELAY="1",
-                   FLOWER_MAX_OFFLINE_WAIT="120", NO_COLOR="1", PYTHONPATH=ROOT)
-        return env
-
-    def run_flower(self, ws, *args, check=True, timeout=180):
-        p = subprocess.run([sys.executable, FLOWER, "--state", self.dsn, *args], cwd=ws, env=self.env(ws),
-                           capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
-        if check:
-            self.assertEqual(p.returncode, 0, p.stderr[-3000:])
-        return p
-
-    def spawn(self, ws, *args):
-        proc = subprocess.Popen([sys.executable, FLOWER, "--state", self.dsn, *args], cwd=ws, env=self.env(ws),
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
-        self.procs.append(proc)
-        return proc
-
-    # -- the database --
-
-    def sql(self, query, *args):
-        import psycopg
-        with psycopg.connect(self.dsn, autocommit=True) as conn:
-            cur = conn.execute(query, args or None)
-            return cur.fetchall() if cur.description else None
-
-    def lineage(self):
-        rows = self.sql("SELECT data FROM flower.lineage ORDER BY id DESC LIMIT 1")
-        return json.loads(rows[0][0]) if rows else {}
-
-    def stored(self, sid):
-        return [json.loads(p) for (p,) in self.sql("SELECT payload FROM flower.entries WHERE sid=%s AND sub='' "
-                                                   "ORDER BY id", sid)]
-
-    def wait_for(self, predicate, timeout=300, what="condition"):
-        deadline = time.time() + timeout
-        while time.time() < deadline:
-            try:
-                if predicate():
-                    return
-            except Exception:
-                pass
-            time.sleep(0.1)
-        self.fail(f"timed out waiting for {what}")
-
-    def has_block(self, sid, kind, needle=""):
-        return any(b.get("type") == kind and needle in json.dumps(b) for e in self.stored(sid)
-                   for b in flower.blocks_of(e) if isinstance(b, dict))
-
-    def kill(self, proc):
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(timeout=30)
-
+class ManyMachines(MachinesCase, unittest.TestCase):
     # -- scenarios --
 
     def test_killed_on_a_continues_on_b_in_the_same_session(self):

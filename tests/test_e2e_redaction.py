@@ -8,23 +8,13 @@ import json
 import os
 import unittest
 
-from tests import test_e2e as base
 from tests.fakeapi import text, tool
-from tests.test_e2e import HAVE_SDK, SKIP, LEDGER
-from tests.test_redaction import SHAPES, NAMED
-
-# the store keeps every entry exactly as the CLI wrote it (SPEC §5): tool output with a secret is
-# there as it was; README says so. Everything else flower writes is checked.
-RAW_STORE = ("sessions.db", "sessions.db-wal", "sessions.db-shm")
+from tests.helpers import E2ECase, HAVE_SDK, LEDGER, RAW_STORE, SKIP
+from tests.redaction_table import NAMED, SHAPES
 
 
 @unittest.skipUnless(HAVE_SDK, SKIP)
-class Secrets(unittest.TestCase):
-    E = base.EndToEnd
-    setUp, tearDown, flower, read, lineage, work_row = E.setUp, E.tearDown, E.flower, E.read, E.lineage, E.work_row
-    manifest = E.manifest
-    del E
-
+class Secrets(E2ECase, unittest.TestCase):
     def test_planted_secrets_reach_no_file_no_output_and_no_request_after_the_handoff(self):
         plain = [value for value, _ in SHAPES[:30] if "\n" not in value]
         named = [f"{key}={value}" for key, value in NAMED]

@@ -10,22 +10,15 @@ import json
 import os
 import unittest
 
-from tests import test_e2e as base
 from tests.fakeapi import text, tool
 from tests.secret_shapes import SHAPES
-from tests.test_e2e import HAVE_SDK, SKIP, LEDGER
-from tests.test_e2e_redaction import RAW_STORE
+from tests.helpers import E2ECase, HAVE_SDK, LEDGER, RAW_STORE, SKIP
 
 ONE_LINE = [(t, core) for t, core, _ in SHAPES if "\n" not in t]
 
 
 @unittest.skipUnless(HAVE_SDK, SKIP)
-class AllShapes(unittest.TestCase):
-    E = base.EndToEnd
-    setUp, tearDown, flower, read, work_row = E.setUp, E.tearDown, E.flower, E.read, E.work_row
-    manifest = E.manifest
-    del E
-
+class AllShapes(E2ECase, unittest.TestCase):
     def leaks_in_files(self, cores):
         leaks = []
         for root in (os.path.join(self.ws, "runs"), os.path.join(self.ws, ".flower")):

@@ -14,8 +14,7 @@ import time
 import unittest
 
 from tests.fakeapi import Reply, text
-from tests import test_e2e as base
-from tests.test_e2e import HAVE_SDK, SKIP, role_of
+from tests.helpers import E2ECase, HAVE_SDK, SKIP, role_of
 
 STALL = "4"   # seconds: FLOWER_STALL_TIMEOUT for these runs
 ENV = {"FLOWER_STALL_TIMEOUT": STALL, "CLAUDE_BYTE_STREAM_IDLE_TIMEOUT_MS": "600000"}
@@ -30,11 +29,7 @@ def proc_state(pid):
 
 
 @unittest.skipUnless(HAVE_SDK, SKIP)
-class Stall(unittest.TestCase):
-    E = base.EndToEnd
-    setUp, tearDown, flower, manifest, wait_for = E.setUp, E.tearDown, E.flower, E.manifest, E.wait_for
-    del E
-
+class Stall(E2ECase, unittest.TestCase):
     def work_requests(self):
         return [b for r, b in self.roles.log if r == "work"]
 
@@ -63,7 +58,7 @@ class Stall(unittest.TestCase):
                 return Reply(stall=1.5)      # time to stop the CLI while its request is in flight
             return original(body)
         self.api.responder = slow_first_work
-        proc = base.EndToEnd.spawn(self, "write hello", env=ENV)
+        proc = E2ECase.spawn(self, "write hello", env=ENV)
         self.addCleanup(lambda: (proc.kill(), proc.wait(), proc.stdout.close(), proc.stderr.close()))
         self.wait_for(lambda: stopped.get("asked"), timeout=60, what="the first work request")
         live = os.path.join(self.ws, ".flower", "live")

@@ -19,9 +19,8 @@ import unittest
 
 import flower
 from tests import fakeapi
-from tests import test_e2e as base
 from tests.fakeapi import FakeAnthropic, Reply, last_user_text
-from tests.test_e2e import HAVE_SDK, SKIP
+from tests.helpers import E2ECase, HAVE_SDK, Roles, SKIP, role_of
 
 LOG = "steps.log"
 
@@ -121,19 +120,15 @@ class TrustingModel:
 
 
 @unittest.skipUnless(HAVE_SDK, SKIP)
-class Truth(unittest.TestCase):
-    E = base.EndToEnd
-    setUp, tearDown, read, wait_for, stored, _runtime = E.setUp, E.tearDown, E.read, E.wait_for, E.stored, E._runtime
-    del E
-
-    flower, spawn = base.EndToEnd.flower, base.EndToEnd.spawn
+class Truth(E2ECase, unittest.TestCase):
+    flower, spawn = E2ECase.flower, E2ECase.spawn
 
     def flow(self, model: TrustingModel) -> None:
         """The starter flow's fixed roles answer as in test_e2e; the work step is ``model``."""
-        roles = base.Roles()
+        roles = Roles()
 
         def respond(body):
-            return model(body) if base.role_of(body) in ("work", "ritual") else roles(body)
+            return model(body) if role_of(body) in ("work", "ritual") else roles(body)
         self.api.responder = respond
 
     def stop_leftovers(self) -> None:

@@ -13,9 +13,8 @@ import flower
 from flower import Ledger, assemble_carry, degraded_ledger, HandoffPolicy, WindowBook, resolve_window
 from tests import fakesdk
 from tests.fakesdk import FAKE
-from tests.test_notes import LEDGER_EN
-from tests.test_util import SECRETS
 from tests.transcripts import Builder
+from tests.helpers import LEDGER_EN, SECRETS
 
 NAV = {"handoff document": "/ws/.flower/notes/handoff-work.md", "brief": "/ws/.flower/notes/brief.md",
        "transcript 1 (retired session)": "/ws/runs/transcripts/abc.md"}

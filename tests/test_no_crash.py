@@ -19,13 +19,8 @@ import unittest
 import flower
 from flower import AgentSpec, Resilience
 from tests.fakesdk import FAKE
-from tests.test_cli import base_env
-from tests.test_driver import FakeRuntime
+from tests.helpers import FLOWER, FakeRuntime, NO_SDK, base_env
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-FLOWER = os.path.join(ROOT, "flower.py")
-NO_SDK = ("import sys, runpy; sys.modules['claude_agent_sdk'] = None; sys.argv = ['flower.py'] + sys.argv[1:]; "
-          f"runpy.run_path({FLOWER!r}, run_name='__main__')")
 DEEP = "[" * 100_000 + "]" * 100_000
 
 

@@ -4,6 +4,7 @@ import unittest
 
 import flower
 from flower import Brief, Goal, Verdict, Ledger
+from tests.helpers import LEDGER_EN
 
 BRIEF_EN = """Here is what I understood.
 
@@ -115,25 +116,6 @@ class VerdictParser(unittest.TestCase):
         self.assertEqual(v.failed_checks, ["code blocks are highlighted"])
         self.assertIn("No <pre>", v.reason)
         self.assertEqual(Verdict.parse("VERDICT: unreachable\n## Reasons\nneeds a GPU").status, "unreachable")
-
-
-LEDGER_EN = """# Handoff ledger
-
-## Status
-Building the parser; tokenizer done.
-
-## Decisions
-- stdlib only, because the brief says so
-
-## Dead ends
-- regex parser: fails on nested lists
-
-## Next step
-Run `python -m pytest tests/test_parser.py` and fix the first failure.
-
-## Pointers
-- src/parser.py
-"""
 
 
 class LedgerParser(unittest.TestCase):

@@ -9,24 +9,17 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import unittest
 import unittest.mock
 
 import flower
-from tests import fakeapi
-from tests.fakeapi import FakeAnthropic, Reply, text, tool
-from tests.pgserver import HAVE_PG, SKIP as PG_SKIP, PgServer, password_role
-from tests.test_postgres import PgCase
-from tests.test_e2e import HAVE_SDK, SKIP, Roles, role_of
-from tests import test_e2e_postgres
+from tests.fakeapi import FakeAnthropic, text, tool
+from tests.pgserver import HAVE_PG, SKIP as PG_SKIP, password_role
+from tests.helpers import FLOWER, HAVE_SDK, MachinesCase, PgCase, SKIP, role_of, stop_shared_server
 
-ManyMachines = vars(test_e2e_postgres.ManyMachines)
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-FLOWER = os.path.join(ROOT, "flower.py")
+tearDownModule = stop_shared_server   # the one server PgCase started for this module
 
 
 def _readable(path):
@@ -37,28 +30,8 @@ def _readable(path):
         return False
 
 
-class _Machines(unittest.TestCase):
-    """ManyMachines' machines and helpers, without its scenarios."""
-
-    @classmethod
-    def setUpClass(cls):
-        cls.server = PgServer().start()
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.server.close()
-
-    setUp = ManyMachines["setUp"]
-    tearDown = ManyMachines["tearDown"]
-    machine = ManyMachines["machine"]
-    checkout_b = ManyMachines["checkout_b"]
-    env = ManyMachines["env"]
-    run_flower = ManyMachines["run_flower"]
-    spawn = ManyMachines["spawn"]
-    sql = ManyMachines["sql"]
-    lineage = ManyMachines["lineage"]
-    stored = ManyMachines["stored"]
-    wait_for = ManyMachines["wait_for"]
+class _Machines(MachinesCase, unittest.TestCase):
+    """Many machines on one database, with outages."""
 
     def outage(self, seconds, done=None):
         """Stop the server now (like a crash), start it again after ``seconds`` (in a thread)."""

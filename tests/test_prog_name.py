@@ -7,7 +7,7 @@ import tempfile
 import unittest
 
 import flower
-from tests.test_cli import FLOWER, ROOT, base_env
+from tests.helpers import FLOWER, ROOT, base_env
 
 
 class ProgramName(unittest.TestCase):

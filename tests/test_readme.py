@@ -16,11 +16,10 @@ import tempfile
 import unittest
 
 from tests import fakeapi
-from tests.test_e2e import HAVE_SDK, SKIP, Roles, FakeAnthropic, text
+from tests.fakeapi import FakeAnthropic, text
+from tests.helpers import FLOWER, HAVE_SDK, ROOT, Roles, SKIP
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 README = os.path.join(ROOT, "README.md")
-FLOWER = os.path.join(ROOT, "flower.py")
 FENCE = re.compile(r"^(\s*)```(.*)$")
 
 # Blocks, by their first line, that are not run, and why.

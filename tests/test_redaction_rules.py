@@ -21,8 +21,8 @@ from unittest import mock
 
 import flower
 from tests.secret_shapes import CODE, SHAPES, api_dump, build_log, source_files, transcript_mix
-from tests.test_redaction import NAMED, PROSE, places
-from tests.test_redaction import SHAPES as OLD_SHAPES
+from tests.redaction_table import NAMED, PROSE, places
+from tests.redaction_table import SHAPES as OLD_SHAPES
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FIXTURE = os.path.join(HERE, "redaction_stdlib.json")   # not in fixtures/: that folder holds transcripts

@@ -522,8 +522,6 @@ class HookSeam(unittest.TestCase):
     ``build_options``: every one reaches the options, the batch stop last."""
 
     def test_spec_hooks_sources_and_the_batch_stop_all_reach_the_options(self):
-        import asyncio
-        from tests import fakesdk
         with tempfile.TemporaryDirectory() as tmp:
             rt = flower.Runtime(workspace=tmp)
             try:

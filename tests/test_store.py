@@ -2,7 +2,6 @@
 
 import asyncio
 import dataclasses
-import importlib.util
 import json
 import os
 import re
@@ -15,9 +14,8 @@ import unittest.mock
 
 import flower
 from flower import SqliteSessionStore, PruningSessionStore, FlowerError
+from tests.helpers import HAVE_SDK, ROOT
 
-HAVE_SDK = importlib.util.find_spec("claude_agent_sdk") is not None
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 KEY = {"project_key": "proj", "session_id": "s1"}
 LEAVING = (flower.FACTS_VERSION + "e%", flower.FACTS_VERSION + "d%")   # facts of rows a load may leave unread
 

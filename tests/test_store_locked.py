@@ -15,8 +15,8 @@ import unittest.mock
 
 import flower
 from flower import SqliteSessionStore
+from tests.helpers import ROOT
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 KEY = {"project_key": "p", "session_id": "s"}
 
 # A stand-in for the SDK whose import takes longer than the children's busy timeout, as the real

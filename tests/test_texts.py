@@ -11,9 +11,9 @@ import tempfile
 import unittest
 
 import flower
+from tests.helpers import ROOT
 
 CJK = re.compile(r"[\u3400-\u9fff]")
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # the same in both languages on purpose: machine-read tokens and formats without words
 SAME_ALLOWED = {"n_turns", "n_turn"}
 

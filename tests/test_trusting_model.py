@@ -9,7 +9,6 @@ against tests/fakeapi.py; each step's line is written once, and the CLI's real s
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import subprocess
 import sys
@@ -20,9 +19,8 @@ import unittest
 import flower
 from tests import fakeapi
 from tests import trusting_model as tm
+from tests.helpers import HAVE_SDK, ROOT
 
-HAVE_SDK = importlib.util.find_spec("claude_agent_sdk") is not None
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def call(k: int, tool_id: str) -> dict:

@@ -16,8 +16,8 @@ import flower
 from flower import prune
 from tests import fakesdk
 from tests.fakesdk import FAKE
-from tests.test_notes import LEDGER_EN
 from tests.transcripts import Builder
+from tests.helpers import LEDGER_EN
 
 KILLED = flower.text("killed_result")
 

@@ -9,8 +9,8 @@ import tempfile
 import unittest
 
 import flower
+from tests.helpers import ROOT, SECRETS
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 class AtomicWrite(unittest.TestCase):
@@ -86,17 +86,6 @@ class ProjectKey(unittest.TestCase):
         self.assertEqual(flower.project_key("/tmp/plain ascii"), "-tmp-plain-ascii")
 
 
-SECRETS = [
-    "sk-ant-api03-AbCdEfGhIjKlMnOpQrStUvWxYz0123456789",
-    "sk-proj-AbCdEfGhIjKlMnOpQrSt1234",
-    "ghp_AbCdEfGhIjKlMnOpQrStUvWxYz0123456789",
-    "github_pat_11AAAAAAA0123456789abcdefghijk",
-    "npm_AbCdEfGhIjKlMnOpQrStUvWxYz0123",
-    "AKIAIOSFODNN7EXAMPLE",
-    "xoxb-123456789012-abcdefghijkl",
-    "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U",
-    "-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEA\n-----END RSA PRIVATE KEY-----",
-]
 ASSIGNMENTS = ["password=hunter2xyz", "TOKEN: abcdef123456", "db_secret = 's3cr3t-value'", "api_key=zzz999"]
 
 

@@ -15,7 +15,7 @@ from unittest import mock
 import flower
 from tests.fake_flower import brain
 from tests.fakesdk import FAKE
-from tests.test_driver import FakeRuntime
+from tests.helpers import FakeRuntime
 
 
 class SalvagedSentence(FakeRuntime, unittest.TestCase):

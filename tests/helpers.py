@@ -1,0 +1,465 @@
+"""What the test modules share: paths, environments and polling; the fixture of each tier (the fake
+SDK's runtime factory, the real CLI against the fake API, a PostgreSQL server per module, machines on
+one database); and the texts several tiers check. Test modules import from here, never from each other."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import unittest
+
+import flower
+from flower import Resilience, Runtime
+from tests import fakeapi, fakesdk
+from tests.fakeapi import FakeAnthropic, last_user_text, text
+from tests.pgserver import PgServer
+
+# -- paths and environments --
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FLOWER = os.path.join(ROOT, "flower.py")
+NO_SDK = ("import sys, runpy; sys.modules['claude_agent_sdk'] = None; sys.argv = ['flower.py'] + sys.argv[1:]; "
+          f"runpy.run_path({FLOWER!r}, run_name='__main__')")
+
+
+DUMMY_SDK = ("import sys, types, runpy; sys.modules['claude_agent_sdk'] = types.ModuleType('claude_agent_sdk'); "
+             f"sys.argv = ['flower.py'] + sys.argv[1:]; runpy.run_path({FLOWER!r}, run_name='__main__')")
+HAVE_SDK = importlib.util.find_spec("claude_agent_sdk") is not None
+SKIP = "claude-agent-sdk not installed: the end-to-end tier runs in CI (.ci/run installs it)"
+
+
+def read_text(path):
+    with open(path, encoding="utf-8") as fh:
+        return fh.read()
+
+
+def load_json(path):
+    with open(path, encoding="utf-8") as fh:
+        return json.load(fh)
+
+
+def read_json(path):
+    with open(path, encoding="utf-8") as fh:
+        return json.load(fh)
+
+
+def manifest_rows(run_dir):
+    """The manifest's rows as flower reads them (manifest.jsonl, one line per row version)."""
+    import flower
+    return flower.Manifest.read(run_dir)
+
+
+def closed_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def base_env(home):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "CLAUDE_", "FLOWER_"))}
+    env.update(HOME=home, ANTHROPIC_BASE_URL=f"http://127.0.0.1:{closed_port()}", FLOWER_PROBE_TIMEOUT="1",
+               PYTHONPATH=ROOT, NO_COLOR="1")
+    return env
+
+
+def wait_until(predicate, timeout=10.0, interval=0.02):
+    """Poll ``predicate`` until it is true or ``timeout`` passes; returns its last value."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value or time.monotonic() > deadline:
+            return value
+        time.sleep(interval)
+
+
+# -- texts several tiers check --
+
+LEDGER_EN = """# Handoff ledger
+
+## Status
+Building the parser; tokenizer done.
+
+## Decisions
+- stdlib only, because the brief says so
+
+## Dead ends
+- regex parser: fails on nested lists
+
+## Next step
+Run `python -m pytest tests/test_parser.py` and fix the first failure.
+
+## Pointers
+- src/parser.py
+"""
+
+
+SECRETS = [
+    "sk-ant-api03-AbCdEfGhIjKlMnOpQrStUvWxYz0123456789",
+    "sk-proj-AbCdEfGhIjKlMnOpQrSt1234",
+    "ghp_AbCdEfGhIjKlMnOpQrStUvWxYz0123456789",
+    "github_pat_11AAAAAAA0123456789abcdefghijk",
+    "npm_AbCdEfGhIjKlMnOpQrStUvWxYz0123",
+    "AKIAIOSFODNN7EXAMPLE",
+    "xoxb-123456789012-abcdefghijkl",
+    "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U",
+    "-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEA\n-----END RSA PRIVATE KEY-----",
+]
+
+# the store keeps every entry exactly as the CLI wrote it (SPEC §5): tool output with a secret is
+# there as it was; README says so. Everything else flower writes is checked.
+RAW_STORE = ("sessions.db", "sessions.db-wal", "sessions.db-shm")
+
+
+# -- the fake SDK tier --
+
+class FakeRuntime(fakesdk.FakeWorkspace):
+    """The fake SDK, a workspace, and Runtime factories that are closed in tearDown."""
+
+    def setUp(self):
+        super().setUp()
+        self.rts = []
+        self.events = []
+        self.lines = []
+        os.environ.pop("FLOWER_WINDOW", None)
+
+    def tearDown(self):
+        for rt in self.rts:
+            rt.close()
+        super().tearDown()
+
+    def runtime(self, **kw):
+        async def sleep(seconds):
+            pass
+        kw.setdefault("resilience", Resilience(probe=False, base_delay=0, max_attempts=4))
+        kw.setdefault("on_event", self.events.append)
+        kw.setdefault("notify", self.lines.append)
+        rt = Runtime(workspace=self.ws, run_dir=self.run_dir, sleep=sleep, **kw)
+        self.rts.append(rt)
+        return rt
+
+    def infos(self):
+        return [e.data["message"] for e in self.events if e.kind == "info" and "message" in e.data] + self.lines
+
+    def lineage(self):
+        return read_json(os.path.join(self.run_dir, "lineage.json"))
+
+
+# -- the real CLI against the fake API --
+
+BRIEF = ("## Goal\nWrite hello.txt\n## Acceptance\nhello.txt says hi\n## Bounds\nonly that file\n"
+         "## Unknowns and assumptions\nnone")
+
+
+GOAL = "# Goal\nhello.txt exists\n\n# Checks\n- hello.txt contains hi"
+
+
+LEDGER = ("## Status\nhalf done\n## Decisions\nkeep it small\n## Dead ends\n(none)\n"
+          "## Next step\nRun `cat hello.txt` and finish NEXT-STEP-MARK\n## Pointers\n- hello.txt")
+
+
+def system_of(body):
+    return json.dumps(body.get("system", ""), ensure_ascii=False)
+
+
+def role_of(body):
+    system = system_of(body)
+    if "You clarify" in system:
+        return "clarify"
+    if "into a goal" in system:
+        return "goal"
+    if "You judge" in system:
+        return "judge"
+    asked = last_user_text(body)
+    if any(flower.text("handoff_prompt", lang)[:40] in asked for lang in ("en", "zh")):
+        return "ritual"
+    if "You do the work" in system:
+        return "work"
+    return "other"
+
+
+class Roles:
+    """A responder: fixed answers for clarify/goal/judge, a queue for work, a log per role."""
+
+    def __init__(self, work=None, judge=None, ritual=None):
+        self.work = list(work or [])
+        self.judge = list(judge or [])
+        self.ritual = list(ritual or [])
+        self.log: list[tuple[str, dict]] = []
+        self.lock = threading.Lock()
+
+    def __call__(self, body):
+        role = role_of(body)
+        with self.lock:
+            self.log.append((role, body))
+            if role == "clarify":
+                return text(BRIEF)
+            if role == "goal":
+                return text(GOAL)
+            if role == "judge":
+                return self.judge.pop(0) if self.judge else text("VERDICT: achieved")
+            if role == "ritual":
+                return self.ritual.pop(0) if self.ritual else text(LEDGER)
+            if role == "work":
+                item = self.work.pop(0) if self.work else text("done")
+                return item(body) if callable(item) else item
+            return text("ok")
+
+    def bodies(self, role):
+        return [b for r, b in self.log if r == role]
+
+
+class E2ECase:
+    """The real tier's fixture (mixed into a ``unittest.TestCase``): a workspace, a HOME, the fake API
+    with a ``Roles`` responder, and helpers to run flower and read what it left."""
+
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.ws = os.path.join(self.tmp.name, "ws")
+        os.makedirs(self.ws)
+        self.api = FakeAnthropic().start()
+        self.roles = Roles()
+        self.api.responder = self.roles
+        self.env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "CLAUDE_", "FLOWER_"))}
+        self.env.update(fakeapi.cli_env(self.api, self.tmp.name))
+        self.env.update(FLOWER_PROBE_INTERVAL="0.5", FLOWER_BASE_DELAY="0.2", FLOWER_MAX_DELAY="1",
+                        FLOWER_MAX_OFFLINE_WAIT="120", NO_COLOR="1", PYTHONPATH=ROOT)
+
+    def tearDown(self):
+        self.api.stop()
+        if hasattr(self, "_saved_environ"):  # in-process runs borrowed the CLI environment
+            os.environ.clear()
+            os.environ.update(self._saved_environ)
+        self.tmp.cleanup()
+
+    # -- helpers --
+
+    def flower(self, *args, env=None, timeout=180, check=True):
+        p = subprocess.run([sys.executable, FLOWER, *args], cwd=self.ws, env=dict(self.env, **(env or {})),
+                           capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+        if check:
+            self.assertEqual(p.returncode, 0, p.stderr[-3000:])
+        return p
+
+    def spawn(self, *args, env=None):
+        return subprocess.Popen([sys.executable, FLOWER, *args], cwd=self.ws, env=dict(self.env, **(env or {})),
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+
+    def read(self, *parts):
+        with open(os.path.join(self.ws, *parts), encoding="utf-8") as fh:
+            return fh.read()
+
+    def lineage(self):
+        return json.loads(self.read(".flower", "lineage.json"))
+
+    def manifest(self):
+        return flower.Manifest.read(os.path.join(self.ws, ".flower"))
+
+    def stored(self, sid):
+        db = sqlite3.connect(os.path.join(self.ws, ".flower", "sessions.db"))
+        try:
+            rows = db.execute("SELECT payload FROM entries WHERE skey LIKE ? ORDER BY seq", (f"%/{sid}",)).fetchall()
+            return [json.loads(r[0]) for r in rows]
+        finally:
+            db.close()
+
+    def wait_for(self, predicate, timeout=300, what="condition"):
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if predicate():
+                return
+            time.sleep(0.1)
+        self.fail(f"timed out waiting for {what}")
+
+    def work_row(self):
+        return [r for r in self.manifest() if r["step"] == "work"][-1]
+
+    def _outage(self, seconds):
+        self.api.stop()
+        time.sleep(seconds)
+        self.api.restart()
+
+    def _runtime(self, **kw):
+        self._saved_environ = dict(os.environ)
+        for k, v in self.env.items():
+            if k.startswith(("ANTHROPIC_", "CLAUDE_", "DISABLE_", "FLOWER_")) or k in ("HOME", "IS_SANDBOX"):
+                os.environ[k] = v
+        return flower.Runtime(workspace=self.ws, **kw)
+
+
+# -- PostgreSQL: one server per test module --
+
+_SERVER: list[PgServer] = []
+
+
+def shared_server() -> PgServer:
+    """The module's one server, started by the first class that needs it (initdb + start take seconds)."""
+    if not _SERVER:
+        _SERVER.append(PgServer().start())
+    return _SERVER[0]
+
+
+def stop_shared_server() -> None:
+    """Stop the module's server (a module's ``tearDownModule``)."""
+    while _SERVER:
+        _SERVER.pop().close()
+
+
+class PgCase(unittest.TestCase):
+    """One server per module, one fresh database per test."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.server = shared_server()
+
+    def setUp(self):
+        if not self.server.running:   # a test that failed during an outage left it down
+            self.server.start()
+        self.dsn = self.server.database()
+        self.tmp = tempfile.TemporaryDirectory()
+        self.addCleanup(self.tmp.cleanup)
+        self.states: list = []
+
+    def tearDown(self):
+        for state in self.states:
+            state.close()
+
+    def machine(self, name="a", ws_id="job-1", dsn=None):
+        """A workspace dir of its own ("machine" ``name``) on the shared database."""
+        ws = os.path.join(self.tmp.name, name, "ws")
+        os.makedirs(ws, exist_ok=True)
+        paths = flower.Paths(ws, os.path.join(ws, "runs"))
+        paths.prepare()
+        state = flower.PostgresState(paths, dsn or self.dsn, ws_id)
+        self.assertTrue(state.ready())
+        self.states.append(state)
+        return state
+
+    def sql(self, query, *args):
+        import psycopg
+        with psycopg.connect(self.dsn, autocommit=True) as conn:
+            cur = conn.execute(query, args or None)
+            return cur.fetchall() if cur.description else None
+
+
+REMOTE = "git@github.com:acme/hello.git"
+
+
+class MachinesCase:
+    """Many machines on one database (mixed into a ``unittest.TestCase``): a server for the class, the
+    fake API, machine A's checkout, machine B's fresh copy, flower run with ``--state``."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.server = PgServer().start()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.server.close()
+
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.dsn = self.server.database()
+        self.api = FakeAnthropic().start()
+        self.roles = Roles()
+        self.api.responder = self.roles
+        self.a = self.machine("a")
+        with open(os.path.join(self.a, "README.md"), "w") as fh:
+            fh.write("the repository\n")
+        os.makedirs(os.path.join(self.a, ".git"))   # a checkout: the default workspace id is remote#branch
+        with open(os.path.join(self.a, ".git", "HEAD"), "w") as fh:
+            fh.write("ref: refs/heads/main\n")
+        with open(os.path.join(self.a, ".git", "config"), "w") as fh:
+            fh.write(f'[remote "origin"]\n\turl = {REMOTE}\n')
+        self.procs = []
+
+    def tearDown(self):
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+            proc.stdout.close()
+            proc.stderr.close()
+        self.api.stop()
+        self.tmp.cleanup()
+
+    # -- machines --
+
+    def machine(self, name):
+        ws = os.path.join(self.tmp.name, name, "src", "hello")
+        os.makedirs(ws)
+        os.makedirs(os.path.join(self.tmp.name, name, "home"))
+        return ws
+
+    def checkout_b(self):
+        """Machine B: a fresh copy of A's repository at another path (no .flower/, no runs/)."""
+        b = os.path.join(self.tmp.name, "b", "checkout", "hello")
+        shutil.copytree(self.a, b, ignore=shutil.ignore_patterns(".flower", "runs"))
+        os.makedirs(os.path.join(self.tmp.name, "b", "home"), exist_ok=True)
+        return b
+
+    def env(self, ws):
+        home = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(ws))), "home")
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "CLAUDE_", "FLOWER_"))}
+        env.update(fakeapi.cli_env(self.api, home))
+        env.update(FLOWER_PROBE_INTERVAL="0.5", FLOWER_BASE_DELAY="0.2", FLOWER_MAX_DELAY="1",
+                   FLOWER_MAX_OFFLINE_WAIT="120", NO_COLOR="1", PYTHONPATH=ROOT)
+        return env
+
+    def run_flower(self, ws, *args, check=True, timeout=180):
+        p = subprocess.run([sys.executable, FLOWER, "--state", self.dsn, *args], cwd=ws, env=self.env(ws),
+                           capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+        if check:
+            self.assertEqual(p.returncode, 0, p.stderr[-3000:])
+        return p
+
+    def spawn(self, ws, *args):
+        proc = subprocess.Popen([sys.executable, FLOWER, "--state", self.dsn, *args], cwd=ws, env=self.env(ws),
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+        self.procs.append(proc)
+        return proc
+
+    # -- the database --
+
+    def sql(self, query, *args):
+        import psycopg
+        with psycopg.connect(self.dsn, autocommit=True) as conn:
+            cur = conn.execute(query, args or None)
+            return cur.fetchall() if cur.description else None
+
+    def lineage(self):
+        rows = self.sql("SELECT data FROM flower.lineage ORDER BY id DESC LIMIT 1")
+        return json.loads(rows[0][0]) if rows else {}
+
+    def stored(self, sid):
+        return [json.loads(p) for (p,) in self.sql("SELECT payload FROM flower.entries WHERE sid=%s AND sub='' "
+                                                   "ORDER BY id", sid)]
+
+    def wait_for(self, predicate, timeout=300, what="condition"):
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            try:
+                if predicate():
+                    return
+            except Exception:
+                pass
+            time.sleep(0.1)
+        self.fail(f"timed out waiting for {what}")
+
+    def has_block(self, sid, kind, needle=""):
+        return any(b.get("type") == kind and needle in json.dumps(b) for e in self.stored(sid)
+                   for b in flower.blocks_of(e) if isinstance(b, dict))
+
+    def kill(self, proc):
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+
