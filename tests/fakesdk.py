@@ -371,3 +371,31 @@ def agent_role(system: str) -> str | None:
         if any(flower.text(f"{role}_instructions", lang)[:24] in system for lang in flower.TEXTS):
             return role
     return None
+
+
+MD2HTML_BRIEF = ("## Goal\nmd2html script\n## Acceptance\nprints html\n## Bounds\nstdlib only\n"
+                 "## Unknowns and assumptions\nassumed UTF-8 input")
+MD2HTML_GOAL = "# Goal\nmd2html works\n\n# Checks\n- `python md2html.py t.md` prints <h1>\n- code blocks get <pre>"
+
+
+class Brain:
+    """Answers by role (read from the system prompt), records every call."""
+
+    def __init__(self, verdicts=("VERDICT: achieved",), goal=MD2HTML_GOAL):
+        self.verdicts = list(verdicts)
+        self.goal = goal
+        self.roles = []
+
+    def __call__(self, prompt, options, loaded):
+        system = options.system_prompt if isinstance(options.system_prompt, str) else \
+            (options.system_prompt or {}).get("append", "")
+        if agent_role(system) == "clarify":
+            role, answer = "clarify", MD2HTML_BRIEF
+        elif agent_role(system) == "goal":
+            role, answer = "goal", self.goal
+        elif agent_role(system) == "judge":
+            role, answer = "judge", self.verdicts.pop(0) if self.verdicts else "VERDICT: achieved"
+        else:
+            role, answer = "work", "worked"
+        self.roles.append(role)
+        return [("text", answer, 1000)]

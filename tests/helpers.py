@@ -82,6 +82,36 @@ def wait_until(predicate, timeout=10.0, interval=0.02):
         time.sleep(interval)
 
 
+def processes_in(directory: str) -> list[int]:
+    """Pids of live processes whose working directory is ``directory`` (the CLI and its tools)."""
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            if os.path.realpath(os.readlink(f"/proc/{name}/cwd")) == os.path.realpath(directory):
+                with open(f"/proc/{name}/stat") as fh:
+                    if fh.read().rsplit(")", 1)[1].split()[0] != "Z":
+                        found.append(int(name))
+        except OSError:
+            continue
+    return found
+
+
+def load_chaos():
+    """bench/chaos.py as a module."""
+    spec = importlib.util.spec_from_file_location("bench_chaos", os.path.join(ROOT, "bench", "chaos.py"))
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["bench_chaos"] = module   # dataclasses look their module up by name
+    spec.loader.exec_module(module)
+    return module
+
+
+def forget_listings():
+    """Forget the spill folders' listings flower cached (a test that adds files behind its back)."""
+    flower._SPILL_LISTINGS.clear()
+
+
 # -- texts several tiers check --
 
 LEDGER_EN = """# Handoff ledger

@@ -14,24 +14,11 @@ import unittest
 import unittest.mock
 
 import flower
-from tests.transcripts import Builder, anchor_transcript, random_transcript, sized_transcript, with_odd_entries
+from tests.helpers import forget_listings
+from tests.transcripts import session_with_big_results
+from tests.transcripts import anchor_transcript, random_transcript, sized_transcript, with_odd_entries
 
 PK = "proj"
-
-
-def session_with_big_results(seed: int, big: int, sid: str = "s1") -> list[dict]:
-    """A short transcript with ``big`` Bash results of 3,000-6,000 chars (too long to expire as glances)."""
-    rng = random.Random(seed)
-    b = Builder(rng, sid)
-    b.prompt("go")
-    for i in range(big):
-        b.tool("Bash", {"command": f"python3 gen.py {i}"}, f"{seed}-{i} " + "y" * rng.randint(3000, 6000))
-        if rng.random() < 0.5:
-            b.tool("Bash", {"command": "git status"}, "clean")
-        if rng.random() < 0.2:
-            b.say("on it", 1000 + i)
-    b.say("done", 9000)
-    return b.entries
 
 
 def report_counts(report) -> dict:
@@ -56,10 +43,6 @@ class Folder:
     def watching(self):
         return unittest.mock.patch.multiple(flower.os, scandir=self.scandir), \
             unittest.mock.patch.object(flower.os.path, "exists", self.exists)
-
-
-def forget_listings():
-    flower._SPILL_LISTINGS.clear()
 
 
 def age(folder: str, seconds: float = 60) -> None:

@@ -99,7 +99,8 @@ class TriggerCookieTest(StoreCase):
 
 class UncutKeysTest(StoreCase):
     def test_keys_without_cuts_still_note_them_and_later_loads_read_rows_cut(self):
-        from tests.test_bigload import forget_listings, session_with_big_results
+        from tests.helpers import forget_listings
+        from tests.transcripts import session_with_big_results
         forget_listings()
         self.addCleanup(forget_listings)
         self.policy = flower.PrunePolicy(trim=True, trim_keep=2, spill_dir=self.spill)

@@ -11,26 +11,16 @@ Skipped without the SDK. ``FLOWER_CHAOS_SEED`` picks the seed (default 1)."""
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import shutil
-import sys
 import tempfile
 import unittest
 
 from tests.pgserver import HAVE_PG, SKIP as PG_SKIP
-from tests.helpers import HAVE_SDK, ROOT
+from tests.helpers import HAVE_SDK, load_chaos
 
 SKIP = "claude-agent-sdk not installed: the chaos tier runs in CI (.ci/run installs it)"
 SEED = int(os.environ.get("FLOWER_CHAOS_SEED", "1"))
-
-
-def load_chaos():
-    spec = importlib.util.spec_from_file_location("bench_chaos", os.path.join(ROOT, "bench", "chaos.py"))
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["bench_chaos"] = module   # dataclasses look their module up by name
-    spec.loader.exec_module(module)
-    return module
 
 
 def one_seed(self: unittest.TestCase, state: str) -> None:

@@ -31,7 +31,7 @@ from unittest import mock
 import flower
 from flower import AgentSpec, Busy, DriverLock, Resilience, Runtime, Step, Workflow
 from tests import fakesdk
-from tests.fakesdk import FAKE
+from tests.fakesdk import FAKE, Brain
 from tests.helpers import LEDGER_EN, FakeRuntime, NO_SDK, ROOT, base_env, closed_port, read_json, wait_until
 
 LINUX = sys.platform.startswith("linux") and os.path.isdir("/proc/self")
@@ -1631,7 +1631,6 @@ class Documented(unittest.TestCase):
 
 class WakeWhileClarifying(FakeRuntime, unittest.TestCase):
     def brain(self, clarify_answer=BRIEF):
-        from tests.test_workflow import Brain
         brain = Brain()
         original = brain.__call__
 

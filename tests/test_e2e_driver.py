@@ -15,25 +15,9 @@ import unittest
 
 import flower
 from tests.fakeapi import FakeAnthropic, Reply, text, tool, last_user_text
-from tests.helpers import E2ECase, HAVE_SDK, SKIP, role_of
+from tests.helpers import processes_in, E2ECase, HAVE_SDK, SKIP, role_of
 
 SEED = int(os.environ.get("FLOWER_KILL_SEED", "12"))
-
-
-def processes_in(directory: str) -> list[int]:
-    """Pids of live processes whose working directory is ``directory`` (the CLI and its tools)."""
-    found = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            if os.path.realpath(os.readlink(f"/proc/{name}/cwd")) == os.path.realpath(directory):
-                with open(f"/proc/{name}/stat") as fh:
-                    if fh.read().rsplit(")", 1)[1].split()[0] != "Z":
-                        found.append(int(name))
-        except OSError:
-            continue
-    return found
 
 
 @unittest.skipUnless(HAVE_SDK, SKIP)

@@ -133,7 +133,7 @@ class Truth(E2ECase, unittest.TestCase):
 
     def stop_leftovers(self) -> None:
         """A tool the CLI ran in a process group of its own can outlive a killed flower: stop it."""
-        from tests.test_e2e_driver import processes_in
+        from tests.helpers import processes_in
         for pid in processes_in(self.ws):
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
@@ -206,7 +206,7 @@ class Truth(E2ECase, unittest.TestCase):
         self.wait_for(lambda: model.lines() == ["step-1", "step-2"], timeout=120, what="step 2 to be running")
         proc.kill()
         proc.wait(timeout=30)
-        from tests.test_e2e_driver import processes_in
+        from tests.helpers import processes_in
         self.wait_for(lambda: not processes_in(self.ws), timeout=20, what="the tool to stop with its flower")
         killed = len(self.api.requests)
         self.flower()

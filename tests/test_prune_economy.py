@@ -13,7 +13,7 @@ import unittest
 import flower
 from tests import fakesdk
 from tests.fakesdk import FAKE
-from tests.transcripts import Builder
+from tests.transcripts import Builder, big_session
 
 
 def session_with_unavailable(n_write: int, n_edit: int) -> list[dict]:
@@ -51,14 +51,6 @@ class Unavailable(unittest.TestCase):
         pruned, report = flower.prune(entries, flower.PrunePolicy(keep_unavailable=10))
         self.assertEqual(len(unavailable_results(pruned)), 4)
         self.assertEqual(report.unavailable_dropped, 0)
-
-
-def big_session(n: int, size: int) -> list[dict]:
-    b = Builder(random.Random(3))
-    b.prompt("read everything")
-    for i in range(n):
-        b.tool("Bash", {"command": f"python3 gen.py {i}"}, f"{i:05d}" + "y" * size)
-    return b.entries
 
 
 class Trim(unittest.TestCase):
@@ -163,7 +155,6 @@ class FitsRuntime(fakesdk.FakeWorkspace, unittest.TestCase):
         self.assertIn(flower.text("carry_head")[:40], FAKE.calls[0]["prompt"])
         with open(rt.paths.handoff("work"), encoding="utf-8") as fh:
             self.assertIn("does not fit the window", fh.read())
-
 
 
 class OneLoad(unittest.TestCase):

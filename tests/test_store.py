@@ -220,7 +220,7 @@ class WhereALoadRuns(unittest.TestCase):
     def test_a_small_loads_spill_files_are_written_off_the_loop_and_outside_the_stores_lock(self):
         # a first trim-on load writes a file per old big result (redacted): seconds for a few hundred
         # big rows, which the event loop must not wait for, nor another thread's append
-        from tests.test_prune_economy import big_session
+        from tests.transcripts import big_session
         import threading
         store = SqliteSessionStore(os.path.join(self.tmp.name, "big.db"))
         self.addCleanup(store.close)
@@ -259,7 +259,7 @@ class WhereALoadRuns(unittest.TestCase):
     def test_two_first_trim_on_loads_of_one_session_at_once_both_write_their_spills(self):
         # each wrote its files through the same temporary name: one's rename took the other's file away
         # (FileNotFoundError out of the load)
-        from tests.test_prune_economy import big_session
+        from tests.transcripts import big_session
         store = SqliteSessionStore(os.path.join(self.tmp.name, "big.db"))
         self.addCleanup(store.close)
         store.append_sync(KEY, big_session(300, 3000))

@@ -144,7 +144,7 @@ class HarnessCounts(unittest.TestCase):
     """bench/chaos.py's --trusting bookkeeping on made-up records (no process runs)."""
 
     def setUp(self):
-        from tests.test_chaos import load_chaos
+        from tests.helpers import load_chaos
         self.chaos = load_chaos()
 
     def test_marks_and_concurrent_drivers(self):

@@ -8,39 +8,14 @@ import unittest
 import flower
 from flower import Runtime, Resilience, starter_flow, wake_state, Manifest, Human
 from tests import fakesdk
-from tests.fakesdk import FAKE, agent_role
+from tests.fakesdk import FAKE, MD2HTML_BRIEF, MD2HTML_GOAL, Brain
 
-BRIEF = ("## Goal\nmd2html script\n## Acceptance\nprints html\n## Bounds\nstdlib only\n"
-         "## Unknowns and assumptions\nassumed UTF-8 input")
-GOAL = "# Goal\nmd2html works\n\n# Checks\n- `python md2html.py t.md` prints <h1>\n- code blocks get <pre>"
+BRIEF, GOAL = MD2HTML_BRIEF, MD2HTML_GOAL
 
 
 def read(path):
     with open(path, encoding="utf-8") as fh:
         return fh.read()
-
-
-class Brain:
-    """Answers by role (read from the system prompt), records every call."""
-
-    def __init__(self, verdicts=("VERDICT: achieved",), goal=GOAL):
-        self.verdicts = list(verdicts)
-        self.goal = goal
-        self.roles = []
-
-    def __call__(self, prompt, options, loaded):
-        system = options.system_prompt if isinstance(options.system_prompt, str) else \
-            (options.system_prompt or {}).get("append", "")
-        if agent_role(system) == "clarify":
-            role, answer = "clarify", BRIEF
-        elif agent_role(system) == "goal":
-            role, answer = "goal", self.goal
-        elif agent_role(system) == "judge":
-            role, answer = "judge", self.verdicts.pop(0) if self.verdicts else "VERDICT: achieved"
-        else:
-            role, answer = "work", "worked"
-        self.roles.append(role)
-        return [("text", answer, 1000)]
 
 
 class ScriptedHuman(Human):

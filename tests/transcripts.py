@@ -285,3 +285,27 @@ def with_odd_entries(rng, entries: list[dict], sid: str, n: int) -> list[dict]:
         again = dict(rng.choice(calls), uuid=f"again-{sid}")
         out.insert(rng.randint(0, len(out)), again)
     return out
+
+
+def session_with_big_results(seed: int, big: int, sid: str = "s1") -> list[dict]:
+    """A short transcript with ``big`` Bash results of 3,000-6,000 chars (too long to expire as glances)."""
+    rng = random.Random(seed)
+    b = Builder(rng, sid)
+    b.prompt("go")
+    for i in range(big):
+        b.tool("Bash", {"command": f"python3 gen.py {i}"}, f"{seed}-{i} " + "y" * rng.randint(3000, 6000))
+        if rng.random() < 0.5:
+            b.tool("Bash", {"command": "git status"}, "clean")
+        if rng.random() < 0.2:
+            b.say("on it", 1000 + i)
+    b.say("done", 9000)
+    return b.entries
+
+
+def big_session(n: int, size: int) -> list[dict]:
+    """``n`` Bash results of ``size`` chars each, after one prompt."""
+    b = Builder(random.Random(3))
+    b.prompt("read everything")
+    for i in range(n):
+        b.tool("Bash", {"command": f"python3 gen.py {i}"}, f"{i:05d}" + "y" * size)
+    return b.entries
