@@ -8430,10 +8430,6 @@ class Event:
         return json.dumps({"v": JSON_VERSION, **data}, ensure_ascii=False, default=str)
 
 
-class _Stop(Exception):
-    """Ends ``Runtime.run``'s loop early (the result already says why)."""
-
-
 class StepAbort(Exception):
     """Raised by a gate or a step to stop the workflow with a message (exit code 1)."""
 
@@ -8786,13 +8782,34 @@ class Runtime:
         self._current = {"result": result}
         self._loop = asyncio.get_running_loop()
         self._human_event = asyncio.Event()
+        st = self._run_state(spec, name, prompt, on_event)
+        st.lineage_key = lineage_key
+        self._pick_session(st, resume, fork)
+        try:
+            if await self._preflight_online(st, result):
+                while await self._attempt(sdk, spec, st, result):
+                    pass
+        finally:
+            result.ended_at = iso_now()
+            result.generations = st.generation
+            result.session_id = st.sid
+            self._current = None
+            if step_lock is not None:
+                step_lock.release()
+        st.emit(Event("result", session_id=st.sid, level=st.level, window=st.window,
+                      data={"ok": result.ok, "cost_usd": result.cost_usd, "turns": result.num_turns,
+                            "attempts": result.attempts, "error": result.error}))
+        return result
 
-        manage = self.handoff.enabled and spec.handoff
+    def _run_state(self, spec: AgentSpec, name: str, prompt: str,
+                   on_event: Callable[[Event], None] | None) -> "_RunState":
+        """The state of one ``run``: window and thresholds for the spec's model, and its ``emit``."""
+        import asyncio
         model = spec.model or self.model
         window, source = resolve_window(model, explicit=self.handoff.window, book=self.windows, warn=self.notify)
         st = _RunState(name=name, window=window, at=self.handoff.at(window), warn_at=self.handoff.warn_at(window),
-                       manage=manage, emit=lambda event: None, model=model, window_source=source,
-                       call_seen=asyncio.Event())
+                       manage=self.handoff.enabled and spec.handoff, emit=lambda event: None, model=model,
+                       window_source=source, call_seen=asyncio.Event(), step_prompt=prompt, prompt=prompt)
 
         def emit(event: Event) -> None:
             """Every event carries the step and the main thread's current water level."""
@@ -8804,147 +8821,167 @@ class Runtime:
                 with contextlib.suppress(Exception):
                     on_event(event)
         st.emit = emit
-        resuming: str | None = None
+        return st
+
+    def _pick_session(self, st: "_RunState", resume: str | None, fork: bool) -> None:
+        """The session the first connection drives: ``resume`` when the store holds it (a fork of it
+        under a new id), else a fresh one (said when ``resume`` was asked for but is not stored)."""
         if resume and self.has_session(resume):
-            resuming = resume
+            st.resuming, st.fork = resume, fork
             st.sid = str(uuid.uuid4()) if fork else resume
             st.level = self.last_context(resume) or 0
-        else:
-            if resume:
-                emit(Event("info", data={"message": text("info_not_stored", self.lang, sid=resume)}))
-            st.sid = str(uuid.uuid4())
-            fork = False
-        current_prompt = prompt
-        try:
-            if not self._preflight:   # before the first request of a run: wait, with a line a minute
-                self._preflight = True
-                if not await self._wait_online(emit):
-                    host, port = endpoint()
-                    result.error = f"network down past {int(self.resilience.max_offline_wait)}s ({host}:{port})"
-                    result.error_kind = OFFLINE
-                    raise _Stop
-            while True:
-                if not await self.wait_for_state():
-                    host, port = self.state.endpoint() or ("?", 0)
-                    result.error = f"network down past {int(self.resilience.max_offline_wait)}s (database {host}:{port})"
-                    result.error_kind = OFFLINE
-                    break
-                if resuming:
-                    await asyncio.to_thread(self.salvage, resuming)
-                if resuming and not fork and manage and not await self._fits(resuming, st):
-                    carry = await self._hand_over(st, result, prompt, None, "the stored session does not fit the window")
-                    if carry is None:
-                        break
-                    current_prompt, resuming = carry, None
-                if resuming is None:
-                    st.start_prompt = current_prompt  # what this fresh session is started with
-                self._write_ahead(lineage_key, st.sid, None if resuming else current_prompt)
-                result.session_id = st.sid
-                options = self.build_options(sdk, spec, session_id=st.sid, resume=resuming, fork=fork,
-                                             manage_context=manage,
-                                             after_batch=self._batch_hook(st) if manage else None)
-                st.batch_hook = getattr(options, "hooks", None) is not None
-                if resuming and not fork:
-                    emit(Event("resume", session_id=st.sid, data={"attempt": result.attempts}))
-                turn = await self._connect_and_drive(sdk, options, current_prompt, st)
-                self._stop_if_damaged(turn)
-                self.state.check_lease()   # another flower took the lock: it drives now, this one stops
-                if resuming and self.store.last_report is not None:
-                    emit(Event("resume", session_id=st.sid, data={"pruned": self.store.last_report.as_dict()}))
-                    self.store.last_report = None
-                skipped = getattr(self.raw_store, "skipped", {}).pop(f"{self.project_key}/{resuming}", 0)
-                if skipped:   # the model will not see those entries: it may do their work again
-                    line = text("info_skipped_rows", self.lang, n=skipped, sid=resuming)
-                    self.degraded.append(line)
-                    emit(Event("info", session_id=resuming, data={"message": line, "skipped": skipped}))
-                result.cost_usd = round(result.cost_usd + turn.cost, 6)
-                result.num_turns += turn.turns
-                result.context = st.level or result.context
-                fork = False
-                resuming = st.sid
+            return
+        if resume:
+            st.emit(Event("info", data={"message": text("info_not_stored", self.lang, sid=resume)}))
+        st.sid, st.resuming, st.fork = str(uuid.uuid4()), None, False
 
-                if turn.human:
-                    words = self._human_words
-                    self._human_words = None
-                    if words is None and self.ask_human is not None:
-                        words = await self.ask_human()
-                    words = redact(words) if words else words
-                    current_prompt = text("human_interrupt", self.lang) + (words or text("human_continue", self.lang))
-                    emit(Event("resume", session_id=st.sid, data={"reason": "human", "words": words or ""}))
-                    continue
+    async def _preflight_online(self, st: "_RunState", result: StepResult) -> bool:
+        """Before the first request of a run: wait for the network, with a line a minute."""
+        if self._preflight:
+            return True
+        self._preflight = True
+        return await self._api_online(st, result)
 
-                if turn.handoff and turn.exception is None and turn.error_text is None:
-                    carry = await self._hand_over(st, result, prompt, turn.ritual_text, turn.ritual_error)
-                    if carry is None:
-                        break
-                    current_prompt, resuming = carry, None
-                    continue
+    async def _attempt(self, sdk: Any, spec: AgentSpec, st: "_RunState", result: StepResult) -> bool:
+        """One connection of the step and what follows from it. True: go round again (``st`` says
+        with which session and prompt); False: the step is over (``result`` says how)."""
+        import asyncio
+        if not await self._state_online(result):
+            return False
+        if st.resuming:
+            await asyncio.to_thread(self.salvage, st.resuming)
+        if st.resuming and not st.fork and st.manage and not await self._fits(st.resuming, st):
+            if not await self._handed_over(st, result, None, "the stored session does not fit the window"):
+                return False
+        if st.resuming is None:
+            st.start_prompt = st.prompt  # what this fresh session is started with
+        turn = await self._one_connection(sdk, spec, st, result)
+        self._take_turn(turn, st, result)
+        st.fork, st.resuming = False, st.sid
+        if turn.human:
+            await self._hear_human(st)
+            return True
+        if turn.handoff and turn.exception is None and turn.error_text is None:
+            return await self._handed_over(st, result, turn.ritual_text, turn.ritual_error)
+        if turn.error_text is None and turn.exception is None:
+            result.ok = True
+            final = getattr(turn.result, "result", None)
+            result.text = final if isinstance(final, str) and final else "\n".join(turn.texts)
+            result.error = None
+            return False
+        return await self._after_failure(turn, st, result)
 
-                error = turn.error_text
-                if error is None and turn.exception is None:
-                    result.ok = True
-                    final = getattr(turn.result, "result", None)
-                    result.text = final if isinstance(final, str) and final else "\n".join(turn.texts)
-                    result.error = None
-                    break
-                error = error or f"{type(turn.exception).__name__}: {turn.exception}"
-                kind = classify(error, status=turn.status, terminal_reason=turn.terminal_reason)
-                result.errors.append(redact(error)[:1000])
-                emit(Event("error", session_id=st.sid, data={"kind": kind, "message": redact(error)[:500]}))
+    async def _one_connection(self, sdk: Any, spec: AgentSpec, st: "_RunState", result: StepResult) -> _Turn:
+        """Write the lineage ahead, build the options and drive one connection of ``st``'s session."""
+        self._write_ahead(st.lineage_key, st.sid, None if st.resuming else st.prompt)
+        result.session_id = st.sid
+        options = self.build_options(sdk, spec, session_id=st.sid, resume=st.resuming, fork=st.fork,
+                                     manage_context=st.manage,
+                                     after_batch=self._batch_hook(st) if st.manage else None)
+        st.batch_hook = getattr(options, "hooks", None) is not None
+        if st.resuming and not st.fork:
+            st.emit(Event("resume", session_id=st.sid, data={"attempt": result.attempts}))
+        return await self._connect_and_drive(sdk, options, st.prompt, st)
 
-                if "No conversation found" in error and resuming:
-                    emit(Event("info", data={"message": text("info_not_resumable", self.lang, sid=st.sid)}))
-                    st.sid, resuming, st.level, current_prompt = str(uuid.uuid4()), None, 0, st.start_prompt or prompt
-                    continue
-                if kind == OVERFLOW and manage:
-                    if st.level:
-                        self.soft(self.windows.path, lambda: self.windows.lower(st.model, st.level))
-                    carry = await self._hand_over(st, result, prompt, None, "context overflow")
-                    if carry is None:
-                        break
-                    current_prompt, resuming = carry, None
-                    continue
-                # the budget is for failures in a row: a connection in which the model answered at least
-                # PROGRESS_ANSWERS times moved the work on, and an hours-long job meets many passing faults
-                st.failed_in_row = 1 if turn.answers >= PROGRESS_ANSWERS else st.failed_in_row + 1
-                if not self.resilience.should_retry(kind) or st.failed_in_row >= self.resilience.max_attempts:
-                    result.error = redact(error)[:1000]
-                    result.error_kind = AUTH if is_auth_failure(error, status=turn.status) else kind
-                    break
-                delay = self.resilience.delay(st.failed_in_row)
-                emit(Event("retry", session_id=st.sid, data={"attempt": result.attempts + 1, "kind": kind,
-                                                              "delay": round(delay, 2)}))
-                online = await self._wait_online(emit)
-                if not online:
-                    host, port = endpoint()
-                    result.error = f"network down past {int(self.resilience.max_offline_wait)}s ({host}:{port})"
-                    result.error_kind = OFFLINE
-                    break
-                await self._sleep(delay)
-                result.attempts += 1
-                if not await self.wait_for_state():   # whether the session was stored is the database's to say
-                    host, port = self.state.endpoint() or ("?", 0)
-                    result.error = f"network down past {int(self.resilience.max_offline_wait)}s (database {host}:{port})"
-                    result.error_kind = OFFLINE
-                    break
-                if self.has_session(st.sid):
-                    result.resumed = True
-                    current_prompt, resuming = text("resume_prompt", self.lang), st.sid
-                else:  # nothing of this session was stored: start it again, same input, new id
-                    st.sid, resuming, current_prompt = str(uuid.uuid4()), None, st.start_prompt or prompt
-        except _Stop:
-            pass
-        finally:
-            result.ended_at = iso_now()
-            result.generations = st.generation
-            result.session_id = st.sid
-            self._current = None
-            if step_lock is not None:
-                step_lock.release()
-        emit(Event("result", session_id=st.sid, level=st.level, window=st.window,
-                   data={"ok": result.ok, "cost_usd": result.cost_usd, "turns": result.num_turns,
-                         "attempts": result.attempts, "error": result.error}))
-        return result
+    def _take_turn(self, turn: _Turn, st: "_RunState", result: StepResult) -> None:
+        """After a connection: stop on a damaged store or a lost lease; say what the resume pruned
+        and what the store skipped; add the connection's cost, turns and level to the result."""
+        self._stop_if_damaged(turn)
+        self.state.check_lease()   # another flower took the lock: it drives now, this one stops
+        resumed = st.resuming
+        if resumed and self.store.last_report is not None:
+            st.emit(Event("resume", session_id=st.sid, data={"pruned": self.store.last_report.as_dict()}))
+            self.store.last_report = None
+        skipped = getattr(self.raw_store, "skipped", {}).pop(f"{self.project_key}/{resumed}", 0)
+        if skipped:   # the model will not see those entries: it may do their work again
+            line = text("info_skipped_rows", self.lang, n=skipped, sid=resumed)
+            self.degraded.append(line)
+            st.emit(Event("info", session_id=resumed, data={"message": line, "skipped": skipped}))
+        result.cost_usd = round(result.cost_usd + turn.cost, 6)
+        result.num_turns += turn.turns
+        result.context = st.level or result.context
+
+    async def _hear_human(self, st: "_RunState") -> None:
+        """A human interrupt: the same session goes on with the human's words (redacted)."""
+        words = self._human_words
+        self._human_words = None
+        if words is None and self.ask_human is not None:
+            words = await self.ask_human()
+        words = redact(words) if words else words
+        st.prompt = text("human_interrupt", self.lang) + (words or text("human_continue", self.lang))
+        st.emit(Event("resume", session_id=st.sid, data={"reason": "human", "words": words or ""}))
+
+    async def _handed_over(self, st: "_RunState", result: StepResult, ledger_text: str | None,
+                           why: str | None) -> bool:
+        """Hand over to a fresh session started with the carry: True to go on, False when the step
+        stops (the result says why)."""
+        carry = await self._hand_over(st, result, st.step_prompt, ledger_text, why)
+        if carry is None:
+            return False
+        st.prompt, st.resuming = carry, None
+        return True
+
+    async def _after_failure(self, turn: _Turn, st: "_RunState", result: StepResult) -> bool:
+        """A failed connection: a fresh session when the CLI lost it, a handoff on overflow, else a
+        retry while the budget of failures in a row lasts. True to go round again."""
+        error = turn.error_text or f"{type(turn.exception).__name__}: {turn.exception}"
+        kind = classify(error, status=turn.status, terminal_reason=turn.terminal_reason)
+        result.errors.append(redact(error)[:1000])
+        st.emit(Event("error", session_id=st.sid, data={"kind": kind, "message": redact(error)[:500]}))
+        if "No conversation found" in error and st.resuming:
+            st.emit(Event("info", data={"message": text("info_not_resumable", self.lang, sid=st.sid)}))
+            st.sid, st.resuming, st.level, st.prompt = str(uuid.uuid4()), None, 0, st.start_prompt or st.step_prompt
+            return True
+        if kind == OVERFLOW and st.manage:
+            if st.level:
+                self.soft(self.windows.path, lambda: self.windows.lower(st.model, st.level))
+            return await self._handed_over(st, result, None, "context overflow")
+        # the budget is for failures in a row: a connection in which the model answered at least
+        # PROGRESS_ANSWERS times moved the work on, and an hours-long job meets many passing faults
+        st.failed_in_row = 1 if turn.answers >= PROGRESS_ANSWERS else st.failed_in_row + 1
+        if not self.resilience.should_retry(kind) or st.failed_in_row >= self.resilience.max_attempts:
+            result.error = redact(error)[:1000]
+            result.error_kind = AUTH if is_auth_failure(error, status=turn.status) else kind
+            return False
+        return await self._retry(kind, st, result)
+
+    async def _retry(self, kind: str, st: "_RunState", result: StepResult) -> bool:
+        """Wait out an outage (the network, then the state database) and back off, then resume the
+        same session with a neutral prompt, or start it again when none of it was stored."""
+        delay = self.resilience.delay(st.failed_in_row)
+        st.emit(Event("retry", session_id=st.sid, data={"attempt": result.attempts + 1, "kind": kind,
+                                                         "delay": round(delay, 2)}))
+        if not await self._api_online(st, result):
+            return False
+        await self._sleep(delay)
+        result.attempts += 1
+        if not await self._state_online(result):   # whether the session was stored is the database's to say
+            return False
+        if self.has_session(st.sid):
+            result.resumed = True
+            st.prompt, st.resuming = text("resume_prompt", self.lang), st.sid
+        else:  # nothing of this session was stored: start it again, same input, new id
+            st.sid, st.resuming, st.prompt = str(uuid.uuid4()), None, st.start_prompt or st.step_prompt
+        return True
+
+    async def _api_online(self, st: "_RunState", result: StepResult) -> bool:
+        """Wait for the API's network; past the offline wait the step ends as offline (False)."""
+        if await self._wait_online(st.emit):
+            return True
+        host, port = endpoint()
+        return self._offline(result, f"{host}:{port}")
+
+    async def _state_online(self, result: StepResult) -> bool:
+        """Wait for a remote state backend; past the offline wait the step ends as offline (False)."""
+        if await self.wait_for_state():
+            return True
+        host, port = self.state.endpoint() or ("?", 0)
+        return self._offline(result, f"database {host}:{port}")
+
+    def _offline(self, result: StepResult, target: str) -> bool:
+        result.error = f"network down past {int(self.resilience.max_offline_wait)}s ({target})"
+        result.error_kind = OFFLINE
+        return False
 
     async def _wait_online(self, emit: Callable[[Event], None]) -> bool:
         """Wait for the network with an ``offline`` event when it goes, one a minute while it stays
@@ -9183,94 +9220,20 @@ class Runtime:
         pending_tools: set = set()
         if not ritual:
             st.pending = pending_tools
-        results_in = False   # the last message was tool results with no call left open
         emit = (lambda e: None) if ritual else st.emit
         async for msg in client.receive_response():
             st.heard = time.monotonic()
             # matched by class name, not isinstance: the SDK module is imported lazily (or faked in tests)
             kind = type(msg).__name__
-            results_in = False
+            results_in = False   # the message was tool results with no call left open
             if kind in ("SystemMessage", "MirrorErrorMessage"):
-                data = getattr(msg, "data", None) or {}
-                details: dict = {"subtype": msg.subtype}
-                if msg.subtype == "init":
-                    turn.session_seen = data.get("session_id")
-                    turn.model = data.get("model") or turn.model
-                elif msg.subtype == "api_retry":
-                    details.update(attempt=data.get("attempt"), error_status=data.get("error_status"),
-                                   error=data.get("error"))
-                elif msg.subtype == "mirror_error":
-                    turn.mirror_failed = True
-                    # the store missed a batch: taken from the CLI's transcript before disconnect
-                    if store_damage(str(data.get("error"))):   # no later batch will fare better
-                        raise FlowerError(str(data.get("error")), EXIT_SETUP)
-                    line = text("info_mirror_error", self.lang, error=redact(str(data.get("error"))))
-                    if line not in self.degraded:
-                        self.degraded.append(line)
-                        st.emit(Event("info", session_id=st.sid, data={"message": line}))
-                emit(Event("system", session_id=st.sid, data=details))
+                self._on_system(msg, st, turn, emit)
             elif kind == "AssistantMessage":
-                main = getattr(msg, "parent_tool_use_id", None) is None
-                synthetic = getattr(msg, "model", None) == SYNTHETIC_MODEL
-                answer = getattr(msg, "message_id", None)
-                calls: list[str] = []
-                if main and not synthetic:
-                    turn.late = turn.late or (turn.handoff and answer != turn.crossed_in)
-                    turn.answers += 1
-                    if isinstance(getattr(msg, "uuid", None), str):
-                        turn.answer_ids.append(msg.uuid)
-                    level = usage_level(getattr(msg, "usage", None))
-                    if level:
-                        st.level = level
-                    turn.model = msg.model or turn.model
-                for block in msg.content:
-                    bkind = type(block).__name__
-                    if bkind == "TextBlock":
-                        if main and not synthetic:
-                            turn.texts.append(block.text)
-                            emit(Event("text", session_id=st.sid, level=st.level, window=st.window,
-                                       data={"text": block.text}))
-                    elif bkind == "ThinkingBlock":
-                        emit(Event("thinking", session_id=st.sid, data={"text": block.thinking}))
-                    elif bkind == "ToolUseBlock":
-                        if main:
-                            pending_tools.add(block.id)
-                            calls.append(block.id)
-                        emit(Event("tool_call", session_id=st.sid, level=st.level, window=st.window,
-                                   data={"name": block.name, "input": _short_input(block.input), "id": block.id}))
-                if main and not synthetic and not ritual and st.manage:
-                    self._check_level(st, turn, answer)
-                if calls:   # after the level: a batch hook waiting for these calls then knows it
-                    st.calls_seen.update(calls)
-                    st.call_seen.set()
+                self._on_answer(msg, st, turn, emit, pending_tools, ritual)
             elif kind == "UserMessage":
-                content = msg.content if isinstance(msg.content, list) else []
-                for block in content:
-                    if type(block).__name__ == "ToolResultBlock":
-                        pending_tools.discard(block.tool_use_id)
-                        results_in = not pending_tools
-                        body = _content_text(block.content)
-                        emit(Event("tool_result", session_id=st.sid, data={
-                            "id": block.tool_use_id, "is_error": bool(block.is_error),
-                            "chars": len(body), "preview": body[:200]}))
+                results_in = self._on_results(msg, st, emit, pending_tools)
             elif kind == "ResultMessage":
-                turn.result = msg
-                turn.turns += int(getattr(msg, "num_turns", 0) or 0)
-                # total_cost_usd is cumulative over one client connection (verified on the real CLI)
-                turn.cost = max(turn.cost, float(getattr(msg, "total_cost_usd", 0) or 0))
-                reason = getattr(msg, "terminal_reason", None)
-                aborted_by_us = reason in ("aborted_tools", "aborted_streaming") and (turn.handoff or turn.human)
-                if getattr(msg, "is_error", False) and not aborted_by_us:
-                    errors = getattr(msg, "errors", None) or []
-                    turn.error_text = getattr(msg, "result", None) or "; ".join(map(str, errors)) or msg.subtype
-                    turn.status = getattr(msg, "api_error_status", None)
-                    turn.terminal_reason = reason
-                for model_name, usage in (getattr(msg, "model_usage", None) or {}).items():
-                    ctx_window = usage.get("contextWindow") if isinstance(usage, dict) else None
-                    if isinstance(ctx_window, int) and model_name == (turn.model or model_name):
-                        self.soft(self.windows.path, lambda w=ctx_window: self.windows.learn(st.model, w))
-                emit(Event("system", session_id=st.sid, level=st.level, window=st.window,
-                           data={"subtype": "turn_result", "cost_usd": turn.cost, "is_error": bool(msg.is_error)}))
+                self._on_result(msg, st, turn, emit)
             if turn.handoff and results_in and not st.interrupt_sent and not ritual and \
                     (not st.batch_hook or turn.late and not st.batches):
                 # no batch hook (or a CLI that never calls it) stopped the turn: interrupt it where no
@@ -9278,6 +9241,102 @@ class Runtime:
                 st.interrupt_sent = True
                 with contextlib.suppress(Exception):
                     await client.interrupt()
+
+    def _on_system(self, msg: Any, st: "_RunState", turn: _Turn, emit: Callable[[Event], None]) -> None:
+        """A system message: the session and model at init, the CLI's own API retries, a batch the
+        store missed (taken from the CLI's transcript before disconnect; a damaged store ends the run)."""
+        data = getattr(msg, "data", None) or {}
+        details: dict = {"subtype": msg.subtype}
+        if msg.subtype == "init":
+            turn.session_seen = data.get("session_id")
+            turn.model = data.get("model") or turn.model
+        elif msg.subtype == "api_retry":
+            details.update(attempt=data.get("attempt"), error_status=data.get("error_status"),
+                           error=data.get("error"))
+        elif msg.subtype == "mirror_error":
+            turn.mirror_failed = True
+            # the store missed a batch: taken from the CLI's transcript before disconnect
+            if store_damage(str(data.get("error"))):   # no later batch will fare better
+                raise FlowerError(str(data.get("error")), EXIT_SETUP)
+            line = text("info_mirror_error", self.lang, error=redact(str(data.get("error"))))
+            if line not in self.degraded:
+                self.degraded.append(line)
+                st.emit(Event("info", session_id=st.sid, data={"message": line}))
+        emit(Event("system", session_id=st.sid, data=details))
+
+    def _on_answer(self, msg: Any, st: "_RunState", turn: _Turn, emit: Callable[[Event], None],
+                   pending_tools: set, ritual: bool) -> None:
+        """An assistant message: the main thread's answers, water level and threshold; its text,
+        thinking and tool calls as events (a main-thread call stays pending until its result)."""
+        main = getattr(msg, "parent_tool_use_id", None) is None
+        synthetic = getattr(msg, "model", None) == SYNTHETIC_MODEL
+        answer = getattr(msg, "message_id", None)
+        calls: list[str] = []
+        if main and not synthetic:
+            turn.late = turn.late or (turn.handoff and answer != turn.crossed_in)
+            turn.answers += 1
+            if isinstance(getattr(msg, "uuid", None), str):
+                turn.answer_ids.append(msg.uuid)
+            level = usage_level(getattr(msg, "usage", None))
+            if level:
+                st.level = level
+            turn.model = msg.model or turn.model
+        for block in msg.content:
+            bkind = type(block).__name__
+            if bkind == "TextBlock":
+                if main and not synthetic:
+                    turn.texts.append(block.text)
+                    emit(Event("text", session_id=st.sid, level=st.level, window=st.window,
+                               data={"text": block.text}))
+            elif bkind == "ThinkingBlock":
+                emit(Event("thinking", session_id=st.sid, data={"text": block.thinking}))
+            elif bkind == "ToolUseBlock":
+                if main:
+                    pending_tools.add(block.id)
+                    calls.append(block.id)
+                emit(Event("tool_call", session_id=st.sid, level=st.level, window=st.window,
+                           data={"name": block.name, "input": _short_input(block.input), "id": block.id}))
+        if main and not synthetic and not ritual and st.manage:
+            self._check_level(st, turn, answer)
+        if calls:   # after the level: a batch hook waiting for these calls then knows it
+            st.calls_seen.update(calls)
+            st.call_seen.set()
+
+    def _on_results(self, msg: Any, st: "_RunState", emit: Callable[[Event], None], pending_tools: set) -> bool:
+        """A user message's tool results as events; True when it had results and no main-thread call
+        is left open."""
+        results_in = False
+        content = msg.content if isinstance(msg.content, list) else []
+        for block in content:
+            if type(block).__name__ == "ToolResultBlock":
+                pending_tools.discard(block.tool_use_id)
+                results_in = not pending_tools
+                body = _content_text(block.content)
+                emit(Event("tool_result", session_id=st.sid, data={
+                    "id": block.tool_use_id, "is_error": bool(block.is_error),
+                    "chars": len(body), "preview": body[:200]}))
+        return results_in
+
+    def _on_result(self, msg: Any, st: "_RunState", turn: _Turn, emit: Callable[[Event], None]) -> None:
+        """The turn's result: turns, cost, an error (unless it is the interrupt flower sent), and the
+        model's window when the CLI tells it."""
+        turn.result = msg
+        turn.turns += int(getattr(msg, "num_turns", 0) or 0)
+        # total_cost_usd is cumulative over one client connection (verified on the real CLI)
+        turn.cost = max(turn.cost, float(getattr(msg, "total_cost_usd", 0) or 0))
+        reason = getattr(msg, "terminal_reason", None)
+        aborted_by_us = reason in ("aborted_tools", "aborted_streaming") and (turn.handoff or turn.human)
+        if getattr(msg, "is_error", False) and not aborted_by_us:
+            errors = getattr(msg, "errors", None) or []
+            turn.error_text = getattr(msg, "result", None) or "; ".join(map(str, errors)) or msg.subtype
+            turn.status = getattr(msg, "api_error_status", None)
+            turn.terminal_reason = reason
+        for model_name, usage in (getattr(msg, "model_usage", None) or {}).items():
+            ctx_window = usage.get("contextWindow") if isinstance(usage, dict) else None
+            if isinstance(ctx_window, int) and model_name == (turn.model or model_name):
+                self.soft(self.windows.path, lambda w=ctx_window: self.windows.learn(st.model, w))
+        emit(Event("system", session_id=st.sid, level=st.level, window=st.window,
+                   data={"subtype": "turn_result", "cost_usd": turn.cost, "is_error": bool(msg.is_error)}))
 
     def _check_level(self, st: "_RunState", turn: _Turn, answer: str | None = None) -> None:
         if st.level >= st.warn_at and not st.near_sent:
@@ -9444,6 +9503,11 @@ class _RunState:
     stop_batches: bool = False    # this turn crossed the threshold: the next batch of tools ends it
     calls_seen: set = field(default_factory=set)   # main-thread tool calls the stream has shown
     call_seen: Any = None         # asyncio.Event: set whenever ``calls_seen`` grows
+    step_prompt: str = ""         # the step's own prompt (a fresh start without a start prompt uses it)
+    prompt: str = ""              # what the next connection sends
+    resuming: str | None = None   # the stored session the next connection resumes (None: a fresh one)
+    fork: bool = False            # the next connection forks ``resuming`` under ``sid``
+    lineage_key: str | None = None   # the lineage entry the step keeps current
 
     async def shown(self, ids: Iterable[str], timeout: float) -> None:
         """Wait until the stream has shown every call of ``ids`` (their answer's level is then known),
