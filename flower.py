@@ -10298,8 +10298,9 @@ _REPORT_MEASURE = (
     "if(location.hash==='#measure'){var d=document.documentElement,o=[];"
     "document.querySelectorAll('svg').forEach(function(s){var r=s.getBoundingClientRect();"
     "o.push([Math.round(r.left),Math.round(r.right),Math.round(r.height)])});"
-    "var p=document.createElement('pre');p.id='measured';p.textContent=JSON.stringify("
-    "{width:d.clientWidth,scroll:d.scrollWidth,svgs:o});document.body.appendChild(p)}")
+    "var m=JSON.stringify({width:d.clientWidth,scroll:d.scrollWidth,svgs:o}),"
+    "p=document.createElement('pre');p.id='measured';p.textContent=m;document.body.appendChild(p);"
+    "if(parent!==window)parent.postMessage(m,'*')}")
 
 _KIND_COLOURS = {"ok": "#4caf6d", "failed": "#d9534f", "running": "#5b8def", "killed": "#8a6d3b"}
 _MARK_COLOURS = {"handoff": "#7b4fd6", "wake": "#2a9d8f", "outage": "#d9534f", "wait": "#f0ad4e",
@@ -10451,8 +10452,9 @@ def _svg_water(data: dict, t: Callable[[str], str]) -> str:
                    f'points="{points}" fill="none" stroke="{colour}" stroke-width="1.5">'
                    f'<title>{_esc(session["label"])} {_esc(session["sid"][:8])}</title></polyline>')
         anchor = "end" if x0 > width - right - 80 else "start"
-        out.append(f'<text x="{x0 + 3 if anchor == "start" else width - right}" y="{height - bottom + 14}" '
-                   f'text-anchor="{anchor}">{_esc(session["label"][:14])}</text>')
+        if x1 - x0 > 60 or i == len(sessions) - 1:
+            out.append(f'<text x="{x0 + 3 if anchor == "start" else width - right}" y="{height - bottom + 14}" '
+                       f'text-anchor="{anchor}">{_esc(session["label"][:14])}</text>')
         n += len(session["points"])
     out.append(f'<text x="{width - right}" y="{height - 6}" text-anchor="end">{_esc(t("rp_turns"))}: {turns}</text>')
     out.append("</svg>")
@@ -10569,7 +10571,7 @@ def _goal_block(goal: dict, t: Callable[[str], str]) -> str:
     for check in goal["checks"]:
         status = check["status"]
         css = {"passed": "ok", "failed": "bad"}.get(status, "unknown")
-        out.append(f'<tr><td class="{css}">{marks[status]}</td><td>{_esc(check["text"])}</td></tr>')
+        out.append(f'<tr><td class="{css}" style="width:2em">{marks[status]}</td><td>{_esc(check["text"])}</td></tr>')
     out.append("</table></div>")
     return "".join(out)
 
