@@ -550,7 +550,7 @@ class RealJob(unittest.TestCase):
         work = [s for s in json.loads(self.flower("report", "--json").stdout)["sessions"] if s["step"] == "work"]
         self.assertEqual(len(work), 3)   # the first session and two successors
         self.assertTrue(all(s["threshold"] == 150_000 and s["window"] == 200_000 for s in work))
-        self.assertEqual(max(p[1] for p in work[0]["points"]), 160_000)
+        self.assertEqual([p[1] for p in work[0]["points"]], [60_000, 110_000, 160_000, 162_000])
 
 
 def make_real_job(test) -> None:
@@ -570,6 +570,8 @@ def make_real_job(test) -> None:
         tool("Write", {"file_path": hello, "content": "hi\n"}, **usage(50_000)),   # successor 2
         text("all done", **usage(52_000)),
     ]
+    from tests.test_e2e import LEDGER as DOCUMENT
+    test.roles.ritual = [text(DOCUMENT, **usage(162_000)), text(DOCUMENT, **usage(167_000))]
     test.flower("--model", "claude-sonnet-4-5", "--window", "200000", "write hello")
 
 
