@@ -10610,7 +10610,7 @@ def cmd_report(args: argparse.Namespace, reporter: Reporter) -> int:
     target = os.path.abspath(args.output or paths.run("report.html"))
     try:
         if not args.output:
-            ensure_private_dir(paths.run_dir)
+            paths.prepare()
         atomic_write(target, render_report(data, paths.lang), mode=0o600)
     except OSError as exc:
         raise FlowerError(text("rp_cannot_write", paths.lang, path=target, error=exc.strerror or exc), EXIT_SETUP) from None
