@@ -553,6 +553,41 @@ class RealJob(unittest.TestCase):
         self.assertEqual([p[1] for p in work[0]["points"]], [60_000, 110_000, 160_000, 162_000])
 
 
+    def test_report_of_a_job_running_then_killed_9_then_rescued(self):
+        """While the work step's tool runs, ``report`` says running; after ``kill -9`` (no rescue, no
+        row) it says killed; the next run is a wake that rescues it, and the page marks all of it."""
+        import signal
+        import time
+        from tests.fakeapi import text, tool
+        slow = "python3 -c \"import time; time.sleep(60)\""
+        self.roles.work = [tool("Bash", {"command": slow}), text("after the kill")]
+        proc = subprocess.Popen([sys.executable, FLOWER, "write hello"], cwd=self.ws, env=self.env,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
+        journal = os.path.join(self.ws, ".flower", "journal.jsonl")
+        deadline = time.time() + 240
+        while not any(r["k"] == "turn" and r.get("tools") for r in flower.Journal.read(journal)):
+            self.assertLess(time.time(), deadline, "the tool call never reached the journal")
+            self.assertIsNone(proc.poll())
+            time.sleep(0.1)
+        data = json.loads(self.flower("report", "--json").stdout)
+        self.assertTrue(data["running"])
+        self.assertEqual(data["steps"][-1]["label"], "work")
+        self.assertEqual(data["steps"][-1]["status"], "running")
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+        data = json.loads(self.flower("report", "--json").stdout)
+        self.assertFalse(data["running"])
+        self.assertEqual(data["steps"][-1]["status"], "killed")
+        self.assertEqual([m["kind"] for m in data["marks"]], ["kill"])
+        self.flower()
+        self.flower("report")
+        with open(os.path.join(self.ws, ".flower", "report.html"), encoding="utf-8") as fh:
+            page = Page(fh.read())
+        assert_self_contained(self, page)
+        self.assertEqual((page.count("kill"), page.count("rescue"), page.count("wake")), (1, 1, 1))
+        self.assertEqual(page.count("step"), len(flower.Manifest.read(os.path.join(self.ws, ".flower"))) + 1)
+
+
 def make_real_job(test) -> None:
     """clarify -> goal -> work (two handoffs, a few tool calls) -> judge, on the fake API."""
     from tests.fakeapi import text, tool
