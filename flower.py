@@ -10348,22 +10348,66 @@ def _time_ticks(start: float, end: float) -> list[float]:
     return [first + i * step for i in range(int((end - first) / step) + 1)]
 
 
+def idle_gaps(spans: Iterable[tuple[float, float]], start: float, end: float) -> list[tuple[float, float]]:
+    """The long stretches with nothing going on between ``start`` and ``end`` (longer than ten minutes
+    and than a tenth of the whole): a job that sleeps for hours between wakes is drawn without them."""
+    merged: list[list[float]] = []
+    for low, high in sorted(spans):
+        if merged and low <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], high)
+        else:
+            merged.append([low, high])
+    least = max(600.0, (end - start) * 0.1)
+    return [(merged[i][1], merged[i + 1][0]) for i in range(len(merged) - 1) if merged[i + 1][0] - merged[i][1] > least]
+
+
+def time_axis(start: float, end: float, gaps: list[tuple[float, float]]) -> Callable[[float], float]:
+    """``t -> position`` on an axis from 0 where each of ``gaps`` takes 3% of the whole span."""
+    keep = (end - start) * 0.03
+
+    def position(moment: float) -> float:
+        value = moment - start
+        for low, high in gaps:
+            if moment >= high:
+                value -= (high - low) - keep
+            elif moment > low:
+                value -= (moment - low) - keep * (moment - low) / (high - low)
+        return value
+    return position
+
+
 def _svg_timeline(data: dict, t: Callable[[str], str]) -> str:
-    """Steps (rounds, retries) as bars in one lane per step, their sessions beneath, and every mark."""
+    """Steps (rounds, retries) as bars in one lane per step, their sessions beneath, and every mark;
+    long idle gaps are cut out of the time axis (each marked)."""
     width, left, right, lane = 1000, 110, 16, 34
     start, end = data["start"], max(data["end"], data["start"] + 1)
     lanes = list(dict.fromkeys(s["step"] for s in data["steps"]))
     top = 28
     height = top + lane * max(1, len(lanes)) + 40
-    scale = (width - left - right) / (end - start)
+    spans = [(s["start"], s["end"]) for s in data["steps"] + data["sessions"]]
+    spans += [(m["t"], m.get("end", m["t"])) for m in data["marks"]]
+    gaps = idle_gaps(spans, start, end)
+    position = time_axis(start, end, gaps)
+    scale = (width - left - right) / max(position(end), 1e-9)
 
     def x(value: float) -> float:
-        return round(left + (value - start) * scale, 1)
+        return round(left + position(value) * scale, 1)
 
     out = [f'<svg id="timeline" viewBox="0 0 {width} {height}" role="img" aria-label="{_esc(t("rp_timeline"))}">']
-    for tick in _time_ticks(start, end):
-        out.append(f'<line x1="{x(tick)}" y1="{top - 6}" x2="{x(tick)}" y2="{height - 22}" stroke="#eef0f4"/>'
-                   f'<text x="{x(tick)}" y="{height - 8}" text-anchor="middle">{_clock(tick, end - start)}</text>')
+    last = -1e9
+    bounds = [start] + [b for gap in gaps for b in gap] + [end]
+    for low, high in zip(bounds[::2], bounds[1::2]):
+        for tick in _time_ticks(low, high) if high > low else []:
+            if x(tick) - last < 70:
+                continue
+            last = x(tick)
+            out.append(f'<line x1="{x(tick)}" y1="{top - 6}" x2="{x(tick)}" y2="{height - 22}" stroke="#eef0f4"/>'
+                       f'<text x="{x(tick)}" y="{height - 8}" text-anchor="middle">{_clock(tick, end - start)}</text>')
+    for low, high in gaps:
+        middle = round((x(low) + x(high)) / 2, 1)
+        hours = (high - low) / 3600
+        out.append(f'<text data-kind="gap" x="{middle}" y="{height - 26}" text-anchor="middle" font-size="14">≈'
+                   f'<title>{hours:.1f} h</title></text>')
     for i, name in enumerate(lanes):
         y = top + i * lane
         out.append(f'<text x="{left - 8}" y="{y + 15}" text-anchor="end">{_esc(name[:16])}</text>')

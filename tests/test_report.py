@@ -293,6 +293,20 @@ class Pure(unittest.TestCase):
         self.assertEqual(data["cost"]["machines"], {"a": 0.75, "b": 1.0})
         self.assertIn("b: $1.0000", flower.render_report(data))
 
+    def test_idle_hours_between_wakes_are_cut_out_of_the_axis(self):
+        records = [{"k": "run", "t": 0.0, "r": "r1", "host": "a"}, {"k": "run", "t": 36_000.0, "r": "r2", "host": "a"}]
+        rows = [{"run": run, "step": "work", "ok": True, "started_at": f"1970-01-01T{h:02d}:00:00+00:00",
+                 "ended_at": f"1970-01-01T{h:02d}:30:00+00:00"} for run, h in (("r1", 0), ("r2", 10))]
+        data = flower.report_data(rows, records, brief="", goal="", running=False, now=40_000.0)
+        page = Page(flower.render_report(data))
+        steps = [k for k in page.kinds if k["data-kind"] == "step"]
+        widths = [float(k["width"]) for k in steps]
+        self.assertGreater(min(widths), 300)   # each half hour takes over a third of the axis (42 px uncut)
+        self.assertLess(float(steps[0]["x"]) + widths[0], float(steps[1]["x"]))
+        self.assertEqual(page.count("gap"), 1)
+        self.assertEqual(flower.idle_gaps([(0, 10), (5, 20), (30, 40)], 0, 40), [])   # 10 s: not long
+        self.assertEqual(flower.idle_gaps([(0, 60), (5000, 5060)], 0, 5060), [(60, 5000)])
+
     def test_empty_workspace_renders(self):
         data = flower.report_data([], [], brief=None, goal=None, running=False, now=2000.0)
         page = Page(flower.render_report(data))
