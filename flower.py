@@ -415,6 +415,44 @@ TEXTS: dict[str, dict[str, str]] = {
         "info_notes_restored": "{n} note(s) restored from {where}",
         "info_state_unreadable": "the {what} in {where} was unreadable; ignored",
         "ui_spooled": "{n} transcript entr(y/ies) only in the local spool {path}; the next run writes them",
+        "rp_title": "flower report",
+        "rp_timeline": "Timeline",
+        "rp_water": "Context level per answer",
+        "rp_cost": "Cost per step and cumulative",
+        "rp_tools": "Tool calls per step",
+        "rp_goal": "Goal and checks",
+        "rp_brief": "Brief",
+        "rp_status": "status",
+        "rp_running": "running",
+        "rp_finished": "finished",
+        "rp_total_cost": "cost",
+        "rp_steps": "steps",
+        "rp_sessions": "sessions",
+        "rp_turns": "answers",
+        "rp_handoffs": "handoffs",
+        "rp_runs": "runs",
+        "rp_generated": "made",
+        "rp_ok": "step done",
+        "rp_failed": "step failed",
+        "rp_killed": "step killed",
+        "rp_mark_handoff": "handoff",
+        "rp_mark_wake": "wake",
+        "rp_mark_outage": "outage",
+        "rp_mark_wait": "wait",
+        "rp_mark_kill": "kill",
+        "rp_mark_rescue": "rescue",
+        "rp_mark_degraded": "degraded",
+        "rp_mark_verdict": "verdict",
+        "rp_threshold": "handoff threshold",
+        "rp_window": "context window",
+        "rp_none": "(none recorded)",
+        "rp_step": "step",
+        "rp_tool_calls": "tool calls",
+        "rp_top_tools": "most used",
+        "rp_saved": "prune, trim, spill saved",
+        "rp_verdict": "last verdict",
+        "rp_wrote": "report written to {path}",
+        "rp_cannot_write": "cannot write the report to {path}: {error}",
     },
     "zh": {
         "resume_prompt": "上一轮在完成之前被中断了。先看看磁盘上已经有什么,从中断处继续,不要从头开始。",
@@ -630,6 +668,44 @@ TEXTS: dict[str, dict[str, str]] = {
         "info_notes_restored": "从 {where} 恢复了 {n} 份笔记",
         "info_state_unreadable": "{where} 中的 {what} 无法读取;已忽略",
         "ui_spooled": "{n} 条会话记录只在本地暂存 {path} 中;下次运行会写入",
+        "rp_title": "flower 报告",
+        "rp_timeline": "时间线",
+        "rp_water": "每次回答后的上下文水位",
+        "rp_cost": "每步费用与累计费用",
+        "rp_tools": "每步的工具调用",
+        "rp_goal": "目标与检查",
+        "rp_brief": "任务简报",
+        "rp_status": "状态",
+        "rp_running": "运行中",
+        "rp_finished": "已结束",
+        "rp_total_cost": "费用",
+        "rp_steps": "步骤",
+        "rp_sessions": "会话",
+        "rp_turns": "回答",
+        "rp_handoffs": "交接",
+        "rp_runs": "运行次数",
+        "rp_generated": "生成于",
+        "rp_ok": "步骤完成",
+        "rp_failed": "步骤失败",
+        "rp_killed": "步骤被终止",
+        "rp_mark_handoff": "交接",
+        "rp_mark_wake": "唤醒",
+        "rp_mark_outage": "断网",
+        "rp_mark_wait": "等待",
+        "rp_mark_kill": "终止",
+        "rp_mark_rescue": "恢复",
+        "rp_mark_degraded": "接续受损",
+        "rp_mark_verdict": "判定",
+        "rp_threshold": "交接阈值",
+        "rp_window": "上下文窗口",
+        "rp_none": "(没有记录)",
+        "rp_step": "步骤",
+        "rp_tool_calls": "工具调用",
+        "rp_top_tools": "最常用",
+        "rp_saved": "修剪、截断、外存节省",
+        "rp_verdict": "最近判定",
+        "rp_wrote": "报告已写入 {path}",
+        "rp_cannot_write": "无法把报告写入 {path}:{error}",
     },
 }
 
@@ -7011,6 +7087,14 @@ class StateBackend:
         """The book of learned context windows."""
         raise NotImplementedError
 
+    def journal(self, run: str) -> "Journal":
+        """The journal writer of one run (what the report draws): ``journal.jsonl`` in run_dir."""
+        return Journal(self.paths.run(JOURNAL_FILE), run)
+
+    def journal_records(self) -> list[dict]:
+        """Every journal record, oldest first."""
+        return Journal.read(self.paths.run(JOURNAL_FILE))
+
     def lock(self, name: str, what: str) -> DriverLock:
         """A not yet acquired driver lock: ``workspace`` (one go per workspace) or ``step-<name>``."""
         raise NotImplementedError
@@ -7123,7 +7207,7 @@ class LocalState(StateBackend):
 # its name (a NULL body is a deletion). Writes the database cannot take (it is down) go to a local
 # spool under run_dir and are written, in order and exactly once, when it is back.
 
-PG_SCHEMA_VERSION = 2     # 2: leases (a flower.py that knows only 1 does not renew them: it is refused)
+PG_SCHEMA_VERSION = 3     # 2: leases (a flower.py that knows only 1 does not renew them: it is refused); 3: journal
 PG_LOCK_CLASS = 0x464C57   # first key of flower's advisory locks ("FLW"); the second is hashtext(name)
 PG_LEASE_TTL = 90.0        # seconds a driver's lease lasts unrenewed (FLOWER_LEASE_TTL); renewed every sixth
 
@@ -7164,6 +7248,10 @@ CREATE TABLE IF NOT EXISTS flower.spooled (
 CREATE TABLE IF NOT EXISTS flower.leases (
     ws text NOT NULL, lock text NOT NULL, holder text NOT NULL, info text NOT NULL,
     expires_at timestamptz NOT NULL, PRIMARY KEY (ws, lock));
+CREATE TABLE IF NOT EXISTS flower.journal (
+    id bigserial PRIMARY KEY, ws text NOT NULL, run text NOT NULL, lines text NOT NULL,
+    at timestamptz NOT NULL DEFAULT now());
+CREATE INDEX IF NOT EXISTS journal_ws ON flower.journal (ws, id);
 """
 PG_SCHEMA_EXISTS = "SELECT to_regclass('flower.schema_version') IS NOT NULL"
 PG_SCHEMA_FOUND = "SELECT max(version) FROM flower.schema_version"
@@ -7229,6 +7317,8 @@ PG_LEASE_GET = ("SELECT holder, info, expires_at, extract(epoch FROM expires_at 
                 "FROM flower.leases WHERE ws=%s AND lock=%s")
 PG_LEASE_DROP = "DELETE FROM flower.leases WHERE ws=%s AND lock=%s AND holder=%s"
 PG_SPOOL_CLAIM = "INSERT INTO flower.spooled (spool, ws) VALUES (%s, %s) ON CONFLICT DO NOTHING RETURNING 1"
+PG_JOURNAL_PUT = "INSERT INTO flower.journal (ws, run, lines) VALUES (%s, %s, %s)"
+PG_JOURNAL_ALL = "SELECT lines FROM flower.journal WHERE ws=%s ORDER BY id"
 
 
 def _psycopg() -> Any:
@@ -7718,6 +7808,8 @@ class PostgresState(StateBackend):
             cur.execute(PG_WINDOW_PUT, (op["key"], op["window"], op["source"]))
         elif kind == "note":
             cur.execute(PG_NOTE_PUT, (op["ws"], op["name"], op.get("body"), op.get("sha")))
+        elif kind == "journal":
+            cur.execute(PG_JOURNAL_PUT, (op["ws"], op["run"], op["lines"]))
 
     def _apply_entries(self, cur: Any, op: dict) -> None:
         """One batch: serialised per session (advisory transaction lock), summary folded, mtime
@@ -7816,6 +7908,16 @@ class PostgresState(StateBackend):
                 versions.append(json.loads(raw))
         versions += [op["row"] for op in self._spooled("manifest", ws=self.workspace_id)]
         return [r for r in latest_rows(versions) if _valid_row(r)]
+
+    def journal(self, run: str) -> Journal:
+        """The journal writer of one run: a row per record."""
+        return PgJournal(self, run)
+
+    def journal_records(self) -> list[dict]:
+        """Every journal record of this workspace, oldest first (spooled ones included)."""
+        lines = [text for (text,) in self._read(PG_JOURNAL_ALL, (self.workspace_id,))]
+        lines += [op["lines"] for op in self._spooled("journal", ws=self.workspace_id)]
+        return Journal.parse(line for chunk in lines for line in chunk.split("\n"))
 
     def windows(self, *, notify: Callable[[str], None] | None = None) -> WindowBook:
         """Learned windows, shared by every workspace in the database (they belong to endpoint + model)."""
@@ -8511,6 +8613,7 @@ class Runtime:
         self.run_id = run_id()
         self.manifest = self.state.manifest(self.run_id, notify=notify, lang=lang)
         self.windows = self.state.windows(notify=notify)
+        self.journal = self.state.journal(self.run_id)
         self._sleep = sleep or asyncio.sleep
         self._lineage: Lineage | None = None
         self._human_event: asyncio.Event | None = None
@@ -8581,6 +8684,7 @@ class Runtime:
 
     def emit(self, event: Event) -> None:
         """Send an event to the listener (errors in the listener never stop a run)."""
+        journal_event(self, event)
         if self.on_event:
             with contextlib.suppress(Exception):
                 self.on_event(event)
@@ -8615,6 +8719,7 @@ class Runtime:
         """On SIGHUP/SIGTERM (or a second Ctrl-C): stop this process's CLI at once, then write the
         in-flight step with ``error=reason``; lineage is already on disk."""
         stop_own_clis(self.paths.run_dir)
+        journal_kill(self, reason)
         current = self._current
         if current is None:
             with contextlib.suppress(Exception):
@@ -9296,6 +9401,7 @@ class Runtime:
                     calls.append(block.id)
                 emit(Event("tool_call", session_id=st.sid, level=st.level, window=st.window,
                            data={"name": block.name, "input": _short_input(block.input), "id": block.id}))
+        journal_answer(self, st, msg)
         if main and not synthetic and not ritual and st.manage:
             self._check_level(st, turn, answer)
         if calls:   # after the level: a batch hook waiting for these calls then knows it
@@ -9866,6 +9972,768 @@ def starter_flow(ask: str | None, *, rt: Runtime, rounds: int = 3, use_goal: boo
     return Workflow(steps)
 
 
+# --- Report: one self-contained HTML page of a job ---
+#
+# What a job did, drawn from what flower keeps: the manifest rows, the lineage, the notes, and the
+# journal: one compact line per answer (its context level and tool calls), per connection's cost, per
+# handoff, wait, outage, kill, degraded continuity and judge verdict, written as the job runs through
+# the state backend. ``report_data`` turns them into one dict (``report --json``), ``render_report``
+# into one HTML page with inline SVG and CSS: nothing is fetched from anywhere when it is opened.
+
+JOURNAL_FILE = "journal.jsonl"
+_JOURNAL_KINDS = frozenset(("step", "handoff", "retry", "error", "offline", "online", "resume", "result"))
+_JOURNAL_FIELDS = {
+    "step": ("continues", "woke"), "handoff": ("phase", "context", "window", "generation", "retired", "degraded",
+                                               "carry_chars"),
+    "retry": ("attempt", "kind", "delay"), "error": ("kind", "message"), "offline": ("waited_s", "host", "port"),
+    "online": ("waited_s", "host", "port"), "resume": ("reason", "attempt", "pruned"),
+    "result": ("ok", "cost_usd", "turns", "attempts", "error"),
+}
+
+
+class Journal:
+    """The journal of one run: one compact JSON line per record in ``run_dir/journal.jsonl`` (0600),
+    appended in one write without fsync (a killed process loses nothing the kernel took; only a
+    power cut can). The first record a run writes names the machine and process that ran it."""
+
+    def __init__(self, path: str, run: str):
+        self.path = path
+        self.run = run
+        self._started = False
+
+    def add(self, kind: str, step: str = "", sid: str | None = None, /, **data: Any) -> None:
+        """Append one record ``{"k", "t", "r", "s", "sid", **data}`` (``t``: epoch seconds)."""
+        now = round(time.time(), 3)
+        records = []
+        if not self._started:
+            records.append({"k": "run", "t": now, "r": self.run, "host": socket.gethostname(), "pid": os.getpid()})
+        record = {"k": kind, "t": now, "r": self.run, "s": step}
+        if sid:
+            record["sid"] = sid
+        record.update(data)
+        records.append(record)
+        self.write("".join(json.dumps(r, ensure_ascii=False, separators=(",", ":"), default=str) + "\n"
+                           for r in records))
+        self._started = True
+
+    def write(self, lines: str) -> None:
+        """Append whole lines (after a torn last line, on a line of their own)."""
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o600)
+        try:
+            data = lines.encode("utf-8", "surrogatepass")
+            size = os.fstat(fd).st_size
+            if size and os.pread(fd, 1, size - 1) != b"\n":
+                data = b"\n" + data
+            os.write(fd, data)
+        finally:
+            os.close(fd)
+
+    @staticmethod
+    def parse(lines: Iterable[str]) -> list[dict]:
+        """The well-formed records among ``lines``: objects with a kind and a time (others are skipped)."""
+        records = []
+        for line in lines:
+            if not line.strip():
+                continue
+            with contextlib.suppress(ValueError):
+                value = json.loads(line)
+                if isinstance(value, dict) and isinstance(value.get("k"), str) and \
+                        isinstance(value.get("t"), (int, float)) and not isinstance(value.get("t"), bool):
+                    records.append(value)
+        return records
+
+    @staticmethod
+    def read(path: str) -> list[dict]:
+        """Every well-formed record of a journal file ([] when there is none)."""
+        try:
+            with open_regular(path, "r", encoding="utf-8", errors="replace") as fh:
+                return Journal.parse(fh)
+        except OSError:
+            return []
+
+
+class PgJournal(Journal):
+    """The journal in the database: one row per record (the run's first one with its machine line),
+    spooled like every other write while the database is away."""
+
+    def __init__(self, state: "PostgresState", run: str):
+        super().__init__(state.describe("journal"), run)
+        self.state = state
+
+    def write(self, lines: str) -> None:
+        """Append the lines as one row."""
+        self.state.write({"t": "journal", "ws": self.state.workspace_id, "run": self.run, "lines": lines})
+
+
+def _journal_fields(kind: str, data: dict) -> dict:
+    """The few fields of an event's data a journal record keeps (strings cut short)."""
+    fields = {}
+    for name in _JOURNAL_FIELDS.get(kind, ()):
+        value = data.get(name)
+        if value is None:
+            continue
+        fields[name] = value[:300] if isinstance(value, str) else value
+    return fields
+
+
+def journal_event(rt: "Runtime", event: Event) -> None:
+    """Journal what the report needs of one runtime event (fail-soft; most events are not kept)."""
+    with contextlib.suppress(Exception):
+        kept = _journal_kept(rt, event)
+        if kept is not None:
+            _journal(rt, kept[0], event.step, event.session_id, redact_obj(kept[1]))
+
+
+def _journal_kept(rt: "Runtime", event: Event) -> tuple[str, dict] | None:
+    """``(kind, fields)`` of the record an event becomes (None: not kept)."""
+    kind, data = event.kind, event.data or {}
+    if kind == "system":
+        if data.get("subtype") != "turn_result":
+            return None
+        kind, fields = "cost", {"cost": round(float(data.get("cost_usd") or 0), 6)}
+    elif kind == "info":
+        if "verdict" in data:
+            kind, fields = "verdict", {"verdict": str(data["verdict"]), "failed": list(data.get("failed") or [])[:20]}
+        elif data.get("message") in rt.degraded:
+            kind, fields = "degraded", {"message": str(data["message"])[:300]}
+        else:
+            return None
+    elif kind in _JOURNAL_KINDS:
+        fields = _journal_fields(kind, data)
+    else:
+        return None
+    return kind, fields
+
+
+def _journal(rt: "Runtime", kind: str, step: str, sid: str | None, fields: dict) -> None:
+    """Add a record fail-soft: a write that fails warns once (``Runtime.soft``); nothing else of the
+    journal's can ever stop a run."""
+    journal = getattr(rt, "journal", None)
+    if journal is not None:
+        with contextlib.suppress(Exception):
+            rt.soft(journal.path, lambda: journal.add(kind, step, sid, **fields))
+
+
+def journal_answer(rt: "Runtime", st: Any, msg: Any) -> None:
+    """Journal one answer of a main thread: the context level it left, the window, the handoff
+    threshold and the tools it called (fail-soft)."""
+    if getattr(msg, "parent_tool_use_id", None) is not None or getattr(msg, "model", None) == SYNTHETIC_MODEL:
+        return
+    fields: dict = {"lv": st.level, "w": st.window, "at": st.at}
+    tools = [getattr(block, "name", "") for block in getattr(msg, "content", None) or []
+             if type(block).__name__ == "ToolUseBlock"]
+    if tools:
+        fields["tools"] = tools
+    _journal(rt, "turn", st.name, st.sid, fields)
+
+
+def journal_kill(rt: "Runtime", reason: str) -> None:
+    """Journal that this process was stopped by a signal (what ``rescue`` writes down)."""
+    current = rt._current
+    step = current["result"].step if current else ""
+    with contextlib.suppress(Exception):
+        rt.journal.add("kill", step, None, reason=reason)
+
+
+# -- the data: pure, from rows, records, notes --
+
+def _epoch(value: Any) -> float | None:
+    """An ISO time (a manifest row's) as epoch seconds (None when it is not one)."""
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        moment = _dt.datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=_dt.timezone.utc)
+    return moment.timestamp()
+
+
+def _base_step(label: str) -> str:
+    """``work#round2`` -> ``work``."""
+    return label.split("#", 1)[0]
+
+
+def _check_status(check: str, verdict: dict | None) -> str:
+    """``passed``, ``failed`` or ``unknown``: a check is failed when the last verdict lists it."""
+    if not verdict:
+        return "unknown"
+    words = check.strip().lower()
+    for failed in verdict.get("failed") or []:
+        other = str(failed).strip().lower()
+        if other and (other in words or words in other):
+            return "failed"
+    return "passed" if verdict.get("verdict") == "achieved" else "unknown"
+
+
+def _report_steps(rows: list[dict], records: list[dict], hosts: dict[str, str], running: bool) -> list[dict]:
+    """One entry per step (a manifest row, or journal records of a step with no row yet: running,
+    or killed before its row was written), with its tool calls and what prune saved."""
+    steps, by_key = [], {}
+    for row in rows:
+        start = _epoch(row.get("started_at"))
+        if start is None:
+            continue
+        step = {"label": row["step"], "step": _base_step(row["step"]), "run": row.get("run", ""),
+                "host": hosts.get(row.get("run", ""), ""), "start": start,
+                "end": _epoch(row.get("ended_at")) or start, "status": "ok" if row.get("ok") else "failed",
+                "cost": float(row.get("cost_usd") or 0), "turns": int(row.get("num_turns") or 0),
+                "attempts": int(row.get("attempts") or 1), "generations": int(row.get("generations") or 0),
+                "error": row.get("error"), "session_id": row.get("session_id"), "tools": 0, "tool_names": {},
+                "saved": {}}
+        if row.get("error") in ("killed-by-signal", "interrupted"):
+            step["status"] = "killed"
+        steps.append(step)
+        by_key.setdefault((step["run"], step["label"]), []).append(step)
+    last_run = max(((r["t"], r["r"]) for r in records if r.get("k") == "run"), default=(0, ""))[1]
+    for rec in records:
+        label, run = rec.get("s"), rec.get("r", "")
+        if not isinstance(label, str) or not label or rec["k"] in ("run", "kill"):
+            continue
+        found = by_key.get((run, label))
+        step = None
+        if found:
+            step = next((s for s in reversed(found) if s["start"] - 1 <= rec["t"]), found[0])
+        elif rec["k"] in ("turn", "step", "cost", "handoff", "retry", "error", "resume"):
+            status = "running" if running and run == last_run else "killed"
+            step = {"label": label, "step": _base_step(label), "run": run, "host": hosts.get(run, ""),
+                    "start": rec["t"], "end": rec["t"], "status": status, "cost": 0.0, "turns": 0, "attempts": 1,
+                    "generations": 0, "error": None, "session_id": rec.get("sid"), "tools": 0,
+                    "tool_names": {}, "saved": {}, "open": True}
+            steps.append(step)
+            by_key[(run, label)] = [step]
+        if step is None:
+            continue
+        step["end"] = max(step["end"], rec["t"])
+        if step.get("open"):   # no row yet: what the journal tells so far (a connection's cost is cumulative)
+            if rec["k"] == "cost":
+                spent = step.setdefault("spent", {})
+                spent[rec.get("sid")] = max(spent.get(rec.get("sid"), 0.0), float(rec.get("cost") or 0))
+                step["cost"] = round(sum(spent.values()), 6)
+            if rec["k"] == "turn":
+                step["turns"] += 1
+        if rec["k"] == "turn":
+            for name in rec.get("tools") or []:
+                step["tools"] += 1
+                step["tool_names"][str(name)] = step["tool_names"].get(str(name), 0) + 1
+        elif rec["k"] == "resume" and isinstance(rec.get("pruned"), dict):
+            for key, value in rec["pruned"].items():
+                if isinstance(value, int) and not isinstance(value, bool):
+                    step["saved"][key] = step["saved"].get(key, 0) + value
+    for step in steps:
+        step.pop("open", None)
+        step.pop("spent", None)
+    steps.sort(key=lambda s: s["start"])
+    return steps
+
+
+def _report_sessions(records: list[dict]) -> list[dict]:
+    """One entry per session that answered: its step, generation, window, threshold and one
+    ``[t, level]`` point per answer."""
+    sessions: dict[str, dict] = {}
+    generation: dict[str, int] = {}
+    for rec in records:
+        if rec["k"] == "handoff" and rec.get("phase") == "done" and rec.get("sid"):
+            generation[rec["sid"]] = int(rec.get("generation") or 0)
+        if rec["k"] != "turn" or not isinstance(rec.get("sid"), str):
+            continue
+        session = sessions.get(rec["sid"])
+        if session is None:
+            session = sessions[rec["sid"]] = {"sid": rec["sid"], "label": rec.get("s", ""),
+                                              "step": _base_step(str(rec.get("s", ""))), "points": []}
+        level = rec.get("lv")
+        session["points"].append([rec["t"], int(level) if isinstance(level, (int, float)) else 0])
+        session["window"], session["threshold"] = rec.get("w"), rec.get("at")
+    result = sorted(sessions.values(), key=lambda s: s["points"][0][0])
+    for session in result:
+        session["generation"] = generation.get(session["sid"], 0)
+        session["start"], session["end"] = session["points"][0][0], session["points"][-1][0]
+    return result
+
+
+def _report_marks(records: list[dict], steps: list[dict], running: bool) -> list[dict]:
+    """The timeline's marks: ``{"kind", "t", "end"?, "step", "text"}`` for wakes, handoffs, outages,
+    waits, kills, rescues, degraded continuity and verdicts."""
+    marks: list[dict] = []
+    runs: dict[str, list[float]] = {}
+    for rec in records:
+        span = runs.setdefault(rec.get("r", ""), [rec["t"], rec["t"]])
+        span[0], span[1] = min(span[0], rec["t"]), max(span[1], rec["t"])
+    offline: dict[str, dict] = {}
+    killed_runs = set()
+    for rec in records:
+        kind, step, run = rec["k"], str(rec.get("s") or ""), rec.get("r", "")
+        if kind == "run" and rec["t"] > min(s[0] for s in runs.values()):
+            marks.append({"kind": "wake", "t": rec["t"], "step": "", "text": str(rec.get("host") or "")})
+        elif kind == "handoff" and rec.get("phase") == "done":
+            why = f" ({rec['degraded']})" if rec.get("degraded") else ""
+            marks.append({"kind": "handoff", "t": rec["t"], "step": step,
+                          "text": f"{rec.get('context', '?')}/{rec.get('window', '?')}, #{rec.get('generation', '?')}{why}"})
+        elif kind == "offline" and run not in offline:
+            offline[run] = {"kind": "outage", "t": rec["t"], "step": step, "text": str(rec.get("host") or "")}
+        elif kind == "online" and run in offline:
+            mark = offline.pop(run)
+            marks.append(dict(mark, end=rec["t"], text=f"{mark['text']} {rec.get('waited_s', '?')}s"))
+        elif kind == "retry":
+            delay = float(rec.get("delay") or 0)
+            marks.append({"kind": "wait", "t": rec["t"], "end": rec["t"] + delay, "step": step,
+                          "text": f"{rec.get('kind', '')} {delay:g}s"})
+        elif kind == "kill":
+            killed_runs.add(run)
+            marks.append({"kind": "kill", "t": rec["t"], "step": step, "text": str(rec.get("reason") or "")})
+        elif kind == "degraded":
+            marks.append({"kind": "degraded", "t": rec["t"], "step": step, "text": str(rec.get("message") or "")})
+        elif kind == "verdict":
+            failed = "; ".join(map(str, rec.get("failed") or []))
+            marks.append({"kind": "verdict", "t": rec["t"], "step": step, "verdict": str(rec.get("verdict")),
+                          "text": f"{rec.get('verdict')}{': ' + failed if failed else ''}"})
+    for run, mark in offline.items():   # still away when the run ended (or now)
+        marks.append(dict(mark, end=runs.get(run, [0, mark["t"]])[1]))
+    # a step whose row was never written (killed hard), or written by rescue: killed; the next run rescues
+    order = sorted(runs.items(), key=lambda item: item[1][0])
+    for step in steps:
+        if step["status"] == "killed" and step["run"] not in killed_runs:
+            killed_runs.add(step["run"])
+            marks.append({"kind": "kill", "t": step["end"], "step": step["label"], "text": "no row: killed"})
+    for i, (run, span) in enumerate(order[:-1]):
+        if run in killed_runs:
+            marks.append({"kind": "rescue", "t": order[i + 1][1][0], "step": "", "text": run})
+    marks.sort(key=lambda m: m["t"])
+    return marks
+
+
+def report_data(rows: list[dict], records: list[dict], *, brief: str | None, goal: str | None,
+                running: bool, now: float, workspace: str = "", state: str = "local") -> dict:
+    """Everything the report shows, as data (``report --json``): steps, sessions with their water
+    levels, timeline marks, cost per step, per machine and cumulative, the brief and the goal's
+    checks with the last verdict. Pure."""
+    hosts = {rec.get("r", ""): str(rec.get("host") or "") for rec in records if rec["k"] == "run"}
+    steps = _report_steps(rows, records, hosts, running)
+    sessions = _report_sessions(records)
+    marks = _report_marks(records, steps, running)
+    times = [s["start"] for s in steps] + [s["end"] for s in steps] + [r["t"] for r in records]
+    start = min(times) if times else now
+    end = max(times) if times else now
+    if running:
+        end = max(end, now)
+    total, cumulative, machines = 0.0, [], {}
+    for step in sorted(steps, key=lambda s: s["end"]):
+        total += step["cost"]
+        cumulative.append([step["end"], round(total, 6)])
+        machines[step["host"] or "?"] = round(machines.get(step["host"] or "?", 0.0) + step["cost"], 6)
+    verdicts = [r for r in records if r["k"] == "verdict"]
+    verdict = verdicts[-1] if verdicts else None
+    statement, checks = goal_parts(goal or "")
+    return {
+        "v": JSON_VERSION, "kind": "report", "workspace": workspace, "state": state, "generated": round(now, 3),
+        "running": running, "start": start, "end": end, "runs": len(hosts) or len({s["run"] for s in steps}),
+        "steps": steps, "sessions": sessions, "marks": marks,
+        "cost": {"total": round(total, 6), "machines": machines, "cumulative": cumulative},
+        "turns": sum(len(s["points"]) for s in sessions),
+        "brief": brief or "", "goal": {
+            "statement": statement, "checks": [{"text": c, "status": _check_status(c, verdict)} for c in checks],
+            "verdict": verdict.get("verdict") if verdict else None,
+            "failed": list(verdict.get("failed") or []) if verdict else []},
+    }
+
+
+# -- the page: pure, data -> HTML with inline SVG --
+
+_REPORT_CSS = """
+*{box-sizing:border-box}body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",sans-serif;margin:0;
+color:#1d2330;background:#fafbfc}main{max-width:1100px;margin:0 auto;padding:16px}
+h1{font-size:22px;margin:4px 0 8px}h2{font-size:17px;margin:26px 0 8px;border-bottom:1px solid #dde2ea}
+svg{display:block;width:100%;height:auto;background:#fff;border:1px solid #e3e7ee;border-radius:6px}
+svg text{font:11px system-ui,sans-serif;fill:#485163}.wrap{overflow-x:auto;max-width:100%}
+table{border-collapse:collapse;width:100%}td,th{padding:4px 8px;border-bottom:1px solid #eef0f4;
+text-align:left;vertical-align:top}th{font-weight:600;color:#485163}td.n{text-align:right;white-space:nowrap}
+.bar{display:inline-block;height:10px;background:#5b8def;border-radius:2px;vertical-align:middle}
+.facts{display:flex;flex-wrap:wrap;gap:8px 18px;margin:6px 0 4px}.facts b{font-weight:600}
+.legend{display:flex;flex-wrap:wrap;gap:4px 14px;margin:6px 0;font-size:12px;color:#485163}
+.sw{display:inline-block;width:12px;height:12px;border-radius:2px;vertical-align:-2px;margin-right:4px}
+pre{white-space:pre-wrap;word-break:break-word;background:#fff;border:1px solid #e3e7ee;border-radius:6px;
+padding:10px;max-height:420px;overflow:auto}.ok{color:#1d7a3a}.bad{color:#b4232c}.unknown{color:#7a8191}
+.muted{color:#7a8191}
+"""
+
+# the browser tier opens the page with #measure: where every picture lies, written into the page
+_REPORT_MEASURE = (
+    "if(location.hash==='#measure'){var d=document.documentElement,o=[];"
+    "document.querySelectorAll('svg').forEach(function(s){var r=s.getBoundingClientRect();"
+    "o.push([Math.round(r.left),Math.round(r.right),Math.round(r.height)])});"
+    "var m=JSON.stringify({width:d.clientWidth,scroll:d.scrollWidth,svgs:o}),"
+    "p=document.createElement('pre');p.id='measured';p.textContent=m;document.body.appendChild(p);"
+    "if(parent!==window)parent.postMessage(m,'*')}")
+
+_KIND_COLOURS = {"ok": "#4caf6d", "failed": "#d9534f", "running": "#5b8def", "killed": "#8a6d3b"}
+_MARK_COLOURS = {"handoff": "#7b4fd6", "wake": "#2a9d8f", "outage": "#d9534f", "wait": "#f0ad4e",
+                 "kill": "#222", "rescue": "#2a9d8f", "degraded": "#e07b00", "verdict": "#4caf6d"}
+_SESSION_COLOURS = ("#5b8def", "#e07b00", "#2a9d8f", "#b04fd6", "#d9534f", "#6d8a3b", "#1f5fa8", "#c2185b")
+
+
+def _esc(value: Any) -> str:
+    """Text for HTML (and SVG) content and attribute values."""
+    return str(value).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace('"', "&quot;")
+
+
+def _clock(t: float, span: float) -> str:
+    """A time-axis label (UTC): ``HH:MM`` (with seconds on short spans, the date on long ones)."""
+    moment = _dt.datetime.fromtimestamp(t, _dt.timezone.utc)
+    if span > 2 * 86400:
+        return moment.strftime("%m-%d %H:%M")
+    return moment.strftime("%H:%M:%S" if span < 600 else "%H:%M")
+
+
+def _ticks(low: float, high: float, n: int = 6) -> list[float]:
+    """About ``n`` round tick values between ``low`` and ``high``."""
+    import math
+    span = max(high - low, 1e-9)
+    raw = span / n
+    step = 10 ** math.floor(math.log10(raw))
+    for factor in (1, 2, 5, 10):
+        if raw <= factor * step:
+            step *= factor
+            break
+    first = math.ceil(low / step) * step
+    return [first + i * step for i in range(int((high - first) / step) + 1)]
+
+
+def _time_ticks(start: float, end: float) -> list[float]:
+    """Round clock times between ``start`` and ``end`` (seconds, minutes, hours or days apart)."""
+    import math
+    span = max(end - start, 1.0)
+    for step in (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400):
+        if span / step <= 7:
+            break
+    else:
+        step = 86400 * math.ceil(span / 86400 / 7)
+    first = math.ceil(start / step) * step
+    return [first + i * step for i in range(int((end - first) / step) + 1)]
+
+
+def idle_gaps(spans: Iterable[tuple[float, float]], start: float, end: float) -> list[tuple[float, float]]:
+    """The long stretches with nothing going on between ``start`` and ``end`` (longer than ten minutes
+    and than a tenth of the whole): a job that sleeps for hours between wakes is drawn without them."""
+    merged: list[list[float]] = []
+    for low, high in sorted(spans):
+        if merged and low <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], high)
+        else:
+            merged.append([low, high])
+    least = max(600.0, (end - start) * 0.1)
+    return [(merged[i][1], merged[i + 1][0]) for i in range(len(merged) - 1) if merged[i + 1][0] - merged[i][1] > least]
+
+
+def time_axis(start: float, end: float, gaps: list[tuple[float, float]]) -> Callable[[float], float]:
+    """``t -> position`` on an axis from 0 where each of ``gaps`` takes 3% of the whole span."""
+    keep = (end - start) * 0.03
+
+    def position(moment: float) -> float:
+        value = moment - start
+        for low, high in gaps:
+            if moment >= high:
+                value -= (high - low) - keep
+            elif moment > low:
+                value -= (moment - low) - keep * (moment - low) / (high - low)
+        return value
+    return position
+
+
+def _svg_timeline(data: dict, t: Callable[[str], str]) -> str:
+    """Steps (rounds, retries) as bars in one lane per step, their sessions beneath, and every mark;
+    long idle gaps are cut out of the time axis (each marked)."""
+    width, left, right, lane = 1000, 110, 16, 34
+    start, end = data["start"], max(data["end"], data["start"] + 1)
+    lanes = list(dict.fromkeys(s["step"] for s in data["steps"]))
+    top = 28
+    height = top + lane * max(1, len(lanes)) + 40
+    spans = [(s["start"], s["end"]) for s in data["steps"] + data["sessions"]]
+    spans += [(m["t"], m.get("end", m["t"])) for m in data["marks"]]
+    gaps = idle_gaps(spans, start, end)
+    position = time_axis(start, end, gaps)
+    scale = (width - left - right) / max(position(end), 1e-9)
+
+    def x(value: float) -> float:
+        return round(left + position(value) * scale, 1)
+
+    out = [f'<svg id="timeline" viewBox="0 0 {width} {height}" role="img" aria-label="{_esc(t("rp_timeline"))}">']
+    last = -1e9
+    bounds = [start] + [b for gap in gaps for b in gap] + [end]
+    for low, high in zip(bounds[::2], bounds[1::2]):
+        for tick in _time_ticks(low, high) if high > low else []:
+            if x(tick) - last < 70:
+                continue
+            last = x(tick)
+            out.append(f'<line x1="{x(tick)}" y1="{top - 6}" x2="{x(tick)}" y2="{height - 22}" stroke="#eef0f4"/>'
+                       f'<text x="{x(tick)}" y="{height - 8}" text-anchor="middle">{_clock(tick, end - start)}</text>')
+    for low, high in gaps:
+        middle = round((x(low) + x(high)) / 2, 1)
+        hours = (high - low) / 3600
+        out.append(f'<text data-kind="gap" x="{middle}" y="{height - 26}" text-anchor="middle" font-size="14">≈'
+                   f'<title>{hours:.1f} h</title></text>')
+    for i, name in enumerate(lanes):
+        y = top + i * lane
+        out.append(f'<text x="{left - 8}" y="{y + 15}" text-anchor="end">{_esc(name[:16])}</text>')
+    lane_of = {name: top + i * lane for i, name in enumerate(lanes)}
+    for step in data["steps"]:
+        y = lane_of[step["step"]]
+        x1, x2 = x(step["start"]), x(step["end"])
+        title = (f'{step["label"]}: {step["status"]}, ${step["cost"]:.4f}, {step["turns"]} {t("rp_turns")}'
+                 + (f', {step["error"]}' if step.get("error") else ""))
+        out.append(f'<rect class="mark" data-kind="step" data-label="{_esc(step["label"])}" x="{x1}" y="{y + 4}" '
+                   f'width="{max(2.0, round(x2 - x1, 1))}" height="14" rx="2" '
+                   f'fill="{_KIND_COLOURS.get(step["status"], "#999")}"><title>{_esc(title)}</title></rect>')
+    colour = {}
+    for session in data["sessions"]:
+        y = lane_of.get(session["step"])
+        if y is None:
+            continue
+        fill = colour.setdefault(session["sid"], _SESSION_COLOURS[len(colour) % len(_SESSION_COLOURS)])
+        x1, x2 = x(session["start"]), x(session["end"])
+        out.append(f'<rect class="mark" data-kind="session" data-sid="{_esc(session["sid"])}" x="{x1}" y="{y + 21}" '
+                   f'width="{max(2.0, round(x2 - x1, 1))}" height="6" fill="{fill}"><title>{_esc(session["sid"])} '
+                   f'#{session["generation"]}, {len(session["points"])} {t("rp_turns")}</title></rect>')
+    bottom = height - 22
+    for mark in data["marks"]:
+        kind, x1 = mark["kind"], x(mark["t"])
+        title = f'<title>{_esc(t("rp_mark_" + kind))}: {_esc(mark.get("text", ""))}</title>'
+        y = lane_of.get(_base_step(mark.get("step") or ""), top) + 11
+        fill = _MARK_COLOURS[kind]
+        if kind == "verdict" and mark.get("verdict") != "achieved":
+            fill = "#d9534f"
+        if kind in ("outage", "wait"):
+            x2 = max(x(mark.get("end", mark["t"])), x1 + 2)
+            out.append(f'<rect class="mark" data-kind="{kind}" x="{x1}" y="{top - 6}" width="{round(x2 - x1, 1)}" '
+                       f'height="{bottom - top + 6}" fill="{fill}" fill-opacity="0.18">{title}</rect>')
+        elif kind in ("wake", "rescue"):
+            dash = "4 3" if kind == "wake" else "1 3"
+            out.append(f'<line class="mark" data-kind="{kind}" x1="{x1}" y1="{top - 8}" x2="{x1}" y2="{bottom}" '
+                       f'stroke="{fill}" stroke-width="2" stroke-dasharray="{dash}">{title}</line>')
+        elif kind == "handoff":
+            out.append(f'<path class="mark" data-kind="handoff" d="M{x1} {y - 7}l6 7l-6 7l-6 -7z" fill="{fill}">'
+                       f'{title}</path>')
+        elif kind == "kill":
+            out.append(f'<path class="mark" data-kind="kill" d="M{x1 - 6} {y - 6}l12 12m0 -12l-12 12" stroke="{fill}" '
+                       f'stroke-width="3">{title}</path>')
+        elif kind == "degraded":
+            out.append(f'<path class="mark" data-kind="degraded" d="M{x1} {top - 14}l6 10h-12z" fill="{fill}">'
+                       f'{title}</path>')
+        else:
+            out.append(f'<circle class="mark" data-kind="{kind}" cx="{x1}" cy="{top - 12}" r="5" fill="{fill}">'
+                       f'{title}</circle>')
+    out.append("</svg>")
+    return "".join(out)
+
+
+def _svg_water(data: dict, t: Callable[[str], str]) -> str:
+    """The context level after each answer, session after session (one line each), with each
+    session's handoff threshold (dashed) and window (dotted)."""
+    sessions = [s for s in data["sessions"] if s["points"]]
+    turns = sum(len(s["points"]) for s in sessions)
+    width, height, left, right, top, bottom = 1000, 300, 60, 16, 14, 40
+    ceiling = max([1] + [s.get("window") or 0 for s in sessions] + [p[1] for s in sessions for p in s["points"]])
+    xscale = (width - left - right) / max(1, turns - 1)
+    yscale = (height - top - bottom) / ceiling
+
+    def y(level: float) -> float:
+        return round(height - bottom - level * yscale, 1)
+
+    out = [f'<svg id="water" viewBox="0 0 {width} {height}" role="img" aria-label="{_esc(t("rp_water"))}">']
+    for tick in _ticks(0, ceiling, 5):
+        out.append(f'<line x1="{left}" y1="{y(tick)}" x2="{width - right}" y2="{y(tick)}" stroke="#eef0f4"/>'
+                   f'<text x="{left - 6}" y="{y(tick) + 4}" text-anchor="end">{_human_tokens(int(tick))}</text>')
+    n = 0
+    for i, session in enumerate(sessions):
+        colour = _SESSION_COLOURS[i % len(_SESSION_COLOURS)]
+        x0 = round(left + n * xscale, 1)
+        x1 = round(left + (n + len(session["points"]) - 1) * xscale, 1)
+        points = " ".join(f"{round(left + (n + j) * xscale, 1)},{y(level)}"
+                          for j, (_, level) in enumerate(session["points"]))
+        if i:
+            out.append(f'<line x1="{x0}" y1="{top}" x2="{x0}" y2="{height - bottom}" stroke="#c9ced8"/>')
+        for kind, level, dash in (("threshold", session.get("threshold"), "6 4"), ("window", session.get("window"), "2 3")):
+            if level:
+                out.append(f'<line data-kind="{kind}" x1="{x0}" y1="{y(level)}" x2="{max(x1, x0 + 2)}" y2="{y(level)}" '
+                           f'stroke="{"#d9534f" if kind == "threshold" else "#485163"}" stroke-dasharray="{dash}"/>')
+        out.append(f'<polyline class="level" data-sid="{_esc(session["sid"])}" data-step="{_esc(session["label"])}" '
+                   f'points="{points}" fill="none" stroke="{colour}" stroke-width="1.5">'
+                   f'<title>{_esc(session["label"])} {_esc(session["sid"][:8])}</title></polyline>')
+        anchor = "end" if x0 > width - right - 80 else "start"
+        if x1 - x0 > 60 or i == len(sessions) - 1:
+            out.append(f'<text x="{x0 + 3 if anchor == "start" else width - right}" y="{height - bottom + 14}" '
+                       f'text-anchor="{anchor}">{_esc(session["label"][:14])}</text>')
+        n += len(session["points"])
+    out.append(f'<text x="{width - right}" y="{height - 6}" text-anchor="end">{_esc(t("rp_turns"))}: {turns}</text>')
+    out.append("</svg>")
+    return "".join(out)
+
+
+def _svg_cost(data: dict, t: Callable[[str], str]) -> tuple[str, list[str]]:
+    """Cost per step (a bar each, coloured by machine) and the cumulative cost (a line); the machines."""
+    steps = data["steps"]
+    machines = sorted({s["host"] or "?" for s in steps})
+    width, height, left, right, top, bottom = 1000, 240, 60, 60, 14, 40
+    peak = max([0.0001] + [s["cost"] for s in steps])
+    total = max(0.0001, data["cost"]["total"])
+    slot = (width - left - right) / max(1, len(steps))
+    out = [f'<svg id="cost" viewBox="0 0 {width} {height}" role="img" aria-label="{_esc(t("rp_cost"))}">']
+    for tick in _ticks(0, peak, 4):
+        yy = round(height - bottom - tick / peak * (height - top - bottom), 1)
+        out.append(f'<line x1="{left}" y1="{yy}" x2="{width - right}" y2="{yy}" stroke="#eef0f4"/>'
+                   f'<text x="{left - 6}" y="{yy + 4}" text-anchor="end">${tick:.3g}</text>')
+    line, running = [], 0.0
+    for i, step in enumerate(steps):
+        h = step["cost"] / peak * (height - top - bottom)
+        bar = min(slot * 0.7, 48)
+        xx = round(left + (i + 0.5) * slot - bar / 2, 1)
+        fill = _SESSION_COLOURS[machines.index(step["host"] or "?") % len(_SESSION_COLOURS)]
+        out.append(f'<rect data-kind="cost" x="{xx}" y="{round(height - bottom - h, 1)}" width="{round(bar, 1)}" '
+                   f'height="{round(h, 1)}" fill="{fill}"><title>{_esc(step["label"])}: ${step["cost"]:.4f}'
+                   f'{" (" + _esc(step["host"]) + ")" if step["host"] else ""}</title></rect>')
+        running += step["cost"]
+        line.append(f'{round(left + (i + 0.5) * slot, 1)},{round(height - bottom - running / total * (height - top - bottom), 1)}')
+        if len(steps) <= 24:
+            out.append(f'<text x="{round(left + (i + 0.5) * slot, 1)}" y="{height - bottom + 14}" '
+                       f'text-anchor="middle">{_esc(step["label"][:10])}</text>')
+    if line:
+        out.append(f'<polyline data-kind="cumulative" points="{" ".join(line)}" fill="none" stroke="#222" '
+                   f'stroke-width="1.5"/><text x="{width - 4}" y="{top + 10}" text-anchor="end">'
+                   f'Σ ${data["cost"]["total"]:.4f}</text>')
+    out.append("</svg>")
+    return "".join(out), machines
+
+
+def _legend(items: list[tuple[str, str]]) -> str:
+    return '<div class="legend">' + "".join(f'<span><span class="sw" style="background:{c}"></span>{_esc(label)}</span>'
+                                            for c, label in items) + "</div>"
+
+
+def render_report(data: dict, lang: str = "en") -> str:
+    """The report page: one HTML document with inline CSS and SVG (and a tiny inline script that only
+    measures the pictures when the page is opened with ``#measure``); nothing external."""
+    t = functools.partial(text, lang=lang)
+    steps, sessions = data["steps"], data["sessions"]
+    generated = _dt.datetime.fromtimestamp(data["generated"], _dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    handoffs = sum(m["kind"] == "handoff" for m in data["marks"])
+    facts = [(t("rp_status"), t("rp_running") if data["running"] else t("rp_finished")),
+             (t("rp_total_cost"), f'${data["cost"]["total"]:.4f}'), (t("rp_steps"), str(len(steps))),
+             (t("rp_sessions"), str(len(sessions))), (t("rp_turns"), str(data["turns"])),
+             (t("rp_handoffs"), str(handoffs)), (t("rp_runs"), str(data["runs"])), (t("rp_generated"), generated)]
+    parts = [f'<!DOCTYPE html><html lang="{"zh" if lang == "zh" else "en"}"><head><meta charset="utf-8">'
+             f'<meta name="viewport" content="width=device-width,initial-scale=1">'
+             f'<title>{_esc(t("rp_title"))}</title><style>{_REPORT_CSS}</style></head><body><main>'
+             f'<h1>{_esc(t("rp_title"))}</h1><div class="muted">{_esc(data["workspace"])} · {_esc(data["state"])}</div>'
+             '<div class="facts">' + "".join(f"<span>{_esc(k)}: <b>{_esc(v)}</b></span>" for k, v in facts) + "</div>"]
+    parts.append(f'<h2>{_esc(t("rp_timeline"))}</h2>')
+    parts.append(_legend([(_KIND_COLOURS["ok"], t("rp_ok")), (_KIND_COLOURS["failed"], t("rp_failed")),
+                          (_KIND_COLOURS["running"], t("rp_running")), (_KIND_COLOURS["killed"], t("rp_killed"))]
+                         + [(_MARK_COLOURS[k], t("rp_mark_" + k)) for k in _MARK_COLOURS]))
+    parts.append(_svg_timeline(data, t))
+    parts.append(f'<h2>{_esc(t("rp_water"))}</h2>')
+    parts.append(_legend([("#d9534f", t("rp_threshold")), ("#485163", t("rp_window"))]))
+    parts.append(_svg_water(data, t) if sessions else f'<p class="muted">{_esc(t("rp_none"))}</p>')
+    parts.append(f'<h2>{_esc(t("rp_cost"))}</h2>')
+    svg, machines = _svg_cost(data, t)
+    if len(machines) > 1:
+        parts.append(_legend([(_SESSION_COLOURS[i % len(_SESSION_COLOURS)], f'{m}: ${data["cost"]["machines"].get(m, 0):.4f}')
+                              for i, m in enumerate(machines)]))
+    parts.append(svg if steps else f'<p class="muted">{_esc(t("rp_none"))}</p>')
+    parts.append(f'<h2>{_esc(t("rp_tools"))}</h2>')
+    parts.append(_tools_table(steps, t))
+    parts.append(f'<h2>{_esc(t("rp_goal"))}</h2>')
+    parts.append(_goal_block(data["goal"], t))
+    parts.append(f'<h2>{_esc(t("rp_brief"))}</h2>')
+    parts.append(f'<pre>{_esc(data["brief"])}</pre>' if data["brief"].strip() else f'<p class="muted">{_esc(t("rp_none"))}</p>')
+    parts.append(f"</main><script>{_REPORT_MEASURE}</script></body></html>\n")
+    return "".join(parts)
+
+
+def _tools_table(steps: list[dict], t: Callable[[str], str]) -> str:
+    """Tool calls per step (a bar each, the most used tools) and what prune, trim and spill saved."""
+    if not steps:
+        return f'<p class="muted">{_esc(t("rp_none"))}</p>'
+    peak = max([1] + [s["tools"] for s in steps])
+    rows = [f'<div class="wrap"><table><tr><th>{_esc(t("rp_step"))}</th><th>{_esc(t("rp_tool_calls"))}</th>'
+            f'<th>{_esc(t("rp_top_tools"))}</th><th>{_esc(t("rp_saved"))}</th></tr>']
+    for step in steps:
+        top = sorted(step["tool_names"].items(), key=lambda kv: -kv[1])[:4]
+        saved = step["saved"]
+        said = ", ".join(f"{k} {v}" for k, v in saved.items() if v) or "-"
+        rows.append(f'<tr><td>{_esc(step["label"])}</td><td class="n">{step["tools"]} '
+                    f'<span class="bar" style="width:{round(60 * step["tools"] / peak)}px"></span></td>'
+                    f'<td>{_esc(", ".join(f"{k} {v}" for k, v in top) or "-")}</td><td>{_esc(said)}</td></tr>')
+    rows.append("</table></div>")
+    return "".join(rows)
+
+
+def _goal_block(goal: dict, t: Callable[[str], str]) -> str:
+    """The goal statement, its checks each with its status by the last verdict, and that verdict."""
+    if not goal["statement"] and not goal["checks"]:
+        return f'<p class="muted">{_esc(t("rp_none"))}</p>'
+    verdict = goal["verdict"]
+    css = "ok" if verdict == "achieved" else "bad" if verdict else "unknown"
+    out = [f'<p>{_esc(goal["statement"])}</p><p>{_esc(t("rp_verdict"))}: '
+           f'<b class="{css}">{_esc(verdict or t("rp_none"))}</b></p><div class="wrap"><table>']
+    marks = {"passed": "✓", "failed": "✗", "unknown": "?"}
+    for check in goal["checks"]:
+        status = check["status"]
+        css = {"passed": "ok", "failed": "bad"}.get(status, "unknown")
+        out.append(f'<tr><td class="{css}" style="width:2em">{marks[status]}</td><td>{_esc(check["text"])}</td></tr>')
+    out.append("</table></div>")
+    return "".join(out)
+
+
+# -- thin I/O: read what the backend keeps, write the page --
+
+def _job_running(backend: StateBackend) -> bool:
+    """Whether a flower drives this workspace now (its lock is held)."""
+    if backend.kind == "local":
+        return flock_holder(os.path.join(backend.paths.flower_dir, "flower.lock")) is not None
+    lease = getattr(backend, "lease", None)
+    return bool(lease and (lease("workspace", quiet=True).get("left") or 0) > 0)
+
+
+def gather_report(paths: Paths, backend: StateBackend, now: float | None = None) -> dict:
+    """:func:`report_data` of this workspace, read through ``backend`` (no side effects)."""
+    return report_data(backend.manifest_rows(), backend.journal_records(), brief=_read_text(paths.brief),
+                       goal=_read_text(paths.goal), running=_job_running(backend),
+                       now=time.time() if now is None else now, workspace=paths.workspace,
+                       state=backend.kind if backend.kind == "local" else backend.describe())
+
+
+def cmd_report(args: argparse.Namespace, reporter: Reporter) -> int:
+    """Write the report page (``-o``, default ``<run_dir>/report.html``) or, with ``--json``, print its data."""
+    paths = _paths(args, reporter)
+    if os.path.exists(paths.run_dir) and not os.path.isdir(paths.run_dir):
+        raise FlowerError(f"run dir {paths.run_dir} is not a directory", EXIT_SETUP)
+    backend = _open_state(args, paths, wait=False)
+    try:
+        data = gather_report(paths, backend)
+    finally:
+        backend.close()
+    if args.json:
+        print(json.dumps(data, ensure_ascii=False))
+        return EXIT_OK
+    target = os.path.abspath(args.output or paths.run("report.html"))
+    try:
+        if not args.output:
+            paths.prepare()
+        atomic_write(target, render_report(data, paths.lang), mode=0o600)
+    except OSError as exc:
+        raise FlowerError(text("rp_cannot_write", paths.lang, path=target, error=exc.strerror or exc), EXIT_SETUP) from None
+    print(text("rp_wrote", paths.lang, path=_tilde(target)))
+    return EXIT_OK
+
+
+def _report_options(command: Callable[[str], argparse.ArgumentParser]) -> None:
+    """The ``report`` sub-command's options."""
+    report = command("report")
+    report.add_argument("-o", "--output", default=None, metavar="FILE",
+                        help="where to write the page (default: report.html in the run dir)")
+    _global_options(report)
+
+
 # --- CLI: go, once, status, doctor, sessions, show; progress, signals, exit codes ---
 
 MAX_PROMPT_BYTES = 256 * 1024
@@ -9876,6 +10744,7 @@ COMMAND_SUMMARIES = {
     "doctor": "check Python, SDK, CLI, credentials, settings, network, state",
     "sessions": "list stored sessions",
     "show": "a session as the model would be sent it on resume (pruned)",
+    "report": "one self-contained HTML page of the job: timeline, context, cost, tools, goal",
 }
 SUBCOMMANDS = tuple(COMMAND_SUMMARIES)
 
@@ -10262,6 +11131,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     show.add_argument("sid", help="session id (a unique prefix is enough)")
     show.add_argument("--raw", action="store_true", help="every entry exactly as stored (one JSON object a line)")
     _global_options(show)
+    _report_options(command)
     return parser
 
 
@@ -11243,7 +12113,7 @@ def cmd_show(args: argparse.Namespace, reporter: Reporter) -> int:
 
 
 COMMANDS = {"go": cmd_go, "once": cmd_once, "status": cmd_status, "doctor": cmd_doctor,
-            "sessions": cmd_sessions, "show": cmd_show}
+            "sessions": cmd_sessions, "show": cmd_show, "report": cmd_report}
 
 
 def usable_std_streams() -> None:
