@@ -3592,6 +3592,8 @@ _SPILL_UUID = _lazy_re(r"[A-Za-z0-9-]{1,80}")
 def _trims(st: _Pruning, policy: PrunePolicy, replaced: dict[int, str]) -> list[tuple[int, str, str, str]]:
     """Step 5, what it finds: old huge tool results, as (k, full text, spill path, marker), ``replaced``
     telling the results step 4 gives a new text (k -> it)."""
+    if len(st.results) <= policy.trim_keep:   # the newest trim_keep big results stay: none can be old
+        return []
     work, drop, healed, careful = st.work, st.drop, st.healed, st.careful
     least = policy.trim_min_chars
     big = []
@@ -3633,7 +3635,10 @@ def _text_only(content: Any) -> bool:
                                                 for b in content)
 
 
+@functools.lru_cache(maxsize=4096)
 def _heal_id(tool_use_id: Any) -> str:
+    """The uuid of the healing entry of ``tool_use_id`` (a uuid5: the same on every load; cached, as
+    every load of a session heals the same calls again)."""
     return str(uuid.uuid5(uuid.NAMESPACE_URL, "flower-heal:" + str(tool_use_id)))
 
 
