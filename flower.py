@@ -2927,6 +2927,9 @@ class PrunePolicy:
     # least what this one trims: rows a load reads cut for this policy are taken as trimmed by it too
     budget: int | None = None
     fallback: PrunePolicy | None = None
+    # A store reads a row cut by its cut fact even where its spill file is not written yet, and counts
+    # it in the report's ``unspilled`` (prepare's deciding pass: a session that does not fit writes none)
+    cut_unwritten: bool = False
 
 
 @record
@@ -2943,10 +2946,12 @@ class PruneReport:
     chars_saved: int = 0
     spills: dict[str, str] = field(default_factory=dict)
     tokens: int | None = None   # estimate_tokens() of what the prune returned, when asked for and known
+    unspilled: int = 0          # results read cut whose spill file is not written (PrunePolicy.cut_unwritten)
 
     def as_dict(self) -> dict:
-        """The counts, for events and logs (without the spill texts and the estimate)."""
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in ("spills", "tokens")}
+        """The counts, for events and logs (without the spill texts, the estimate and ``unspilled``)."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+                if f.name not in ("spills", "tokens", "unspilled")}
 
 
 def _survivors(drop_uuids: set, parent_of: dict) -> Callable[[str | None], str | None]:
@@ -3332,6 +3337,7 @@ def _drop_api_errors(entries: Iterable[dict], policy: PrunePolicy, own: bool = F
             raise PlanBroken("rows read cut in a careful prune")
         st.report.trimmed += len(plan.cuts)
         st.report.chars_saved += plan.cut_saved
+        st.report.unspilled = plan.unspilled
     return st
 
 
@@ -3668,6 +3674,8 @@ _SPILL_UUID = _lazy_re(r"[A-Za-z0-9-]{1,80}")
 def _trims(st: _Pruning, policy: PrunePolicy, replaced: dict[int, str]) -> list[tuple[int, str, str, str]]:
     """Step 5, what it finds: old huge tool results, as (k, full text, spill path, marker), ``replaced``
     telling the results step 4 gives a new text (k -> it)."""
+    if len(st.results) <= policy.trim_keep:   # the newest trim_keep big results stay: none can be old
+        return []
     work, drop, healed, careful = st.work, st.drop, st.healed, st.careful
     least = policy.trim_min_chars
     big = []
@@ -3709,7 +3717,10 @@ def _text_only(content: Any) -> bool:
                                                 for b in content)
 
 
+@functools.lru_cache(maxsize=4096)
 def _heal_id(tool_use_id: Any) -> str:
+    """The uuid of the healing entry of ``tool_use_id`` (a uuid5: the same on every load; cached, as
+    every load of a session heals the same calls again)."""
     return str(uuid.uuid5(uuid.NAMESPACE_URL, "flower-heal:" + str(tool_use_id)))
 
 
@@ -4003,6 +4014,7 @@ class LeavePlan:
     cuts: dict = field(default_factory=dict)           # seq -> (uuid, fact, trim marker) of a row read cut (plan_cuts)
     cut_saved: int = 0                                 # what those markers save
     noted: set | None = None                           # seqs of the rows with a cut fact (None: note none)
+    unspilled: int = 0                                 # rows read cut whose spill file is not written
 
 
 def plan_leavers(leavers: Iterable[Leaver], policy: PrunePolicy) -> LeavePlan:
@@ -4209,8 +4221,10 @@ def plan_cuts(plan: LeavePlan, rows: Iterable[tuple[int, Any, str]], policy: Pru
     there: asked once, only for the rows that would be cut). A result is sure to be big at trim time when
     it is at least ``trim_min_chars`` long and too long to expire as a glance; one that ``trim_keep`` such
     results follow is old (the other results can only add to those). ValueError on a fact that does
-    not parse."""
-    if not policy.trim or not present:
+    not parse. With ``policy.cut_unwritten`` a row is read cut whether its file is there or not, and
+    ``plan.unspilled`` counts those whose file is not."""
+    unwritten = policy.cut_unwritten
+    if not policy.trim or not (present or unwritten):
         return
     least = max(policy.trim_min_chars, policy.glance_max_chars + 1 if policy.expire_glances else 0)
     longest = min(policy.trim_min_chars, policy.fallback.trim_min_chars) if policy.fallback else policy.trim_min_chars
@@ -4227,13 +4241,17 @@ def plan_cuts(plan: LeavePlan, rows: Iterable[tuple[int, Any, str]], policy: Pru
         newer += 1
     if old and callable(present):
         present = present([name for *_, name in old])
-    for seq, uid, fact, chars, name in old if present else ():
-        if name in present:
+    missing = 0
+    for seq, uid, fact, chars, name in old if present or unwritten else ():
+        written = bool(present) and name in present
+        if written or unwritten:
             marker = template(n=chars, path=folder + name)
             if len(marker) < longest:   # else _trim would take the marker for a big result
                 cuts[seq] = (uid, fact, marker)
                 saved += chars - len(marker)
+                missing += not written
     plan.cut_saved += saved
+    plan.unspilled += missing
 
 
 # --- Notes (pure): markdown sections, brief, goal, verdict, handoff ledger ---
@@ -5681,10 +5699,13 @@ class PruningSessionStore:
 
         One load and one prune decide: the prune tells the size its last steps would leave before it
         takes them, and takes the harder ones instead when that is too big (see ``PrunePolicy.budget``).
-        Only where its scan cannot tell the size (uuids or tool ids twice) is the result walked, and the
+        Old big results with a cut fact are read cut even where their spill file is not written (a
+        session that does not fit writes none, and its later wakes read no big result it cut); only a
+        session that fits with such a result is loaded again, whole, to write those files. Only where
+        its scan cannot tell the size (uuids or tool ids twice) is the result walked, and the
         session loaded again to be trimmed harder."""
         harder = self.harder_policy()
-        policy = dataclasses.replace(self.policy, budget=max_tokens, fallback=harder)
+        policy = dataclasses.replace(self.policy, budget=max_tokens, fallback=harder, cut_unwritten=True)
 
         def fit(pruned: Callable[..., tuple[list[dict], PruneReport] | None],
                 keep: Callable[[Any], Any]) -> tuple[list[dict], bool] | None:
@@ -5697,6 +5718,8 @@ class PruningSessionStore:
                 done[1].spills = {}
                 self.last_report = done[1]
                 return [], False
+            if done[1].unspilled:   # it fits: the results read cut unwritten are read whole, for their files
+                done = pruned(dataclasses.replace(policy, cut_unwritten=False), True) or done
             return keep(done)[0], True
         done = await self._with_pruner(key, fit)
         if done is None:

@@ -12,7 +12,7 @@ import time
 
 from common import QUICK, compare, paired, report
 import flower
-from tests.test_report import synthetic_job
+from tests.helpers import synthetic_job
 
 
 def workspace(tmp, turns, sessions):

@@ -6,7 +6,6 @@ languages, a job in progress and a finished one, both state backends, and a real
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import json
 import os
 import re
@@ -21,10 +20,10 @@ import flower
 from tests import fakesdk
 from tests.fakesdk import FAKE
 from tests.pgserver import HAVE_PG, SKIP as PG_SKIP
+from tests.helpers import HAVE_SDK, LEDGER, Roles, synthetic_job
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FLOWER = os.path.join(ROOT, "flower.py")
-HAVE_SDK = importlib.util.find_spec("claude_agent_sdk") is not None
 LEDGER = ("## Status\nhalf done\n## Decisions\nkeep it small\n## Dead ends\n(none)\n"
           "## Next step\nRun `cat hello.txt` and finish\n## Pointers\n- hello.txt")
 VOID = {"meta", "br", "img", "hr", "input", "link", "area", "base", "col", "embed", "source", "track", "wbr"}
@@ -153,84 +152,6 @@ def scripted_job(ws, run_dir=None, state_of=lambda: None):
     finally:
         rt.close()
     return {"step": 3, "handoff": 1, "outage": 1, "kill": 1, "wake": 1, "rescue": 1}
-
-
-def synthetic_job(turns=2000, sessions=10, t0=1_800_000_000.0):
-    """Manifest rows, journal records and a goal of a long job, written as flower writes them: clarify and
-    goal, then ``work`` over ``sessions`` sessions (a handoff between each) and ``turns`` answers in all,
-    in two runs on two machines (the first killed mid-work, the second a wake that rescues), with an
-    outage, retries, a degraded handoff, tool calls, a prune on resume and a judge round per run."""
-    rows, records, t = [], [], t0
-
-    def iso(moment):
-        import datetime
-        return datetime.datetime.fromtimestamp(moment, datetime.timezone.utc).isoformat(timespec="seconds")
-
-    def add(kind, step="", sid=None, /, **data):
-        record = {"k": kind, "t": round(t, 3), "r": run, "s": step, **data}
-        if sid:
-            record["sid"] = sid
-        records.append(record)
-
-    def row(step, start, ok=True, cost=0.0, n=0, error=None, sid=None):
-        rows.append({"run": run, "step": step, "session_id": sid, "ok": ok, "cost_usd": round(cost, 6),
-                     "num_turns": n, "text": "", "error": error, "started_at": iso(start), "ended_at": iso(t),
-                     "attempts": 1, "errors": [], "retired": [], "resumed": False, "context": None, "generations": 0,
-                     "duration_s": round(t - start, 3)})
-
-    run = "20270115-080000-aaaaaa"
-    add("run", host="ci-runner-1", pid=100)
-    for step in ("clarify", "goal"):
-        start, sid = t, f"{step}-session"
-        add("step", step, None, continues=False, woke=1)
-        for level in (8_000, 12_000):
-            t += 20
-            add("turn", step, sid, lv=level, w=200_000, at=150_000)
-        add("cost", step, sid, cost=0.05)
-        row(step, start, cost=0.05, n=2, sid=step + "-session")
-    per = max(1, turns // sessions)
-    start, spent, n = t, 0.0, 0
-    add("step", "work", None, continues=False, woke=1)
-    for s in range(sessions):
-        sid = f"work-session-{s:02d}"
-        if s == sessions // 2:   # the first machine is killed; the second wakes and rescues
-            add("kill", "work", None, reason="killed-by-signal")
-            row("work", start, ok=False, cost=spent, n=n, error="killed-by-signal", sid=sid)
-            t += 1800
-            run = "20270115-093000-bbbbbb"
-            add("run", host="ci-runner-2", pid=200)
-            start, spent, n = t, 0.0, 0
-            add("step", "work", None, continues=True, woke=2)
-            add("resume", "work", sid, reason=None, pruned={"chars_saved": 48_000, "trimmed": 3, "expired": 5})
-        for j in range(per):
-            t += 30
-            level = 20_000 + int(135_000 * j / per)
-            tools = ["Bash"] * (j % 3) + (["Read"] if j % 4 == 0 else [])
-            add("turn", "work", sid, lv=level, w=200_000, at=150_000, **({"tools": tools} if tools else {}))
-            n += 1
-            if j == per // 3 and s == 1:
-                add("offline", "work", None, host="api.anthropic.com", port=443, waited_s=0)
-                t += 240
-                add("online", "work", None, host="api.anthropic.com", port=443, waited_s=240)
-            if j == per // 2 and s == 2:
-                add("retry", "work", sid, attempt=2, kind="transient", delay=8.0)
-                t += 8
-        spent += 0.4
-        add("cost", "work", sid, cost=round(spent, 6))
-        if s < sessions - 1:
-            t += 15
-            add("handoff", "work", f"work-session-{s + 1:02d}", phase="done", context=155_000, window=200_000,
-                generation=s + 1, retired=sid, degraded="ritual timed out" if s == 3 else None)
-            if s == 3:
-                add("degraded", "work", None, message="handoff #4 degraded: ritual timed out")
-    row("work", start, cost=spent, n=n, sid=f"work-session-{sessions - 1:02d}")
-    judge = t
-    t += 40
-    add("turn", "work·judge#1", "judge-1", lv=30_000, w=200_000, at=150_000, tools=["Bash"])
-    add("verdict", "work·judge#1", None, verdict="achieved", failed=[])
-    row("work·judge#1", judge, cost=0.08, n=1, sid="judge-1")
-    goal = "# Goal\nThe parser handles every fixture\n\n# Checks\n- `make test` passes\n- README documents it"
-    return rows, records, goal
 
 
 class Pure(unittest.TestCase):
@@ -524,7 +445,6 @@ class RealJob(unittest.TestCase):
 
     def setUp(self):
         from tests import fakeapi
-        from tests.test_e2e import Roles
         self.tmp = tempfile.TemporaryDirectory()
         self.ws = os.path.join(self.tmp.name, "ws")
         os.makedirs(self.ws)
@@ -619,7 +539,7 @@ def make_real_job(test) -> None:
         tool("Write", {"file_path": hello, "content": "hi\n"}, **usage(50_000)),   # successor 2
         text("all done", **usage(52_000)),
     ]
-    from tests.test_e2e import LEDGER as DOCUMENT
+    DOCUMENT = LEDGER
     test.roles.ritual = [text(DOCUMENT, **usage(162_000)), text(DOCUMENT, **usage(167_000))]
     test.flower("--model", "claude-sonnet-4-5", "--window", "200000", "write hello")
 

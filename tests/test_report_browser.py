@@ -17,7 +17,7 @@ import unittest
 import zlib
 
 import flower
-from tests.test_report import synthetic_job
+from tests.helpers import synthetic_job
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 SKIP = "chromium not installed: apt-get install chromium (the browser tier runs in CI: .ci/run installs it)"
