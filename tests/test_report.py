@@ -20,10 +20,9 @@ import flower
 from tests import fakesdk
 from tests.fakesdk import FAKE
 from tests.pgserver import HAVE_PG, SKIP as PG_SKIP
-from tests.helpers import HAVE_SDK, LEDGER, Roles, synthetic_job
+from tests.helpers import FLOWER, HAVE_SDK, ROOT, Roles, synthetic_job
+from tests.helpers import LEDGER as E2E_LEDGER
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-FLOWER = os.path.join(ROOT, "flower.py")
 LEDGER = ("## Status\nhalf done\n## Decisions\nkeep it small\n## Dead ends\n(none)\n"
           "## Next step\nRun `cat hello.txt` and finish\n## Pointers\n- hello.txt")
 VOID = {"meta", "br", "img", "hr", "input", "link", "area", "base", "col", "embed", "source", "track", "wbr"}
@@ -539,7 +538,7 @@ def make_real_job(test) -> None:
         tool("Write", {"file_path": hello, "content": "hi\n"}, **usage(50_000)),   # successor 2
         text("all done", **usage(52_000)),
     ]
-    DOCUMENT = LEDGER
+    DOCUMENT = E2E_LEDGER
     test.roles.ritual = [text(DOCUMENT, **usage(162_000)), text(DOCUMENT, **usage(167_000))]
     test.flower("--model", "claude-sonnet-4-5", "--window", "200000", "write hello")
 
