@@ -84,7 +84,8 @@ class ManyMachines(unittest.TestCase):
         env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "CLAUDE_", "FLOWER_"))}
         env.update(fakeapi.cli_env(self.api, home))
         env.update(FLOWER_PROBE_INTERVAL="0.5", FLOWER_BASE_DELAY="0.2", FLOWER_MAX_DELAY="1",
-                   FLOWER_MAX_OFFLINE_WAIT="120", NO_COLOR="1", PYTHONPATH=ROOT)
+                   FLOWER_MAX_OFFLINE_WAIT="120", NO_COLOR="1", PYTHONPATH=ROOT,
+                   FLOWER_NO_DELEGATE="1")   # a single worker; delegation: tests/test_e2e_delegation.py
         return env
 
     def run_flower(self, ws, *args, check=True, timeout=180):
