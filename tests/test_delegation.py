@@ -11,6 +11,9 @@ import tempfile
 import unittest
 
 import flower
+from tests import fakesdk
+from tests.fakesdk import FAKE
+from tests.test_handoff import GOOD_LEDGER
 
 SECRET = "sk-ant-api03-" + "Z" * 40
 
@@ -244,6 +247,24 @@ class StarterFlow(unittest.TestCase):
         self.assertTrue(args.no_delegate)
         self.assertEqual(args.worker_model, "haiku")
         self.assertFalse(flower.build_parser().parse_args(["go", "x"]).no_delegate)
+
+
+class Handoff(fakesdk.FakeWorkspace, unittest.TestCase):
+    def test_the_carry_holds_the_workbench_index(self):
+        os.environ.pop("FLOWER_WINDOW", None)
+        rt = flower.Runtime(workspace=self.ws, run_dir=self.run_dir, handoff=flower.HandoffPolicy(window=200_000),
+                            resilience=flower.Resilience(probe=False, base_delay=0, max_attempts=2))
+        try:
+            os.makedirs(os.path.join(rt.paths.workbench_dir, "scripts"))
+            with open(os.path.join(rt.paths.workbench_dir, "scripts", "s.py"), "w") as fh:
+                fh.write("# desc: CARRY-DESC\n")
+            FAKE.turns = [[("text", "step 1", 151_000)], [("text", GOOD_LEDGER, 151_000)], [("text", "done", 1000)]]
+            asyncio.run(flower.Workflow([flower.Step("work", flower.AgentSpec("work"), "do it")]).run(rt))
+        finally:
+            rt.close()
+        self.assertIn(flower.text("carry_head")[:30], FAKE.calls[2]["prompt"])   # the successor's first prompt
+        self.assertIn("scripts/s.py — CARRY-DESC", FAKE.calls[2]["prompt"])
+        self.assertNotIn("CARRY-DESC", FAKE.calls[0]["prompt"])   # not a delegating step: nothing added up front
 
 
 if __name__ == "__main__":
