@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
 import sqlite3
 import threading
 import unittest
@@ -60,6 +61,7 @@ class Base(unittest.TestCase):
     tearDown, flower, read, stored, _runtime = (test_e2e.EndToEnd.tearDown, test_e2e.EndToEnd.flower,
                                                 test_e2e.EndToEnd.read, test_e2e.EndToEnd.stored,
                                                 test_e2e.EndToEnd._runtime)
+    spawn, lineage, wait_for = test_e2e.EndToEnd.spawn, test_e2e.EndToEnd.lineage, test_e2e.EndToEnd.wait_for
 
     def setUp(self):
         test_e2e.EndToEnd.setUp(self)
@@ -269,6 +271,41 @@ class GoDelegates(Base):
         self.assertNotIn("Workbench index", json.dumps(first))
         self.assertNotIn(flower.text("delegate_denied", tool="Write"), FakeAnthropic.messages_text(self.roles.bodies("work")[-1]))
         self.assertFalse(os.path.exists(os.path.join(self.ws, ".flower", "workbench")))
+
+    def test_kill_9_mid_worker_then_the_coordinator_resumes_with_a_neutral_result(self):
+        slow = "python3 -c \"import time; time.sleep(60)\""   # still running at the kill
+        worker_q = [tool("Bash", {"command": slow}, say="WORKER-KILL-MARK")]
+        roles = Roles(work=[tool("Agent", {"description": "slow", "prompt": "run the slow step",
+                                            "subagent_type": "worker"}, say="COORD-MARK"), text("after kill")])
+
+        def responder(body):
+            if is_worker(body):
+                return worker_q.pop(0) if worker_q else text("worker ok")
+            return roles(body)
+        self.api.responder = responder
+        proc = self.spawn("write hello")
+
+        def worker_call_stored():
+            try:
+                db = sqlite3.connect(os.path.join(self.ws, ".flower", "sessions.db"))
+                try:
+                    rows = db.execute("SELECT payload FROM entries WHERE skey LIKE '%/subagents/%'").fetchall()
+                finally:
+                    db.close()
+            except sqlite3.Error:
+                return False
+            return any("WORKER-KILL-MARK" in r[0] for r in rows) and any('"tool_use"' in r[0] for r in rows)
+        self.wait_for(worker_call_stored, what="the worker's tool_use to be mirrored under its subkey")
+        work_sid = self.lineage()["steps"]["work"]
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+        before = len(roles.bodies("work"))
+        self.flower()
+        self.assertEqual(self.lineage()["steps"]["work"], work_sid)   # the coordinator's session goes on
+        resumed = FakeAnthropic.messages_text(roles.bodies("work")[before])
+        self.assertIn("COORD-MARK", resumed)
+        self.assertIn(flower.text("worker_stopped"), resumed)
+        self.assertNotIn("Tool call interrupted", resumed)
 
 
 if __name__ == "__main__":
