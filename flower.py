@@ -453,6 +453,32 @@ TEXTS: dict[str, dict[str, str]] = {
         "rp_verdict": "last verdict",
         "rp_wrote": "report written to {path}",
         "rp_cannot_write": "cannot write the report to {path}: {error}",
+        "coordinator_instructions": (
+            "You coordinate; workers do the hands-on work. Plan, then delegate each concrete piece (writing, "
+            "editing, running commands that change things, long investigations) to a worker with the Agent "
+            "tool, subagent_type 'worker', one self-contained task per call with the paths and facts it needs. "
+            "Keep your own context small: read workers' short reports, glance with Read, Glob, Grep and "
+            "read-only Bash only to decide, and keep a TodoWrite list. Reuse what the workbench index lists."),
+        "worker_description": "Does one self-contained piece of hands-on work and reports briefly.",
+        "worker_instructions": (
+            "You are a worker. Do the one task you are given, completely, in the working directory. Then "
+            "reply in at most about 30 lines: the conclusion; the evidence (what you ran or read, and what it "
+            "showed); the outputs (paths of files you wrote); what is unverified. Leave long outputs in files "
+            "in the workbench and report only their paths."),
+        "delegate_denied": (
+            "flower: the coordinator does not change things itself; delegate this to a worker (Agent tool, "
+            "subagent_type 'worker'). Denied here: {tool}"),
+        "spilled_output": (
+            "[output of {n} chars saved to {path}; Read it (offset/limit for parts) if needed. "
+            "Its first {k} chars:]\n{head}"),
+        "workbench_rules": (
+            "Workbench ({root}): keep reusable scripts in scripts/, results and long outputs in artifacts/, "
+            "findings in notes/; start each file with a `# desc: one line` (or a first comment) saying what "
+            "it is; reuse what INDEX.md lists before writing anew; report paths, not long contents."),
+        "workbench_prompt": "\n\nThe workbench (reusable scripts, artifacts, notes):\n\n{index}\n",
+        "worker_stopped": (
+            "[The worker was stopped before it reported (the run was killed). Check the workbench and the "
+            "disk for what it did before delegating the rest again.]"),
     },
     "zh": {
         "resume_prompt": "上一轮在完成之前被中断了。先看看磁盘上已经有什么,从中断处继续,不要从头开始。",
@@ -706,6 +732,22 @@ TEXTS: dict[str, dict[str, str]] = {
         "rp_verdict": "最近判定",
         "rp_wrote": "报告已写入 {path}",
         "rp_cannot_write": "无法把报告写入 {path}:{error}",
+        "coordinator_instructions": (
+            "你负责协调;动手的工作交给工作者。先做计划,再用 Agent 工具(subagent_type 'worker')把每一块具体工作"
+            "(写文件、改文件、运行会改变东西的命令、长时间的调查)交给工作者,每次一个自成一体的任务,附上它需要的路径和事实。"
+            "保持你自己的上下文精简:读工作者的简短报告,只为做决定才用 Read、Glob、Grep 和只读的 Bash 看一眼,"
+            "并维护一个 TodoWrite 清单。工作台索引里列出的东西先复用。"),
+        "worker_description": "完成一块自成一体的动手工作,并简短汇报。",
+        "worker_instructions": (
+            "你是工作者。在工作目录中把交给你的这一个任务完整做完。然后用最多约 30 行回复:结论;证据(你运行或读了什么,"
+            "结果如何);产出(你写的文件路径);哪些尚未验证。长输出留在工作台的文件里,只汇报路径。"),
+        "delegate_denied": "flower:协调者不亲自改动东西;请把这件事交给工作者(Agent 工具,subagent_type 'worker')。此处被拒绝:{tool}",
+        "spilled_output": "[{n} 字符的输出已保存到 {path};需要时请读取(可用 offset/limit 分段)。前 {k} 个字符:]\n{head}",
+        "workbench_rules": (
+            "工作台({root}):可复用的脚本放在 scripts/,结果和长输出放在 artifacts/,发现写在 notes/;每个文件以一行 "
+            "`# desc: 一句话` (或第一行注释)说明它是什么;新写之前先复用 INDEX.md 中列出的;汇报路径,不要贴长内容。"),
+        "workbench_prompt": "\n\n工作台(可复用的脚本、产物、笔记):\n\n{index}\n",
+        "worker_stopped": "[工作者在汇报之前被停下了(运行被终止)。再次分派剩下的工作之前,先检查工作台和磁盘上它已做了什么。]",
     },
 }
 
@@ -2627,7 +2669,7 @@ def _other_chars(block: dict) -> int:
 
 def _is_denial(entry: dict) -> bool:
     return (entry.get("toolDenialKind") in ("permission-rule", "user-rejected")
-            and isinstance(entry.get("permissionDecision"), dict))
+            and isinstance(entry.get("permissionDecision"), dict) and not is_delegation_rule(entry))
 
 
 def _is_interrupt(entry: dict) -> bool:
@@ -3825,6 +3867,14 @@ def _relinked_carefully(st: _Pruning, orphans: dict, repoint: dict) -> list[dict
     return out
 
 
+def _healed_text(block: dict, neutral: str) -> str:
+    """The neutral result of a call left without one; a stopped worker's says where to look."""
+    if block.get("name") not in AGENT_TOOLS:
+        return neutral
+    lang = next((lang for lang, table in TEXTS.items() if table["killed_result"] == neutral), "en")
+    return text("worker_stopped", lang)
+
+
 def _heal_after(out: list[dict], entry: dict, uid: str, blocks: list[dict], neutral: str, report: PruneReport) -> None:
     """Append a neutral tool_result entry for each tool_use block of ``entry``, chained after it."""
     for block in blocks:
@@ -3832,7 +3882,7 @@ def _heal_after(out: list[dict], entry: dict, uid: str, blocks: list[dict], neut
         out.append({"type": "user", "uuid": heal, "parentUuid": uid,
                     "isSidechain": bool(entry.get("isSidechain")), "sessionId": entry.get("sessionId"),
                     "message": {"role": "user", "content": [
-                        {"type": "tool_result", "tool_use_id": block["id"], "content": neutral,
+                        {"type": "tool_result", "tool_use_id": block["id"], "content": _healed_text(block, neutral),
                          "is_error": False}]},
                     "flowerHealed": True})
         uid = heal
@@ -6168,6 +6218,16 @@ class Paths:
         """Where trimmed tool results are spilled."""
         return os.path.join(self.flower_dir, "spill")
 
+    @property
+    def workbench_dir(self) -> str:
+        """The workbench flower owns: ``scripts``, ``artifacts``, ``notes`` and their ``INDEX.md``."""
+        return os.path.join(self.flower_dir, "workbench")
+
+    @property
+    def workbench_index(self) -> str:
+        """The workbench's index."""
+        return os.path.join(self.workbench_dir, "INDEX.md")
+
     def transcript(self, session_id: str) -> str:
         """The slim transcript of a retired session."""
         return os.path.join(self.run_dir, "transcripts", f"{safe_name(session_id)}.md")
@@ -8436,6 +8496,305 @@ class PgLock(DriverLock):
             self.state.unlock(self.name)
 
 
+# --- Delegation: coordinator and workers, spill at write time, the workbench ---
+#
+# Verified on the real CLI (tests/test_e2e_delegation.py): a PostToolUse ``updatedToolOutput`` in the
+# tool's own shape replaces a built-in tool's output before the model sees it; PreToolUse sees
+# ``agent_id`` inside a subagent and can deny there with a reason; a PreToolUse ``updatedInput`` on
+# Agent reaches the subagent's prompt (and ``run_in_background`` there is honoured); subagent
+# transcripts reach the session store under ``subagents/agent-<id>`` subpaths. Hooks are session-wide:
+# they run for the main thread and for every worker.
+
+SPILL_AT = 4000      # a tool output this long or longer goes to a file as it is written
+SPILL_HEAD = 400     # what of it stays in the context, after the pointer
+SPILL_MATCHER = "Bash|Read|Grep|Glob|WebFetch"
+AGENT_TOOLS = ("Agent", "Task")   # the subagent tool ("Task" in older CLIs)
+COORDINATOR_TOOLS = ["Agent", "TodoWrite", "Read", "Glob", "Grep", "Bash"]
+WORKER_TOOLS = ["Read", "Write", "Edit", "Bash", "Glob", "Grep"]
+MAIN_THREAD_WRITERS = ("Write", "Edit", "NotebookEdit")
+WORKER_NAME = "worker"
+WORKBENCH_PARTS = ("scripts", "artifacts", "notes")
+_DESC_LINE = _lazy_re(r"^\s*(?:#|//|--|;|/\*|<!--)\s*desc:\s*(.+?)\s*(?:\*/|-->)?\s*$", re.IGNORECASE)
+_COMMENT_LINE = _lazy_re(r"^\s*(?:#+|//|--|;|/\*|<!--|\"\"\"|''')\s*(.*?)\s*(?:\*/|-->|\"\"\"|''')?\s*$")
+
+
+@record
+class WorkerAgent:
+    """A worker as the SDK's ``AgentDefinition`` wants it (the SDK turns it into a dict with
+    ``dataclasses.asdict``, so flower needs no SDK import to define one)."""
+
+    description: str
+    prompt: str
+    tools: list[str] | None = None
+    model: str | None = None
+
+
+def main_thread_denial(data: Any, lang: str = "en") -> str | None:
+    """Why the coordinator (the main thread: no ``agent_id`` in the hook input) may not make this call,
+    or None when it may: Write, Edit, NotebookEdit and a Bash command that is not read-only belong to
+    a worker."""
+    if not isinstance(data, dict) or data.get("agent_id"):
+        return None
+    name = data.get("tool_name")
+    if name == "Bash":
+        command = (data.get("tool_input") or {}).get("command")
+        if isinstance(command, str) and is_read_only_command(command):
+            return None
+    elif name not in MAIN_THREAD_WRITERS:
+        return None
+    return text("delegate_denied", lang, tool=name)
+
+
+def _delegate_marks() -> tuple[str, ...]:
+    return tuple(table["delegate_denied"].split("{")[0] for table in TEXTS.values())
+
+
+def is_delegation_rule(entry: dict) -> bool:
+    """True for a tool result that is flower's own delegation denial: an instruction that prune keeps
+    (it is not a permission denial that teaches helplessness)."""
+    marks = _delegate_marks()
+    return any(mark in block_text(block) for block in blocks_of(entry) for mark in marks)
+
+
+def spill_text(name: Any, response: Any) -> str | None:
+    """The text a tool's output puts before the model, for the tools spill knows; None for another
+    tool or shape (that output is left alone)."""
+    if not isinstance(response, dict):
+        return None
+    if name == "Bash":
+        out, err = response.get("stdout"), response.get("stderr")
+        if isinstance(out, str) and isinstance(err, str):
+            return out + ("\n" + err if err else "")
+    elif name == "Read":
+        file = response.get("file")
+        if response.get("type") == "text" and isinstance(file, dict) and isinstance(file.get("content"), str):
+            return file["content"]
+    elif name in ("Grep", "Glob"):
+        if isinstance(response.get("content"), str) and response["content"]:
+            return response["content"]
+        names = response.get("filenames")
+        if isinstance(names, list) and all(isinstance(n, str) for n in names):
+            return "\n".join(names)
+    elif name == "WebFetch" and isinstance(response.get("result"), str):
+        return response["result"]
+    return None
+
+
+def full_output(name: Any, response: Any, limit: int = 64 << 20) -> str | None:
+    """:func:`spill_text`, whole: the CLI cuts a big Bash output to 30,000 chars and keeps the whole
+    of it in a file of its own (``persistedOutputPath``, in its config folder, unredacted, gone with
+    a resume's temporary folder), which is read back here."""
+    kept = response.get("persistedOutputPath") if isinstance(response, dict) and name == "Bash" else None
+    if isinstance(kept, str) and kept:
+        try:
+            with open_regular(kept, "rb") as fh:
+                return fh.read(limit).decode("utf-8", "replace")
+        except OSError:
+            pass
+    return spill_text(name, response)
+
+
+def with_pointer(name: str, response: dict, pointer: str) -> dict:
+    """``response`` with its text replaced by ``pointer``, in the tool's own output shape (the CLI keeps
+    the original output when the shape does not match)."""
+    out = dict(response)
+    if name == "Bash":
+        out.update(stdout=pointer, stderr="")
+        out.pop("persistedOutputPath", None)
+        out.pop("persistedOutputSize", None)
+    elif name == "Read":
+        out["file"] = {**response["file"], "content": pointer, "numLines": pointer.count("\n") + 1}
+    elif name in ("Grep", "Glob") and isinstance(response.get("content"), str) and response["content"]:
+        out["content"] = pointer
+    elif name in ("Grep", "Glob"):
+        out["filenames"] = [pointer]
+    else:
+        out["result"] = pointer
+    return out
+
+
+def _under(path: Any, folder: str) -> bool:
+    if not isinstance(path, str) or not path:
+        return False
+    real = os.path.realpath(path)
+    return real == folder or real.startswith(os.path.join(folder, ""))
+
+
+def spill_output(spill_dir: str, name: str, response: Any, *, lang: str = "en", at: int = SPILL_AT,
+                 head: int = SPILL_HEAD) -> dict | None:
+    """Spill one big tool output: its redacted text goes to ``spill_dir`` under its content hash, and
+    the replacement output (a pointer plus its first ``head`` chars) is returned; None when it is small,
+    of a shape spill does not know, or the file cannot be written (then load-time trim is the fallback)."""
+    full = full_output(name, response)
+    if full is None or len(full) < at:
+        return None
+    clean = redact(full)
+    path = os.path.join(spill_dir, hashlib.sha256(clean.encode("utf-8", "surrogatepass")).hexdigest()[:16] + ".txt")
+    try:
+        ensure_private_dir(spill_dir)
+        if not os.path.exists(path):
+            atomic_write(path, clean.encode("utf-8", "surrogatepass"))
+    except OSError:
+        return None
+    pointer = text("spilled_output", lang, n=len(full), path=path, k=min(head, len(clean)), head=clean[:head])
+    return with_pointer(name, response, pointer)
+
+
+def spill_hook(paths: "Paths", lang: str = "en") -> Callable[[dict, Any, Any], Awaitable[dict]]:
+    """The PostToolUse hook that spills big outputs as they are written (see :func:`spill_output`); a
+    Read of a spill file is never spilled again."""
+    async def spill(data: dict, tool_use_id: Any, context: Any) -> dict:
+        if not isinstance(data, dict):
+            return {}
+        name = data.get("tool_name")
+        folder = os.path.realpath(paths.spill_dir)
+        if name == "Read" and _under((data.get("tool_input") or {}).get("file_path"), folder):
+            return {}
+        replaced = spill_output(folder, name, data.get("tool_response"), lang=lang)
+        if replaced is None:
+            return {}
+        return {"hookSpecificOutput": {"hookEventName": "PostToolUse", "updatedToolOutput": replaced}}
+    return spill
+
+
+def rules_hook(lang: str = "en") -> Callable[[dict, Any, Any], Awaitable[dict]]:
+    """The PreToolUse hook that keeps the coordinator's hands off (see :func:`main_thread_denial`)."""
+    async def rules(data: dict, tool_use_id: Any, context: Any) -> dict:
+        why = main_thread_denial(data, lang)
+        if why is None:
+            return {}
+        return {"hookSpecificOutput": {"hookEventName": "PreToolUse", "permissionDecision": "deny",
+                                       "permissionDecisionReason": why}}
+    return rules
+
+
+def agent_call_input(tool_input: Any, rules: str) -> dict:
+    """An Agent call's input with the workbench rules added to its prompt (once) and run in the
+    foreground: a worker's result comes back inside the call, and a handoff waits for it."""
+    call = dict(tool_input) if isinstance(tool_input, dict) else {}
+    prompt = str(call.get("prompt") or "")
+    if rules not in prompt:
+        call["prompt"] = f"{prompt}\n\n{rules}" if prompt else rules
+    call["run_in_background"] = False
+    return call
+
+
+def agent_call_hook(paths: "Paths", lang: str = "en") -> Callable[[dict, Any, Any], Awaitable[dict]]:
+    """The PreToolUse hook on Agent: every worker gets the workbench rules from flower itself."""
+    async def on_agent(data: dict, tool_use_id: Any, context: Any) -> dict:
+        if not isinstance(data, dict) or data.get("tool_name") not in AGENT_TOOLS:
+            return {}
+        rules = text("workbench_rules", lang, root=paths.workbench_dir)
+        return {"hookSpecificOutput": {"hookEventName": "PreToolUse",
+                                       "updatedInput": agent_call_input(data.get("tool_input"), rules)}}
+    return on_agent
+
+
+def workbench_refresh_hook(paths: "Paths") -> Callable[[dict, Any, Any], Awaitable[dict]]:
+    """The PostToolUse hook on Write and Edit: a file written inside the workbench refreshes its index."""
+    async def refresh(data: dict, tool_use_id: Any, context: Any) -> dict:
+        path = (data.get("tool_input") or {}).get("file_path") if isinstance(data, dict) else None
+        if _under(path, os.path.realpath(paths.workbench_dir)):
+            try:
+                refresh_workbench(paths)
+            except OSError:
+                pass   # the index is refreshed again before the next step
+        return {}
+    return refresh
+
+
+def describe_file(head: str) -> str:
+    """A workbench file's description: its ``# desc:`` line, else its first comment (a shebang is not
+    one), else ""."""
+    comment = ""
+    for line in head.splitlines()[:40]:
+        found = _DESC_LINE.match(line)
+        if found:
+            return found.group(1)[:200]
+        if not comment and not line.startswith("#!"):
+            found = _COMMENT_LINE.match(line)
+            comment = found.group(1)[:200] if found and found.group(1) else ""
+    return comment
+
+
+def workbench_index(root: str, files: dict[str, str]) -> str:
+    """INDEX.md of the workbench at ``root``: one line per file (``files``: path relative to the root ->
+    its first KB), grouped by part. Pure."""
+    lines = [f"# Workbench index ({root})"]
+    for part in WORKBENCH_PARTS:
+        mine = sorted(p for p in files if p.startswith(part + "/"))
+        lines.append(f"\n## {part}")
+        lines += [f"- {p}" + (f" — {describe_file(files[p])}" if describe_file(files[p]) else "") for p in mine] \
+            or ["- (none)"]
+    return "\n".join(lines) + "\n"
+
+
+def _workbench_files(root: str, limit: int = 500) -> dict[str, str]:
+    files: dict[str, str] = {}
+    for part in WORKBENCH_PARTS:
+        for folder, dirs, names in os.walk(os.path.join(root, part)):
+            dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+            for name in sorted(names):
+                path = os.path.join(folder, name)
+                if len(files) >= limit or not os.path.isfile(path):
+                    continue
+                try:
+                    with open(path, "rb") as fh:
+                        files[os.path.relpath(path, root)] = fh.read(1024).decode("utf-8", "replace")
+                except OSError:
+                    continue
+    return files
+
+
+def refresh_workbench(paths: "Paths") -> str:
+    """Make the workbench's folders (0700) and rewrite its INDEX.md when it changed; return the index."""
+    root = paths.workbench_dir
+    for part in WORKBENCH_PARTS:
+        ensure_private_dir(os.path.join(root, part))
+    index = workbench_index(root, _workbench_files(root))
+    if _read_text(paths.workbench_index) != index:
+        atomic_write(paths.workbench_index, index)
+    return index
+
+
+def workbench_prompt(paths: "Paths", lang: str = "en") -> str:
+    """The workbench part of a session's first user message: its index, refreshed now."""
+    try:
+        index = refresh_workbench(paths)
+    except OSError:
+        return ""
+    return text("workbench_prompt", lang, index=index.strip())
+
+
+def workbench_carry(paths: "Paths", lang: str = "en") -> str:
+    """The workbench part of a handoff carry ("" when this workspace has no workbench)."""
+    if not os.path.isdir(paths.workbench_dir):
+        return ""
+    return "\n" + workbench_prompt(paths, lang)
+
+
+def worker(*, lang: str = "en", model: str | None = None, tools: list[str] | None = None) -> WorkerAgent:
+    """The worker: an SDK subagent with hands (Read, Write, Edit, Bash, Glob, Grep), the coordinator's
+    model unless ``model``, told to report briefly and leave long outputs in the workbench."""
+    return WorkerAgent(description=text("worker_description", lang), prompt=text("worker_instructions", lang),
+                       tools=list(tools or WORKER_TOOLS), model=model or "inherit")
+
+
+def coordinator(paths: "Paths", *, lang: str = "en", name: str = "work", instructions: str = "",
+                model: str | None = None, worker_model: str | None = None,
+                permission_mode: str = "acceptEdits") -> "AgentSpec":
+    """The coordinator: plans, delegates to workers through Agent, glances read-only. The session's
+    tools include the workers' (a session-wide tool list binds subagents too); the rules hook denies
+    the main thread the ones that change things, and the spill hook keeps every big output on disk."""
+    hands = list(dict.fromkeys(COORDINATOR_TOOLS + WORKER_TOOLS))
+    return AgentSpec(
+        name, instructions=(instructions + "\n\n" if instructions else "") + text("coordinator_instructions", lang),
+        preset=True, tools=hands, allowed_tools=hands, model=model, permission_mode=permission_mode,
+        agents={WORKER_NAME: worker(lang=lang, model=worker_model)},
+        hooks={"PreToolUse": [(None, rules_hook(lang)), ("|".join(AGENT_TOOLS), agent_call_hook(paths, lang))],
+               "PostToolUse": [(SPILL_MATCHER, spill_hook(paths, lang)), ("Write|Edit", workbench_refresh_hook(paths))]})
+
+
 # --- Agent runtime: specs, events, results, one step on the SDK with its four exits ---
 
 @record
@@ -9602,7 +9961,7 @@ class Runtime:
             "phase": "done", "context": level, "window": st.window, "degraded": ledger.degraded, "path": doc,
             "sections": [k for k in LEDGER_KEYS if ledger.get(k)], "generation": generation,
             "retired": old, "carry_chars": len(carry.text), "trimmed": carry.trimmed, "dropped": carry.dropped}))
-        return carry.text
+        return carry.text + workbench_carry(self.paths, self.lang)
 
 
 @record
@@ -9863,8 +10222,10 @@ class _WakeWatch:
 
 def starter_flow(ask: str | None, *, rt: Runtime, rounds: int = 3, use_goal: bool = True,
                  human: Human | None = None, wake_sentence: str | None = None,
-                 model: str | None = None, permission_mode: str = "acceptEdits") -> Workflow:
-    """The flow behind ``python flower.py "..."``: clarify -> goal -> work, judged.
+                 model: str | None = None, permission_mode: str = "acceptEdits", delegate: bool = False,
+                 worker_model: str | None = None) -> Workflow:
+    """The flow behind ``python flower.py "..."``: clarify -> goal -> work, judged. With ``delegate``
+    the work step is a :func:`coordinator` whose workers do the hands-on work.
 
     Frozen stages are skipped (a complete brief skips clarify, a complete goal skips the goal step);
     a wake sentence is appended to the brief, becomes the work step's resume prompt and makes the goal
@@ -9894,6 +10255,9 @@ def starter_flow(ask: str | None, *, rt: Runtime, rounds: int = 3, use_goal: boo
                        tools=["Read", "Write", "Edit", "Bash", "Glob", "Grep", "TodoWrite"],
                        allowed_tools=["Read", "Write", "Edit", "Bash", "Glob", "Grep", "TodoWrite"],
                        model=model, permission_mode=permission_mode)
+    if delegate:
+        worker = coordinator(paths, lang=lang, instructions=t("work_instructions"), model=model,
+                             worker_model=worker_model, permission_mode=permission_mode)
     judge = AgentSpec("judge", instructions=t("judge_instructions"), tools=["Read", "Glob", "Grep"],
                       allowed_tools=["Read", "Glob", "Grep"], disallowed_tools=["Write", "Edit", "Bash"],
                       model=model, permission_mode="default", handoff=False)
@@ -9937,7 +10301,8 @@ def starter_flow(ask: str | None, *, rt: Runtime, rounds: int = 3, use_goal: boo
     def work_prompt(ctx: dict) -> str:
         goal_text = _read_text(paths.goal) or ""
         return (t("work_prompt_brief", path=paths.brief, brief=_brief_text(paths))
-                + (t("work_prompt_goal", path=paths.goal, goal=goal_text) if goal_text else "") + t("work_prompt_end"))
+                + (t("work_prompt_goal", path=paths.goal, goal=goal_text) if goal_text else "") + t("work_prompt_end")
+                + (workbench_prompt(paths, lang) if delegate else ""))
 
     async def judge_gate(ctx: dict, result: StepResult) -> Any:
         goal = Goal.parse(_read_text(paths.goal) or "")
@@ -11058,6 +11423,13 @@ EXIT_CODES_HELP = ("exit codes: 0 done · 1 a step failed · 2 usage error · 3 
                    "130 interrupted · 128+N stopped by signal N")
 
 
+def _delegation_options(go: argparse.ArgumentParser) -> None:
+    single = (os.environ.get("FLOWER_NO_DELEGATE") or "").strip().lower() in ("1", "true", "yes")
+    go.add_argument("--no-delegate", action="store_true", default=single,
+                    help="one worker does everything, no coordinator and workers (also FLOWER_NO_DELEGATE=1)")
+    go.add_argument("--worker-model", default=None, help="model of the workers (default: the coordinator's)")
+
+
 def _help_width() -> int:
     """The width argparse would get from ``shutil.get_terminal_size()`` (COLUMNS, else the terminal,
     else 80; minus 2), without importing shutil: it pulls in bz2 and lzma, a tenth of ``--help``."""
@@ -11131,6 +11503,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     go.add_argument("--permission-mode", default="acceptEdits", choices=PERMISSION_MODES,
                     help="permission mode of the worker (default acceptEdits)")
     go.add_argument("--model", default=None, help="model for every agent")
+    _delegation_options(go)
     _global_options(go)
 
     once = command("once")
@@ -11689,7 +12062,8 @@ def _go_run(args: argparse.Namespace, reporter: Reporter, rt: Runtime, used: boo
     human = _TerminalHuman(reporter) if interactive else None
     flow = starter_flow(None if used else ask, rt=rt, rounds=args.rounds, use_goal=not args.no_goal,
                         human=human, wake_sentence=ask if used else None, model=args.model,
-                        permission_mode=args.permission_mode)
+                        permission_mode=args.permission_mode, delegate=not args.no_delegate,
+                        worker_model=args.worker_model)
     try:
         ctx = asyncio.run(_run_with_signals(rt, reporter, lambda: flow.run(rt), interactive))
         rt.soft(rt.lineage.path, lambda: rt.lineage.settle_wake(goal=True, sentences=True))   # carried through

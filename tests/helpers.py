@@ -340,7 +340,8 @@ class E2ECase:
         self.env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "CLAUDE_", "FLOWER_"))}
         self.env.update(fakeapi.cli_env(self.api, self.tmp.name))
         self.env.update(FLOWER_PROBE_INTERVAL="0.5", FLOWER_BASE_DELAY="0.2", FLOWER_MAX_DELAY="1",
-                        FLOWER_MAX_OFFLINE_WAIT="120", NO_COLOR="1", PYTHONPATH=ROOT)
+                        FLOWER_MAX_OFFLINE_WAIT="120", NO_COLOR="1", PYTHONPATH=ROOT,
+                        FLOWER_NO_DELEGATE="1")   # these scenarios drive a single worker; see test_e2e_delegation
 
     def tearDown(self):
         self.api.stop()
@@ -520,7 +521,8 @@ class MachinesCase:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "CLAUDE_", "FLOWER_"))}
         env.update(fakeapi.cli_env(self.api, home))
         env.update(FLOWER_PROBE_INTERVAL="0.5", FLOWER_BASE_DELAY="0.2", FLOWER_MAX_DELAY="1",
-                   FLOWER_MAX_OFFLINE_WAIT="120", NO_COLOR="1", PYTHONPATH=ROOT)
+                   FLOWER_MAX_OFFLINE_WAIT="120", NO_COLOR="1", PYTHONPATH=ROOT,
+                   FLOWER_NO_DELEGATE="1")   # these scenarios drive a single worker
         return env
 
     def run_flower(self, ws, *args, check=True, timeout=180):

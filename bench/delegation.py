@@ -1,0 +1,134 @@
+"""Delegation against a single worker (issue 39, "How it is measured"): one long fake job, the same
+in both modes, through the real SDK and CLI against tests/fakeapi.py. A model-like responder makes
+``--calls`` hands-on tool calls (default 200) with output sizes like real transcripts' (mostly small,
+some of a few KB, a few of tens of KB). In single mode the main thread makes them all; in coordinator
+mode it delegates them to workers, ten calls a worker. Each answer reports the request's real size as
+its usage, so the water level, the handoffs and the input tokens are what the CLI really sent.
+
+Printed per mode: the main thread's context at the end, at its peak and per turn, handoffs per 100 tool calls, total input
+tokens sent (main thread and workers; a cost proxy) and chars spilled at write time. Goals (ratios
+measured in the same run): the coordinator's peak main-thread context <= 1/5 of the single worker's, >= 3x
+fewer handoffs, total input tokens not above the single worker's. Needs claude-agent-sdk.
+
+    python bench/delegation.py [--calls N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import tempfile
+import threading
+
+from common import ROOT  # noqa: F401 (puts the repository on sys.path)
+import flower
+from tests import fakeapi
+from tests.fakeapi import FakeAnthropic, Reply, text, tool, last_user_text
+
+SIZES = [120, 300, 800, 2_000, 150, 6_000, 400, 1_200, 25_000, 250]   # chars of a call's output, cycled
+WINDOW = 200_000
+LEDGER = ("## Status\nworking through the calls\n## Decisions\nnone\n## Dead ends\n(none)\n"
+          "## Next step\ncontinue with the next call\n## Pointers\n- out/")
+
+
+def tokens(body: dict) -> int:
+    return len(json.dumps(body, ensure_ascii=False)) // 4
+
+
+class Job:
+    """The responder: ``calls`` Bash calls in all, made by the main thread (single) or by workers of
+    ten calls each (coordinator); a ledger for every handoff ritual."""
+
+    def __init__(self, calls: int, delegate: bool):
+        self.calls, self.delegate = calls, delegate
+        self.made = 0
+        self.worker_left = 0
+        self.main_tokens: list[int] = []
+        self.input_tokens = 0
+        self.handoffs = 0
+        self.lock = threading.Lock()
+
+    def command(self) -> dict:
+        size = SIZES[self.made % len(SIZES)]
+        self.made += 1
+        return {"command": f"python3 -c \"print(('r{self.made} ' + 'x' * 70 + chr(10)) * {max(1, size // 76)})\""}
+
+    def __call__(self, body: dict) -> Reply:
+        with self.lock:
+            used = tokens(body)
+            self.input_tokens += used
+            usage = {"input_tokens": used}
+            system = json.dumps(body.get("system", ""), ensure_ascii=False)
+            if flower.text("handoff_prompt")[:40] in last_user_text(body):
+                self.handoffs += 1
+                return text(LEDGER, **usage)
+            if flower.text("worker_instructions")[:30] in system:
+                if self.worker_left > 0 and self.made < self.calls:
+                    self.worker_left -= 1
+                    return tool("Bash", self.command(), **usage)
+                return text(f"Done: ran my calls, outputs in the workbench (r{self.made}).", **usage)
+            self.main_tokens.append(used)
+            if self.made >= self.calls:
+                return text("all calls made", **usage)
+            if self.delegate:
+                self.worker_left = 10
+                return tool("Agent", {"description": "ten calls", "prompt": "Run the next ten calls.",
+                                      "subagent_type": "worker"}, **usage)
+            return tool("Bash", self.command(), **usage)
+
+
+def run_mode(calls: int, delegate: bool) -> dict:
+    with tempfile.TemporaryDirectory() as tmp:
+        ws = os.path.join(tmp, "ws")
+        os.makedirs(ws)
+        api = FakeAnthropic().start()
+        saved = dict(os.environ)
+        try:
+            os.environ.update(fakeapi.cli_env(api, tmp))
+            job = Job(calls, delegate)
+            api.responder = job
+            rt = flower.Runtime(workspace=ws, handoff=flower.HandoffPolicy(window=WINDOW))
+            if delegate:
+                spec = flower.coordinator(rt.paths, instructions="You do the work.")
+            else:
+                spec = flower.AgentSpec("work", instructions="You do the work.", preset=True,
+                                        tools=flower.WORKER_TOOLS, allowed_tools=flower.WORKER_TOOLS)
+            prompt = "Make the calls." + (flower.workbench_prompt(rt.paths) if delegate else "")
+            result = asyncio.run(rt.run(spec, prompt))
+            rt.close()
+            spill = os.path.join(ws, ".flower", "spill")
+            spilled = sum(os.path.getsize(os.path.join(spill, n)) for n in os.listdir(spill)) \
+                if os.path.isdir(spill) else 0
+        finally:
+            os.environ.clear()
+            os.environ.update(saved)
+            api.stop()
+    main = job.main_tokens or [0]
+    return {"ok": result.ok, "calls": job.made, "context_end": main[-1], "peak": max(main),
+            "mean": sum(main) // len(main),
+            "handoffs": job.handoffs, "per100": 100 * job.handoffs / max(1, job.made),
+            "input_tokens": job.input_tokens, "spilled": spilled}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--calls", type=int, default=200)
+    calls = parser.parse_args().calls
+    single = run_mode(calls, delegate=False)
+    coord = run_mode(calls, delegate=True)
+    for name, r in (("single", single), ("coordinator", coord)):
+        print(f"{name:12} ok={r['ok']} calls={r['calls']} main-thread context: end={r['context_end']:>7} "
+              f"peak={r['peak']:>7} mean per turn={r['mean']:>7} tokens; "
+              f"handoffs/100 calls={r['per100']:.2f} input tokens={r['input_tokens']:>9} spilled={r['spilled']} chars")
+    ratio = coord["peak"] / max(1, single["peak"])
+    fewer = single["handoffs"] / coord["handoffs"] if coord["handoffs"] else float("inf")
+    cost = coord["input_tokens"] / max(1, single["input_tokens"])
+    print(f"peak main-thread context: coordinator/single = {ratio:.3f} (goal <= 0.2; the end alone says little "
+          f"once the single worker has handed over); handoffs: single/coordinator = "
+          f"{fewer:.1f}x (goal >= 3x); input tokens: coordinator/single = {cost:.2f} (goal <= 1)")
+
+
+if __name__ == "__main__":
+    main()
