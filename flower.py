@@ -872,6 +872,12 @@ def safe_name(name: str) -> str:
     return kept
 
 
+def _tilde(path: str) -> str:
+    """``path`` with the home directory shown as ``~`` (for messages)."""
+    home = os.path.expanduser("~")
+    return "~" + path[len(home):] if home != "/" and (path == home or path.startswith(home + os.sep)) else path
+
+
 # --- Redaction: one rule for every place text leaves flower's memory ---
 #
 # One rule for every boundary where text leaves flower's memory: prompts flower writes, notes, handoff
@@ -6137,9 +6143,11 @@ class Lineage:
     only their own key.
     """
 
-    def __init__(self, path: str, workspace: str, steps: dict[str, str], woke: int,
-                 starts: dict[str, dict] | None = None, gone: dict[str, str] | None = None):
-        self.path = path
+    def __init__(self, path: str | None, workspace: str, steps: dict[str, str], woke: int,
+                 starts: dict[str, dict] | None = None, gone: dict[str, str] | None = None,
+                 where: str | None = None):
+        self.path = path                    # the file (None when a backend keeps it elsewhere)
+        self.where = where or path or ""    # where it lives, for messages
         self.workspace = workspace
         self.steps = steps
         self.woke = woke
@@ -6149,7 +6157,7 @@ class Lineage:
         self.moved_from: str | None = None  # the workspace's earlier path, when a backend can tell
         self.task: str | None = None        # a fresh start's task, written before anything else
         self.wake: dict | None = None       # a wake not yet carried through (see wake_of)
-        self._lock = FileLock(os.path.join(os.path.dirname(path), ".lock"))
+        self._lock = FileLock(os.path.join(os.path.dirname(path), ".lock")) if path else None
 
     @classmethod
     def open(cls, run_dir: str, workspace: str, *, has_session: Callable[[str], bool] | None = None,
@@ -6167,6 +6175,13 @@ class Lineage:
         lineage.achieved = data.get("achieved")
         lineage.task, lineage.wake = task_of(data), wake_of(data)
         return lineage
+
+    @staticmethod
+    def peek(paths: Paths) -> dict:
+        """``lineage.json`` of ``paths`` without side effects, when it is valid and belongs to this
+        workspace ({} otherwise)."""
+        data = _peek_json(paths.run("lineage.json"))
+        return data if _valid_lineage(data) and data.get("workspace") == paths.workspace else {}
 
     @staticmethod
     def resolve(data: dict, has_session: Callable[[str], bool] | None, notify: Callable[[str], None] | None,
@@ -6326,7 +6341,8 @@ class Manifest:
 
     def __init__(self, run_dir: str, run: str, notify: Callable[[str], None] | None = None, lang: str = "en"):
         self.run_dir = run_dir
-        self.path = os.path.join(run_dir, self.FILE)
+        self.path: str | None = os.path.join(run_dir, self.FILE)   # None when a backend keeps it elsewhere
+        self.where = self.path                                       # where it lives, for messages
         self.run = run
         self.notify = notify
         self.lang = lang
@@ -6452,12 +6468,7 @@ def wake_state(workspace: str = ".", run_dir: str | None = None, state: Any = No
     ``{"waking", "brief", "goal", "checks", "woke", "steps"}`` (the lineage from ``state``, a
     StateBackend, when given; else from run_dir)."""
     paths = Paths(workspace, run_dir)
-    if state is not None:
-        data = state.peek_lineage()
-    else:
-        data = _peek_json(paths.run("lineage.json"))
-        if not _valid_lineage(data) or data.get("workspace") != paths.workspace:
-            data = {}
+    data = state.peek_lineage() if state is not None else Lineage.peek(paths)
     steps = dict(data.get("steps") or {})
     brief_text = _read_text(paths.brief)
     goal_text = _read_text(paths.goal)
@@ -6472,6 +6483,22 @@ def wake_state(workspace: str = ".", run_dir: str | None = None, state: Any = No
         "steps": steps,
         "achieved": bool(data.get("achieved")) and data.get("achieved") == steps.get("work"),
     }
+
+
+def lineage_problems(paths: Paths, lang: str = "en") -> list[str]:
+    """What is wrong with ``lineage.json``, in words (none when it is missing or sound): ``status``
+    reads it without side effects, so it says what the next run will set aside or ignore."""
+    path = paths.run("lineage.json")
+    if not os.path.lexists(path):
+        return []
+    data = _peek_json(path)
+    if data is None:
+        return [text("st_lineage_unreadable", lang, path=_tilde(path))]
+    if not _valid_lineage(data):
+        return [text("st_lineage_shape", lang, path=_tilde(path))]
+    if data.get("workspace") != paths.workspace:
+        return [text("info_other_workspace", lang, path=_tilde(path), workspace=repr(data.get("workspace")))]
+    return []
 
 
 # --- Handoff: window, threshold, ledger from the transcript, the prioritised carry ---
@@ -6527,7 +6554,8 @@ class WindowBook:
     ``model_usage`` reports, lowered to the level seen at a real overflow)."""
 
     def __init__(self, run_dir: str, base_url: str | None = None, notify: Callable[[str], None] | None = None):
-        self.path = os.path.join(run_dir, "window.json")
+        self.path: str | None = os.path.join(run_dir, "window.json")   # None when a backend keeps it elsewhere
+        self.where = self.path                                           # where it lives, for messages
         self.notify = notify
         self.base = base_url if base_url is not None else (os.environ.get("ANTHROPIC_BASE_URL") or DEFAULT_BASE_URL)
         self._lock = FileLock(os.path.join(run_dir, ".lock"))
@@ -6995,6 +7023,19 @@ class StateBackend:
         """The lineage data without side effects ({} when there is none)."""
         raise NotImplementedError
 
+    def blank_lineage(self) -> Lineage:
+        """An empty lineage that writes where this backend keeps it (when the stored one cannot be
+        opened now: its writes still merge with what is stored)."""
+        raise NotImplementedError
+
+    def has_lineage(self) -> bool:
+        """Whether a lineage is kept at all, even one that cannot be read (``--new`` archives it)."""
+        raise NotImplementedError
+
+    def lineage_problems(self, lang: str = "en") -> list[str]:
+        """What is wrong with the kept lineage, in words (none when it is missing or sound)."""
+        return []
+
     def manifest(self, run: str, *, notify: Callable[[str], None] | None = None, lang: str = "en") -> Manifest:
         """The manifest writer of one run."""
         raise NotImplementedError
@@ -7036,6 +7077,11 @@ class StateBackend:
     def describe(self, what: str = "") -> str:
         """Where ``what`` (a file name such as ``manifest.json``) lives, for messages."""
         return self.paths.run(what) if what else self.paths.run_dir
+
+    def where(self) -> str | None:
+        """The place the state is kept when it is not this machine's run_dir (a database, never its
+        password), for messages; None for the local files."""
+        return None
 
     def close(self) -> None:
         """Release connections (idempotent)."""
@@ -7082,8 +7128,19 @@ class LocalState(StateBackend):
 
     def peek_lineage(self) -> dict:
         """``lineage.json`` when it is valid and belongs to this workspace."""
-        data = _peek_json(self.paths.run("lineage.json"))
-        return data if _valid_lineage(data) and data.get("workspace") == self.paths.workspace else {}
+        return Lineage.peek(self.paths)
+
+    def blank_lineage(self) -> Lineage:
+        """An empty lineage over ``lineage.json`` (its writes re-read the file)."""
+        return Lineage(self.paths.run("lineage.json"), os.path.realpath(self.paths.workspace), {}, 0)
+
+    def has_lineage(self) -> bool:
+        """Whether ``lineage.json`` exists (readable or not)."""
+        return os.path.exists(self.paths.run("lineage.json"))
+
+    def lineage_problems(self, lang: str = "en") -> list[str]:
+        """What is wrong with ``lineage.json`` (see :func:`lineage_problems`)."""
+        return lineage_problems(self.paths, lang)
 
     def manifest(self, run: str, *, notify: Callable[[str], None] | None = None, lang: str = "en") -> Manifest:
         """``manifest.jsonl`` in run_dir."""
@@ -7802,6 +7859,20 @@ class PostgresState(StateBackend):
         data = self.lineage_latest()
         return data if _valid_lineage(data) else {}
 
+    def blank_lineage(self) -> Lineage:
+        """An empty lineage in the database (its writes re-read the newest snapshot)."""
+        return PgLineage(self, {}, 0)
+
+    def has_lineage(self) -> bool:
+        """Whether the workspace has a lineage snapshot."""
+        return bool(self.lineage_latest())
+
+    def lineage_problems(self, lang: str = "en") -> list[str]:
+        """The newest snapshot when it has the wrong shape."""
+        data = self.lineage_latest()
+        return [text("info_state_unreadable", lang, what="lineage", where=self.where())] \
+            if data and not _valid_lineage(data) else []
+
     # -- manifest, windows --
 
     def manifest(self, run: str, *, notify: Callable[[str], None] | None = None, lang: str = "en") -> Manifest:
@@ -8151,7 +8222,7 @@ class PgLineage(Lineage):
 
     def __init__(self, state: PostgresState, steps: dict[str, str], woke: int, starts: dict | None = None,
                  gone: dict | None = None, moved_from: str | None = None):
-        super().__init__(state.describe("lineage"), state.paths.workspace, steps, woke, starts, gone)
+        super().__init__(None, state.paths.workspace, steps, woke, starts, gone, where=state.describe("lineage"))
         self.state = state
         self.moved_from = moved_from
 
@@ -8215,7 +8286,7 @@ class PgManifest(Manifest):
                  lang: str = "en"):
         super().__init__(state.paths.run_dir, run, notify=notify, lang=lang)
         self.state = state
-        self.path = state.describe("manifest")
+        self.path, self.where = None, state.describe("manifest")
 
     def put(self, row: dict) -> None:
         """Remember the row and append it."""
@@ -8233,7 +8304,7 @@ class PgWindowBook(WindowBook):
     def __init__(self, state: PostgresState, notify: Callable[[str], None] | None = None):
         super().__init__(state.paths.run_dir, notify=notify)
         self.state = state
-        self.path = state.describe("window")
+        self.path, self.where = None, state.describe("window")
 
     def get(self, model: str | None) -> int | None:
         """The learned window for ``model``, if any (None when the database cannot tell now)."""
@@ -8554,11 +8625,11 @@ class Runtime:
     def lineage(self) -> Lineage:
         """The lineage of this workspace (opened once, store-checked)."""
         if self._lineage is None:
-            path = self.paths.run("lineage.json")
+            blank = self.state.blank_lineage()
             opened: list[Lineage] = []
-            self.soft(path, lambda: opened.append(self.state.lineage(
+            self.soft(blank.where, lambda: opened.append(self.state.lineage(
                 has_session=self.has_session, notify=self._info, lang=self.lang)))
-            self._lineage = opened[0] if opened else Lineage(path, os.path.realpath(self.paths.workspace), {}, 0)
+            self._lineage = opened[0] if opened else blank
         return self._lineage
 
     def _info(self, message: str) -> None:
@@ -8609,7 +8680,7 @@ class Runtime:
     def record(self, result: StepResult) -> None:
         """Write (or update) this result's manifest row (fail-soft)."""
         row = result.row(self.run_id)
-        self.soft(self.manifest.path, lambda: self.manifest.put(row))
+        self.soft(self.manifest.where, lambda: self.manifest.put(row))
 
     def rescue(self, reason: str = "killed-by-signal") -> None:
         """On SIGHUP/SIGTERM (or a second Ctrl-C): stop this process's CLI at once, then write the
@@ -8934,7 +9005,7 @@ class Runtime:
             return True
         if kind == OVERFLOW and st.manage:
             if st.level:
-                self.soft(self.windows.path, lambda: self.windows.lower(st.model, st.level))
+                self.soft(self.windows.where, lambda: self.windows.lower(st.model, st.level))
             return await self._handed_over(st, result, None, "context overflow")
         # the budget is for failures in a row: a connection in which the model answered at least
         # PROGRESS_ANSWERS times moved the work on, and an hours-long job meets many passing faults
@@ -9084,7 +9155,7 @@ class Runtime:
         self._refuse_if_driven(sid)
         reap_orphans(self.paths.run_dir, [sid])
         if lineage_key:
-            self.soft(self.lineage.path, lambda: self.lineage.remember(lineage_key, sid, start_prompt))
+            self.soft(self.lineage.where, lambda: self.lineage.remember(lineage_key, sid, start_prompt))
         if self.driver is not None:
             self.driver.set_step(lineage_key or "")
 
@@ -9334,7 +9405,7 @@ class Runtime:
         for model_name, usage in (getattr(msg, "model_usage", None) or {}).items():
             ctx_window = usage.get("contextWindow") if isinstance(usage, dict) else None
             if isinstance(ctx_window, int) and model_name == (turn.model or model_name):
-                self.soft(self.windows.path, lambda w=ctx_window: self.windows.learn(st.model, w))
+                self.soft(self.windows.where, lambda w=ctx_window: self.windows.learn(st.model, w))
         emit(Event("system", session_id=st.sid, level=st.level, window=st.window,
                    data={"subtype": "turn_result", "cost_usd": turn.cost, "is_error": bool(msg.is_error)}))
 
@@ -9593,7 +9664,7 @@ class Workflow:
         ctx.setdefault("_sessions", {})
         ctx.setdefault("_results", {})
         ctx["_woke"] = rt.lineage.woke + 1
-        rt.soft(rt.lineage.path, rt.lineage.bump)
+        rt.soft(rt.lineage.where, rt.lineage.bump)
         for step in self.steps:
             if step.when is not None and not await _maybe_await(step.when(ctx)):
                 continue
@@ -9692,7 +9763,7 @@ def _pending_wake(rt: Runtime, sentence: str | None) -> dict:
     caller did not write it ahead. ``{"sentences": [...], "goal": re-derive the goal?}``."""
     wake = rt.lineage.wake
     if sentence and (wake is None or sentence not in wake["sentences"]):
-        if rt.soft(rt.lineage.path, lambda: rt.lineage.add_wake(sentence)):
+        if rt.soft(rt.lineage.where, lambda: rt.lineage.add_wake(sentence)):
             wake = rt.lineage.wake
         else:   # not written ahead: this run still carries it
             wake = {"sentences": [*(wake["sentences"] if wake else []), sentence], "goal": True}
@@ -9728,7 +9799,7 @@ class _WakeWatch:
             said = entry_text(entry) if isinstance(entry, dict) and entry.get("type") == "user" else ""
             if said and all(w in said for w in self.words):
                 self.seen = True
-                rt.soft(rt.lineage.path, lambda: rt.lineage.settle_wake(sentences=True))
+                rt.soft(rt.lineage.where, lambda: rt.lineage.settle_wake(sentences=True))
                 return
 
 
@@ -9795,7 +9866,7 @@ def starter_flow(ask: str | None, *, rt: Runtime, rounds: int = 3, use_goal: boo
         if not goal.complete:
             return t("goal_lacks")
         rt.write_note(paths.goal, goal.render(lang))
-        rt.soft(rt.lineage.path, lambda: rt.lineage.settle_wake(goal=True))   # re-derived: no longer pending
+        rt.soft(rt.lineage.where, lambda: rt.lineage.settle_wake(goal=True))   # re-derived: no longer pending
         if goal.unverifiable:
             rt.emit(Event("info", step="goal", data={"message": text("info_unverifiable", lang, n=len(goal.unverifiable)),
                                                      "checks": goal.unverifiable}))
@@ -9825,7 +9896,7 @@ def starter_flow(ask: str | None, *, rt: Runtime, rounds: int = 3, use_goal: boo
         ctx["_verdict"] = verdict
         rt.emit(Event("info", step=label, data={"verdict": verdict.status, "failed": verdict.failed_checks}))
         if verdict.achieved:
-            rt.soft(rt.lineage.path, lambda: rt.lineage.mark_achieved(result.session_id))
+            rt.soft(rt.lineage.where, lambda: rt.lineage.mark_achieved(result.session_id))
             return True
         if verdict.status == "unreachable" and verdict.clean:
             if human is None:
@@ -9910,11 +9981,6 @@ def display_width(value: str) -> int:
 def pad(value: str, width: int) -> str:
     """``value`` left-aligned in ``width`` terminal columns (CJK-aware)."""
     return value + " " * max(0, width - display_width(value))
-
-
-def _tilde(path: str) -> str:
-    home = os.path.expanduser("~")
-    return "~" + path[len(home):] if home != "/" and (path == home or path.startswith(home + os.sep)) else path
 
 
 def print_line(line: str, stream: Any) -> bool:
@@ -10740,10 +10806,10 @@ def _write_ahead_ask(backend: StateBackend, paths: Paths, used: bool, ask: str |
     try:
         lineage.add_wake(ask) if used else lineage.remember_task(ask)
     except (OSError, FlowerError) as exc:
-        line = text("info_write_failed", paths.lang, path=lineage.path,
+        line = text("info_write_failed", paths.lang, path=lineage.where,
                     error=exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc))
         say(line)
-        return [(lineage.path, line)]
+        return [(lineage.where, line)]
     return []
 
 
@@ -10766,7 +10832,7 @@ def _go_task(args: argparse.Namespace, reporter: Reporter, paths: Paths, ask: st
         moved = _archive_task(paths, backend.lineage(notify=say, lang=lang), backend)
         reporter.say(text("ui_archived", lang, n=len(moved), path=_tilde(os.path.dirname(moved[0])) if moved else "-"))
     used = wake_state(paths.workspace, paths.run_dir, backend)["waking"]
-    if args.new and (used or os.path.exists(paths.run("lineage.json")) or backend.kind != "local"):
+    if args.new and (used or backend.has_lineage()):
         archive()
         used = False
     task = None if used else task_of(backend.peek_lineage())   # given to a run killed before its first step
@@ -10792,14 +10858,14 @@ def _go_run(args: argparse.Namespace, reporter: Reporter, rt: Runtime, used: boo
     (and the work step's final answer on stdout)."""
     import asyncio
     if rt.lineage.achieved:
-        rt.soft(rt.lineage.path, lambda: rt.lineage.mark_achieved(None))   # new work: judged again
+        rt.soft(rt.lineage.where, lambda: rt.lineage.mark_achieved(None))   # new work: judged again
     human = _TerminalHuman(reporter) if interactive else None
     flow = starter_flow(None if used else ask, rt=rt, rounds=args.rounds, use_goal=not args.no_goal,
                         human=human, wake_sentence=ask if used else None, model=args.model,
                         permission_mode=args.permission_mode)
     try:
         ctx = asyncio.run(_run_with_signals(rt, reporter, lambda: flow.run(rt), interactive))
-        rt.soft(rt.lineage.path, lambda: rt.lineage.settle_wake(goal=True, sentences=True))   # carried through
+        rt.soft(rt.lineage.where, lambda: rt.lineage.settle_wake(goal=True, sentences=True))   # carried through
     except StepAbort as exc:
         message = str(exc)
         reporter.say(f"flower: {message}", always=True)
@@ -10839,7 +10905,7 @@ def _finish(rt: Runtime, reporter: Reporter, code: int, reason: str, *, line: bo
         rt.degraded.append(line)
         reporter.say(line, always=True)
     key = "ui_done" if code == EXIT_OK else "ui_total"
-    closing = text(key, lang, cost=reporter.total_cost, path=rt.manifest.path) if line else ""
+    closing = text(key, lang, cost=reporter.total_cost, path=rt.manifest.where) if line else ""
     if rt.degraded:
         closing += (" · " if closing else "") + text("ui_degraded", lang, n=len(rt.degraded))
     if closing:
@@ -10849,7 +10915,7 @@ def _finish(rt: Runtime, reporter: Reporter, code: int, reason: str, *, line: bo
         "exit_code": code, "reason": redact(reason)[:500], "cost_usd": round(reporter.total_cost, 6),
         "steps": [r.get("step") for r in rows], "sessions": sorted({r.get("session_id") for r in rows
                                                                     if r.get("session_id")}),
-        "degraded": list(rt.degraded), "manifest": rt.manifest.path}))
+        "degraded": list(rt.degraded), "manifest": rt.manifest.where}))
     return code
 
 
@@ -10892,7 +10958,7 @@ def cmd_once(args: argparse.Namespace, reporter: Reporter) -> int:
         reporter.close()   # the answer goes on a line of its own, never glued to the status line
         if result.ok and not args.json:
             _print_answer(result.text, reporter)
-        reporter.say(text("ui_once", rt.lang, sid=result.session_id, cost=result.cost_usd, path=rt.manifest.path),
+        reporter.say(text("ui_once", rt.lang, sid=result.session_id, cost=result.cost_usd, path=rt.manifest.where),
                      always=True)
         if not result.ok:
             reporter.say(f"flower: once failed: {result.error}", always=True)
@@ -10909,8 +10975,7 @@ def status_data(paths: Paths, backend: StateBackend) -> dict:
     state = wake_state(paths.workspace, paths.run_dir, backend)
     rows = backend.manifest_tail(10)
     key = project_key(paths.workspace)
-    local = backend.kind == "local"
-    store = backend.session_store(create=False) if not local or os.path.isdir(paths.run_dir) else None
+    store = backend.session_store(create=False)
     sessions = store.sessions(key) if store is not None and hasattr(store, "sessions") else []
     steps = []
     for step, sid in state["steps"].items():
@@ -10919,25 +10984,9 @@ def status_data(paths: Paths, backend: StateBackend) -> dict:
         steps.append({"step": step, "session_id": sid, "context": context,
                       "generation": ledger_generation(_read_text(doc)), "handoff": doc})
     return {"workspace": paths.workspace, "run_dir": paths.run_dir, "state": backend.kind,
-            "where": None if local else backend.where(), "workspace_id": backend.workspace_id,
+            "where": backend.where(), "workspace_id": backend.workspace_id,
             "wake": state, "steps": steps, "manifest": rows, "sessions": sessions,
-            "achieved": bool(state.get("achieved")), "problems": lineage_problems(paths, paths.lang) if local else []}
-
-
-def lineage_problems(paths: Paths, lang: str = "en") -> list[str]:
-    """What is wrong with ``lineage.json``, in words (none when it is missing or sound): ``status``
-    reads it without side effects, so it says what the next run will set aside or ignore."""
-    path = paths.run("lineage.json")
-    if not os.path.lexists(path):
-        return []
-    data = _peek_json(path)
-    if data is None:
-        return [text("st_lineage_unreadable", lang, path=_tilde(path))]
-    if not _valid_lineage(data):
-        return [text("st_lineage_shape", lang, path=_tilde(path))]
-    if data.get("workspace") != paths.workspace:
-        return [text("info_other_workspace", lang, path=_tilde(path), workspace=repr(data.get("workspace")))]
-    return []
+            "achieved": bool(state.get("achieved")), "problems": backend.lineage_problems(paths.lang)}
 
 
 def _status_lines(data: dict, lang: str) -> list[str]:
