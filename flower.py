@@ -12,8 +12,8 @@ prune pipeline, the probe and every pure function work without it.
 Sections, low layers first:
 
     text tables (en/zh) -> utilities -> redaction -> process guard -> resilience -> transcript logic
-    (pure) -> notes (pure parsers) -> session stores -> lineage and manifest -> handoff -> state
-    backends (local, PostgreSQL) -> agent runtime -> workflow -> CLI
+    (pure) -> stored facts -> notes (pure parsers) -> session stores -> lineage and manifest -> handoff
+    -> state backends (the interface, local files) -> PostgreSQL state -> agent runtime -> workflow -> CLI
 """
 
 from __future__ import annotations
@@ -750,6 +750,13 @@ def flock_holder(path: str) -> int | None:
             if len(fields) > at + 4 and fields[at + 4] == device and fields[at + 3].isdigit():
                 return int(fields[at + 3])
     return None
+
+
+class Offline(FlowerError):
+    """The state database cannot be reached right now (exit code 4 when it stays away)."""
+
+    def __init__(self, message: str):
+        super().__init__(message, EXIT_OFFLINE)
 
 
 class Busy(FlowerError):
@@ -2399,6 +2406,8 @@ def _minutes(seconds: int) -> str:
 # assistant, attachment and system entries chained by ``parentUuid``; bookkeeping entries without a
 # ``uuid``. Every function here is pure: same input, same output, input never mutated.
 
+# -- entries: text, API errors, water level, size estimates --
+
 SYNTHETIC_MODEL = "<synthetic>"
 _API_ERROR_TEXT = _lazy_re(
     r"^(?:API Error|Request timed out|Prompt is too long|Invalid API key|Credit balance is too low|"
@@ -2566,7 +2575,8 @@ def _is_interrupt(entry: dict) -> bool:
     return entry.get("toolUseResult") == "User rejected tool use" and "permissionDecision" not in entry
 
 
-# Read-only commands: results of these are "glances" that go stale.
+# -- read-only commands: results of these are "glances" that go stale --
+
 _READ_ONLY_PROGRAMS = {
     "ls", "pwd", "cat", "head", "tail", "wc", "file", "stat", "du", "df", "which", "whoami", "date",
     "echo", "tree", "grep", "egrep", "fgrep", "rg", "uniq", "diff", "cmp", "basename", "dirname",
@@ -2836,6 +2846,8 @@ is_read_only_command.cache_clear = _read_only.cache_clear   # type: ignore[attr-
 is_read_only_command.cache_info = _read_only.cache_info     # type: ignore[attr-defined]
 
 
+# -- the prune pipeline: policy, report, the passes over a transcript --
+
 @record
 class PrunePolicy:
     """What ``prune`` does to a transcript before a resumed model sees it."""
@@ -2935,11 +2947,6 @@ def _replace_result(entry: dict, index: int, new_content: str, *, is_error: bool
 
 
 _TRIM_PREFIXES = tuple(table["trimmed_result"].split("{")[0] for table in TEXTS.values())
-
-
-def _is_trim_marker(value: str) -> bool:
-    """True for a trimmed-result marker (any language): trimming already made its pointer."""
-    return value.startswith(_TRIM_PREFIXES)
 
 
 @contextlib.contextmanager
@@ -3042,6 +3049,23 @@ class _Pruning:
         return entry
 
 
+class PlanBroken(ValueError):
+    """A row the plan did not expect names one of its tool ids: load again without the plan."""
+
+
+@record
+class LeavePlan:
+    """What :func:`plan_leavers` decided: rows not to read, and what watches the plan during the scan."""
+
+    skip: set = field(default_factory=set)             # uuids of the rows that leave unread
+    left: list = field(default_factory=list)           # (uuid, parentUuid, chars, what) for _prune
+    results: set = field(default_factory=set)          # tool ids no result in the scan may name
+    uses: dict = field(default_factory=dict)           # tool id -> the only row that may use it (None: none)
+    cuts: dict = field(default_factory=dict)           # seq -> (uuid, fact, trim marker) of a row read cut (plan_cuts)
+    cut_saved: int = 0                                 # what those markers save
+    noted: set | None = None                           # seqs of the rows with a cut fact (None: note none)
+
+
 def _prune(entries: Iterable[dict], policy: PrunePolicy, consume: bool = False, left: Iterable[tuple] = (),
            marks: dict[int, str] | None = None, plan: LeavePlan | None = None,
            estimate: bool = False) -> tuple[list[dict], PruneReport]:
@@ -3077,6 +3101,8 @@ def _prune(entries: Iterable[dict], policy: PrunePolicy, consume: bool = False, 
         st.report.tokens = _estimate(st)
     return out, st.report
 
+
+# -- prune steps: API errors, old results and uses, interrupts, stale glances --
 
 def _late_steps(st: _Pruning, policy: PrunePolicy) -> tuple[list[tuple[int, str, str]], list[tuple]]:
     """What steps 4 and 5 would change with ``policy``, before they change it: the glances that expire
@@ -3398,6 +3424,10 @@ def _drop_old_results(st: _Pruning) -> None:
     st.results = results
 
 
+def _is_use(block: Any, tool_id: str) -> bool:
+    return isinstance(block, dict) and block.get("type") == "tool_use" and block.get("id") == tool_id
+
+
 def _drop_old_uses(st: _Pruning, tool_ids: set) -> None:
     """The tool_use blocks of the removed results leave their assistant entries."""
     work, by_entry, inputs, lone = st.work, {}, [], []
@@ -3580,6 +3610,8 @@ def _turns_after(st: _Pruning, positions: list[int]) -> list[int]:
     return out
 
 
+# -- trims: long results to spill files --
+
 def spill_name(entry: dict, index: int, full: str) -> str:
     """The spill file of a trimmed result: named by its entry's uuid and block index (stable, and no
     hashing of 100 KB on every load); a hash only for an entry without a uuid."""
@@ -3638,6 +3670,8 @@ def _text_only(content: Any) -> bool:
     return not isinstance(content, list) or all(b.__class__ is str or isinstance(b, dict) and b.get("type") == "text"
                                                 for b in content)
 
+
+# -- links: orphans relinked, ids healed --
 
 def _heal_id(tool_use_id: Any) -> str:
     return str(uuid.uuid5(uuid.NAMESPACE_URL, "flower-heal:" + str(tool_use_id)))
@@ -3918,23 +3952,6 @@ class Leaver:
     name: str | None = None          # the tool's name, when known
 
 
-class PlanBroken(ValueError):
-    """A row the plan did not expect names one of its tool ids: load again without the plan."""
-
-
-@record
-class LeavePlan:
-    """What :func:`plan_leavers` decided: rows not to read, and what watches the plan during the scan."""
-
-    skip: set = field(default_factory=set)             # uuids of the rows that leave unread
-    left: list = field(default_factory=list)           # (uuid, parentUuid, chars, what) for _prune
-    results: set = field(default_factory=set)          # tool ids no result in the scan may name
-    uses: dict = field(default_factory=dict)           # tool id -> the only row that may use it (None: none)
-    cuts: dict = field(default_factory=dict)           # seq -> (uuid, fact, trim marker) of a row read cut (plan_cuts)
-    cut_saved: int = 0                                 # what those markers save
-    noted: set | None = None                           # seqs of the rows with a cut fact (None: note none)
-
-
 def plan_leavers(leavers: Iterable[Leaver], policy: PrunePolicy) -> LeavePlan:
     """The rows :func:`prune` with ``policy`` would drop whole as old denials or unavailable-tool errors
     with their calls: all but the newest ``keep_denials`` denials and the newest ``keep_unavailable``
@@ -4007,10 +4024,6 @@ def _use_of(call: Any, tool_id: str) -> tuple[dict, bool] | None:
     if (call.get("isApiErrorMessage") is True or message.get("model") == SYNTHETIC_MODEL) and is_api_error_entry(call):
         return None
     return use[0], len(content) == 1
-
-
-def _is_use(block: Any, tool_id: str) -> bool:
-    return isinstance(block, dict) and block.get("type") == "tool_use" and block.get("id") == tool_id
 
 
 def _plain(value: Any) -> bool:
@@ -6328,6 +6341,15 @@ def _valid_row(row: Any) -> bool:
         for k, types in _ROW_TYPES.items() if k in row)
 
 
+def latest_rows(rows: Iterable[dict]) -> list[dict]:
+    """Manifest row versions -> the newest version of each (run, step, started_at), in the order the
+    rows first appeared (a row is re-appended, never updated, when its step goes on)."""
+    order: dict[tuple, dict] = {}
+    for row in rows:
+        order[(row.get("run"), row.get("step"), row.get("started_at"))] = row
+    return list(order.values())
+
+
 class Manifest:
     """``manifest.jsonl`` in run_dir: one JSON object per line, one line per version of a step's row,
     shared by every process. A put appends a line (under the lock, one write), so it costs the same
@@ -6539,6 +6561,9 @@ def model_window(model: str | None) -> int | None:
     if re.search(r"(?:opus|sonnet|haiku)-5|-5-\d", name) or name in ("opus", "sonnet", "haiku"):
         return 1_000_000
     return None
+
+
+MIN_WINDOW = 10_000   # a smaller learned or given window is not believed
 
 
 def _valid_windows(data: Any) -> bool:
@@ -7297,13 +7322,6 @@ def _psycopg() -> Any:
                           EXIT_SETUP) from None
 
 
-class Offline(FlowerError):
-    """The state database cannot be reached right now (exit code 4 when it stays away)."""
-
-    def __init__(self, message: str):
-        super().__init__(message, EXIT_OFFLINE)
-
-
 # what libpq says when the server (or libpq itself) refuses the settings, not the network: a rejected
 # login (28P01, 28000), a database that does not exist (3D000), no CONNECT right, a malformed option.
 # libpq gives no SQLSTATE for a failed connection, so its text is what there is to go by.
@@ -7381,15 +7399,6 @@ def _lease_info(raw: Any) -> dict:
     except (TypeError, ValueError):
         return {}
     return value if isinstance(value, dict) else {}
-
-
-def latest_rows(rows: Iterable[dict]) -> list[dict]:
-    """Manifest row versions -> the newest version of each (run, step, started_at), in the order the
-    rows first appeared (a row is re-appended, never updated, when its step goes on)."""
-    order: dict[tuple, dict] = {}
-    for row in rows:
-        order[(row.get("run"), row.get("step"), row.get("started_at"))] = row
-    return list(order.values())
 
 
 class StateSpool:
@@ -8474,9 +8483,6 @@ class StepResult:
 
 
 JSON_VERSION = 1  # the "v" of every --json line; bumped only when a field changes meaning or goes away
-
-EVENT_KINDS = ("text", "thinking", "tool_call", "tool_result", "result", "error", "retry", "resume",
-               "step", "handoff", "ask", "system", "info", "summary", "lock", "offline", "online")
 
 
 @record
@@ -9951,6 +9957,8 @@ COMMAND_SUMMARIES = {
 SUBCOMMANDS = tuple(COMMAND_SUMMARIES)
 
 
+# -- terminal output: widths, progress lines, the reporter --
+
 def _human_tokens(n: int | None) -> str:
     if not n:
         return "0"
@@ -10146,6 +10154,8 @@ class Reporter:
         self._clear_status()
 
 
+# -- the parser: options, help, the command line split --
+
 def program_name(argv0: str | None = None) -> str:
     """How the user invoked flower, for usage lines and suggestions: ``flower`` from the installed
     command, ``python3 flower.py`` when the file is run (``argv0`` defaults to ``sys.argv[0]``). Any
@@ -10167,7 +10177,6 @@ KNOWN_TOOLS = frozenset({
     "ListAgents", "Monitor", "MultiEdit", "NotebookEdit", "NotebookRead", "Read", "ReportFindings",
     "ScheduleWakeup", "SendMessage", "Skill", "Task", "TaskCreate", "TaskList", "TaskOutput", "TaskStop",
     "TaskUpdate", "TodoWrite", "ToolSearch", "WebFetch", "WebSearch", "Workflow", "Write"})
-MIN_WINDOW = 10_000
 
 
 def _int_at_least(low: int) -> Callable[[str], int]:
@@ -10389,6 +10398,8 @@ def _split_command(argv: list[str]) -> list[str]:
     return ["go"] + argv
 
 
+# -- checks before anything is paid: settings, task text, credentials, CLI dirs --
+
 def _check_settings() -> None:
     """Before anything is paid: an unusable setting is a setup problem (exit 3), named in one line."""
     problems = settings_problems()
@@ -10503,6 +10514,8 @@ def _is_flower_db(path: str) -> bool:
         return False
     return {"entries", "sessions", "summaries"} <= tables
 
+
+# -- workspace, state backend, the human at the terminal --
 
 def _paths(args: argparse.Namespace, reporter: Reporter) -> Paths:
     """The workspace (it must exist: flower never creates the directory an agent works in) and the
@@ -10644,6 +10657,8 @@ def _archive_task(paths: Paths, lineage: Lineage, backend: StateBackend) -> list
     return moved
 
 
+# -- signals and the event loop --
+
 def _quiet_loop_errors(reporter: Reporter) -> Callable[[Any, dict], None]:
     """A loop exception handler for errors nobody awaited. The SDK answers the CLI's control requests
     from tasks of its own; when the CLI is killed under one (a stop, a signal) its write fails and
@@ -10742,6 +10757,8 @@ def _ask_line(question: str) -> str:
     except EOFError:
         return ""
 
+
+# -- go and once --
 
 def cmd_go(args: argparse.Namespace, reporter: Reporter) -> int:
     """The main job: clarify -> goal -> work, judged; carries on in a used directory. One ``go`` per
@@ -10969,6 +10986,8 @@ def cmd_once(args: argparse.Namespace, reporter: Reporter) -> int:
         backend.close()
 
 
+# -- status --
+
 def status_data(paths: Paths, backend: StateBackend) -> dict:
     """What ``status`` shows, as data (no side effects): wake state, steps with context and handoff
     generation, the last manifest rows, the stored sessions of this workspace, where the state is."""
@@ -11043,6 +11062,8 @@ def cmd_status(args: argparse.Namespace, reporter: Reporter) -> int:
         print("\n".join(_status_lines(data, paths.lang)))
     return EXIT_OK
 
+
+# -- doctor --
 
 @record
 class Check:
@@ -11206,6 +11227,8 @@ def cmd_doctor(args: argparse.Namespace, reporter: Reporter) -> int:
     return code
 
 
+# -- sessions and show --
+
 def render_entries(entries: list[dict]) -> str:
     """A transcript as plain text: who said what, tool calls and (shortened) results."""
     lines = []
@@ -11290,6 +11313,8 @@ def cmd_show(args: argparse.Namespace, reporter: Reporter) -> int:
     print(text("st_pruned", lang, parts=parts), file=sys.stderr)
     return EXIT_OK
 
+
+# -- entry point --
 
 COMMANDS = {"go": cmd_go, "once": cmd_once, "status": cmd_status, "doctor": cmd_doctor,
             "sessions": cmd_sessions, "show": cmd_show}
