@@ -12,8 +12,9 @@ prune pipeline, the probe and every pure function work without it.
 Sections, low layers first:
 
     text tables (en/zh) -> utilities -> redaction -> process guard -> resilience -> transcript logic
-    (pure) -> notes (pure parsers) -> session stores -> lineage and manifest -> handoff -> state
-    backends (local, PostgreSQL) -> agent runtime -> workflow -> CLI
+    (pure) -> stored facts -> notes (pure parsers) -> session stores -> lineage and manifest -> handoff
+    -> state backends (the interface, local files) -> PostgreSQL state -> delegation -> agent runtime
+    -> workflow -> report -> CLI
 """
 
 from __future__ import annotations
@@ -870,6 +871,13 @@ def flock_holder(path: str) -> int | None:
     return None
 
 
+class Offline(FlowerError):
+    """The state database cannot be reached right now (exit code 4 when it stays away)."""
+
+    def __init__(self, message: str):
+        super().__init__(message, EXIT_OFFLINE)
+
+
 class Busy(FlowerError):
     """Another live flower holds the lock of this workspace (or step); exit code 5."""
 
@@ -988,6 +996,12 @@ def safe_name(name: str) -> str:
         digest = hashlib.sha256(name.encode("utf-8", "surrogatepass")).hexdigest()[:8]
         kept = f"{kept}-{digest}"
     return kept
+
+
+def _tilde(path: str) -> str:
+    """``path`` with the home directory shown as ``~`` (for messages)."""
+    home = os.path.expanduser("~")
+    return "~" + path[len(home):] if home != "/" and (path == home or path.startswith(home + os.sep)) else path
 
 
 # --- Redaction: one rule for every place text leaves flower's memory ---
@@ -2511,6 +2525,8 @@ def _minutes(seconds: int) -> str:
 # assistant, attachment and system entries chained by ``parentUuid``; bookkeeping entries without a
 # ``uuid``. Every function here is pure: same input, same output, input never mutated.
 
+# -- entries: text, API errors, water level, size estimates --
+
 SYNTHETIC_MODEL = "<synthetic>"
 _API_ERROR_TEXT = _lazy_re(
     r"^(?:API Error|Request timed out|Prompt is too long|Invalid API key|Credit balance is too low|"
@@ -2678,7 +2694,8 @@ def _is_interrupt(entry: dict) -> bool:
     return entry.get("toolUseResult") == "User rejected tool use" and "permissionDecision" not in entry
 
 
-# Read-only commands: results of these are "glances" that go stale.
+# -- read-only commands: results of these are "glances" that go stale --
+
 _READ_ONLY_PROGRAMS = {
     "ls", "pwd", "cat", "head", "tail", "wc", "file", "stat", "du", "df", "which", "whoami", "date",
     "echo", "tree", "grep", "egrep", "fgrep", "rg", "uniq", "diff", "cmp", "basename", "dirname",
@@ -2948,6 +2965,8 @@ is_read_only_command.cache_clear = _read_only.cache_clear   # type: ignore[attr-
 is_read_only_command.cache_info = _read_only.cache_info     # type: ignore[attr-defined]
 
 
+# -- the prune pipeline: policy, report, the passes over a transcript --
+
 @record
 class PrunePolicy:
     """What ``prune`` does to a transcript before a resumed model sees it."""
@@ -3054,11 +3073,6 @@ def _replace_result(entry: dict, index: int, new_content: str, *, is_error: bool
 _TRIM_PREFIXES = tuple(table["trimmed_result"].split("{")[0] for table in TEXTS.values())
 
 
-def _is_trim_marker(value: str) -> bool:
-    """True for a trimmed-result marker (any language): trimming already made its pointer."""
-    return value.startswith(_TRIM_PREFIXES)
-
-
 @contextlib.contextmanager
 def _gc_paused() -> Any:
     """Pause the cyclic GC while building large acyclic structures (prune, load): otherwise it walks
@@ -3159,6 +3173,24 @@ class _Pruning:
         return entry
 
 
+class PlanBroken(ValueError):
+    """A row the plan did not expect names one of its tool ids: load again without the plan."""
+
+
+@record
+class LeavePlan:
+    """What :func:`plan_leavers` decided: rows not to read, and what watches the plan during the scan."""
+
+    skip: set = field(default_factory=set)             # uuids of the rows that leave unread
+    left: list = field(default_factory=list)           # (uuid, parentUuid, chars, what) for _prune
+    results: set = field(default_factory=set)          # tool ids no result in the scan may name
+    uses: dict = field(default_factory=dict)           # tool id -> the only row that may use it (None: none)
+    cuts: dict = field(default_factory=dict)           # seq -> (uuid, fact, trim marker) of a row read cut (plan_cuts)
+    cut_saved: int = 0                                 # what those markers save
+    noted: set | None = None                           # seqs of the rows with a cut fact (None: note none)
+    unspilled: int = 0                                 # rows read cut whose spill file is not written
+
+
 def _prune(entries: Iterable[dict], policy: PrunePolicy, consume: bool = False, left: Iterable[tuple] = (),
            marks: dict[int, str] | None = None, plan: LeavePlan | None = None,
            estimate: bool = False) -> tuple[list[dict], PruneReport]:
@@ -3194,6 +3226,8 @@ def _prune(entries: Iterable[dict], policy: PrunePolicy, consume: bool = False, 
         st.report.tokens = _estimate(st)
     return out, st.report
 
+
+# -- prune steps: API errors, old results and uses, interrupts, stale glances --
 
 def _late_steps(st: _Pruning, policy: PrunePolicy) -> tuple[list[tuple[int, str, str]], list[tuple]]:
     """What steps 4 and 5 would change with ``policy``, before they change it: the glances that expire
@@ -3516,6 +3550,10 @@ def _drop_old_results(st: _Pruning) -> None:
     st.results = results
 
 
+def _is_use(block: Any, tool_id: str) -> bool:
+    return isinstance(block, dict) and block.get("type") == "tool_use" and block.get("id") == tool_id
+
+
 def _drop_old_uses(st: _Pruning, tool_ids: set) -> None:
     """The tool_use blocks of the removed results leave their assistant entries."""
     work, by_entry, inputs, lone = st.work, {}, [], []
@@ -3698,6 +3736,8 @@ def _turns_after(st: _Pruning, positions: list[int]) -> list[int]:
     return out
 
 
+# -- trims: long results to spill files --
+
 def spill_name(entry: dict, index: int, full: str) -> str:
     """The spill file of a trimmed result: named by its entry's uuid and block index (stable, and no
     hashing of 100 KB on every load); a hash only for an entry without a uuid."""
@@ -3758,6 +3798,8 @@ def _text_only(content: Any) -> bool:
     return not isinstance(content, list) or all(b.__class__ is str or isinstance(b, dict) and b.get("type") == "text"
                                                 for b in content)
 
+
+# -- links: orphans relinked, ids healed --
 
 @functools.lru_cache(maxsize=4096)
 def _heal_id(tool_use_id: Any) -> str:
@@ -4049,24 +4091,6 @@ class Leaver:
     name: str | None = None          # the tool's name, when known
 
 
-class PlanBroken(ValueError):
-    """A row the plan did not expect names one of its tool ids: load again without the plan."""
-
-
-@record
-class LeavePlan:
-    """What :func:`plan_leavers` decided: rows not to read, and what watches the plan during the scan."""
-
-    skip: set = field(default_factory=set)             # uuids of the rows that leave unread
-    left: list = field(default_factory=list)           # (uuid, parentUuid, chars, what) for _prune
-    results: set = field(default_factory=set)          # tool ids no result in the scan may name
-    uses: dict = field(default_factory=dict)           # tool id -> the only row that may use it (None: none)
-    cuts: dict = field(default_factory=dict)           # seq -> (uuid, fact, trim marker) of a row read cut (plan_cuts)
-    cut_saved: int = 0                                 # what those markers save
-    noted: set | None = None                           # seqs of the rows with a cut fact (None: note none)
-    unspilled: int = 0                                 # rows read cut whose spill file is not written
-
-
 def plan_leavers(leavers: Iterable[Leaver], policy: PrunePolicy) -> LeavePlan:
     """The rows :func:`prune` with ``policy`` would drop whole as old denials or unavailable-tool errors
     with their calls: all but the newest ``keep_denials`` denials and the newest ``keep_unavailable``
@@ -4139,10 +4163,6 @@ def _use_of(call: Any, tool_id: str) -> tuple[dict, bool] | None:
     if (call.get("isApiErrorMessage") is True or message.get("model") == SYNTHETIC_MODEL) and is_api_error_entry(call):
         return None
     return use[0], len(content) == 1
-
-
-def _is_use(block: Any, tool_id: str) -> bool:
-    return isinstance(block, dict) and block.get("type") == "tool_use" and block.get("id") == tool_id
 
 
 def _plain(value: Any) -> bool:
@@ -6296,9 +6316,11 @@ class Lineage:
     only their own key.
     """
 
-    def __init__(self, path: str, workspace: str, steps: dict[str, str], woke: int,
-                 starts: dict[str, dict] | None = None, gone: dict[str, str] | None = None):
-        self.path = path
+    def __init__(self, path: str | None, workspace: str, steps: dict[str, str], woke: int,
+                 starts: dict[str, dict] | None = None, gone: dict[str, str] | None = None,
+                 where: str | None = None):
+        self.path = path                    # the file (None when a backend keeps it elsewhere)
+        self.where = where or path or ""    # where it lives, for messages
         self.workspace = workspace
         self.steps = steps
         self.woke = woke
@@ -6308,7 +6330,7 @@ class Lineage:
         self.moved_from: str | None = None  # the workspace's earlier path, when a backend can tell
         self.task: str | None = None        # a fresh start's task, written before anything else
         self.wake: dict | None = None       # a wake not yet carried through (see wake_of)
-        self._lock = FileLock(os.path.join(os.path.dirname(path), ".lock"))
+        self._lock = FileLock(os.path.join(os.path.dirname(path), ".lock")) if path else None
 
     @classmethod
     def open(cls, run_dir: str, workspace: str, *, has_session: Callable[[str], bool] | None = None,
@@ -6326,6 +6348,13 @@ class Lineage:
         lineage.achieved = data.get("achieved")
         lineage.task, lineage.wake = task_of(data), wake_of(data)
         return lineage
+
+    @staticmethod
+    def peek(paths: Paths) -> dict:
+        """``lineage.json`` of ``paths`` without side effects, when it is valid and belongs to this
+        workspace ({} otherwise)."""
+        data = _peek_json(paths.run("lineage.json"))
+        return data if _valid_lineage(data) and data.get("workspace") == paths.workspace else {}
 
     @staticmethod
     def resolve(data: dict, has_session: Callable[[str], bool] | None, notify: Callable[[str], None] | None,
@@ -6472,6 +6501,15 @@ def _valid_row(row: Any) -> bool:
         for k, types in _ROW_TYPES.items() if k in row)
 
 
+def latest_rows(rows: Iterable[dict]) -> list[dict]:
+    """Manifest row versions -> the newest version of each (run, step, started_at), in the order the
+    rows first appeared (a row is re-appended, never updated, when its step goes on)."""
+    order: dict[tuple, dict] = {}
+    for row in rows:
+        order[(row.get("run"), row.get("step"), row.get("started_at"))] = row
+    return list(order.values())
+
+
 class Manifest:
     """``manifest.jsonl`` in run_dir: one JSON object per line, one line per version of a step's row,
     shared by every process. A put appends a line (under the lock, one write), so it costs the same
@@ -6485,7 +6523,8 @@ class Manifest:
 
     def __init__(self, run_dir: str, run: str, notify: Callable[[str], None] | None = None, lang: str = "en"):
         self.run_dir = run_dir
-        self.path = os.path.join(run_dir, self.FILE)
+        self.path: str | None = os.path.join(run_dir, self.FILE)   # None when a backend keeps it elsewhere
+        self.where = self.path                                       # where it lives, for messages
         self.run = run
         self.notify = notify
         self.lang = lang
@@ -6611,12 +6650,7 @@ def wake_state(workspace: str = ".", run_dir: str | None = None, state: Any = No
     ``{"waking", "brief", "goal", "checks", "woke", "steps"}`` (the lineage from ``state``, a
     StateBackend, when given; else from run_dir)."""
     paths = Paths(workspace, run_dir)
-    if state is not None:
-        data = state.peek_lineage()
-    else:
-        data = _peek_json(paths.run("lineage.json"))
-        if not _valid_lineage(data) or data.get("workspace") != paths.workspace:
-            data = {}
+    data = state.peek_lineage() if state is not None else Lineage.peek(paths)
     steps = dict(data.get("steps") or {})
     brief_text = _read_text(paths.brief)
     goal_text = _read_text(paths.goal)
@@ -6631,6 +6665,22 @@ def wake_state(workspace: str = ".", run_dir: str | None = None, state: Any = No
         "steps": steps,
         "achieved": bool(data.get("achieved")) and data.get("achieved") == steps.get("work"),
     }
+
+
+def lineage_problems(paths: Paths, lang: str = "en") -> list[str]:
+    """What is wrong with ``lineage.json``, in words (none when it is missing or sound): ``status``
+    reads it without side effects, so it says what the next run will set aside or ignore."""
+    path = paths.run("lineage.json")
+    if not os.path.lexists(path):
+        return []
+    data = _peek_json(path)
+    if data is None:
+        return [text("st_lineage_unreadable", lang, path=_tilde(path))]
+    if not _valid_lineage(data):
+        return [text("st_lineage_shape", lang, path=_tilde(path))]
+    if data.get("workspace") != paths.workspace:
+        return [text("info_other_workspace", lang, path=_tilde(path), workspace=repr(data.get("workspace")))]
+    return []
 
 
 # --- Handoff: window, threshold, ledger from the transcript, the prioritised carry ---
@@ -6673,6 +6723,9 @@ def model_window(model: str | None) -> int | None:
     return None
 
 
+MIN_WINDOW = 10_000   # a smaller learned or given window is not believed
+
+
 def _valid_windows(data: Any) -> bool:
     """The shape of window.json: ``{"<base>|<model>": {"window": int >= MIN_WINDOW, "source": str}}`` (a
     smaller window could not hold one request: a run would hand over at every answer)."""
@@ -6686,7 +6739,8 @@ class WindowBook:
     ``model_usage`` reports, lowered to the level seen at a real overflow)."""
 
     def __init__(self, run_dir: str, base_url: str | None = None, notify: Callable[[str], None] | None = None):
-        self.path = os.path.join(run_dir, "window.json")
+        self.path: str | None = os.path.join(run_dir, "window.json")   # None when a backend keeps it elsewhere
+        self.where = self.path                                           # where it lives, for messages
         self.notify = notify
         self.base = base_url if base_url is not None else (os.environ.get("ANTHROPIC_BASE_URL") or DEFAULT_BASE_URL)
         self._lock = FileLock(os.path.join(run_dir, ".lock"))
@@ -7154,6 +7208,19 @@ class StateBackend:
         """The lineage data without side effects ({} when there is none)."""
         raise NotImplementedError
 
+    def blank_lineage(self) -> Lineage:
+        """An empty lineage that writes where this backend keeps it (when the stored one cannot be
+        opened now: its writes still merge with what is stored)."""
+        raise NotImplementedError
+
+    def has_lineage(self) -> bool:
+        """Whether a lineage is kept at all, even one that cannot be read (``--new`` archives it)."""
+        raise NotImplementedError
+
+    def lineage_problems(self, lang: str = "en") -> list[str]:
+        """What is wrong with the kept lineage, in words (none when it is missing or sound)."""
+        return []
+
     def manifest(self, run: str, *, notify: Callable[[str], None] | None = None, lang: str = "en") -> Manifest:
         """The manifest writer of one run."""
         raise NotImplementedError
@@ -7204,6 +7271,11 @@ class StateBackend:
         """Where ``what`` (a file name such as ``manifest.json``) lives, for messages."""
         return self.paths.run(what) if what else self.paths.run_dir
 
+    def where(self) -> str | None:
+        """The place the state is kept when it is not this machine's run_dir (a database, never its
+        password), for messages; None for the local files."""
+        return None
+
     def close(self) -> None:
         """Release connections (idempotent)."""
 
@@ -7249,8 +7321,19 @@ class LocalState(StateBackend):
 
     def peek_lineage(self) -> dict:
         """``lineage.json`` when it is valid and belongs to this workspace."""
-        data = _peek_json(self.paths.run("lineage.json"))
-        return data if _valid_lineage(data) and data.get("workspace") == self.paths.workspace else {}
+        return Lineage.peek(self.paths)
+
+    def blank_lineage(self) -> Lineage:
+        """An empty lineage over ``lineage.json`` (its writes re-read the file)."""
+        return Lineage(self.paths.run("lineage.json"), os.path.realpath(self.paths.workspace), {}, 0)
+
+    def has_lineage(self) -> bool:
+        """Whether ``lineage.json`` exists (readable or not)."""
+        return os.path.exists(self.paths.run("lineage.json"))
+
+    def lineage_problems(self, lang: str = "en") -> list[str]:
+        """What is wrong with ``lineage.json`` (see :func:`lineage_problems`)."""
+        return lineage_problems(self.paths, lang)
 
     def manifest(self, run: str, *, notify: Callable[[str], None] | None = None, lang: str = "en") -> Manifest:
         """``manifest.jsonl`` in run_dir."""
@@ -7413,13 +7496,6 @@ def _psycopg() -> Any:
                           EXIT_SETUP) from None
 
 
-class Offline(FlowerError):
-    """The state database cannot be reached right now (exit code 4 when it stays away)."""
-
-    def __init__(self, message: str):
-        super().__init__(message, EXIT_OFFLINE)
-
-
 # what libpq says when the server (or libpq itself) refuses the settings, not the network: a rejected
 # login (28P01, 28000), a database that does not exist (3D000), no CONNECT right, a malformed option.
 # libpq gives no SQLSTATE for a failed connection, so its text is what there is to go by.
@@ -7497,15 +7573,6 @@ def _lease_info(raw: Any) -> dict:
     except (TypeError, ValueError):
         return {}
     return value if isinstance(value, dict) else {}
-
-
-def latest_rows(rows: Iterable[dict]) -> list[dict]:
-    """Manifest row versions -> the newest version of each (run, step, started_at), in the order the
-    rows first appeared (a row is re-appended, never updated, when its step goes on)."""
-    order: dict[tuple, dict] = {}
-    for row in rows:
-        order[(row.get("run"), row.get("step"), row.get("started_at"))] = row
-    return list(order.values())
 
 
 class StateSpool:
@@ -7977,6 +8044,20 @@ class PostgresState(StateBackend):
         data = self.lineage_latest()
         return data if _valid_lineage(data) else {}
 
+    def blank_lineage(self) -> Lineage:
+        """An empty lineage in the database (its writes re-read the newest snapshot)."""
+        return PgLineage(self, {}, 0)
+
+    def has_lineage(self) -> bool:
+        """Whether the workspace has a lineage snapshot."""
+        return bool(self.lineage_latest())
+
+    def lineage_problems(self, lang: str = "en") -> list[str]:
+        """The newest snapshot when it has the wrong shape."""
+        data = self.lineage_latest()
+        return [text("info_state_unreadable", lang, what="lineage", where=self.where())] \
+            if data and not _valid_lineage(data) else []
+
     # -- manifest, windows --
 
     def manifest(self, run: str, *, notify: Callable[[str], None] | None = None, lang: str = "en") -> Manifest:
@@ -8336,7 +8417,7 @@ class PgLineage(Lineage):
 
     def __init__(self, state: PostgresState, steps: dict[str, str], woke: int, starts: dict | None = None,
                  gone: dict | None = None, moved_from: str | None = None):
-        super().__init__(state.describe("lineage"), state.paths.workspace, steps, woke, starts, gone)
+        super().__init__(None, state.paths.workspace, steps, woke, starts, gone, where=state.describe("lineage"))
         self.state = state
         self.moved_from = moved_from
 
@@ -8400,7 +8481,7 @@ class PgManifest(Manifest):
                  lang: str = "en"):
         super().__init__(state.paths.run_dir, run, notify=notify, lang=lang)
         self.state = state
-        self.path = state.describe("manifest")
+        self.path, self.where = None, state.describe("manifest")
 
     def put(self, row: dict) -> None:
         """Remember the row and append it."""
@@ -8418,7 +8499,7 @@ class PgWindowBook(WindowBook):
     def __init__(self, state: PostgresState, notify: Callable[[str], None] | None = None):
         super().__init__(state.paths.run_dir, notify=notify)
         self.state = state
-        self.path = state.describe("window")
+        self.path, self.where = None, state.describe("window")
 
     def get(self, model: str | None) -> int | None:
         """The learned window for ``model``, if any (None when the database cannot tell now)."""
@@ -8888,9 +8969,6 @@ class StepResult:
 
 JSON_VERSION = 1  # the "v" of every --json line; bumped only when a field changes meaning or goes away
 
-EVENT_KINDS = ("text", "thinking", "tool_call", "tool_result", "result", "error", "retry", "resume",
-               "step", "handoff", "ask", "system", "info", "summary", "lock", "offline", "online")
-
 
 @record
 class Event:
@@ -9039,11 +9117,11 @@ class Runtime:
     def lineage(self) -> Lineage:
         """The lineage of this workspace (opened once, store-checked)."""
         if self._lineage is None:
-            path = self.paths.run("lineage.json")
+            blank = self.state.blank_lineage()
             opened: list[Lineage] = []
-            self.soft(path, lambda: opened.append(self.state.lineage(
+            self.soft(blank.where, lambda: opened.append(self.state.lineage(
                 has_session=self.has_session, notify=self._info, lang=self.lang)))
-            self._lineage = opened[0] if opened else Lineage(path, os.path.realpath(self.paths.workspace), {}, 0)
+            self._lineage = opened[0] if opened else blank
         return self._lineage
 
     def _info(self, message: str) -> None:
@@ -9095,7 +9173,7 @@ class Runtime:
     def record(self, result: StepResult) -> None:
         """Write (or update) this result's manifest row (fail-soft)."""
         row = result.row(self.run_id)
-        self.soft(self.manifest.path, lambda: self.manifest.put(row))
+        self.soft(self.manifest.where, lambda: self.manifest.put(row))
 
     def rescue(self, reason: str = "killed-by-signal") -> None:
         """On SIGHUP/SIGTERM (or a second Ctrl-C): stop this process's CLI at once, then write the
@@ -9421,7 +9499,7 @@ class Runtime:
             return True
         if kind == OVERFLOW and st.manage:
             if st.level:
-                self.soft(self.windows.path, lambda: self.windows.lower(st.model, st.level))
+                self.soft(self.windows.where, lambda: self.windows.lower(st.model, st.level))
             return await self._handed_over(st, result, None, "context overflow")
         # the budget is for failures in a row: a connection in which the model answered at least
         # PROGRESS_ANSWERS times moved the work on, and an hours-long job meets many passing faults
@@ -9571,7 +9649,7 @@ class Runtime:
         self._refuse_if_driven(sid)
         reap_orphans(self.paths.run_dir, [sid])
         if lineage_key:
-            self.soft(self.lineage.path, lambda: self.lineage.remember(lineage_key, sid, start_prompt))
+            self.soft(self.lineage.where, lambda: self.lineage.remember(lineage_key, sid, start_prompt))
         if self.driver is not None:
             self.driver.set_step(lineage_key or "")
 
@@ -9822,7 +9900,7 @@ class Runtime:
         for model_name, usage in (getattr(msg, "model_usage", None) or {}).items():
             ctx_window = usage.get("contextWindow") if isinstance(usage, dict) else None
             if isinstance(ctx_window, int) and model_name == (turn.model or model_name):
-                self.soft(self.windows.path, lambda w=ctx_window: self.windows.learn(st.model, w))
+                self.soft(self.windows.where, lambda w=ctx_window: self.windows.learn(st.model, w))
         emit(Event("system", session_id=st.sid, level=st.level, window=st.window,
                    data={"subtype": "turn_result", "cost_usd": turn.cost, "is_error": bool(msg.is_error)}))
 
@@ -10081,7 +10159,7 @@ class Workflow:
         ctx.setdefault("_sessions", {})
         ctx.setdefault("_results", {})
         ctx["_woke"] = rt.lineage.woke + 1
-        rt.soft(rt.lineage.path, rt.lineage.bump)
+        rt.soft(rt.lineage.where, rt.lineage.bump)
         for step in self.steps:
             if step.when is not None and not await _maybe_await(step.when(ctx)):
                 continue
@@ -10180,7 +10258,7 @@ def _pending_wake(rt: Runtime, sentence: str | None) -> dict:
     caller did not write it ahead. ``{"sentences": [...], "goal": re-derive the goal?}``."""
     wake = rt.lineage.wake
     if sentence and (wake is None or sentence not in wake["sentences"]):
-        if rt.soft(rt.lineage.path, lambda: rt.lineage.add_wake(sentence)):
+        if rt.soft(rt.lineage.where, lambda: rt.lineage.add_wake(sentence)):
             wake = rt.lineage.wake
         else:   # not written ahead: this run still carries it
             wake = {"sentences": [*(wake["sentences"] if wake else []), sentence], "goal": True}
@@ -10216,7 +10294,7 @@ class _WakeWatch:
             said = entry_text(entry) if isinstance(entry, dict) and entry.get("type") == "user" else ""
             if said and all(w in said for w in self.words):
                 self.seen = True
-                rt.soft(rt.lineage.path, lambda: rt.lineage.settle_wake(sentences=True))
+                rt.soft(rt.lineage.where, lambda: rt.lineage.settle_wake(sentences=True))
                 return
 
 
@@ -10288,7 +10366,7 @@ def starter_flow(ask: str | None, *, rt: Runtime, rounds: int = 3, use_goal: boo
         if not goal.complete:
             return t("goal_lacks")
         rt.write_note(paths.goal, goal.render(lang))
-        rt.soft(rt.lineage.path, lambda: rt.lineage.settle_wake(goal=True))   # re-derived: no longer pending
+        rt.soft(rt.lineage.where, lambda: rt.lineage.settle_wake(goal=True))   # re-derived: no longer pending
         if goal.unverifiable:
             rt.emit(Event("info", step="goal", data={"message": text("info_unverifiable", lang, n=len(goal.unverifiable)),
                                                      "checks": goal.unverifiable}))
@@ -10319,7 +10397,7 @@ def starter_flow(ask: str | None, *, rt: Runtime, rounds: int = 3, use_goal: boo
         ctx["_verdict"] = verdict
         rt.emit(Event("info", step=label, data={"verdict": verdict.status, "failed": verdict.failed_checks}))
         if verdict.achieved:
-            rt.soft(rt.lineage.path, lambda: rt.lineage.mark_achieved(result.session_id))
+            rt.soft(rt.lineage.where, lambda: rt.lineage.mark_achieved(result.session_id))
             return True
         if verdict.status == "unreachable" and verdict.clean:
             if human is None:
@@ -11137,6 +11215,8 @@ COMMAND_SUMMARIES = {
 SUBCOMMANDS = tuple(COMMAND_SUMMARIES)
 
 
+# -- terminal output: widths, progress lines, the reporter --
+
 def _human_tokens(n: int | None) -> str:
     if not n:
         return "0"
@@ -11167,11 +11247,6 @@ def display_width(value: str) -> int:
 def pad(value: str, width: int) -> str:
     """``value`` left-aligned in ``width`` terminal columns (CJK-aware)."""
     return value + " " * max(0, width - display_width(value))
-
-
-def _tilde(path: str) -> str:
-    home = os.path.expanduser("~")
-    return "~" + path[len(home):] if home != "/" and (path == home or path.startswith(home + os.sep)) else path
 
 
 def print_line(line: str, stream: Any) -> bool:
@@ -11337,6 +11412,8 @@ class Reporter:
         self._clear_status()
 
 
+# -- the parser: options, help, the command line split --
+
 def program_name(argv0: str | None = None) -> str:
     """How the user invoked flower, for usage lines and suggestions: ``flower`` from the installed
     command, ``python3 flower.py`` when the file is run (``argv0`` defaults to ``sys.argv[0]``). Any
@@ -11358,7 +11435,6 @@ KNOWN_TOOLS = frozenset({
     "ListAgents", "Monitor", "MultiEdit", "NotebookEdit", "NotebookRead", "Read", "ReportFindings",
     "ScheduleWakeup", "SendMessage", "Skill", "Task", "TaskCreate", "TaskList", "TaskOutput", "TaskStop",
     "TaskUpdate", "TodoWrite", "ToolSearch", "WebFetch", "WebSearch", "Workflow", "Write"})
-MIN_WINDOW = 10_000
 
 
 def _int_at_least(low: int) -> Callable[[str], int]:
@@ -11589,6 +11665,8 @@ def _split_command(argv: list[str]) -> list[str]:
     return ["go"] + argv
 
 
+# -- checks before anything is paid: settings, task text, credentials, CLI dirs --
+
 def _check_settings() -> None:
     """Before anything is paid: an unusable setting is a setup problem (exit 3), named in one line."""
     problems = settings_problems()
@@ -11703,6 +11781,8 @@ def _is_flower_db(path: str) -> bool:
         return False
     return {"entries", "sessions", "summaries"} <= tables
 
+
+# -- workspace, state backend, the human at the terminal --
 
 def _paths(args: argparse.Namespace, reporter: Reporter) -> Paths:
     """The workspace (it must exist: flower never creates the directory an agent works in) and the
@@ -11844,6 +11924,8 @@ def _archive_task(paths: Paths, lineage: Lineage, backend: StateBackend) -> list
     return moved
 
 
+# -- signals and the event loop --
+
 def _quiet_loop_errors(reporter: Reporter) -> Callable[[Any, dict], None]:
     """A loop exception handler for errors nobody awaited. The SDK answers the CLI's control requests
     from tasks of its own; when the CLI is killed under one (a stop, a signal) its write fails and
@@ -11943,6 +12025,8 @@ def _ask_line(question: str) -> str:
         return ""
 
 
+# -- go and once --
+
 def cmd_go(args: argparse.Namespace, reporter: Reporter) -> int:
     """The main job: clarify -> goal -> work, judged; carries on in a used directory. One ``go`` per
     workspace: a second one exits at once with code 5, naming the holder."""
@@ -12006,10 +12090,10 @@ def _write_ahead_ask(backend: StateBackend, paths: Paths, used: bool, ask: str |
     try:
         lineage.add_wake(ask) if used else lineage.remember_task(ask)
     except (OSError, FlowerError) as exc:
-        line = text("info_write_failed", paths.lang, path=lineage.path,
+        line = text("info_write_failed", paths.lang, path=lineage.where,
                     error=exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc))
         say(line)
-        return [(lineage.path, line)]
+        return [(lineage.where, line)]
     return []
 
 
@@ -12032,7 +12116,7 @@ def _go_task(args: argparse.Namespace, reporter: Reporter, paths: Paths, ask: st
         moved = _archive_task(paths, backend.lineage(notify=say, lang=lang), backend)
         reporter.say(text("ui_archived", lang, n=len(moved), path=_tilde(os.path.dirname(moved[0])) if moved else "-"))
     used = wake_state(paths.workspace, paths.run_dir, backend)["waking"]
-    if args.new and (used or os.path.exists(paths.run("lineage.json")) or backend.kind != "local"):
+    if args.new and (used or backend.has_lineage()):
         archive()
         used = False
     task = None if used else task_of(backend.peek_lineage())   # given to a run killed before its first step
@@ -12058,7 +12142,7 @@ def _go_run(args: argparse.Namespace, reporter: Reporter, rt: Runtime, used: boo
     (and the work step's final answer on stdout)."""
     import asyncio
     if rt.lineage.achieved:
-        rt.soft(rt.lineage.path, lambda: rt.lineage.mark_achieved(None))   # new work: judged again
+        rt.soft(rt.lineage.where, lambda: rt.lineage.mark_achieved(None))   # new work: judged again
     human = _TerminalHuman(reporter) if interactive else None
     flow = starter_flow(None if used else ask, rt=rt, rounds=args.rounds, use_goal=not args.no_goal,
                         human=human, wake_sentence=ask if used else None, model=args.model,
@@ -12066,7 +12150,7 @@ def _go_run(args: argparse.Namespace, reporter: Reporter, rt: Runtime, used: boo
                         worker_model=args.worker_model)
     try:
         ctx = asyncio.run(_run_with_signals(rt, reporter, lambda: flow.run(rt), interactive))
-        rt.soft(rt.lineage.path, lambda: rt.lineage.settle_wake(goal=True, sentences=True))   # carried through
+        rt.soft(rt.lineage.where, lambda: rt.lineage.settle_wake(goal=True, sentences=True))   # carried through
     except StepAbort as exc:
         message = str(exc)
         reporter.say(f"flower: {message}", always=True)
@@ -12106,7 +12190,7 @@ def _finish(rt: Runtime, reporter: Reporter, code: int, reason: str, *, line: bo
         rt.degraded.append(line)
         reporter.say(line, always=True)
     key = "ui_done" if code == EXIT_OK else "ui_total"
-    closing = text(key, lang, cost=reporter.total_cost, path=rt.manifest.path) if line else ""
+    closing = text(key, lang, cost=reporter.total_cost, path=rt.manifest.where) if line else ""
     if rt.degraded:
         closing += (" · " if closing else "") + text("ui_degraded", lang, n=len(rt.degraded))
     if closing:
@@ -12116,7 +12200,7 @@ def _finish(rt: Runtime, reporter: Reporter, code: int, reason: str, *, line: bo
         "exit_code": code, "reason": redact(reason)[:500], "cost_usd": round(reporter.total_cost, 6),
         "steps": [r.get("step") for r in rows], "sessions": sorted({r.get("session_id") for r in rows
                                                                     if r.get("session_id")}),
-        "degraded": list(rt.degraded), "manifest": rt.manifest.path}))
+        "degraded": list(rt.degraded), "manifest": rt.manifest.where}))
     return code
 
 
@@ -12159,7 +12243,7 @@ def cmd_once(args: argparse.Namespace, reporter: Reporter) -> int:
         reporter.close()   # the answer goes on a line of its own, never glued to the status line
         if result.ok and not args.json:
             _print_answer(result.text, reporter)
-        reporter.say(text("ui_once", rt.lang, sid=result.session_id, cost=result.cost_usd, path=rt.manifest.path),
+        reporter.say(text("ui_once", rt.lang, sid=result.session_id, cost=result.cost_usd, path=rt.manifest.where),
                      always=True)
         if not result.ok:
             reporter.say(f"flower: once failed: {result.error}", always=True)
@@ -12170,14 +12254,15 @@ def cmd_once(args: argparse.Namespace, reporter: Reporter) -> int:
         backend.close()
 
 
+# -- status --
+
 def status_data(paths: Paths, backend: StateBackend) -> dict:
     """What ``status`` shows, as data (no side effects): wake state, steps with context and handoff
     generation, the last manifest rows, the stored sessions of this workspace, where the state is."""
     state = wake_state(paths.workspace, paths.run_dir, backend)
     rows = backend.manifest_tail(10)
     key = project_key(paths.workspace)
-    local = backend.kind == "local"
-    store = backend.session_store(create=False) if not local or os.path.isdir(paths.run_dir) else None
+    store = backend.session_store(create=False)
     sessions = store.sessions(key) if store is not None and hasattr(store, "sessions") else []
     steps = []
     for step, sid in state["steps"].items():
@@ -12186,25 +12271,9 @@ def status_data(paths: Paths, backend: StateBackend) -> dict:
         steps.append({"step": step, "session_id": sid, "context": context,
                       "generation": ledger_generation(_read_text(doc)), "handoff": doc})
     return {"workspace": paths.workspace, "run_dir": paths.run_dir, "state": backend.kind,
-            "where": None if local else backend.where(), "workspace_id": backend.workspace_id,
+            "where": backend.where(), "workspace_id": backend.workspace_id,
             "wake": state, "steps": steps, "manifest": rows, "sessions": sessions,
-            "achieved": bool(state.get("achieved")), "problems": lineage_problems(paths, paths.lang) if local else []}
-
-
-def lineage_problems(paths: Paths, lang: str = "en") -> list[str]:
-    """What is wrong with ``lineage.json``, in words (none when it is missing or sound): ``status``
-    reads it without side effects, so it says what the next run will set aside or ignore."""
-    path = paths.run("lineage.json")
-    if not os.path.lexists(path):
-        return []
-    data = _peek_json(path)
-    if data is None:
-        return [text("st_lineage_unreadable", lang, path=_tilde(path))]
-    if not _valid_lineage(data):
-        return [text("st_lineage_shape", lang, path=_tilde(path))]
-    if data.get("workspace") != paths.workspace:
-        return [text("info_other_workspace", lang, path=_tilde(path), workspace=repr(data.get("workspace")))]
-    return []
+            "achieved": bool(state.get("achieved")), "problems": backend.lineage_problems(paths.lang)}
 
 
 def _status_lines(data: dict, lang: str) -> list[str]:
@@ -12261,6 +12330,8 @@ def cmd_status(args: argparse.Namespace, reporter: Reporter) -> int:
         print("\n".join(_status_lines(data, paths.lang)))
     return EXIT_OK
 
+
+# -- doctor --
 
 @record
 class Check:
@@ -12424,6 +12495,8 @@ def cmd_doctor(args: argparse.Namespace, reporter: Reporter) -> int:
     return code
 
 
+# -- sessions and show --
+
 def render_entries(entries: list[dict]) -> str:
     """A transcript as plain text: who said what, tool calls and (shortened) results."""
     lines = []
@@ -12508,6 +12581,8 @@ def cmd_show(args: argparse.Namespace, reporter: Reporter) -> int:
     print(text("st_pruned", lang, parts=parts), file=sys.stderr)
     return EXIT_OK
 
+
+# -- entry point --
 
 COMMANDS = {"go": cmd_go, "once": cmd_once, "status": cmd_status, "doctor": cmd_doctor,
             "sessions": cmd_sessions, "show": cmd_show, "report": cmd_report}

@@ -20,7 +20,7 @@ import flower
 from tests import fakesdk
 from tests.fakesdk import FAKE
 from tests.pgserver import HAVE_PG, SKIP as PG_SKIP
-from tests.helpers import FLOWER, HAVE_SDK, ROOT, Roles, synthetic_job
+from tests.helpers import E2ECase, FLOWER, HAVE_SDK, ROOT, Roles, synthetic_job
 from tests.helpers import LEDGER as E2E_LEDGER
 
 LEDGER = ("## Status\nhalf done\n## Decisions\nkeep it small\n## Dead ends\n(none)\n"
@@ -439,25 +439,8 @@ class Postgres(unittest.TestCase):
 
 
 @unittest.skipUnless(HAVE_SDK, "claude-agent-sdk not installed: the end-to-end tier runs in CI (.ci/run installs it)")
-class RealJob(unittest.TestCase):
+class RealJob(E2ECase, unittest.TestCase):
     """The real SDK and CLI against the fake API: a job with two handoffs, then ``report`` on it."""
-
-    def setUp(self):
-        from tests import fakeapi
-        self.tmp = tempfile.TemporaryDirectory()
-        self.ws = os.path.join(self.tmp.name, "ws")
-        os.makedirs(self.ws)
-        self.api = fakeapi.FakeAnthropic().start()
-        self.roles = Roles()
-        self.api.responder = self.roles
-        self.env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "CLAUDE_", "FLOWER_"))}
-        self.env.update(fakeapi.cli_env(self.api, self.tmp.name))
-        self.env.update(FLOWER_PROBE_INTERVAL="0.5", FLOWER_BASE_DELAY="0.2", FLOWER_MAX_DELAY="1",
-                        FLOWER_MAX_OFFLINE_WAIT="120", NO_COLOR="1", PYTHONPATH=ROOT)
-
-    def tearDown(self):
-        self.api.stop()
-        self.tmp.cleanup()
 
     def flower(self, *args):
         p = subprocess.run([sys.executable, FLOWER, *args], cwd=self.ws, env=self.env, capture_output=True, text=True,
