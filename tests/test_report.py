@@ -20,7 +20,7 @@ import flower
 from tests import fakesdk
 from tests.fakesdk import FAKE
 from tests.pgserver import HAVE_PG, SKIP as PG_SKIP
-from tests.helpers import E2ECase, FLOWER, HAVE_SDK, ROOT, Roles, synthetic_job
+from tests.helpers import E2ECase, FLOWER, HAVE_SDK, ROOT, synthetic_job
 from tests.helpers import LEDGER as E2E_LEDGER
 
 LEDGER = ("## Status\nhalf done\n## Decisions\nkeep it small\n## Dead ends\n(none)\n"
