@@ -13,12 +13,10 @@ from __future__ import annotations
 import ast
 import builtins
 import functools
-import os
 import re
 import unittest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SOURCE = os.path.join(ROOT, "flower.py")
+from tests.helpers import FLOWER as SOURCE
 
 # (definition, the later name it uses): why it may
 UPWARD_ALLOWED = {
