@@ -236,16 +236,20 @@ TEXTS: dict[str, dict[str, str]] = {
             "assumption. Do not write files. Finish with the brief in exactly four sections:\n"
             "## Goal\n## Acceptance\n## Bounds\n## Unknowns and assumptions"),
         "goal_instructions": (
-            "You turn a brief into a goal that a judge can check on the spot. Reply with exactly:\n"
-            "# Goal\n<one statement>\n\n# Checks\n- <check verifiable here, e.g. a command and its expected "
-            "output, or a file and what it must contain>\n...\nMark a check that cannot be verified here as "
-            "`[cannot verify here: why]`. Do not write files."),
+            "You turn a brief into a goal that a judge can check on the spot. The judge can read the files "
+            "and run commands (build, run, test) in a throwaway copy of this directory; it cannot change files, "
+            "ask anyone or wait for anything. Reply with exactly:\n"
+            "# Goal\n<one statement>\n\n# Checks\n- <check the judge can do here, e.g. a command and its "
+            "expected output, or a file and what it must contain>\n...\nMark a check that cannot be verified "
+            "here as `[cannot verify here: why]`. Do not write files."),
         "work_instructions": (
             "You do the work described by the brief and the goal, in the working directory. Keep going until "
             "every check of the goal passes. Write code and files to disk; the judge reads only the disk."),
         "judge_instructions": (
             "You judge finished work against a goal. You did not do the work and owe it nothing. Inspect the "
-            "files; change nothing. End your reply with exactly one line `VERDICT: achieved`, `VERDICT: not_yet` "
+            "files and run each check's command with Bash: your commands run in a throwaway copy of the "
+            "directory, and you cannot edit files. Judge by what the commands print, not by reading code "
+            "alone. End your reply with exactly one line `VERDICT: achieved`, `VERDICT: not_yet` "
             "or `VERDICT: unreachable`. When not achieved, list the failed checks under `## Failed checks` and "
             "why under `## Reasons`."),
         "clarify_prompt": "Task: {task}\n\n{who}\n\nWrite the brief.",
@@ -415,6 +419,11 @@ TEXTS: dict[str, dict[str, str]] = {
         "info_notes_restored": "{n} note(s) restored from {where}",
         "info_state_unreadable": "the {what} in {where} was unreadable; ignored",
         "ui_spooled": "{n} transcript entr(y/ies) only in the local spool {path}; the next run writes them",
+        # judge sandbox (issue 42)
+        "judge_write_refused": "the judge checks the work and may not change it ({tool} refused)",
+        "judge_no_copy": "the judge has no copy of the workspace to run commands in",
+        "judge_path_refused": ("the judge's commands run in a copy of the workspace; use relative paths, "
+                               "not the workspace's own path"),
     },
     "zh": {
         "resume_prompt": "上一轮在完成之前被中断了。先看看磁盘上已经有什么,从中断处继续,不要从头开始。",
@@ -464,13 +473,15 @@ TEXTS: dict[str, dict[str, str]] = {
             "## 目标\n## 验收标准\n## 边界\n## 未知与假设"),
         "goal_instructions": (
             "你把需求变成一个判定者能当场检查的目标。回复恰好是:\n"
-            "# 目标\n<一句话>\n\n# 检查\n- <在这里可验证的检查,例如一条命令及其预期输出,或一个文件及其必须包含的内容>\n"
+            "判定者可以读文件,并在这个目录的一次性副本里运行命令(构建、运行、测试);它不能改文件、不能问人、不能等待。\n"
+            "# 目标\n<一句话>\n\n# 检查\n- <判定者在这里能做的检查,例如一条命令及其预期输出,或一个文件及其必须包含的内容>\n"
             "...\n在这里无法验证的检查标记为 `[cannot verify here: 原因]`。不要写文件。"),
         "work_instructions": (
             "你在工作目录里完成需求和目标所描述的工作。一直做到目标的每条检查都通过。把代码和文件写到磁盘上;"
             "判定者只看磁盘。"),
         "judge_instructions": (
-            "你对照目标评判已完成的工作。工作不是你做的,你不欠它什么。检查文件,不要改动任何东西。"
+            "你对照目标评判已完成的工作。工作不是你做的,你不欠它什么。检查文件,并用 Bash 运行每条检查的命令:"
+            "你的命令在这个目录的一次性副本里运行,你不能编辑文件。依据命令的输出评判,不要只读代码。"
             "回复的最后恰好一行 `VERDICT: achieved`、`VERDICT: not_yet` 或 `VERDICT: unreachable`(这一行保持英文)。"
             "未达成时,在 `## Failed checks` 下列出未通过的检查,在 `## Reasons` 下写明原因。"),
         "clarify_prompt": "任务:{task}\n\n{who}\n\n写出需求。",
@@ -630,6 +641,10 @@ TEXTS: dict[str, dict[str, str]] = {
         "info_notes_restored": "从 {where} 恢复了 {n} 份笔记",
         "info_state_unreadable": "{where} 中的 {what} 无法读取;已忽略",
         "ui_spooled": "{n} 条会话记录只在本地暂存 {path} 中;下次运行会写入",
+        # judge sandbox (issue 42)
+        "judge_write_refused": "判定者只检查工作,不能改动它(已拒绝 {tool})",
+        "judge_no_copy": "判定者没有可运行命令的工作区副本",
+        "judge_path_refused": "判定者的命令在工作区的副本里运行;请用相对路径,不要用工作区本身的路径",
     },
 }
 
@@ -9465,6 +9480,78 @@ def _short_input(value: Any, limit: int = 300) -> Any:
     return value if len(raw) <= limit else raw[:limit] + "…"
 
 
+# --- Judge sandbox: the judge runs commands in a throwaway copy and cannot change the work ---
+
+JUDGE_TOOLS = ["Read", "Glob", "Grep", "Bash"]
+JUDGE_WRITE_TOOLS = ("Write", "Edit", "MultiEdit", "NotebookEdit")
+
+
+def _pre_tool_deny(reason: str) -> dict:
+    return {"hookSpecificOutput": {"hookEventName": "PreToolUse", "permissionDecision": "deny",
+                                   "permissionDecisionReason": reason}}
+
+
+def judge_tool_decision(tool: str, tool_input: Any, copy: str | None, guarded: tuple[str, ...],
+                        lang: str = "en") -> dict:
+    """What the judge's PreToolUse guard answers for one call (pure): a write tool is refused; a Bash
+    command runs inside ``copy`` (``cd`` prepended) and is refused when it names a ``guarded`` path
+    (the real workspace) or when there is no copy; anything else is left to the tool list."""
+    if tool in JUDGE_WRITE_TOOLS:
+        return _pre_tool_deny(text("judge_write_refused", lang, tool=tool))
+    if tool != "Bash":
+        return {}
+    tool_input = tool_input if isinstance(tool_input, dict) else {}
+    command = str(tool_input.get("command", ""))
+    if copy is None:
+        return _pre_tool_deny(text("judge_no_copy", lang))
+    roots = [path.rstrip("/") for path in guarded if path.rstrip("/")]
+    if any(re.search(re.escape(root) + r"(?![^/\s'\"])", command) for root in roots):
+        return _pre_tool_deny(text("judge_path_refused", lang))
+    import shlex
+    return {"hookSpecificOutput": {"hookEventName": "PreToolUse", "permissionDecision": "allow",
+                                   "updatedInput": {**tool_input, "command": f"cd {shlex.quote(copy)} && {command}"}}}
+
+
+class JudgeSandbox:
+    """The judge verifies by running the goal's checks, yet must not change the work: each round copies
+    the workspace (without flower's own ``.flower`` and run dir) into a temp folder, the judge's Bash
+    commands run there, write tools are refused, and the copy is removed when the round ends. A copy,
+    not a git worktree: the work being judged is usually uncommitted."""
+
+    def __init__(self, paths: Paths):
+        self.paths = paths
+        self.copy: str | None = None
+
+    def hooks(self) -> dict[str, list[tuple[str | None, Callable]]]:
+        """The judge's SDK hooks (``AgentSpec.hooks``): one PreToolUse guard for every tool."""
+        return {"PreToolUse": [(None, self.guard)]}
+
+    async def guard(self, data: dict, tool_use_id: Any, context: Any) -> dict:
+        """The PreToolUse hook (see :func:`judge_tool_decision`)."""
+        data = data if isinstance(data, dict) else {}
+        return judge_tool_decision(str(data.get("tool_name", "")), data.get("tool_input"), self.copy,
+                                   (self.paths.workspace,), self.paths.lang)
+
+    @contextlib.contextmanager
+    def round(self) -> Any:
+        """A fresh copy of the workspace for one judge round, removed afterwards (also on failure)."""
+        import shutil
+        import tempfile
+        base = tempfile.mkdtemp(prefix="flower-judge-")
+        skip = {os.path.realpath(self.paths.flower_dir), os.path.realpath(self.paths.run_dir)}
+
+        def ignore(folder: str, names: list[str]) -> list[str]:
+            return [n for n in names if os.path.realpath(os.path.join(folder, n)) in skip]
+        try:
+            copy = os.path.join(base, os.path.basename(self.paths.workspace) or "workspace")
+            shutil.copytree(self.paths.workspace, copy, symlinks=True, ignore=ignore, ignore_dangling_symlinks=True)
+            self.copy = copy
+            yield copy
+        finally:
+            self.copy = None
+            shutil.rmtree(base, ignore_errors=True)
+
+
 # --- Workflow: steps, continuity across wakes, the starter flow (clarify -> goal -> work + judge) ---
 
 async def _maybe_await(value: Any) -> Any:
@@ -9701,9 +9788,10 @@ def starter_flow(ask: str | None, *, rt: Runtime, rounds: int = 3, use_goal: boo
                        tools=["Read", "Write", "Edit", "Bash", "Glob", "Grep", "TodoWrite"],
                        allowed_tools=["Read", "Write", "Edit", "Bash", "Glob", "Grep", "TodoWrite"],
                        model=model, permission_mode=permission_mode)
-    judge = AgentSpec("judge", instructions=t("judge_instructions"), tools=["Read", "Glob", "Grep"],
-                      allowed_tools=["Read", "Glob", "Grep"], disallowed_tools=["Write", "Edit", "Bash"],
-                      model=model, permission_mode="default", handoff=False)
+    sandbox = JudgeSandbox(paths)
+    judge = AgentSpec("judge", instructions=t("judge_instructions"), tools=list(JUDGE_TOOLS),
+                      allowed_tools=list(JUDGE_TOOLS), disallowed_tools=list(JUDGE_WRITE_TOOLS),
+                      model=model, permission_mode="default", handoff=False, hooks=sandbox.hooks())
 
     def clarify_prompt(ctx: dict) -> str:
         return t("clarify_prompt", task=ask or "", who=t("clarify_human") if human else t("clarify_no_human"))
@@ -9753,7 +9841,8 @@ def starter_flow(ask: str | None, *, rt: Runtime, rounds: int = 3, use_goal: boo
         ctx["_judge_round"] = ctx.get("_judge_round", 0) + 1
         n = ctx["_judge_round"]
         label = f"work·{t('judge_label')}#{n}"
-        verdict_result = await rt.run(judge, t("judge_prompt", goal=goal.render(lang)), step_name=label, lineage_key=None)
+        with sandbox.round():
+            verdict_result = await rt.run(judge, t("judge_prompt", goal=goal.render(lang)), step_name=label, lineage_key=None)
         rt.record(verdict_result)
         ctx.setdefault("_judges", []).append(verdict_result.session_id)
         verdict = Verdict.parse(verdict_result.text) if verdict_result.ok else \
