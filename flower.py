@@ -424,6 +424,13 @@ TEXTS: dict[str, dict[str, str]] = {
         "judge_no_copy": "the judge has no copy of the workspace to run commands in",
         "judge_path_refused": ("the judge's commands run in a copy of the workspace; use relative paths, "
                                "not the workspace's own path"),
+        # project settings (issue 42)
+        "settings_bad": "--settings {value!r} is not one of {choices}",
+        "settings_project": ("project (read: {files}, and CLAUDE.md of parent folders); flower's own rules win where "
+                             "they clash: tools per role, hooks, compaction off"),
+        "settings_none": "none (--settings none: CLAUDE.md and project settings are not read)",
+        "settings_no_files": "none found",
+        "st_settings": "settings",
     },
     "zh": {
         "resume_prompt": "上一轮在完成之前被中断了。先看看磁盘上已经有什么,从中断处继续,不要从头开始。",
@@ -645,6 +652,12 @@ TEXTS: dict[str, dict[str, str]] = {
         "judge_write_refused": "判定者只检查工作,不能改动它(已拒绝 {tool})",
         "judge_no_copy": "判定者没有可运行命令的工作区副本",
         "judge_path_refused": "判定者的命令在工作区的副本里运行;请用相对路径,不要用工作区本身的路径",
+        # project settings (issue 42)
+        "settings_bad": "--settings {value!r} 不是 {choices} 之一",
+        "settings_project": "项目(读取:{files},以及上级目录的 CLAUDE.md);冲突时以 flower 自己的规则为准:各角色的工具、钩子、关闭自动压缩",
+        "settings_none": "不读取(--settings none:不读 CLAUDE.md 和项目设置)",
+        "settings_no_files": "未找到",
+        "st_settings": "设置",
     },
 }
 
@@ -8326,6 +8339,50 @@ class PgLock(DriverLock):
             self.state.unlock(self.name)
 
 
+# --- Project settings: which of the workspace's own instructions and settings the agents read ---
+
+PROJECT_SETTING_SOURCES = ["project", "local"]
+SETTINGS_CHOICES = ("project", "none")
+_PROJECT_FILES = {"project": ("CLAUDE.md", ".claude/CLAUDE.md", ".claude/settings.json", ".mcp.json"),
+                  "local": ("CLAUDE.local.md", ".claude/settings.local.json")}
+
+
+def setting_sources_for(choice: str | None) -> list[str]:
+    """The CLI's ``setting_sources`` for ``--settings``: the workspace's project and local settings and
+    CLAUDE.md by default (as ``claude -p`` there reads them, without the user's home: reproducible in
+    CI), none for ``none``."""
+    return [] if choice == "none" else list(PROJECT_SETTING_SOURCES)
+
+
+def settings_choice(args: Any) -> str:
+    """``--settings``, else ``FLOWER_SETTINGS``, else ``project`` (an unknown value is a usage error)."""
+    choice = getattr(args, "settings", None) or os.environ.get("FLOWER_SETTINGS") or "project"
+    if choice not in SETTINGS_CHOICES:
+        raise FlowerError(text("settings_bad", _lang(args), value=choice[:40], choices=", ".join(SETTINGS_CHOICES)),
+                          EXIT_USAGE)
+    return choice
+
+
+def project_settings_read(workspace: str, sources: list[str]) -> list[str]:
+    """The instruction and settings files of the workspace that ``sources`` make the agents read."""
+    return [name for source in sources for name in _PROJECT_FILES.get(source, ())
+            if os.path.isfile(os.path.join(workspace, name))]
+
+
+def settings_line(workspace: str, choice: str, lang: str) -> str:
+    """What ``status`` and ``doctor`` say the agents read, and that flower's own rules win."""
+    if choice == "none":
+        return text("settings_none", lang)
+    found = project_settings_read(workspace, setting_sources_for(choice))
+    return text("settings_project", lang, files=", ".join(found) or text("settings_no_files", lang))
+
+
+def _settings_option(group: Any) -> None:
+    group.add_argument("--settings", default=None, choices=SETTINGS_CHOICES,
+                       help="project: the agents read the workspace's CLAUDE.md and project/local settings "
+                            "(default, FLOWER_SETTINGS); none: isolated")
+
+
 # --- Agent runtime: specs, events, results, one step on the SDK with its four exits ---
 
 @record
@@ -8347,7 +8404,7 @@ class AgentSpec:
     max_budget_usd: float | None = None
     env: dict[str, str] = field(default_factory=dict)
     compaction: str | None = None
-    setting_sources: list[str] | None = field(default_factory=list)
+    setting_sources: list[str] | None = None   # None: the runtime's (the workspace's project settings)
     preset: bool = False
     ask: Callable[[str], Awaitable[str]] | None = None
     handoff: bool = True
@@ -8526,6 +8583,7 @@ class Runtime:
         self._stored_hooks: list[Callable[[dict, list[dict]], None]] = []
         # each gives SDK hooks for a spec: {event: [(matcher, hook), ...]} (capabilities add theirs here)
         self.hook_sources: list[Callable[[AgentSpec], dict]] = []
+        self.setting_sources = list(PROJECT_SETTING_SOURCES)   # for specs that do not set theirs
         self._watched: tuple[str, _Turn] | None = None   # the connection whose stored answers are counted
         self.run_id = run_id()
         self.manifest = self.state.manifest(self.run_id, notify=notify, lang=lang)
@@ -8699,7 +8757,8 @@ class Runtime:
         allowed = list(spec.allowed_tools)
         kwargs: dict[str, Any] = dict(
             cwd=self.paths.workspace, session_store=self.store, session_store_flush="eager",
-            setting_sources=spec.setting_sources, permission_mode=spec.permission_mode,
+            setting_sources=self.setting_sources if spec.setting_sources is None else spec.setting_sources,
+            permission_mode=spec.permission_mode,
             disallowed_tools=list(spec.disallowed_tools), env=env, stderr=self._on_stderr,
         )
         if spec.tools is not None:
@@ -10184,6 +10243,7 @@ def _global_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--workspace-id", default=None, metavar="ID",
                        help="the workspace's identity in --state (default FLOWER_WORKSPACE_ID, else git "
                             "remote#branch[:subdir], else the path)")
+    _settings_option(group)
 
 
 EXIT_CODES_HELP = ("exit codes: 0 done · 1 a step failed · 2 usage error · 3 setup problem or credentials "
@@ -10301,7 +10361,7 @@ class _Unbuilt:
 
 _TAKES_VALUE = {"-w", "--workspace", "-r", "--run-dir", "--lang", "--store", "--rounds", "--window",
                 "--permission-mode", "--model", "-t", "--tools", "-p", "-b", "--budget", "--resume", "--state",
-                "--workspace-id"}
+                "--workspace-id", "--settings"}
 
 
 def _positionals(argv: list[str]) -> int:
@@ -10733,6 +10793,7 @@ def _go_locked(args: argparse.Namespace, reporter: Reporter, paths: Paths, ask: 
                  trim=not args.no_trim, handoff=HandoffPolicy(enabled=not args.no_handoff, window=args.window),
                  on_event=reporter.event, notify=lambda m: reporter.say(m, always=True))
     rt.driver = driver
+    rt.setting_sources = setting_sources_for(settings_choice(args))
     for path, line in unwritten:   # said once already
         rt._warned.add(path)
         rt.degraded.append(line)
@@ -10903,6 +10964,7 @@ def cmd_once(args: argparse.Namespace, reporter: Reporter) -> int:
         raise
     rt = Runtime(workspace=paths.workspace, run_dir=paths.run_dir, state=backend, lang=_lang(args),
                  on_event=reporter.event, notify=lambda m: reporter.say(m, always=True))
+    rt.setting_sources = setting_sources_for(settings_choice(args))
     try:
         resume = args.resume
         if resume:
@@ -10990,6 +11052,8 @@ def _status_lines(data: dict, lang: str) -> list[str]:
     if not state["waking"] and not data["manifest"]:
         lines.insert(len(lines) - 4, text("ui_nothing_to_do", lang))
     lines += [pad(t("st_problem"), width) + problem for problem in data.get("problems") or []]
+    if data.get("settings"):
+        lines.append(pad(t("st_settings"), width) + data["settings"])
     if data["manifest"]:
         lines.append(t("st_last_steps"))
         names = [str(r.get("step", "?")) for r in data["manifest"][-8:]]
@@ -11013,6 +11077,7 @@ def cmd_status(args: argparse.Namespace, reporter: Reporter) -> int:
         data = status_data(paths, backend)
     finally:
         backend.close()
+    data["settings"] = settings_line(paths.workspace, settings_choice(args), paths.lang)
     if args.json:
         print(json.dumps({"v": JSON_VERSION, "kind": "status", **data}, ensure_ascii=False))
     else:
@@ -11165,12 +11230,18 @@ def _doctor_database(args: argparse.Namespace, lang: str) -> list[Check]:
                            t("dr_db_schema_fix"))]
 
 
+def _doctor_settings(args: argparse.Namespace, lang: str) -> Check:
+    """What the agents read of the workspace's own settings (a usage error when ``--settings`` is bad)."""
+    workspace = os.path.realpath(args.workspace) if os.path.isdir(args.workspace) else args.workspace
+    return Check(True, settings_line(workspace, settings_choice(args), lang))
+
+
 def cmd_doctor(args: argparse.Namespace, reporter: Reporter) -> int:
     """Check everything a run needs, one line each. Exit 0 when all pass, 4 when only the network
     fails, 3 when anything else does."""
     lang = _lang(args)
     checks = _doctor_setup(lang) + [_doctor_network(lang)] + _doctor_state(args, reporter, lang) \
-        + _doctor_database(args, lang)
+        + _doctor_database(args, lang) + [_doctor_settings(args, lang)]
     failed = [c for c in checks if not c.ok]
     code = EXIT_OK if not failed else EXIT_OFFLINE if all(c.kind == "network" for c in failed) else EXIT_SETUP
     if args.json:
