@@ -431,6 +431,9 @@ TEXTS: dict[str, dict[str, str]] = {
         "settings_none": "none (--settings none: CLAUDE.md and project settings are not read)",
         "settings_no_files": "none found",
         "st_settings": "settings",
+        # usage limits (issue 42)
+        "info_limit_wait": "usage limit reached: waiting until it resets, {left} left; the same session goes on then",
+        "limit_past_bound": "a usage limit resets in {waited}, past FLOWER_MAX_LIMIT_WAIT ({of})",
     },
     "zh": {
         "resume_prompt": "上一轮在完成之前被中断了。先看看磁盘上已经有什么,从中断处继续,不要从头开始。",
@@ -658,6 +661,9 @@ TEXTS: dict[str, dict[str, str]] = {
         "settings_none": "不读取(--settings none:不读 CLAUDE.md 和项目设置)",
         "settings_no_files": "未找到",
         "st_settings": "设置",
+        # usage limits (issue 42)
+        "info_limit_wait": "已达到用量上限:等待重置,还剩 {left};之后同一个会话继续",
+        "limit_past_bound": "用量上限在 {waited} 后才重置,超过了 FLOWER_MAX_LIMIT_WAIT({of})",
     },
 }
 
@@ -2265,6 +2271,7 @@ _NUMBER_SETTINGS = {  # name -> (lowest allowed value, whole number?)
     "FLOWER_PROBE_INTERVAL": (0.1, False), "FLOWER_PROBE_TIMEOUT": (0.1, False),
     "FLOWER_MAX_OFFLINE_WAIT": (0, False), "FLOWER_WINDOW": (10_000, True), "FLOWER_HANDOFF_TIMEOUT": (1, False),
     "FLOWER_STALL_TIMEOUT": (1, False),
+    "FLOWER_MAX_LIMIT_WAIT": (0, False),
     "FLOWER_LEASE_TTL": (1, False),
 }
 
@@ -2413,6 +2420,68 @@ class Resilience:
 
 def _minutes(seconds: int) -> str:
     return f"{seconds // 60}m" if seconds >= 60 else f"{seconds}s"
+
+
+# --- Usage limits: a limit that says when it resets is waited out, then the same session goes on ---
+
+LIMIT = "limit"   # how a step ended: a usage limit resets later than FLOWER_MAX_LIMIT_WAIT
+EXIT_LIMIT = 6
+MAX_LIMIT_WAIT = 6 * 3600.0
+_LIMIT_TEXT = _lazy_re(r"(?i)usage limit|limit reached|rate.?limit|quota|limit (?:will )?resets?|\b429\b")
+_RESET_EPOCH = _lazy_re(r"(?i)limit reached\|(\d{10})\b")
+_RESET_ISO = _lazy_re(r"(?i)resets?\s+(?:at\s+)?(\d{4}-\d\d-\d\d[T ]\d\d:\d\d(?::\d\d(?:\.\d+)?)?(?:Z|[+-]\d\d:?\d\d)?)")
+_RESET_CLOCK = _lazy_re(r"(?i)resets?\s+(?:at\s+)?(\d{1,2})(?::(\d\d))?(?::(\d\d))?\s*(am|pm)?(?![\d-])")
+_RETRY_AFTER = _lazy_re(r"(?i)(?:retry[- ]after|try again in)\D{0,5}(\d+(?:\.\d+)?)\s*(h(?:ours?)?|m(?:in(?:utes?)?)?|s(?:ec(?:onds?)?)?)?\b")
+
+
+def _reset_at(message: str, now: float) -> float | None:
+    """The epoch second at which a limit named in ``message`` resets (an epoch after ``limit reached|``,
+    an ISO time, or a clock time ``resets at 3pm``/``resets 15:30`` taken as local, the next such)."""
+    import datetime as dt
+    if m := _RESET_EPOCH.search(message):
+        return float(m.group(1))
+    if m := _RESET_ISO.search(message):
+        try:
+            when = dt.datetime.fromisoformat(m.group(1).replace("Z", "+00:00").replace(" ", "T"))
+        except ValueError:
+            return None
+        return when.timestamp() if when.tzinfo else time.mktime(when.timetuple())
+    if m := _RESET_CLOCK.search(message):
+        hour, minute, second, half = int(m.group(1)), int(m.group(2) or 0), int(m.group(3) or 0), (m.group(4) or "").lower()
+        hour = hour % 12 + (12 if half == "pm" else 0) if half else hour
+        if hour > 23 or minute > 59 or second > 59:
+            return None
+        today = dt.datetime.fromtimestamp(now).replace(hour=hour, minute=minute, second=second, microsecond=0)
+        at = today.timestamp()
+        return at if at > now else at + 86400
+    return None
+
+
+def limit_wait(message: str | None, *, now: float) -> float | None:
+    """Seconds to wait when a failure is a usage limit that says when it resets, or a retry-after of a
+    minute or more (pure; None otherwise: a shorter wait is the ordinary backoff's)."""
+    body = message or ""
+    if not _LIMIT_TEXT.search(body):
+        return None
+    at = _reset_at(body, now)
+    if at is not None:
+        return max(0.0, at - now)
+    if m := _RETRY_AFTER.search(body):
+        unit = (m.group(2) or "s")[0].lower()
+        seconds = float(m.group(1)) * {"h": 3600, "m": 60}.get(unit, 1)
+        return seconds if seconds >= 60 else None
+    return None
+
+
+async def wait_out_limit(seconds: float, *, sleep: Callable[[float], Awaitable[None]],
+                         tell: Callable[[float], None]) -> None:
+    """Sleep ``seconds`` in steps of at most a minute, telling the time left before each step."""
+    left = seconds
+    while left > 0:
+        tell(left)
+        step = min(60.0, left)
+        await sleep(step)
+        left -= step
 
 
 # --- Transcript logic (pure): entries, water level, read-only commands, the prune pipeline ---
@@ -8981,6 +9050,10 @@ class Runtime:
                 # the budget is for failures in a row: a connection in which the model answered at least
                 # PROGRESS_ANSWERS times moved the work on, and an hours-long job meets many passing faults
                 st.failed_in_row = 1 if turn.answers >= PROGRESS_ANSWERS else st.failed_in_row + 1
+                if (waited := await self._limit_waited(error, result, emit)) is not None:
+                    if not waited:
+                        break
+                    st.failed_in_row, kind = 0, TRANSIENT   # the limit reset: resume like after a blip
                 if not self.resilience.should_retry(kind) or st.failed_in_row >= self.resilience.max_attempts:
                     result.error = redact(error)[:1000]
                     result.error_kind = AUTH if is_auth_failure(error, status=turn.status) else kind
@@ -9019,6 +9092,24 @@ class Runtime:
                    data={"ok": result.ok, "cost_usd": result.cost_usd, "turns": result.num_turns,
                          "attempts": result.attempts, "error": result.error}))
         return result
+
+    async def _limit_waited(self, error: str, result: StepResult, emit: Callable[[Event], None]) -> bool | None:
+        """A usage limit that says when it resets: wait until then, a line a minute, and say True; past
+        ``FLOWER_MAX_LIMIT_WAIT`` set the step's error and say False; None when it is no such limit."""
+        seconds = limit_wait(error, now=time.time())
+        if seconds is None:
+            return None
+        bound = env_number("FLOWER_MAX_LIMIT_WAIT", MAX_LIMIT_WAIT, self.notify)
+        if seconds > bound:
+            result.error = text("limit_past_bound", self.lang, waited=_minutes(int(seconds)), of=_minutes(int(bound)))
+            result.error_kind = LIMIT
+            return False
+
+        def tell(left: float) -> None:
+            emit(Event("info", data={"message": text("info_limit_wait", self.lang, left=_minutes(int(left) + 1)),
+                                     "limit_wait_s": int(left)}))
+        await wait_out_limit(seconds + 1, sleep=self._sleep, tell=tell)
+        return True
 
     async def _wait_online(self, emit: Callable[[Event], None]) -> bool:
         """Wait for the network with an ``offline`` event when it goes, one a minute while it stays
@@ -10248,7 +10339,7 @@ def _global_options(parser: argparse.ArgumentParser) -> None:
 
 EXIT_CODES_HELP = ("exit codes: 0 done · 1 a step failed · 2 usage error · 3 setup problem or credentials "
                    "rejected · 4 network down past the wait · 5 another flower drives this workspace · "
-                   "130 interrupted · 128+N stopped by signal N")
+                   "6 a usage limit resets past FLOWER_MAX_LIMIT_WAIT · 130 interrupted · 128+N stopped by signal N")
 
 
 def _help_width() -> int:
@@ -10913,6 +11004,8 @@ def _exit_code(rt: Runtime, message: str) -> int:
         return EXIT_SETUP
     if OFFLINE in kinds or "network down" in message:
         return EXIT_OFFLINE
+    if LIMIT in kinds:
+        return EXIT_LIMIT
     return EXIT_STEP_FAILED
 
 
