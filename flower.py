@@ -434,6 +434,8 @@ TEXTS: dict[str, dict[str, str]] = {
         # usage limits (issue 42)
         "info_limit_wait": "usage limit reached: waiting until it resets, {left} left; the same session goes on then",
         "limit_past_bound": "a usage limit resets in {waited}, past FLOWER_MAX_LIMIT_WAIT ({of})",
+        # wake with a new goal (issue 42)
+        "wake_new_goal": "\n\nThe goal was re-derived for this ({path}); work until every check passes:\n\n{goal}",
     },
     "zh": {
         "resume_prompt": "上一轮在完成之前被中断了。先看看磁盘上已经有什么,从中断处继续,不要从头开始。",
@@ -664,6 +666,8 @@ TEXTS: dict[str, dict[str, str]] = {
         # usage limits (issue 42)
         "info_limit_wait": "已达到用量上限:等待重置,还剩 {left};之后同一个会话继续",
         "limit_past_bound": "用量上限在 {waited} 后才重置,超过了 FLOWER_MAX_LIMIT_WAIT({of})",
+        # wake with a new goal (issue 42)
+        "wake_new_goal": "\n\n目标已据此重新推导({path});一直做到每条检查都通过:\n\n{goal}",
     },
 }
 
@@ -9905,6 +9909,13 @@ class _WakeWatch:
                 return
 
 
+def _wake_work_prompt(sentence: str, paths: Paths, ctx: dict) -> str:
+    """The work step's resume prompt on a wake with a sentence: the sentence, and the goal's new checks
+    when the goal step re-derived it in this run (else the first judge round fails on unseen checks)."""
+    goal = _read_text(paths.goal) or "" if ctx.get("goal") else ""
+    return sentence + (text("wake_new_goal", paths.lang, path=paths.goal, goal=goal.strip()) if goal.strip() else "")
+
+
 def starter_flow(ask: str | None, *, rt: Runtime, rounds: int = 3, use_goal: bool = True,
                  human: Human | None = None, wake_sentence: str | None = None,
                  model: str | None = None, permission_mode: str = "acceptEdits") -> Workflow:
@@ -10036,7 +10047,8 @@ def starter_flow(ask: str | None, *, rt: Runtime, rounds: int = 3, use_goal: boo
     if use_goal:
         steps.append(Step("goal", goal_setter, goal_prompt, gate=goal_gate, on_reject=goal_fix,
                           when=lambda ctx: not goal_frozen or wake["goal"]))
-    steps.append(Step("work", worker, work_prompt, resume_prompt=wake_sentence or text("work_resume", lang),
+    steps.append(Step("work", worker, work_prompt, resume_prompt=functools.partial(_wake_work_prompt, wake_sentence, paths)
+                      if wake_sentence else text("work_resume", lang),
                       gate=judge_gate, on_reject=work_again))
     return Workflow(steps)
 
