@@ -350,7 +350,7 @@ TEXTS: dict[str, dict[str, str]] = {
         "st_no_sessions": "no sessions stored yet",
         "st_entries": "{n} entries",
         "st_ambiguous": "{n} sessions start with {sid!r}; give more of the id",
-        "st_no_match": "no stored session starts with {sid!r} (python3 flower.py sessions --all lists them)",
+        "st_no_match": "no stored session starts with {sid!r} ({prog} sessions --all lists them)",
         "st_pruned": "-- pruned for resume: {parts}",
         "st_problem": "problem",
         "st_lineage_unreadable": "{path} cannot be read (not JSON, or not a regular file); the next run sets it aside and starts fresh",
@@ -367,7 +367,7 @@ TEXTS: dict[str, dict[str, str]] = {
         "ui_work_context": "work context {context}",
         "ui_wake": "wake #{n}",
         "ui_archived": "archived {n} file(s) into {path}",
-        "ui_nothing_to_do": 'nothing to do here yet: python3 flower.py "what should be done"',
+        "ui_nothing_to_do": 'nothing to do here yet: {prog} "what should be done"',
         "ui_task_carried": "carrying on with the task given before: {task}",
         "info_set_aside": "{path} was unreadable; set aside as {moved}",
         "info_offline": "{host}:{port} is unreachable; waiting for it (up to {seconds}s)",
@@ -380,7 +380,7 @@ TEXTS: dict[str, dict[str, str]] = {
         "info_not_resumable": "session {sid} could not be resumed; starting fresh",
         "info_mirror_error": "the session store could not save part of this session: {error}",
         "info_legacy_runs": "using flower's state in {path} (the old default); to move it: mv {path}/* {dest}/",
-        "info_recovered": "recovered {n} entr(y/ies) of session {sid} that the store had missed",
+        "info_recovered": "recovered {n} {entries} of session {sid} that the store had missed",
         "info_write_failed": "could not write {path} ({error}); the work goes on, continuity is degraded",
         "info_skipped_rows": "{n} unreadable stored entr(y/ies) of session {sid} skipped",
         "info_cli_quiet": "no message from the CLI for {waited} ({why}); a stall is given up after {bound}",
@@ -388,7 +388,7 @@ TEXTS: dict[str, dict[str, str]] = {
         "cli_tool": "a tool is running",
         "cli_stopped": "the CLI process {pid} is stopped; kill -CONT {pid} resumes it",
         "store_damaged": ("{path} is damaged ({error}); nothing was retried: move it aside (its sessions then start "
-                          "fresh) or restore it from a backup; python3 flower.py doctor checks it"),
+                          "fresh) or restore it from a backup; {prog} doctor checks it"),
         "info_answers_unstored": ("{n} of {total} answer(s) of session {sid} never reached the session store "
                                   "(the CLI could not write its transcript: is {path} full or read-only?); "
                                   "a later run cannot continue them"),
@@ -436,6 +436,9 @@ TEXTS: dict[str, dict[str, str]] = {
         "limit_past_bound": "a usage limit resets in {waited}, past FLOWER_MAX_LIMIT_WAIT ({of})",
         # wake with a new goal (issue 42)
         "wake_new_goal": "\n\nThe goal was re-derived for this ({path}); work until every check passes:\n\n{goal}",
+        # small things (issue 42)
+        "ui_continuing": "continuing",
+        "ui_new_without_task": '--new needs the new task: {prog} --new "what should be done" (nothing was archived)',
     },
     "zh": {
         "resume_prompt": "上一轮在完成之前被中断了。先看看磁盘上已经有什么,从中断处继续,不要从头开始。",
@@ -593,7 +596,7 @@ TEXTS: dict[str, dict[str, str]] = {
         "st_no_sessions": "还没有存储的会话",
         "st_entries": "{n} 条",
         "st_ambiguous": "有 {n} 个会话以 {sid!r} 开头;请多给几位",
-        "st_no_match": "没有以 {sid!r} 开头的会话(python3 flower.py sessions --all 可列出全部)",
+        "st_no_match": "没有以 {sid!r} 开头的会话({prog} sessions --all 可列出全部)",
         "st_pruned": "-- 续接时的精简:{parts}",
         "st_problem": "问题",
         "st_lineage_unreadable": "{path} 无法读取(不是 JSON,或不是普通文件);下次运行会把它移到一边并从头开始",
@@ -610,7 +613,7 @@ TEXTS: dict[str, dict[str, str]] = {
         "ui_work_context": "干活上下文 {context}",
         "ui_wake": "第 {n} 次唤醒",
         "ui_archived": "已归档 {n} 个文件到 {path}",
-        "ui_nothing_to_do": '这里还没有任务:python3 flower.py "要做什么"',
+        "ui_nothing_to_do": '这里还没有任务:{prog} "要做什么"',
         "ui_task_carried": "接着做上次给的任务:{task}",
         "info_set_aside": "{path} 无法读取;已移到 {moved}",
         "info_offline": "{host}:{port} 连不上;等待恢复(最多 {seconds} 秒)",
@@ -630,7 +633,7 @@ TEXTS: dict[str, dict[str, str]] = {
         "cli_model": "在等模型的回答",
         "cli_tool": "有工具正在运行",
         "cli_stopped": "CLI 进程 {pid} 已被暂停;kill -CONT {pid} 可让它继续",
-        "store_damaged": "{path} 已损坏({error});没有重试:把它移到一边(其中的会话将从头开始)或从备份恢复;python3 flower.py doctor 可以检查它",
+        "store_damaged": "{path} 已损坏({error});没有重试:把它移到一边(其中的会话将从头开始)或从备份恢复;{prog} doctor 可以检查它",
         "info_answers_unstored": ("会话 {sid} 的 {total} 条回答中有 {n} 条没有进入会话存储"
                                   "(CLI 写不了它的会话记录:{path} 是否已满或只读?);以后的运行无法接上它们"),
         "setup_dir_unusable": "{path} 无法写入 Claude Code CLI 的{what}({why});请在那里腾出空间,或把 {var} 设为可写的目录(未发送任何请求)",
@@ -668,6 +671,9 @@ TEXTS: dict[str, dict[str, str]] = {
         "limit_past_bound": "用量上限在 {waited} 后才重置,超过了 FLOWER_MAX_LIMIT_WAIT({of})",
         # wake with a new goal (issue 42)
         "wake_new_goal": "\n\n目标已据此重新推导({path});一直做到每条检查都通过:\n\n{goal}",
+        # small things (issue 42)
+        "ui_continuing": "继续",
+        "ui_new_without_task": '--new 需要新任务:{prog} --new "要做什么"(什么都没有归档)',
     },
 }
 
@@ -9162,7 +9168,8 @@ class Runtime:
                     with contextlib.suppress(OSError):
                         os.rmdir(os.path.dirname(leftover))   # a dead flower's temp dir, once empty
         if recovered:
-            self._info(text("info_recovered", self.lang, n=recovered, sid=sid))
+            self._info(text("info_recovered", self.lang, n=recovered, sid=sid,
+                            entries="entry" if recovered == 1 else "entries"))
         return recovered
 
     def _append_waiting(self, key: dict, entries: list[dict], before: str | None = None) -> None:
@@ -9292,7 +9299,7 @@ class Runtime:
         damage = store_damage(turn.exception) or store_damage(turn.error_text)
         if damage:
             where = getattr(self.raw_store, "path", None) or self.state.describe()
-            raise FlowerError(text("store_damaged", self.lang, path=where, error=damage), EXIT_SETUP)
+            raise FlowerError(text("store_damaged", self.lang, path=where, error=damage, prog=program_name()), EXIT_SETUP)
 
     async def _watch_stall(self, st: "_RunState", turn: _Turn, drive: Any) -> None:
         """While the CLI says nothing: a line a minute saying so (and why, when a tool runs or the CLI
@@ -9629,9 +9636,17 @@ class _RunState:
                 await asyncio.wait_for(self.call_seen.wait(), remaining)
 
 
-def _short_input(value: Any, limit: int = 300) -> Any:
+def _short_input(value: Any, limit: int = 300) -> dict:
+    """A tool call's input for events: always an object (``jq`` can rely on it), each long value cut."""
+    if not isinstance(value, dict):
+        value = {"value": value}
     raw = json.dumps(value, ensure_ascii=False, default=str)
-    return value if len(raw) <= limit else raw[:limit] + "…"
+    if len(raw) <= limit:
+        return value
+    each = max(40, limit // max(1, len(value)))
+    return {str(k): v if len(json.dumps(v, ensure_ascii=False, default=str)) <= each
+            else json.dumps(v, ensure_ascii=False, default=str)[:each] + "…" if not isinstance(v, str) else v[:each] + "…"
+            for k, v in value.items()}
 
 
 # --- Judge sandbox: the judge runs commands in a throwaway copy and cannot change the work ---
@@ -9823,7 +9838,7 @@ class Workflow:
                 reason = getattr(verdict, "reason", None) or (verdict if isinstance(verdict, str) else "rejected")
                 if step.on_fail != "stop":
                     return _give_up(step, ctx)
-                raise StepAbort(f"{step.name}: {str(reason)[:500]}")
+                raise StepAbort(f"{step.name}: {' '.join(str(reason).split())[:500]}")
             round_no += 1
             label, resume, prompt = f"{step.name}#round{round_no}", result.session_id, follow
 
@@ -10002,6 +10017,8 @@ def starter_flow(ask: str | None, *, rt: Runtime, rounds: int = 3, use_goal: boo
         ctx["_judge_round"] = ctx.get("_judge_round", 0) + 1
         n = ctx["_judge_round"]
         label = f"work·{t('judge_label')}#{n}"
+        rt.emit(Event("step", step=label, data={"name": label, "continues": False, "woke": ctx.get("_woke"),
+                                                "context": None}))
         with sandbox.round():
             verdict_result = await rt.run(judge, t("judge_prompt", goal=goal.render(lang)), step_name=label, lineage_key=None)
         rt.record(verdict_result)
@@ -10232,9 +10249,11 @@ class Reporter:
                                   degraded=degraded, path=_tilde(str(data.get("path")))))
         elif kind == "resume":
             if data.get("pruned") and self.verbose:
-                self.say(f"  resume: pruned {data['pruned']}")
+                pruned = data["pruned"]
+                said = ", ".join(f"{k} {v}" for k, v in pruned.items()) if isinstance(pruned, dict) else str(pruned)
+                self.say(f"  resume: pruned {said}")
             elif data.get("reason") == "human":
-                self.say("  " + t("ui_words"))
+                self.say("  " + t("ui_words" if data.get("words") else "ui_continuing"))
         elif kind in ("offline", "online"):
             key = "info_online" if kind == "online" else "info_offline" if not data.get("waited_s") \
                 else "info_still_offline"
@@ -10590,6 +10609,17 @@ def _quiet_sdk_logs(verbose: bool) -> None:
     logger.propagate = False
 
 
+def _sdk_installed() -> bool:
+    """Whether ``claude_agent_sdk`` can be imported, without importing it."""
+    if _SDK_MODULE in sys.modules:
+        return sys.modules[_SDK_MODULE] is not None
+    import importlib.util
+    try:
+        return importlib.util.find_spec(_SDK_MODULE) is not None
+    except (ImportError, ValueError):
+        return False
+
+
 def _require_sdk() -> Any:
     try:
         return importlib.import_module(_SDK_MODULE)
@@ -10872,6 +10902,8 @@ def cmd_go(args: argparse.Namespace, reporter: Reporter) -> int:
     _check_settings()
     check_spec(AgentSpec("work", permission_mode=args.permission_mode))
     paths = _paths(args, reporter)
+    if not os.path.isdir(paths.run_dir) and not _sdk_installed():
+        _require_sdk()   # refused before .flower is made: a run that cannot start leaves nothing behind
     paths.prepare()
     say = functools.partial(reporter.say, always=True)
     backend = _open_state(args, paths, say=say)
@@ -10954,6 +10986,8 @@ def _go_task(args: argparse.Namespace, reporter: Reporter, paths: Paths, ask: st
         # (an unreadable file, another workspace) once; opening it here too said it twice
         moved = _archive_task(paths, backend.lineage(notify=say, lang=lang), backend)
         reporter.say(text("ui_archived", lang, n=len(moved), path=_tilde(os.path.dirname(moved[0])) if moved else "-"))
+    if args.new and ask is None and not interactive:   # a usage error moves nothing
+        raise FlowerError(text("ui_new_without_task", lang, prog=program_name()), EXIT_USAGE)
     used = wake_state(paths.workspace, paths.run_dir, backend)["waking"]
     if args.new and (used or os.path.exists(paths.run("lineage.json")) or backend.kind != "local"):
         archive()
@@ -10971,7 +11005,7 @@ def _go_task(args: argparse.Namespace, reporter: Reporter, paths: Paths, ask: st
         say(text("ui_task_carried", lang, task=sanitize(task)[:200]))
         ask = task
     if not used and not ask:
-        raise FlowerError(text("ui_nothing_to_do", lang), EXIT_USAGE)
+        raise FlowerError(text("ui_nothing_to_do", lang, prog=program_name()), EXIT_USAGE)
     return used, ask
 
 
@@ -11155,7 +11189,7 @@ def _status_lines(data: dict, lang: str) -> list[str]:
     width = max(display_width(t(k)) for k, _ in pairs) + 2
     lines = [pad(t(k), width) + v for k, v in pairs]
     if not state["waking"] and not data["manifest"]:
-        lines.insert(len(lines) - 4, text("ui_nothing_to_do", lang))
+        lines.insert(len(lines) - 4, text("ui_nothing_to_do", lang, prog=program_name()))
     lines += [pad(t("st_problem"), width) + problem for problem in data.get("problems") or []]
     if data.get("settings"):
         lines.append(pad(t("st_settings"), width) + data["settings"])
@@ -11417,7 +11451,7 @@ def cmd_show(args: argparse.Namespace, reporter: Reporter) -> int:
         matches = store.find_session(args.sid)
         if len(matches) != 1:
             key = "st_no_match" if not matches else "st_ambiguous"
-            raise FlowerError(text(key, lang, n=len(matches), sid=args.sid), EXIT_USAGE)
+            raise FlowerError(text(key, lang, n=len(matches), sid=args.sid, prog=program_name()), EXIT_USAGE)
         key = {"project_key": matches[0]["project_key"], "session_id": matches[0]["session_id"]}
         entries = store.load_sync(key) or []
     finally:
@@ -11438,8 +11472,9 @@ def cmd_show(args: argparse.Namespace, reporter: Reporter) -> int:
         return EXIT_OK
     shown = render_entries(pruned)
     print(sanitize(shown) if sys.stdout.isatty() else shown)
-    parts = ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in counts.items()) or "-"
-    print(text("st_pruned", lang, parts=parts), file=sys.stderr)
+    parts = ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in counts.items())
+    if parts:
+        print(text("st_pruned", lang, parts=parts), file=sys.stderr)
     return EXIT_OK
 
 
@@ -11511,7 +11546,7 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # the last line of defence: one line, no traceback
         damage = store_damage(exc)
         if damage:   # a damaged store met outside a turn (a listing, a lookup): a setup problem, said as such
-            print(f"flower: {text('store_damaged', reporter.lang, path='the session store', error=damage)}",
+            print(f"flower: {text('store_damaged', reporter.lang, path='the session store', error=damage, prog=program_name())}",
                   file=sys.stderr)
             return EXIT_SETUP
         print(f"flower: unexpected {type(exc).__name__}: {redact(str(exc))[:300]}", file=sys.stderr)
