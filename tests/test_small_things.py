@@ -70,6 +70,17 @@ class Cli(unittest.TestCase):
             for lang in ("en", "zh"):
                 self.assertNotIn("python3 flower.py", flower.TEXTS[lang][key])
 
+    def test_show_says_nothing_of_pruning_when_nothing_was_pruned(self):
+        env = dict(self.env, ANTHROPIC_API_KEY="sk-test", PYTHONPATH=ROOT)
+        p = self.run_cli(["write md2html"], cmd=[sys.executable, "-m", "tests.fake_flower"], env=env)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        with open(os.path.join(self.ws, ".flower", "lineage.json"), encoding="utf-8") as fh:
+            sid = json.load(fh)["steps"]["clarify"]
+        p = self.run_cli(["show", sid[:8]], env=env)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertTrue(p.stdout.strip())
+        self.assertNotIn("pruned for resume", p.stderr)
+
     def test_gitignore_covers_build_output(self):
         with open(os.path.join(ROOT, ".gitignore"), encoding="utf-8") as fh:
             lines = fh.read().split()
