@@ -10788,6 +10788,17 @@ def wake_banner(paths: Paths, state: dict, context: int | None, lang: str = "en"
     return text("ui_banner", lang, path=_tilde(paths.workspace), parts=" · ".join(parts))
 
 
+def _say_wake_banner(reporter: Reporter, paths: Paths, backend: StateBackend) -> None:
+    """Say what a wake continues, before the wake question (it is answered knowing what goes on)."""
+    with contextlib.suppress(Offline):   # the banner is not worth a wait
+        state = wake_state(paths.workspace, paths.run_dir, backend)
+        sid, context = (state.get("steps") or {}).get("work"), None
+        if sid:
+            with contextlib.suppress(Exception):
+                context = backend.session_store().last_context(project_key(paths.workspace), sid)
+        reporter.say(wake_banner(paths, state, context, paths.lang))
+
+
 def _archive_task(paths: Paths, lineage: Lineage, backend: StateBackend) -> list[str]:
     target = archive_dir(paths.notes_dir)
     sources = [p for p in (paths.brief, paths.goal) if os.path.exists(p)]
@@ -10933,11 +10944,6 @@ def _go_locked(args: argparse.Namespace, reporter: Reporter, paths: Paths, ask: 
         rt._warned.add(path)
         rt.degraded.append(line)
     try:
-        if used:
-            work_sid = rt.lineage.steps.get("work")
-            with contextlib.suppress(Offline):   # the banner is not worth a wait
-                reporter.say(wake_banner(paths, wake_state(paths.workspace, paths.run_dir, backend),
-                                         rt.last_context(work_sid) if work_sid else None, paths.lang))
         if used and ask is None and rt.lineage.done:   # achieved, and nothing new: nothing to pay for
             reporter.say(text("ui_nothing_new", paths.lang), always=True)
             return _finish(rt, reporter, EXIT_OK, "nothing new")
@@ -10992,6 +10998,8 @@ def _go_task(args: argparse.Namespace, reporter: Reporter, paths: Paths, ask: st
     if args.new and (used or os.path.exists(paths.run("lineage.json")) or backend.kind != "local"):
         archive()
         used = False
+    if used:
+        _say_wake_banner(reporter, paths, backend)
     task = None if used else task_of(backend.peek_lineage())   # given to a run killed before its first step
     if ask is None and interactive:
         answer = _ask_line(text("wake_continue_question" if used or task else "wake_new_question", lang))

@@ -81,6 +81,38 @@ class Cli(unittest.TestCase):
         self.assertTrue(p.stdout.strip())
         self.assertNotIn("pruned for resume", p.stderr)
 
+    def test_on_a_terminal_the_banner_comes_before_the_wake_question(self):
+        import pty
+        import select
+        import time
+        env = dict(self.env, ANTHROPIC_API_KEY="sk-test", PYTHONPATH=ROOT, TERM="dumb")
+        p = self.run_cli(["write md2html"], cmd=[sys.executable, "-m", "tests.fake_flower"], env=env)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        pid, fd = pty.fork()
+        if pid == 0:   # pragma: no cover (the child)
+            os.chdir(self.ws)
+            os.execve(sys.executable, [sys.executable, "-m", "tests.fake_flower"], env)
+        os.write(fd, b"\n")   # Enter, typed ahead: continue with no words
+        screen, deadline = b"", time.time() + 60
+        try:
+            while time.time() < deadline:
+                if select.select([fd], [], [], 0.1)[0]:
+                    try:
+                        chunk = os.read(fd, 4096)
+                    except OSError:
+                        chunk = b""
+                    if not chunk:
+                        break
+                    screen += chunk
+        finally:
+            os.close(fd)
+            os.waitpid(pid, 0)
+        shown = screen.decode("utf-8", "replace")
+        question = flower.text("wake_continue_question").splitlines()[0][:30]
+        self.assertIn("<- resuming", shown)
+        self.assertIn(question, shown)
+        self.assertLess(shown.index("<- resuming"), shown.index(question), shown)
+
     def test_gitignore_covers_build_output(self):
         with open(os.path.join(ROOT, ".gitignore"), encoding="utf-8") as fh:
             lines = fh.read().split()
