@@ -380,7 +380,7 @@ TEXTS: dict[str, dict[str, str]] = {
         "info_not_resumable": "session {sid} could not be resumed; starting fresh",
         "info_mirror_error": "the session store could not save part of this session: {error}",
         "info_legacy_runs": "using flower's state in {path} (the old default); to move it: mv {path}/* {dest}/",
-        "info_recovered": "recovered {n} {entries} of session {sid} that the store had missed",
+        "info_recovered": "recovered {n} entries of session {sid} that the store had missed",
         "info_write_failed": "could not write {path} ({error}); the work goes on, continuity is degraded",
         "info_skipped_rows": "{n} unreadable stored entr(y/ies) of session {sid} skipped",
         "info_cli_quiet": "no message from the CLI for {waited} ({why}); a stall is given up after {bound}",
@@ -438,6 +438,7 @@ TEXTS: dict[str, dict[str, str]] = {
         "wake_new_goal": "\n\nThe goal was re-derived for this ({path}); work until every check passes:\n\n{goal}",
         # small things (issue 42)
         "ui_continuing": "continuing",
+        "info_recovered_one": "recovered 1 entry of session {sid} that the store had missed",
         "ui_new_without_task": '--new needs the new task: {prog} --new "what should be done" (nothing was archived)',
     },
     "zh": {
@@ -673,6 +674,7 @@ TEXTS: dict[str, dict[str, str]] = {
         "wake_new_goal": "\n\n目标已据此重新推导({path});一直做到每条检查都通过:\n\n{goal}",
         # small things (issue 42)
         "ui_continuing": "继续",
+        "info_recovered_one": "找回了会话 {sid} 里存储漏掉的 1 条记录",
         "ui_new_without_task": '--new 需要新任务:{prog} --new "要做什么"(什么都没有归档)',
     },
 }
@@ -9168,8 +9170,8 @@ class Runtime:
                     with contextlib.suppress(OSError):
                         os.rmdir(os.path.dirname(leftover))   # a dead flower's temp dir, once empty
         if recovered:
-            self._info(text("info_recovered", self.lang, n=recovered, sid=sid,
-                            entries="entry" if recovered == 1 else "entries"))
+            self._info(text("info_recovered_one" if recovered == 1 else "info_recovered", self.lang, n=recovered,
+                            sid=sid))
         return recovered
 
     def _append_waiting(self, key: dict, entries: list[dict], before: str | None = None) -> None:
@@ -10609,6 +10611,13 @@ def _quiet_sdk_logs(verbose: bool) -> None:
     logger.propagate = False
 
 
+def _fresh_start(args: argparse.Namespace, paths: Paths, ask: str | None) -> bool:
+    """A task given in a directory flower has not used, with the default run dir and store: nothing
+    but the SDK stands between it and its first step (other problems are said first where found)."""
+    return (ask is not None and args.run_dir is None and not args.store and not args.state
+            and not os.path.lexists(paths.run_dir) and os.access(paths.workspace, os.W_OK))
+
+
 def _sdk_installed() -> bool:
     """Whether ``claude_agent_sdk`` can be imported, without importing it."""
     if _SDK_MODULE in sys.modules:
@@ -10913,7 +10922,7 @@ def cmd_go(args: argparse.Namespace, reporter: Reporter) -> int:
     _check_settings()
     check_spec(AgentSpec("work", permission_mode=args.permission_mode))
     paths = _paths(args, reporter)
-    if not os.path.isdir(paths.run_dir) and not _sdk_installed():
+    if _fresh_start(args, paths, ask) and not _sdk_installed():
         _require_sdk()   # refused before .flower is made: a run that cannot start leaves nothing behind
     paths.prepare()
     say = functools.partial(reporter.say, always=True)

@@ -139,8 +139,11 @@ class Words(unittest.TestCase):
         self.assertNotIn("{", out)
 
     def test_recovered_singular_and_plural(self):
-        self.assertIn("1 entry of", flower.text("info_recovered", n=1, sid="s", entries="entry"))
+        self.assertIn("recovered 1 entry of", flower.text("info_recovered_one", sid="s"))
+        self.assertIn("recovered 3 entries of", flower.text("info_recovered", n=3, sid="s"))
         self.assertNotIn("(y/ies)", flower.TEXTS["en"]["info_recovered"])
+        import inspect
+        self.assertIn('"info_recovered_one" if recovered == 1', inspect.getsource(flower.Runtime.salvage))
 
     def test_tool_input_is_always_an_object(self):
         big = {"command": "x" * 5000, "description": "run"}
