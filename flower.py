@@ -440,6 +440,25 @@ TEXTS: dict[str, dict[str, str]] = {
         "ui_continuing": "continuing",
         "info_recovered_one": "recovered 1 entry of session {sid} that the store had missed",
         "ui_new_without_task": '--new needs the new task: {prog} --new "what should be done" (nothing was archived)',
+        # Chinese everywhere (issue 42)
+        "step_clarify": "clarify",
+        "step_goal": "goal",
+        "step_work": "work",
+        "st_mark_ok": "ok",
+        "st_mark_err": "ERR",
+        "dr_mark_ok": "OK",
+        "dr_mark_fail": "FAIL",
+        "ui_not_a_command": "{word!r} is not a command; did you mean: {prog} {hint}? (for a one-word task: {prog} go {word})",
+        "ui_usage_error": "{message} (see: {prog} --help)",
+        "ap_unrecognized": "unrecognized arguments: {what}",
+        "ap_invalid_choice": "argument {arg}: invalid choice: {what} (choose from {choices})",
+        "ap_expected_one": "argument {arg}: expected one argument",
+        "ap_invalid_value": "argument {arg}: invalid value: {what}",
+        "ap_argument": "argument {arg}: {what}",
+        "ap_required": "the following arguments are required: {what}",
+        "ap_whole_number": "argument {arg}: must be a whole number, got {what}",
+        "ap_at_least": "argument {arg}: must be at least {low}, got {what}",
+        "ap_budget": "argument {arg}: the budget must be a number of USD above 0, got {what}",
     },
     "zh": {
         "resume_prompt": "上一轮在完成之前被中断了。先看看磁盘上已经有什么,从中断处继续,不要从头开始。",
@@ -676,6 +695,25 @@ TEXTS: dict[str, dict[str, str]] = {
         "ui_continuing": "继续",
         "info_recovered_one": "找回了会话 {sid} 里存储漏掉的 1 条记录",
         "ui_new_without_task": '--new 需要新任务:{prog} --new "要做什么"(什么都没有归档)',
+        # Chinese everywhere (issue 42)
+        "step_clarify": "澄清",
+        "step_goal": "目标",
+        "step_work": "工作",
+        "st_mark_ok": "成功",
+        "st_mark_err": "失败",
+        "dr_mark_ok": "正常",
+        "dr_mark_fail": "失败",
+        "ui_not_a_command": "{word!r} 不是命令;你是想运行 {prog} {hint} 吗?(一个词的任务请用:{prog} go {word})",
+        "ui_usage_error": "用法错误:{message}(见 {prog} --help)",
+        "ap_unrecognized": "无法识别的参数:{what}",
+        "ap_invalid_choice": "参数 {arg}:无效的选项 {what}(可选:{choices})",
+        "ap_expected_one": "参数 {arg}:需要一个值",
+        "ap_invalid_value": "参数 {arg}:无效的值 {what}",
+        "ap_argument": "参数 {arg}:{what}",
+        "ap_required": "缺少必需的参数:{what}",
+        "ap_whole_number": "参数 {arg}:必须是整数,得到的是 {what}",
+        "ap_at_least": "参数 {arg}:至少为 {low},得到的是 {what}",
+        "ap_budget": "参数 {arg}:预算必须是大于 0 的美元数,得到的是 {what}",
     },
 }
 
@@ -10225,7 +10263,8 @@ class Reporter:
                 note = "  " + t("ui_continues", woke=data.get("woke"))
                 if data.get("context"):
                     note += t("ui_context", context=_human_tokens(data["context"]))
-            self.say(self._paint(f"== {data.get('name')} " + "=" * max(3, 40 - len(str(data.get('name')))), "1") + note)
+            title = step_title(str(data.get("name")), self.lang)
+            self.say(self._paint(f"== {title} " + "=" * max(3, 40 - display_width(title)), "1") + note)
         elif kind == "text":
             self.turns += 1
             body = sanitize(data.get("text", "")).strip()
@@ -10298,9 +10337,58 @@ def program_name(argv0: str | None = None) -> str:
     return "python3 flower.py"
 
 
+def argv_lang(argv: list[str]) -> str:
+    """The language asked for on a command line not parsed yet (``--lang X``, ``--lang=X``), else
+    ``FLOWER_LANG``, else English: usage errors are said before the parser knows it."""
+    lang = os.environ.get("FLOWER_LANG") or "en"
+    for i, token in enumerate(argv):
+        if token == "--lang" and i + 1 < len(argv):
+            lang = argv[i + 1]
+        elif token.startswith("--lang="):
+            lang = token.split("=", 1)[1]
+    return lang if lang in TEXTS else "en"
+
+
+_ARGPARSE_MESSAGES = (   # argparse's own words -> the text-table key that says them
+    (r"unrecognized arguments: (?P<what>.*)", "ap_unrecognized"),
+    (r"argument (?P<arg>\S+): invalid choice: (?P<what>.*?) \(choose from (?P<choices>.*)\)", "ap_invalid_choice"),
+    (r"argument (?P<arg>\S+): expected one argument", "ap_expected_one"),
+    (r"argument (?P<arg>\S+): invalid \S+ value: (?P<what>.*)", "ap_invalid_value"),
+    (r"argument (?P<arg>\S+): must be a whole number, got (?P<what>.*)", "ap_whole_number"),
+    (r"argument (?P<arg>\S+): must be at least (?P<low>\S+), got (?P<what>.*)", "ap_at_least"),
+    (r"argument (?P<arg>\S+): the budget must be (?:a number of USD|more than 0 USD), got (?P<what>.*)", "ap_budget"),
+    (r"argument (?P<arg>\S+): (?P<what>.*)", "ap_argument"),
+    (r"the following arguments are required: (?P<what>.*)", "ap_required"),
+)
+
+
+def argparse_message(message: str, lang: str) -> str:
+    """An argparse error in ``lang`` (argparse itself speaks English only); unknown shapes unchanged."""
+    if lang == "en":
+        return message
+    for pattern, key in _ARGPARSE_MESSAGES:
+        m = re.fullmatch(pattern, message)
+        if m:
+            return text(key, lang, **{k: v or "" for k, v in m.groupdict().items()})
+    return message
+
+
+def step_title(name: str, lang: str) -> str:
+    """A step's name for a header, in ``lang``: ``work#round2`` -> ``工作#round2`` (the base name of the
+    starter flow's steps is translated; a user's own step keeps its name)."""
+    base, sep, rest = name.partition("#")
+    head, dot, tail = base.partition("·")
+    key = f"step_{head}"
+    if key not in TEXTS["en"]:
+        return name
+    return text(key, lang) + dot + tail + sep + rest
+
+
 class _ArgParser(argparse.ArgumentParser):
     def error(self, message: str) -> Any:  # one line, exit 2, no usage dump
-        raise FlowerError(f"{message} (see: {program_name()} --help)", EXIT_USAGE)
+        lang = argv_lang(sys.argv[1:])
+        raise FlowerError(text("ui_usage_error", lang, message=argparse_message(message, lang), prog=program_name()),
+                          EXIT_USAGE)
 
 
 KNOWN_TOOLS = frozenset({
@@ -10527,8 +10615,7 @@ def _split_command(argv: list[str]) -> list[str]:
         if close:
             hint = "--help" if close[0] == "help" else close[0]
             prog = program_name()
-            raise FlowerError(f"{word!r} is not a command; did you mean: {prog} {hint}? "
-                              f"(for a one-word task: {prog} go {word})", EXIT_USAGE)
+            raise FlowerError(text("ui_not_a_command", argv_lang(argv), word=word, prog=prog, hint=hint), EXIT_USAGE)
     return ["go"] + argv
 
 
@@ -11215,7 +11302,7 @@ def _status_lines(data: dict, lang: str) -> list[str]:
         names = [str(r.get("step", "?")) for r in data["manifest"][-8:]]
         name_width = max(display_width(n) for n in names) + 2
         for row, name in zip(data["manifest"][-8:], names):
-            mark = "ok " if row.get("ok") else "ERR"
+            mark = pad(t("st_mark_ok") if row.get("ok") else t("st_mark_err"), 3)
             error = f"  {str(row.get('error'))[:60]}" if row.get("error") else ""
             turns = pad(n_turns(int(row.get("num_turns") or 0), lang), 9)
             lines.append(f"  {mark} {pad(name, name_width)}${float(row.get('cost_usd') or 0):.4f} "
@@ -11405,7 +11492,8 @@ def cmd_doctor(args: argparse.Namespace, reporter: Reporter) -> int:
                           "checks": [dataclasses.asdict(c) for c in checks]}, ensure_ascii=False))
         return code
     for c in checks:
-        print(f"{'OK  ' if c.ok else 'FAIL'} {c.what}" + ("" if c.ok or not c.fix else f"  -> {c.fix}"))
+        mark = pad(text("dr_mark_ok" if c.ok else "dr_mark_fail", lang), 4)
+        print(f"{mark} {c.what}" + ("" if c.ok or not c.fix else f"  -> {c.fix}"))
     return code
 
 
