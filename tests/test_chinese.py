@@ -21,8 +21,15 @@ ENGLISH = re.compile(r"\b[A-Za-z]{2,}(?:[ ,;:]+[A-Za-z']{2,}){2,}")   # three En
 
 
 def english_lines(output: str) -> list[str]:
-    """Lines that hold an English sentence and no Chinese at all."""
-    return [line for line in output.splitlines() if ENGLISH.search(line) and not CJK.search(line)]
+    """Lines that hold an English phrase (three words in a row) once the program's name and quoted
+    values (what the user typed, the choices) are taken out: a Chinese frame around an English
+    sentence counts too."""
+    found = []
+    for line in output.splitlines():
+        bare = re.sub(r"'[^']*'", "", line.replace("python3 flower.py", ""))
+        if ENGLISH.search(bare):
+            found.append(line)
+    return found
 
 
 USAGE_PATHS = [
