@@ -7,12 +7,10 @@ import asyncio
 import json
 import os
 import tempfile
-import threading
 import unittest
 
 import flower
-from tests import fakeapi
-from tests.fakeapi import FakeAnthropic, text, tool
+from tests.fakeapi import text, tool
 from tests import test_e2e
 from tests.test_e2e import HAVE_SDK, SKIP, Roles, role_of
 
