@@ -13,8 +13,8 @@ Sections, low layers first:
 
     text tables (en/zh) -> utilities -> redaction -> process guard -> resilience -> transcript logic
     (pure) -> stored facts -> notes (pure parsers) -> session stores -> lineage and manifest -> handoff
-    -> state backends (the interface, local files) -> PostgreSQL state -> delegation -> agent runtime
-    -> workflow -> report -> CLI
+    -> state backends (the interface, local files) -> PostgreSQL state -> delegation -> project settings
+    -> agent runtime -> judge sandbox -> workflow -> report -> CLI
 """
 
 from __future__ import annotations
@@ -237,16 +237,20 @@ TEXTS: dict[str, dict[str, str]] = {
             "assumption. Do not write files. Finish with the brief in exactly four sections:\n"
             "## Goal\n## Acceptance\n## Bounds\n## Unknowns and assumptions"),
         "goal_instructions": (
-            "You turn a brief into a goal that a judge can check on the spot. Reply with exactly:\n"
-            "# Goal\n<one statement>\n\n# Checks\n- <check verifiable here, e.g. a command and its expected "
-            "output, or a file and what it must contain>\n...\nMark a check that cannot be verified here as "
-            "`[cannot verify here: why]`. Do not write files."),
+            "You turn a brief into a goal that a judge can check on the spot. The judge can read the files "
+            "and run commands (build, run, test) in a throwaway copy of this directory; it cannot change files, "
+            "ask anyone or wait for anything. Reply with exactly:\n"
+            "# Goal\n<one statement>\n\n# Checks\n- <check the judge can do here, e.g. a command and its "
+            "expected output, or a file and what it must contain>\n...\nMark a check that cannot be verified "
+            "here as `[cannot verify here: why]`. Do not write files."),
         "work_instructions": (
             "You do the work described by the brief and the goal, in the working directory. Keep going until "
             "every check of the goal passes. Write code and files to disk; the judge reads only the disk."),
         "judge_instructions": (
             "You judge finished work against a goal. You did not do the work and owe it nothing. Inspect the "
-            "files; change nothing. End your reply with exactly one line `VERDICT: achieved`, `VERDICT: not_yet` "
+            "files and run each check's command with Bash: your commands run in a throwaway copy of the "
+            "directory, and you cannot edit files. Judge by what the commands print, not by reading code "
+            "alone. End your reply with exactly one line `VERDICT: achieved`, `VERDICT: not_yet` "
             "or `VERDICT: unreachable`. When not achieved, list the failed checks under `## Failed checks` and "
             "why under `## Reasons`."),
         "clarify_prompt": "Task: {task}\n\n{who}\n\nWrite the brief.",
@@ -347,7 +351,7 @@ TEXTS: dict[str, dict[str, str]] = {
         "st_no_sessions": "no sessions stored yet",
         "st_entries": "{n} entries",
         "st_ambiguous": "{n} sessions start with {sid!r}; give more of the id",
-        "st_no_match": "no stored session starts with {sid!r} (python3 flower.py sessions --all lists them)",
+        "st_no_match": "no stored session starts with {sid!r} ({prog} sessions --all lists them)",
         "st_pruned": "-- pruned for resume: {parts}",
         "st_problem": "problem",
         "st_lineage_unreadable": "{path} cannot be read (not JSON, or not a regular file); the next run sets it aside and starts fresh",
@@ -364,7 +368,7 @@ TEXTS: dict[str, dict[str, str]] = {
         "ui_work_context": "work context {context}",
         "ui_wake": "wake #{n}",
         "ui_archived": "archived {n} file(s) into {path}",
-        "ui_nothing_to_do": 'nothing to do here yet: python3 flower.py "what should be done"',
+        "ui_nothing_to_do": 'nothing to do here yet: {prog} "what should be done"',
         "ui_task_carried": "carrying on with the task given before: {task}",
         "info_set_aside": "{path} was unreadable; set aside as {moved}",
         "info_offline": "{host}:{port} is unreachable; waiting for it (up to {seconds}s)",
@@ -377,7 +381,7 @@ TEXTS: dict[str, dict[str, str]] = {
         "info_not_resumable": "session {sid} could not be resumed; starting fresh",
         "info_mirror_error": "the session store could not save part of this session: {error}",
         "info_legacy_runs": "using flower's state in {path} (the old default); to move it: mv {path}/* {dest}/",
-        "info_recovered": "recovered {n} entr(y/ies) of session {sid} that the store had missed",
+        "info_recovered": "recovered {n} entries of session {sid} that the store had missed",
         "info_write_failed": "could not write {path} ({error}); the work goes on, continuity is degraded",
         "info_skipped_rows": "{n} unreadable stored entr(y/ies) of session {sid} skipped",
         "info_cli_quiet": "no message from the CLI for {waited} ({why}); a stall is given up after {bound}",
@@ -385,7 +389,7 @@ TEXTS: dict[str, dict[str, str]] = {
         "cli_tool": "a tool is running",
         "cli_stopped": "the CLI process {pid} is stopped; kill -CONT {pid} resumes it",
         "store_damaged": ("{path} is damaged ({error}); nothing was retried: move it aside (its sessions then start "
-                          "fresh) or restore it from a backup; python3 flower.py doctor checks it"),
+                          "fresh) or restore it from a backup; {prog} doctor checks it"),
         "info_answers_unstored": ("{n} of {total} answer(s) of session {sid} never reached the session store "
                                   "(the CLI could not write its transcript: is {path} full or read-only?); "
                                   "a later run cannot continue them"),
@@ -480,6 +484,46 @@ TEXTS: dict[str, dict[str, str]] = {
         "worker_stopped": (
             "[The worker was stopped before it reported (the run was killed). Check the workbench and the "
             "disk for what it did before delegating the rest again.]"),
+        # judge sandbox (issue 42)
+        "judge_write_refused": "the judge checks the work and may not change it ({tool} refused)",
+        "judge_no_copy": "the judge has no copy of the workspace to run commands in",
+        "judge_path_refused": ("the judge's commands run in a copy of the workspace; use relative paths, "
+                               "not the workspace's own path"),
+        # project settings (issue 42)
+        "settings_bad": "--settings {value!r} is not one of {choices}",
+        "settings_project": ("project (read: {files}, and CLAUDE.md of parent folders); flower's own rules win where "
+                             "they clash: tools per role, hooks, compaction off"),
+        "settings_none": "none (--settings none: CLAUDE.md and project settings are not read)",
+        "settings_no_files": "none found",
+        "st_settings": "settings",
+        # usage limits (issue 42)
+        "info_limit_wait": "usage limit reached: waiting until it resets, {left} left; the same session goes on then",
+        "limit_past_bound": "a usage limit resets in {waited}, past FLOWER_MAX_LIMIT_WAIT ({of})",
+        # wake with a new goal (issue 42)
+        "wake_new_goal": "\n\nThe goal was re-derived for this ({path}); work until every check passes:\n\n{goal}",
+        # small things (issue 42)
+        "ui_continuing": "continuing",
+        "info_recovered_one": "recovered 1 entry of session {sid} that the store had missed",
+        "ui_new_without_task": '--new needs the new task: {prog} --new "what should be done" (nothing was archived)',
+        # Chinese everywhere (issue 42)
+        "step_clarify": "clarify",
+        "step_goal": "goal",
+        "step_work": "work",
+        "st_mark_ok": "ok",
+        "st_mark_err": "ERR",
+        "dr_mark_ok": "OK",
+        "dr_mark_fail": "FAIL",
+        "ui_not_a_command": "{word!r} is not a command; did you mean: {prog} {hint}? (for a one-word task: {prog} go {word})",
+        "ui_usage_error": "{message} (see: {prog} --help)",
+        "ap_unrecognized": "unrecognized arguments: {what}",
+        "ap_invalid_choice": "argument {arg}: invalid choice: {what} (choose from {choices})",
+        "ap_expected_one": "argument {arg}: expected one argument",
+        "ap_invalid_value": "argument {arg}: invalid value: {what}",
+        "ap_argument": "argument {arg}: {what}",
+        "ap_required": "the following arguments are required: {what}",
+        "ap_whole_number": "argument {arg}: must be a whole number, got {what}",
+        "ap_at_least": "argument {arg}: must be at least {low}, got {what}",
+        "ap_budget": "argument {arg}: the budget must be a number of USD above 0, got {what}",
     },
     "zh": {
         "resume_prompt": "上一轮在完成之前被中断了。先看看磁盘上已经有什么,从中断处继续,不要从头开始。",
@@ -529,13 +573,15 @@ TEXTS: dict[str, dict[str, str]] = {
             "## 目标\n## 验收标准\n## 边界\n## 未知与假设"),
         "goal_instructions": (
             "你把需求变成一个判定者能当场检查的目标。回复恰好是:\n"
-            "# 目标\n<一句话>\n\n# 检查\n- <在这里可验证的检查,例如一条命令及其预期输出,或一个文件及其必须包含的内容>\n"
+            "判定者可以读文件,并在这个目录的一次性副本里运行命令(构建、运行、测试);它不能改文件、不能问人、不能等待。\n"
+            "# 目标\n<一句话>\n\n# 检查\n- <判定者在这里能做的检查,例如一条命令及其预期输出,或一个文件及其必须包含的内容>\n"
             "...\n在这里无法验证的检查标记为 `[cannot verify here: 原因]`。不要写文件。"),
         "work_instructions": (
             "你在工作目录里完成需求和目标所描述的工作。一直做到目标的每条检查都通过。把代码和文件写到磁盘上;"
             "判定者只看磁盘。"),
         "judge_instructions": (
-            "你对照目标评判已完成的工作。工作不是你做的,你不欠它什么。检查文件,不要改动任何东西。"
+            "你对照目标评判已完成的工作。工作不是你做的,你不欠它什么。检查文件,并用 Bash 运行每条检查的命令:"
+            "你的命令在这个目录的一次性副本里运行,你不能编辑文件。依据命令的输出评判,不要只读代码。"
             "回复的最后恰好一行 `VERDICT: achieved`、`VERDICT: not_yet` 或 `VERDICT: unreachable`(这一行保持英文)。"
             "未达成时,在 `## Failed checks` 下列出未通过的检查,在 `## Reasons` 下写明原因。"),
         "clarify_prompt": "任务:{task}\n\n{who}\n\n写出需求。",
@@ -635,7 +681,7 @@ TEXTS: dict[str, dict[str, str]] = {
         "st_no_sessions": "还没有存储的会话",
         "st_entries": "{n} 条",
         "st_ambiguous": "有 {n} 个会话以 {sid!r} 开头;请多给几位",
-        "st_no_match": "没有以 {sid!r} 开头的会话(python3 flower.py sessions --all 可列出全部)",
+        "st_no_match": "没有以 {sid!r} 开头的会话({prog} sessions --all 可列出全部)",
         "st_pruned": "-- 续接时的精简:{parts}",
         "st_problem": "问题",
         "st_lineage_unreadable": "{path} 无法读取(不是 JSON,或不是普通文件);下次运行会把它移到一边并从头开始",
@@ -652,7 +698,7 @@ TEXTS: dict[str, dict[str, str]] = {
         "ui_work_context": "干活上下文 {context}",
         "ui_wake": "第 {n} 次唤醒",
         "ui_archived": "已归档 {n} 个文件到 {path}",
-        "ui_nothing_to_do": '这里还没有任务:python3 flower.py "要做什么"',
+        "ui_nothing_to_do": '这里还没有任务:{prog} "要做什么"',
         "ui_task_carried": "接着做上次给的任务:{task}",
         "info_set_aside": "{path} 无法读取;已移到 {moved}",
         "info_offline": "{host}:{port} 连不上;等待恢复(最多 {seconds} 秒)",
@@ -672,7 +718,7 @@ TEXTS: dict[str, dict[str, str]] = {
         "cli_model": "在等模型的回答",
         "cli_tool": "有工具正在运行",
         "cli_stopped": "CLI 进程 {pid} 已被暂停;kill -CONT {pid} 可让它继续",
-        "store_damaged": "{path} 已损坏({error});没有重试:把它移到一边(其中的会话将从头开始)或从备份恢复;python3 flower.py doctor 可以检查它",
+        "store_damaged": "{path} 已损坏({error});没有重试:把它移到一边(其中的会话将从头开始)或从备份恢复;{prog} doctor 可以检查它",
         "info_answers_unstored": ("会话 {sid} 的 {total} 条回答中有 {n} 条没有进入会话存储"
                                   "(CLI 写不了它的会话记录:{path} 是否已满或只读?);以后的运行无法接上它们"),
         "setup_dir_unusable": "{path} 无法写入 Claude Code CLI 的{what}({why});请在那里腾出空间,或把 {var} 设为可写的目录(未发送任何请求)",
@@ -749,6 +795,44 @@ TEXTS: dict[str, dict[str, str]] = {
             "`# desc: 一句话` (或第一行注释)说明它是什么;新写之前先复用 INDEX.md 中列出的;汇报路径,不要贴长内容。"),
         "workbench_prompt": "\n\n工作台(可复用的脚本、产物、笔记):\n\n{index}\n",
         "worker_stopped": "[工作者在汇报之前被停下了(运行被终止)。再次分派剩下的工作之前,先检查工作台和磁盘上它已做了什么。]",
+        # judge sandbox (issue 42)
+        "judge_write_refused": "判定者只检查工作,不能改动它(已拒绝 {tool})",
+        "judge_no_copy": "判定者没有可运行命令的工作区副本",
+        "judge_path_refused": "判定者的命令在工作区的副本里运行;请用相对路径,不要用工作区本身的路径",
+        # project settings (issue 42)
+        "settings_bad": "--settings {value!r} 不是 {choices} 之一",
+        "settings_project": "项目(读取:{files},以及上级目录的 CLAUDE.md);冲突时以 flower 自己的规则为准:各角色的工具、钩子、关闭自动压缩",
+        "settings_none": "不读取(--settings none:不读 CLAUDE.md 和项目设置)",
+        "settings_no_files": "未找到",
+        "st_settings": "设置",
+        # usage limits (issue 42)
+        "info_limit_wait": "已达到用量上限:等待重置,还剩 {left};之后同一个会话继续",
+        "limit_past_bound": "用量上限在 {waited} 后才重置,超过了 FLOWER_MAX_LIMIT_WAIT({of})",
+        # wake with a new goal (issue 42)
+        "wake_new_goal": "\n\n目标已据此重新推导({path});一直做到每条检查都通过:\n\n{goal}",
+        # small things (issue 42)
+        "ui_continuing": "继续",
+        "info_recovered_one": "找回了会话 {sid} 里存储漏掉的 1 条记录",
+        "ui_new_without_task": '--new 需要新任务:{prog} --new "要做什么"(什么都没有归档)',
+        # Chinese everywhere (issue 42)
+        "step_clarify": "澄清",
+        "step_goal": "目标",
+        "step_work": "工作",
+        "st_mark_ok": "成功",
+        "st_mark_err": "失败",
+        "dr_mark_ok": "正常",
+        "dr_mark_fail": "失败",
+        "ui_not_a_command": "{word!r} 不是命令;你是想运行 {prog} {hint} 吗?(一个词的任务请用:{prog} go {word})",
+        "ui_usage_error": "用法错误:{message}(见 {prog} --help)",
+        "ap_unrecognized": "无法识别的参数:{what}",
+        "ap_invalid_choice": "参数 {arg}:无效的选项 {what}(可选:{choices})",
+        "ap_expected_one": "参数 {arg}:需要一个值",
+        "ap_invalid_value": "参数 {arg}:无效的值 {what}",
+        "ap_argument": "参数 {arg}:{what}",
+        "ap_required": "缺少必需的参数:{what}",
+        "ap_whole_number": "参数 {arg}:必须是整数,得到的是 {what}",
+        "ap_at_least": "参数 {arg}:至少为 {low},得到的是 {what}",
+        "ap_budget": "参数 {arg}:预算必须是大于 0 的美元数,得到的是 {what}",
     },
 }
 
@@ -2369,6 +2453,7 @@ _NUMBER_SETTINGS = {  # name -> (lowest allowed value, whole number?)
     "FLOWER_PROBE_INTERVAL": (0.1, False), "FLOWER_PROBE_TIMEOUT": (0.1, False),
     "FLOWER_MAX_OFFLINE_WAIT": (0, False), "FLOWER_WINDOW": (10_000, True), "FLOWER_HANDOFF_TIMEOUT": (1, False),
     "FLOWER_STALL_TIMEOUT": (1, False),
+    "FLOWER_MAX_LIMIT_WAIT": (0, False),
     "FLOWER_LEASE_TTL": (1, False),
 }
 
@@ -2517,6 +2602,68 @@ class Resilience:
 
 def _minutes(seconds: int) -> str:
     return f"{seconds // 60}m" if seconds >= 60 else f"{seconds}s"
+
+
+# --- Usage limits: a limit that says when it resets is waited out, then the same session goes on ---
+
+LIMIT = "limit"   # how a step ended: a usage limit resets later than FLOWER_MAX_LIMIT_WAIT
+EXIT_LIMIT = 6
+MAX_LIMIT_WAIT = 6 * 3600.0
+_LIMIT_TEXT = _lazy_re(r"(?i)usage limit|limit reached|rate.?limit|quota|limit (?:will )?resets?|\b429\b")
+_RESET_EPOCH = _lazy_re(r"(?i)limit reached\|(\d{10})\b")
+_RESET_ISO = _lazy_re(r"(?i)resets?\s+(?:at\s+)?(\d{4}-\d\d-\d\d[T ]\d\d:\d\d(?::\d\d(?:\.\d+)?)?(?:Z|[+-]\d\d:?\d\d)?)")
+_RESET_CLOCK = _lazy_re(r"(?i)resets?\s+(?:at\s+)?(\d{1,2})(?::(\d\d))?(?::(\d\d))?\s*(am|pm)?(?![\d-])")
+_RETRY_AFTER = _lazy_re(r"(?i)(?:retry[- ]after|try again in)\D{0,5}(\d+(?:\.\d+)?)\s*(h(?:ours?)?|m(?:in(?:utes?)?)?|s(?:ec(?:onds?)?)?)?\b")
+
+
+def _reset_at(message: str, now: float) -> float | None:
+    """The epoch second at which a limit named in ``message`` resets (an epoch after ``limit reached|``,
+    an ISO time, or a clock time ``resets at 3pm``/``resets 15:30`` taken as local, the next such)."""
+    import datetime as dt
+    if m := _RESET_EPOCH.search(message):
+        return float(m.group(1))
+    if m := _RESET_ISO.search(message):
+        try:
+            when = dt.datetime.fromisoformat(m.group(1).replace("Z", "+00:00").replace(" ", "T"))
+        except ValueError:
+            return None
+        return when.timestamp() if when.tzinfo else time.mktime(when.timetuple())
+    if m := _RESET_CLOCK.search(message):
+        hour, minute, second, half = int(m.group(1)), int(m.group(2) or 0), int(m.group(3) or 0), (m.group(4) or "").lower()
+        hour = hour % 12 + (12 if half == "pm" else 0) if half else hour
+        if hour > 23 or minute > 59 or second > 59:
+            return None
+        today = dt.datetime.fromtimestamp(now).replace(hour=hour, minute=minute, second=second, microsecond=0)
+        at = today.timestamp()
+        return at if at > now else at + 86400
+    return None
+
+
+def limit_wait(message: str | None, *, now: float) -> float | None:
+    """Seconds to wait when a failure is a usage limit that says when it resets, or a retry-after of a
+    minute or more (pure; None otherwise: a shorter wait is the ordinary backoff's)."""
+    body = message or ""
+    if not _LIMIT_TEXT.search(body):
+        return None
+    at = _reset_at(body, now)
+    if at is not None:
+        return max(0.0, at - now)
+    if m := _RETRY_AFTER.search(body):
+        unit = (m.group(2) or "s")[0].lower()
+        seconds = float(m.group(1)) * {"h": 3600, "m": 60}.get(unit, 1)
+        return seconds if seconds >= 60 else None
+    return None
+
+
+async def wait_out_limit(seconds: float, *, sleep: Callable[[float], Awaitable[None]],
+                         tell: Callable[[float], None]) -> None:
+    """Sleep ``seconds`` in steps of at most a minute, telling the time left before each step."""
+    left = seconds
+    while left > 0:
+        tell(left)
+        step = min(60.0, left)
+        await sleep(step)
+        left -= step
 
 
 # --- Transcript logic (pure): entries, water level, read-only commands, the prune pipeline ---
@@ -8876,6 +9023,50 @@ def coordinator(paths: "Paths", *, lang: str = "en", name: str = "work", instruc
                "PostToolUse": [(SPILL_MATCHER, spill_hook(paths, lang)), ("Write|Edit", workbench_refresh_hook(paths))]})
 
 
+# --- Project settings: which of the workspace's own instructions and settings the agents read ---
+
+PROJECT_SETTING_SOURCES = ["project", "local"]
+SETTINGS_CHOICES = ("project", "none")
+_PROJECT_FILES = {"project": ("CLAUDE.md", ".claude/CLAUDE.md", ".claude/settings.json", ".mcp.json"),
+                  "local": ("CLAUDE.local.md", ".claude/settings.local.json")}
+
+
+def setting_sources_for(choice: str | None) -> list[str]:
+    """The CLI's ``setting_sources`` for ``--settings``: the workspace's project and local settings and
+    CLAUDE.md by default (as ``claude -p`` there reads them, without the user's home: reproducible in
+    CI), none for ``none``."""
+    return [] if choice == "none" else list(PROJECT_SETTING_SOURCES)
+
+
+def settings_choice(args: Any) -> str:
+    """``--settings``, else ``FLOWER_SETTINGS``, else ``project`` (an unknown value is a usage error)."""
+    choice = getattr(args, "settings", None) or os.environ.get("FLOWER_SETTINGS") or "project"
+    if choice not in SETTINGS_CHOICES:
+        raise FlowerError(text("settings_bad", _lang(args), value=choice[:40], choices=", ".join(SETTINGS_CHOICES)),
+                          EXIT_USAGE)
+    return choice
+
+
+def project_settings_read(workspace: str, sources: list[str]) -> list[str]:
+    """The instruction and settings files of the workspace that ``sources`` make the agents read."""
+    return [name for source in sources for name in _PROJECT_FILES.get(source, ())
+            if os.path.isfile(os.path.join(workspace, name))]
+
+
+def settings_line(workspace: str, choice: str, lang: str) -> str:
+    """What ``status`` and ``doctor`` say the agents read, and that flower's own rules win."""
+    if choice == "none":
+        return text("settings_none", lang)
+    found = project_settings_read(workspace, setting_sources_for(choice))
+    return text("settings_project", lang, files=", ".join(found) or text("settings_no_files", lang))
+
+
+def _settings_option(group: Any) -> None:
+    group.add_argument("--settings", default=None, choices=SETTINGS_CHOICES,
+                       help="project: the agents read the workspace's CLAUDE.md and project/local settings "
+                            "(default, FLOWER_SETTINGS); none: isolated")
+
+
 # --- Agent runtime: specs, events, results, one step on the SDK with its four exits ---
 
 @record
@@ -8897,7 +9088,7 @@ class AgentSpec:
     max_budget_usd: float | None = None
     env: dict[str, str] = field(default_factory=dict)
     compaction: str | None = None
-    setting_sources: list[str] | None = field(default_factory=list)
+    setting_sources: list[str] | None = None   # None: the runtime's (the workspace's project settings)
     preset: bool = False
     ask: Callable[[str], Awaitable[str]] | None = None
     handoff: bool = True
@@ -9069,6 +9260,7 @@ class Runtime:
         self._stored_hooks: list[Callable[[dict, list[dict]], None]] = []
         # each gives SDK hooks for a spec: {event: [(matcher, hook), ...]} (capabilities add theirs here)
         self.hook_sources: list[Callable[[AgentSpec], dict]] = []
+        self.setting_sources = list(PROJECT_SETTING_SOURCES)   # for specs that do not set theirs
         self._watched: tuple[str, _Turn] | None = None   # the connection whose stored answers are counted
         self.run_id = run_id()
         self.manifest = self.state.manifest(self.run_id, notify=notify, lang=lang)
@@ -9245,7 +9437,8 @@ class Runtime:
         allowed = list(spec.allowed_tools)
         kwargs: dict[str, Any] = dict(
             cwd=self.paths.workspace, session_store=self.store, session_store_flush="eager",
-            setting_sources=spec.setting_sources, permission_mode=spec.permission_mode,
+            setting_sources=self.setting_sources if spec.setting_sources is None else spec.setting_sources,
+            permission_mode=spec.permission_mode,
             disallowed_tools=list(spec.disallowed_tools), env=env, stderr=self._on_stderr,
         )
         if spec.tools is not None:
@@ -9504,6 +9697,10 @@ class Runtime:
         # the budget is for failures in a row: a connection in which the model answered at least
         # PROGRESS_ANSWERS times moved the work on, and an hours-long job meets many passing faults
         st.failed_in_row = 1 if turn.answers >= PROGRESS_ANSWERS else st.failed_in_row + 1
+        if (waited := await self._limit_waited(error, result, st.emit)) is not None:
+            if not waited:
+                return False
+            st.failed_in_row, kind = 0, TRANSIENT   # the limit reset: resume like after a blip
         if not self.resilience.should_retry(kind) or st.failed_in_row >= self.resilience.max_attempts:
             result.error = redact(error)[:1000]
             result.error_kind = AUTH if is_auth_failure(error, status=turn.status) else kind
@@ -9547,6 +9744,24 @@ class Runtime:
         result.error = f"network down past {int(self.resilience.max_offline_wait)}s ({target})"
         result.error_kind = OFFLINE
         return False
+
+    async def _limit_waited(self, error: str, result: StepResult, emit: Callable[[Event], None]) -> bool | None:
+        """A usage limit that says when it resets: wait until then, a line a minute, and say True; past
+        ``FLOWER_MAX_LIMIT_WAIT`` set the step's error and say False; None when it is no such limit."""
+        seconds = limit_wait(error, now=time.time())
+        if seconds is None:
+            return None
+        bound = env_number("FLOWER_MAX_LIMIT_WAIT", MAX_LIMIT_WAIT, self.notify)
+        if seconds > bound:
+            result.error = text("limit_past_bound", self.lang, waited=_minutes(int(seconds)), of=_minutes(int(bound)))
+            result.error_kind = LIMIT
+            return False
+
+        def tell(left: float) -> None:
+            emit(Event("info", data={"message": text("info_limit_wait", self.lang, left=_minutes(int(left) + 1)),
+                                     "limit_wait_s": int(left)}))
+        await wait_out_limit(seconds + 1, sleep=self._sleep, tell=tell)
+        return True
 
     async def _wait_online(self, emit: Callable[[Event], None]) -> bool:
         """Wait for the network with an ``offline`` event when it goes, one a minute while it stays
@@ -9595,7 +9810,8 @@ class Runtime:
                     with contextlib.suppress(OSError):
                         os.rmdir(os.path.dirname(leftover))   # a dead flower's temp dir, once empty
         if recovered:
-            self._info(text("info_recovered", self.lang, n=recovered, sid=sid))
+            self._info(text("info_recovered_one" if recovered == 1 else "info_recovered", self.lang, n=recovered,
+                            sid=sid))
         return recovered
 
     def _append_waiting(self, key: dict, entries: list[dict], before: str | None = None) -> None:
@@ -9725,7 +9941,7 @@ class Runtime:
         damage = store_damage(turn.exception) or store_damage(turn.error_text)
         if damage:
             where = getattr(self.raw_store, "path", None) or self.state.describe()
-            raise FlowerError(text("store_damaged", self.lang, path=where, error=damage), EXIT_SETUP)
+            raise FlowerError(text("store_damaged", self.lang, path=where, error=damage, prog=program_name()), EXIT_SETUP)
 
     async def _watch_stall(self, st: "_RunState", turn: _Turn, drive: Any) -> None:
         """While the CLI says nothing: a line a minute saying so (and why, when a tool runs or the CLI
@@ -10090,9 +10306,89 @@ class _RunState:
                 await asyncio.wait_for(self.call_seen.wait(), remaining)
 
 
-def _short_input(value: Any, limit: int = 300) -> Any:
+def _short_input(value: Any, limit: int = 300) -> dict:
+    """A tool call's input for events: always an object (``jq`` can rely on it), each long value cut."""
+    if not isinstance(value, dict):
+        value = {"value": value}
     raw = json.dumps(value, ensure_ascii=False, default=str)
-    return value if len(raw) <= limit else raw[:limit] + "…"
+    if len(raw) <= limit:
+        return value
+    each = max(40, limit // max(1, len(value)))
+    return {str(k): v if len(json.dumps(v, ensure_ascii=False, default=str)) <= each
+            else json.dumps(v, ensure_ascii=False, default=str)[:each] + "…" if not isinstance(v, str) else v[:each] + "…"
+            for k, v in value.items()}
+
+
+# --- Judge sandbox: the judge runs commands in a throwaway copy and cannot change the work ---
+
+JUDGE_TOOLS = ["Read", "Glob", "Grep", "Bash"]
+JUDGE_WRITE_TOOLS = ("Write", "Edit", "MultiEdit", "NotebookEdit")
+
+
+def _pre_tool_deny(reason: str) -> dict:
+    return {"hookSpecificOutput": {"hookEventName": "PreToolUse", "permissionDecision": "deny",
+                                   "permissionDecisionReason": reason}}
+
+
+def judge_tool_decision(tool: str, tool_input: Any, copy: str | None, guarded: tuple[str, ...],
+                        lang: str = "en") -> dict:
+    """What the judge's PreToolUse guard answers for one call (pure): a write tool is refused; a Bash
+    command runs inside ``copy`` (``cd`` prepended) and is refused when it names a ``guarded`` path
+    (the real workspace) or when there is no copy; anything else is left to the tool list."""
+    if tool in JUDGE_WRITE_TOOLS:
+        return _pre_tool_deny(text("judge_write_refused", lang, tool=tool))
+    if tool != "Bash":
+        return {}
+    tool_input = tool_input if isinstance(tool_input, dict) else {}
+    command = str(tool_input.get("command", ""))
+    if copy is None:
+        return _pre_tool_deny(text("judge_no_copy", lang))
+    roots = [path.rstrip("/") for path in guarded if path.rstrip("/")]
+    if any(re.search(re.escape(root) + r"(?![^/\s'\"])", command) for root in roots):
+        return _pre_tool_deny(text("judge_path_refused", lang))
+    import shlex
+    return {"hookSpecificOutput": {"hookEventName": "PreToolUse", "permissionDecision": "allow",
+                                   "updatedInput": {**tool_input, "command": f"cd {shlex.quote(copy)} && {command}"}}}
+
+
+class JudgeSandbox:
+    """The judge verifies by running the goal's checks, yet must not change the work: each round copies
+    the workspace (without flower's own ``.flower`` and run dir) into a temp folder, the judge's Bash
+    commands run there, write tools are refused, and the copy is removed when the round ends. A copy,
+    not a git worktree: the work being judged is usually uncommitted."""
+
+    def __init__(self, paths: Paths):
+        self.paths = paths
+        self.copy: str | None = None
+
+    def hooks(self) -> dict[str, list[tuple[str | None, Callable]]]:
+        """The judge's SDK hooks (``AgentSpec.hooks``): one PreToolUse guard for every tool."""
+        return {"PreToolUse": [(None, self.guard)]}
+
+    async def guard(self, data: dict, tool_use_id: Any, context: Any) -> dict:
+        """The PreToolUse hook (see :func:`judge_tool_decision`)."""
+        data = data if isinstance(data, dict) else {}
+        return judge_tool_decision(str(data.get("tool_name", "")), data.get("tool_input"), self.copy,
+                                   (self.paths.workspace,), self.paths.lang)
+
+    @contextlib.contextmanager
+    def round(self) -> Any:
+        """A fresh copy of the workspace for one judge round, removed afterwards (also on failure)."""
+        import shutil
+        import tempfile
+        base = tempfile.mkdtemp(prefix="flower-judge-")
+        skip = {os.path.realpath(self.paths.flower_dir), os.path.realpath(self.paths.run_dir)}
+
+        def ignore(folder: str, names: list[str]) -> list[str]:
+            return [n for n in names if os.path.realpath(os.path.join(folder, n)) in skip]
+        try:
+            copy = os.path.join(base, os.path.basename(self.paths.workspace) or "workspace")
+            shutil.copytree(self.paths.workspace, copy, symlinks=True, ignore=ignore, ignore_dangling_symlinks=True)
+            self.copy = copy
+            yield copy
+        finally:
+            self.copy = None
+            shutil.rmtree(base, ignore_errors=True)
 
 
 # --- Workflow: steps, continuity across wakes, the starter flow (clarify -> goal -> work + judge) ---
@@ -10212,7 +10508,7 @@ class Workflow:
                 reason = getattr(verdict, "reason", None) or (verdict if isinstance(verdict, str) else "rejected")
                 if step.on_fail != "stop":
                     return _give_up(step, ctx)
-                raise StepAbort(f"{step.name}: {str(reason)[:500]}")
+                raise StepAbort(f"{step.name}: {' '.join(str(reason).split())[:500]}")
             round_no += 1
             label, resume, prompt = f"{step.name}#round{round_no}", result.session_id, follow
 
@@ -10298,6 +10594,13 @@ class _WakeWatch:
                 return
 
 
+def _wake_work_prompt(sentence: str, paths: Paths, ctx: dict) -> str:
+    """The work step's resume prompt on a wake with a sentence: the sentence, and the goal's new checks
+    when the goal step re-derived it in this run (else the first judge round fails on unseen checks)."""
+    goal = _read_text(paths.goal) or "" if ctx.get("goal") else ""
+    return sentence + (text("wake_new_goal", paths.lang, path=paths.goal, goal=goal.strip()) if goal.strip() else "")
+
+
 def starter_flow(ask: str | None, *, rt: Runtime, rounds: int = 3, use_goal: bool = True,
                  human: Human | None = None, wake_sentence: str | None = None,
                  model: str | None = None, permission_mode: str = "acceptEdits", delegate: bool = False,
@@ -10336,9 +10639,10 @@ def starter_flow(ask: str | None, *, rt: Runtime, rounds: int = 3, use_goal: boo
     if delegate:
         worker = coordinator(paths, lang=lang, instructions=t("work_instructions"), model=model,
                              worker_model=worker_model, permission_mode=permission_mode)
-    judge = AgentSpec("judge", instructions=t("judge_instructions"), tools=["Read", "Glob", "Grep"],
-                      allowed_tools=["Read", "Glob", "Grep"], disallowed_tools=["Write", "Edit", "Bash"],
-                      model=model, permission_mode="default", handoff=False)
+    sandbox = JudgeSandbox(paths)
+    judge = AgentSpec("judge", instructions=t("judge_instructions"), tools=list(JUDGE_TOOLS),
+                      allowed_tools=list(JUDGE_TOOLS), disallowed_tools=list(JUDGE_WRITE_TOOLS),
+                      model=model, permission_mode="default", handoff=False, hooks=sandbox.hooks())
 
     def clarify_prompt(ctx: dict) -> str:
         return t("clarify_prompt", task=ask or "", who=t("clarify_human") if human else t("clarify_no_human"))
@@ -10389,7 +10693,10 @@ def starter_flow(ask: str | None, *, rt: Runtime, rounds: int = 3, use_goal: boo
         ctx["_judge_round"] = ctx.get("_judge_round", 0) + 1
         n = ctx["_judge_round"]
         label = f"work·{t('judge_label')}#{n}"
-        verdict_result = await rt.run(judge, t("judge_prompt", goal=goal.render(lang)), step_name=label, lineage_key=None)
+        rt.emit(Event("step", step=label, data={"name": label, "continues": False, "woke": ctx.get("_woke"),
+                                                "context": None}))
+        with sandbox.round():
+            verdict_result = await rt.run(judge, t("judge_prompt", goal=goal.render(lang)), step_name=label, lineage_key=None)
         rt.record(verdict_result)
         ctx.setdefault("_judges", []).append(verdict_result.session_id)
         verdict = Verdict.parse(verdict_result.text) if verdict_result.ok else \
@@ -10433,7 +10740,8 @@ def starter_flow(ask: str | None, *, rt: Runtime, rounds: int = 3, use_goal: boo
     if use_goal:
         steps.append(Step("goal", goal_setter, goal_prompt, gate=goal_gate, on_reject=goal_fix,
                           when=lambda ctx: not goal_frozen or wake["goal"]))
-    steps.append(Step("work", worker, work_prompt, resume_prompt=wake_sentence or text("work_resume", lang),
+    steps.append(Step("work", worker, work_prompt, resume_prompt=functools.partial(_wake_work_prompt, wake_sentence, paths)
+                      if wake_sentence else text("work_resume", lang),
                       gate=judge_gate, on_reject=work_again))
     return Workflow(steps)
 
@@ -11351,7 +11659,8 @@ class Reporter:
                 note = "  " + t("ui_continues", woke=data.get("woke"))
                 if data.get("context"):
                     note += t("ui_context", context=_human_tokens(data["context"]))
-            self.say(self._paint(f"== {data.get('name')} " + "=" * max(3, 40 - len(str(data.get('name')))), "1") + note)
+            title = step_title(str(data.get("name")), self.lang)
+            self.say(self._paint(f"== {title} " + "=" * max(3, 40 - display_width(title)), "1") + note)
         elif kind == "text":
             self.turns += 1
             body = sanitize(data.get("text", "")).strip()
@@ -11377,9 +11686,11 @@ class Reporter:
                                   degraded=degraded, path=_tilde(str(data.get("path")))))
         elif kind == "resume":
             if data.get("pruned") and self.verbose:
-                self.say(f"  resume: pruned {data['pruned']}")
+                pruned = data["pruned"]
+                said = ", ".join(f"{k} {v}" for k, v in pruned.items()) if isinstance(pruned, dict) else str(pruned)
+                self.say(f"  resume: pruned {said}")
             elif data.get("reason") == "human":
-                self.say("  " + t("ui_words"))
+                self.say("  " + t("ui_words" if data.get("words") else "ui_continuing"))
         elif kind in ("offline", "online"):
             key = "info_online" if kind == "online" else "info_offline" if not data.get("waited_s") \
                 else "info_still_offline"
@@ -11424,9 +11735,58 @@ def program_name(argv0: str | None = None) -> str:
     return "python3 flower.py"
 
 
+def argv_lang(argv: list[str]) -> str:
+    """The language asked for on a command line not parsed yet (``--lang X``, ``--lang=X``), else
+    ``FLOWER_LANG``, else English: usage errors are said before the parser knows it."""
+    lang = os.environ.get("FLOWER_LANG") or "en"
+    for i, token in enumerate(argv):
+        if token == "--lang" and i + 1 < len(argv):
+            lang = argv[i + 1]
+        elif token.startswith("--lang="):
+            lang = token.split("=", 1)[1]
+    return lang if lang in TEXTS else "en"
+
+
+_ARGPARSE_MESSAGES = (   # argparse's own words -> the text-table key that says them
+    (r"unrecognized arguments: (?P<what>.*)", "ap_unrecognized"),
+    (r"argument (?P<arg>\S+): invalid choice: (?P<what>.*?) \(choose from (?P<choices>.*)\)", "ap_invalid_choice"),
+    (r"argument (?P<arg>\S+): expected one argument", "ap_expected_one"),
+    (r"argument (?P<arg>\S+): invalid \S+ value: (?P<what>.*)", "ap_invalid_value"),
+    (r"argument (?P<arg>\S+): must be a whole number, got (?P<what>.*)", "ap_whole_number"),
+    (r"argument (?P<arg>\S+): must be at least (?P<low>\S+), got (?P<what>.*)", "ap_at_least"),
+    (r"argument (?P<arg>\S+): the budget must be (?:a number of USD|more than 0 USD), got (?P<what>.*)", "ap_budget"),
+    (r"argument (?P<arg>\S+): (?P<what>.*)", "ap_argument"),
+    (r"the following arguments are required: (?P<what>.*)", "ap_required"),
+)
+
+
+def argparse_message(message: str, lang: str) -> str:
+    """An argparse error in ``lang`` (argparse itself speaks English only); unknown shapes unchanged."""
+    if lang == "en":
+        return message
+    for pattern, key in _ARGPARSE_MESSAGES:
+        m = re.fullmatch(pattern, message)
+        if m:
+            return text(key, lang, **{k: v or "" for k, v in m.groupdict().items()})
+    return message
+
+
+def step_title(name: str, lang: str) -> str:
+    """A step's name for a header, in ``lang``: ``work#round2`` -> ``工作#round2`` (the base name of the
+    starter flow's steps is translated; a user's own step keeps its name)."""
+    base, sep, rest = name.partition("#")
+    head, dot, tail = base.partition("·")
+    key = f"step_{head}"
+    if key not in TEXTS["en"]:
+        return name
+    return text(key, lang) + dot + tail + sep + rest
+
+
 class _ArgParser(argparse.ArgumentParser):
     def error(self, message: str) -> Any:  # one line, exit 2, no usage dump
-        raise FlowerError(f"{message} (see: {program_name()} --help)", EXIT_USAGE)
+        lang = argv_lang(sys.argv[1:])
+        raise FlowerError(text("ui_usage_error", lang, message=argparse_message(message, lang), prog=program_name()),
+                          EXIT_USAGE)
 
 
 KNOWN_TOOLS = frozenset({
@@ -11492,11 +11852,12 @@ def _global_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--workspace-id", default=None, metavar="ID",
                        help="the workspace's identity in --state (default FLOWER_WORKSPACE_ID, else git "
                             "remote#branch[:subdir], else the path)")
+    _settings_option(group)
 
 
 EXIT_CODES_HELP = ("exit codes: 0 done · 1 a step failed · 2 usage error · 3 setup problem or credentials "
                    "rejected · 4 network down past the wait · 5 another flower drives this workspace · "
-                   "130 interrupted · 128+N stopped by signal N")
+                   "6 a usage limit resets past FLOWER_MAX_LIMIT_WAIT · 130 interrupted · 128+N stopped by signal N")
 
 
 def _delegation_options(go: argparse.ArgumentParser) -> None:
@@ -11618,7 +11979,7 @@ class _Unbuilt:
 
 _TAKES_VALUE = {"-w", "--workspace", "-r", "--run-dir", "--lang", "--store", "--rounds", "--window",
                 "--permission-mode", "--model", "-t", "--tools", "-p", "-b", "--budget", "--resume", "--state",
-                "--workspace-id"}
+                "--workspace-id", "--settings"}
 
 
 def _positionals(argv: list[str]) -> int:
@@ -11660,8 +12021,7 @@ def _split_command(argv: list[str]) -> list[str]:
         if close:
             hint = "--help" if close[0] == "help" else close[0]
             prog = program_name()
-            raise FlowerError(f"{word!r} is not a command; did you mean: {prog} {hint}? "
-                              f"(for a one-word task: {prog} go {word})", EXIT_USAGE)
+            raise FlowerError(text("ui_not_a_command", argv_lang(argv), word=word, prog=prog, hint=hint), EXIT_USAGE)
     return ["go"] + argv
 
 
@@ -11744,6 +12104,24 @@ def _quiet_sdk_logs(verbose: bool) -> None:
     _quiet_closed_loop_noise()
     logger.addHandler(logging.NullHandler())
     logger.propagate = False
+
+
+def _fresh_start(args: argparse.Namespace, paths: Paths, ask: str | None) -> bool:
+    """A task given in a directory flower has not used, with the default run dir and store: nothing
+    but the SDK stands between it and its first step (other problems are said first where found)."""
+    return (ask is not None and args.run_dir is None and not args.store and not args.state
+            and not os.path.lexists(paths.run_dir) and os.access(paths.workspace, os.W_OK))
+
+
+def _sdk_installed() -> bool:
+    """Whether ``claude_agent_sdk`` can be imported, without importing it."""
+    if _SDK_MODULE in sys.modules:
+        return sys.modules[_SDK_MODULE] is not None
+    import importlib.util
+    try:
+        return importlib.util.find_spec(_SDK_MODULE) is not None
+    except (ImportError, ValueError):
+        return False
 
 
 def _require_sdk() -> Any:
@@ -11916,6 +12294,17 @@ def wake_banner(paths: Paths, state: dict, context: int | None, lang: str = "en"
     return text("ui_banner", lang, path=_tilde(paths.workspace), parts=" · ".join(parts))
 
 
+def _say_wake_banner(reporter: Reporter, paths: Paths, backend: StateBackend) -> None:
+    """Say what a wake continues, before the wake question (it is answered knowing what goes on)."""
+    with contextlib.suppress(Offline):   # the banner is not worth a wait
+        state = wake_state(paths.workspace, paths.run_dir, backend)
+        sid, context = (state.get("steps") or {}).get("work"), None
+        if sid:
+            with contextlib.suppress(Exception):
+                context = backend.session_store().last_context(project_key(paths.workspace), sid)
+        reporter.say(wake_banner(paths, state, context, paths.lang))
+
+
 def _archive_task(paths: Paths, lineage: Lineage, backend: StateBackend) -> list[str]:
     target = archive_dir(paths.notes_dir)
     sources = [p for p in (paths.brief, paths.goal) if os.path.exists(p)]
@@ -12034,6 +12423,8 @@ def cmd_go(args: argparse.Namespace, reporter: Reporter) -> int:
     _check_settings()
     check_spec(AgentSpec("work", permission_mode=args.permission_mode))
     paths = _paths(args, reporter)
+    if _fresh_start(args, paths, ask) and not _sdk_installed():
+        _require_sdk()   # refused before .flower is made: a run that cannot start leaves nothing behind
     paths.prepare()
     say = functools.partial(reporter.say, always=True)
     backend = _open_state(args, paths, say=say)
@@ -12058,15 +12449,11 @@ def _go_locked(args: argparse.Namespace, reporter: Reporter, paths: Paths, ask: 
                  trim=not args.no_trim, handoff=HandoffPolicy(enabled=not args.no_handoff, window=args.window),
                  on_event=reporter.event, notify=lambda m: reporter.say(m, always=True))
     rt.driver = driver
+    rt.setting_sources = setting_sources_for(settings_choice(args))
     for path, line in unwritten:   # said once already
         rt._warned.add(path)
         rt.degraded.append(line)
     try:
-        if used:
-            work_sid = rt.lineage.steps.get("work")
-            with contextlib.suppress(Offline):   # the banner is not worth a wait
-                reporter.say(wake_banner(paths, wake_state(paths.workspace, paths.run_dir, backend),
-                                         rt.last_context(work_sid) if work_sid else None, paths.lang))
         if used and ask is None and rt.lineage.done:   # achieved, and nothing new: nothing to pay for
             reporter.say(text("ui_nothing_new", paths.lang), always=True)
             return _finish(rt, reporter, EXIT_OK, "nothing new")
@@ -12115,10 +12502,14 @@ def _go_task(args: argparse.Namespace, reporter: Reporter, paths: Paths, ask: st
         # (an unreadable file, another workspace) once; opening it here too said it twice
         moved = _archive_task(paths, backend.lineage(notify=say, lang=lang), backend)
         reporter.say(text("ui_archived", lang, n=len(moved), path=_tilde(os.path.dirname(moved[0])) if moved else "-"))
+    if args.new and ask is None and not interactive:   # a usage error moves nothing
+        raise FlowerError(text("ui_new_without_task", lang, prog=program_name()), EXIT_USAGE)
     used = wake_state(paths.workspace, paths.run_dir, backend)["waking"]
     if args.new and (used or backend.has_lineage()):
         archive()
         used = False
+    if used:
+        _say_wake_banner(reporter, paths, backend)
     task = None if used else task_of(backend.peek_lineage())   # given to a run killed before its first step
     if ask is None and interactive:
         answer = _ask_line(text("wake_continue_question" if used or task else "wake_new_question", lang))
@@ -12132,7 +12523,7 @@ def _go_task(args: argparse.Namespace, reporter: Reporter, paths: Paths, ask: st
         say(text("ui_task_carried", lang, task=sanitize(task)[:200]))
         ask = task
     if not used and not ask:
-        raise FlowerError(text("ui_nothing_to_do", lang), EXIT_USAGE)
+        raise FlowerError(text("ui_nothing_to_do", lang, prog=program_name()), EXIT_USAGE)
     return used, ask
 
 
@@ -12178,6 +12569,8 @@ def _exit_code(rt: Runtime, message: str) -> int:
         return EXIT_SETUP
     if OFFLINE in kinds or "network down" in message:
         return EXIT_OFFLINE
+    if LIMIT in kinds:
+        return EXIT_LIMIT
     return EXIT_STEP_FAILED
 
 
@@ -12229,6 +12622,7 @@ def cmd_once(args: argparse.Namespace, reporter: Reporter) -> int:
         raise
     rt = Runtime(workspace=paths.workspace, run_dir=paths.run_dir, state=backend, lang=_lang(args),
                  on_event=reporter.event, notify=lambda m: reporter.say(m, always=True))
+    rt.setting_sources = setting_sources_for(settings_choice(args))
     try:
         resume = args.resume
         if resume:
@@ -12299,14 +12693,16 @@ def _status_lines(data: dict, lang: str) -> list[str]:
     width = max(display_width(t(k)) for k, _ in pairs) + 2
     lines = [pad(t(k), width) + v for k, v in pairs]
     if not state["waking"] and not data["manifest"]:
-        lines.insert(len(lines) - 4, text("ui_nothing_to_do", lang))
+        lines.insert(len(lines) - 4, text("ui_nothing_to_do", lang, prog=program_name()))
     lines += [pad(t("st_problem"), width) + problem for problem in data.get("problems") or []]
+    if data.get("settings"):
+        lines.append(pad(t("st_settings"), width) + data["settings"])
     if data["manifest"]:
         lines.append(t("st_last_steps"))
         names = [str(r.get("step", "?")) for r in data["manifest"][-8:]]
         name_width = max(display_width(n) for n in names) + 2
         for row, name in zip(data["manifest"][-8:], names):
-            mark = "ok " if row.get("ok") else "ERR"
+            mark = pad(t("st_mark_ok") if row.get("ok") else t("st_mark_err"), 3)
             error = f"  {str(row.get('error'))[:60]}" if row.get("error") else ""
             turns = pad(n_turns(int(row.get("num_turns") or 0), lang), 9)
             lines.append(f"  {mark} {pad(name, name_width)}${float(row.get('cost_usd') or 0):.4f} "
@@ -12324,6 +12720,7 @@ def cmd_status(args: argparse.Namespace, reporter: Reporter) -> int:
         data = status_data(paths, backend)
     finally:
         backend.close()
+    data["settings"] = settings_line(paths.workspace, settings_choice(args), paths.lang)
     if args.json:
         print(json.dumps({"v": JSON_VERSION, "kind": "status", **data}, ensure_ascii=False))
     else:
@@ -12478,12 +12875,18 @@ def _doctor_database(args: argparse.Namespace, lang: str) -> list[Check]:
                            t("dr_db_schema_fix"))]
 
 
+def _doctor_settings(args: argparse.Namespace, lang: str) -> Check:
+    """What the agents read of the workspace's own settings (a usage error when ``--settings`` is bad)."""
+    workspace = os.path.realpath(args.workspace) if os.path.isdir(args.workspace) else args.workspace
+    return Check(True, settings_line(workspace, settings_choice(args), lang))
+
+
 def cmd_doctor(args: argparse.Namespace, reporter: Reporter) -> int:
     """Check everything a run needs, one line each. Exit 0 when all pass, 4 when only the network
     fails, 3 when anything else does."""
     lang = _lang(args)
     checks = _doctor_setup(lang) + [_doctor_network(lang)] + _doctor_state(args, reporter, lang) \
-        + _doctor_database(args, lang)
+        + _doctor_database(args, lang) + [_doctor_settings(args, lang)]
     failed = [c for c in checks if not c.ok]
     code = EXIT_OK if not failed else EXIT_OFFLINE if all(c.kind == "network" for c in failed) else EXIT_SETUP
     if args.json:
@@ -12491,7 +12894,8 @@ def cmd_doctor(args: argparse.Namespace, reporter: Reporter) -> int:
                           "checks": [dataclasses.asdict(c) for c in checks]}, ensure_ascii=False))
         return code
     for c in checks:
-        print(f"{'OK  ' if c.ok else 'FAIL'} {c.what}" + ("" if c.ok or not c.fix else f"  -> {c.fix}"))
+        mark = pad(text("dr_mark_ok" if c.ok else "dr_mark_fail", lang), 4)
+        print(f"{mark} {c.what}" + ("" if c.ok or not c.fix else f"  -> {c.fix}"))
     return code
 
 
@@ -12556,7 +12960,7 @@ def cmd_show(args: argparse.Namespace, reporter: Reporter) -> int:
         matches = store.find_session(args.sid)
         if len(matches) != 1:
             key = "st_no_match" if not matches else "st_ambiguous"
-            raise FlowerError(text(key, lang, n=len(matches), sid=args.sid), EXIT_USAGE)
+            raise FlowerError(text(key, lang, n=len(matches), sid=args.sid, prog=program_name()), EXIT_USAGE)
         key = {"project_key": matches[0]["project_key"], "session_id": matches[0]["session_id"]}
         entries = store.load_sync(key) or []
     finally:
@@ -12577,8 +12981,9 @@ def cmd_show(args: argparse.Namespace, reporter: Reporter) -> int:
         return EXIT_OK
     shown = render_entries(pruned)
     print(sanitize(shown) if sys.stdout.isatty() else shown)
-    parts = ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in counts.items()) or "-"
-    print(text("st_pruned", lang, parts=parts), file=sys.stderr)
+    parts = ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in counts.items())
+    if parts:
+        print(text("st_pruned", lang, parts=parts), file=sys.stderr)
     return EXIT_OK
 
 
@@ -12652,7 +13057,7 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # the last line of defence: one line, no traceback
         damage = store_damage(exc)
         if damage:   # a damaged store met outside a turn (a listing, a lookup): a setup problem, said as such
-            print(f"flower: {text('store_damaged', reporter.lang, path='the session store', error=damage)}",
+            print(f"flower: {text('store_damaged', reporter.lang, path='the session store', error=damage, prog=program_name())}",
                   file=sys.stderr)
             return EXIT_SETUP
         print(f"flower: unexpected {type(exc).__name__}: {redact(str(exc))[:300]}", file=sys.stderr)

@@ -138,7 +138,8 @@ class Cli(unittest.TestCase):
         events = [json.loads(line) for line in p.stdout.decode().splitlines()]
         kinds = {e["kind"] for e in events}
         self.assertTrue({"step", "result", "text"} <= kinds, kinds)
-        self.assertEqual([e["data"]["name"] for e in events if e["kind"] == "step"], ["clarify", "goal", "work"])
+        self.assertEqual([e["data"]["name"] for e in events if e["kind"] == "step"],
+                         ["clarify", "goal", "work", "work·judge#1"])   # the judge step has its event too
         self.assertIn(b"done", p.stderr)
         self.assertIn(b"manifest", p.stderr)
         with open(os.path.join(self.ws, ".flower", "notes", "handoff-work.md"), "w", encoding="utf-8") as fh:

@@ -169,7 +169,7 @@ class Exits(Base):
         self.run_spec(spec=AgentSpec("work", allowed_tools=["Read"], max_turns=3))
         o = FAKE.calls[0]["options"]
         self.assertEqual(o.session_store_flush, "eager")
-        self.assertEqual(o.setting_sources, [])
+        self.assertEqual(o.setting_sources, ["project", "local"])   # the workspace's CLAUDE.md, as claude -p
         self.assertEqual(o.permission_mode, "acceptEdits")
         self.assertEqual(o.cwd, os.path.realpath(self.ws))
         self.assertIsInstance(o.session_store, flower.PruningSessionStore)
