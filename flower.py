@@ -11,10 +11,10 @@ prune pipeline, the probe and every pure function work without it.
 
 Sections, low layers first:
 
-    text tables (en/zh) -> utilities -> redaction -> process guard -> resilience -> transcript logic
-    (pure) -> stored facts -> notes (pure parsers) -> session stores -> lineage and manifest -> handoff
-    -> state backends (the interface, local files) -> PostgreSQL state -> delegation -> project settings
-    -> agent runtime -> judge sandbox -> workflow -> report -> CLI
+    text tables (en/zh) -> utilities -> redaction -> process guard -> resilience -> usage limits
+    -> transcript logic (pure) -> stored facts -> notes (pure parsers) -> session stores -> lineage and
+    manifest -> handoff -> journal -> state backends (the interface, local files) -> PostgreSQL state
+    -> delegation -> project settings -> agent runtime -> judge sandbox -> workflow -> report -> CLI
 """
 
 from __future__ import annotations
@@ -1086,6 +1086,27 @@ def _tilde(path: str) -> str:
     """``path`` with the home directory shown as ``~`` (for messages)."""
     home = os.path.expanduser("~")
     return "~" + path[len(home):] if home != "/" and (path == home or path.startswith(home + os.sep)) else path
+
+
+def program_name(argv0: str | None = None) -> str:
+    """How the user invoked flower, for usage lines and suggestions: ``flower`` from the installed
+    command, ``python3 flower.py`` when the file is run (``argv0`` defaults to ``sys.argv[0]``). Any
+    other caller (a test runner, a program calling ``main``) gets ``python3 flower.py``."""
+    base = os.path.basename(sys.argv[0] if argv0 is None else argv0)
+    if re.fullmatch(r"flower[\w-]*", base):
+        return base
+    return "python3 flower.py"
+
+
+def _human_tokens(n: int | None) -> str:
+    if not n:
+        return "0"
+    return f"{n / 1_000_000:.2f}M" if n >= 1_000_000 else f"{n / 1000:.1f}K" if n >= 1000 else str(n)
+
+
+def _lang(args: argparse.Namespace) -> str:
+    lang = args.lang or os.environ.get("FLOWER_LANG", "en") or "en"
+    return lang if lang in TEXTS else "en"
 
 
 # --- Redaction: one rule for every place text leaves flower's memory ---
@@ -2828,6 +2849,20 @@ def _rich_chars(block: dict) -> int:
 def _other_chars(block: dict) -> int:
     """What a block that is neither text, a tool use nor a result weighs (thinking, an image)."""
     return _IMAGE_CHARS if block.get("type") == "image" else len(str(block.get("thinking", "")))
+
+
+AGENT_TOOLS = ("Agent", "Task")   # the subagent tool ("Task" in older CLIs)
+
+
+def _delegate_marks() -> tuple[str, ...]:
+    return tuple(table["delegate_denied"].split("{")[0] for table in TEXTS.values())
+
+
+def is_delegation_rule(entry: dict) -> bool:
+    """True for a tool result that is flower's own delegation denial: an instruction that prune keeps
+    (it is not a permission denial that teaches helplessness)."""
+    marks = _delegate_marks()
+    return any(mark in block_text(block) for block in blocks_of(entry) for mark in marks)
 
 
 def _is_denial(entry: dict) -> bool:
@@ -7233,6 +7268,167 @@ def assemble_carry(ledger: Ledger, *, nav: dict[str, str], thread: list[tuple[st
     return Carry(result, [k for k in CARRY_PRIORITY if k in trimmed], dropped)
 
 
+# --- Journal: what the report draws, recorded cheaply as the job runs ---
+#
+# One compact line per answer (its context level and tool calls), per connection's cost, per handoff,
+# wait, outage, kill, degraded continuity and judge verdict, written through the state backend (a
+# JSONL file in run_dir, or a table): what ``report`` draws and what nothing else records.
+
+JOURNAL_FILE = "journal.jsonl"
+_JOURNAL_KINDS = frozenset(("step", "handoff", "retry", "error", "offline", "online", "resume", "result"))
+_JOURNAL_FIELDS = {
+    "step": ("continues", "woke"), "handoff": ("phase", "context", "window", "generation", "retired", "degraded",
+                                               "carry_chars"),
+    "retry": ("attempt", "kind", "delay"), "error": ("kind", "message"), "offline": ("waited_s", "host", "port"),
+    "online": ("waited_s", "host", "port"), "resume": ("reason", "attempt", "pruned"),
+    "result": ("ok", "cost_usd", "turns", "attempts", "error"),
+}
+
+
+class Journal:
+    """The journal of one run: one compact JSON line per record in ``run_dir/journal.jsonl`` (0600),
+    appended in one write without fsync (a killed process loses nothing the kernel took; only a
+    power cut can). The first record a run writes names the machine and process that ran it."""
+
+    def __init__(self, path: str, run: str):
+        self.path = path
+        self.run = run
+        self._started = False
+
+    def add(self, kind: str, step: str = "", sid: str | None = None, /, **data: Any) -> None:
+        """Append one record ``{"k", "t", "r", "s", "sid", **data}`` (``t``: epoch seconds)."""
+        now = round(time.time(), 3)
+        records = []
+        if not self._started:
+            records.append({"k": "run", "t": now, "r": self.run, "host": socket.gethostname(), "pid": os.getpid()})
+        record = {"k": kind, "t": now, "r": self.run, "s": step}
+        if sid:
+            record["sid"] = sid
+        record.update(data)
+        records.append(record)
+        self.write("".join(json.dumps(r, ensure_ascii=False, separators=(",", ":"), default=str) + "\n"
+                           for r in records))
+        self._started = True
+
+    def write(self, lines: str) -> None:
+        """Append whole lines (after a torn last line, on a line of their own)."""
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o600)
+        try:
+            data = lines.encode("utf-8", "surrogatepass")
+            size = os.fstat(fd).st_size
+            if size and os.pread(fd, 1, size - 1) != b"\n":
+                data = b"\n" + data
+            os.write(fd, data)
+        finally:
+            os.close(fd)
+
+    @staticmethod
+    def parse(lines: Iterable[str]) -> list[dict]:
+        """The well-formed records among ``lines``: objects with a kind and a time (others are skipped)."""
+        records = []
+        for line in lines:
+            if not line.strip():
+                continue
+            with contextlib.suppress(ValueError):
+                value = json.loads(line)
+                if isinstance(value, dict) and isinstance(value.get("k"), str) and \
+                        isinstance(value.get("t"), (int, float)) and not isinstance(value.get("t"), bool):
+                    records.append(value)
+        return records
+
+    @staticmethod
+    def read(path: str) -> list[dict]:
+        """Every well-formed record of a journal file ([] when there is none)."""
+        try:
+            with open_regular(path, "r", encoding="utf-8", errors="replace") as fh:
+                return Journal.parse(fh)
+        except OSError:
+            return []
+
+
+class PgJournal(Journal):
+    """The journal in the database: one row per record (the run's first one with its machine line),
+    spooled like every other write while the database is away."""
+
+    def __init__(self, state: "PostgresState", run: str):
+        super().__init__(state.describe("journal"), run)
+        self.state = state
+
+    def write(self, lines: str) -> None:
+        """Append the lines as one row."""
+        self.state.write({"t": "journal", "ws": self.state.workspace_id, "run": self.run, "lines": lines})
+
+
+def _journal_fields(kind: str, data: dict) -> dict:
+    """The few fields of an event's data a journal record keeps (strings cut short)."""
+    fields = {}
+    for name in _JOURNAL_FIELDS.get(kind, ()):
+        value = data.get(name)
+        if value is None:
+            continue
+        fields[name] = value[:300] if isinstance(value, str) else value
+    return fields
+
+
+def journal_event(rt: "Runtime", event: "Event") -> None:
+    """Journal what the report needs of one runtime event (fail-soft; most events are not kept)."""
+    with contextlib.suppress(Exception):
+        kept = _journal_kept(rt, event)
+        if kept is not None:
+            _journal(rt, kept[0], event.step, event.session_id, redact_obj(kept[1]))
+
+
+def _journal_kept(rt: "Runtime", event: "Event") -> tuple[str, dict] | None:
+    """``(kind, fields)`` of the record an event becomes (None: not kept)."""
+    kind, data = event.kind, event.data or {}
+    if kind == "system":
+        if data.get("subtype") != "turn_result":
+            return None
+        kind, fields = "cost", {"cost": round(float(data.get("cost_usd") or 0), 6)}
+    elif kind == "info":
+        if "verdict" in data:
+            kind, fields = "verdict", {"verdict": str(data["verdict"]), "failed": list(data.get("failed") or [])[:20]}
+        elif data.get("message") in rt.degraded:
+            kind, fields = "degraded", {"message": str(data["message"])[:300]}
+        else:
+            return None
+    elif kind in _JOURNAL_KINDS:
+        fields = _journal_fields(kind, data)
+    else:
+        return None
+    return kind, fields
+
+
+def _journal(rt: "Runtime", kind: str, step: str, sid: str | None, fields: dict) -> None:
+    """Add a record fail-soft: a write that fails warns once (``Runtime.soft``); nothing else of the
+    journal's can ever stop a run."""
+    journal = getattr(rt, "journal", None)
+    if journal is not None:
+        with contextlib.suppress(Exception):
+            rt.soft(journal.path, lambda: journal.add(kind, step, sid, **fields))
+
+
+def journal_answer(rt: "Runtime", st: Any, msg: Any) -> None:
+    """Journal one answer of a main thread: the context level it left, the window, the handoff
+    threshold and the tools it called (fail-soft)."""
+    if getattr(msg, "parent_tool_use_id", None) is not None or getattr(msg, "model", None) == SYNTHETIC_MODEL:
+        return
+    fields: dict = {"lv": st.level, "w": st.window, "at": st.at}
+    tools = [getattr(block, "name", "") for block in getattr(msg, "content", None) or []
+             if type(block).__name__ == "ToolUseBlock"]
+    if tools:
+        fields["tools"] = tools
+    _journal(rt, "turn", st.name, st.sid, fields)
+
+
+def journal_kill(rt: "Runtime", reason: str) -> None:
+    """Journal that this process was stopped by a signal (what ``rescue`` writes down)."""
+    current = rt._current
+    step = current["result"].step if current else ""
+    with contextlib.suppress(Exception):
+        rt.journal.add("kill", step, None, reason=reason)
+
+
 # --- State backends: one interface for the local files + SQLite and for PostgreSQL ---
 #
 # Everything flower keeps between runs goes through a StateBackend: the session store, lineage,
@@ -7422,6 +7618,10 @@ class StateBackend:
         """The place the state is kept when it is not this machine's run_dir (a database, never its
         password), for messages; None for the local files."""
         return None
+
+    def driven(self) -> bool:
+        """Whether a flower drives this workspace now (it holds the workspace lock)."""
+        return flock_holder(os.path.join(self.paths.flower_dir, "flower.lock")) is not None
 
     def close(self) -> None:
         """Release connections (idempotent)."""
@@ -7876,6 +8076,10 @@ class PostgresState(StateBackend):
     def describe(self, what: str = "") -> str:
         """``<database> [<what> of <workspace id>]``."""
         return f"{self.where()} [{what + ' of ' if what else ''}{self.workspace_id}]"
+
+    def driven(self) -> bool:
+        """Whether a flower drives this workspace now (its workspace lease is fresh)."""
+        return (self.lease("workspace", quiet=True).get("left") or 0) > 0
 
     def _connect(self) -> Any:
         """A new connection; a refused login or a malformed setting is exit 3 at once (waiting would
@@ -8736,7 +8940,6 @@ class PgLock(DriverLock):
 SPILL_AT = 4000      # a tool output this long or longer goes to a file as it is written
 SPILL_HEAD = 400     # what of it stays in the context, after the pointer
 SPILL_MATCHER = "Bash|Read|Grep|Glob|WebFetch"
-AGENT_TOOLS = ("Agent", "Task")   # the subagent tool ("Task" in older CLIs)
 COORDINATOR_TOOLS = ["Agent", "TodoWrite", "Read", "Glob", "Grep", "Bash"]
 WORKER_TOOLS = ["Read", "Write", "Edit", "Bash", "Glob", "Grep"]
 MAIN_THREAD_WRITERS = ("Write", "Edit", "NotebookEdit")
@@ -8771,17 +8974,6 @@ def main_thread_denial(data: Any, lang: str = "en") -> str | None:
     elif name not in MAIN_THREAD_WRITERS:
         return None
     return text("delegate_denied", lang, tool=name)
-
-
-def _delegate_marks() -> tuple[str, ...]:
-    return tuple(table["delegate_denied"].split("{")[0] for table in TEXTS.values())
-
-
-def is_delegation_rule(entry: dict) -> bool:
-    """True for a tool result that is flower's own delegation denial: an instruction that prune keeps
-    (it is not a permission denial that teaches helplessness)."""
-    marks = _delegate_marks()
-    return any(mark in block_text(block) for block in blocks_of(entry) for mark in marks)
 
 
 def spill_text(name: Any, response: Any) -> str | None:
@@ -9008,21 +9200,6 @@ def worker(*, lang: str = "en", model: str | None = None, tools: list[str] | Non
                        tools=list(tools or WORKER_TOOLS), model=model or "inherit")
 
 
-def coordinator(paths: "Paths", *, lang: str = "en", name: str = "work", instructions: str = "",
-                model: str | None = None, worker_model: str | None = None,
-                permission_mode: str = "acceptEdits") -> "AgentSpec":
-    """The coordinator: plans, delegates to workers through Agent, glances read-only. The session's
-    tools include the workers' (a session-wide tool list binds subagents too); the rules hook denies
-    the main thread the ones that change things, and the spill hook keeps every big output on disk."""
-    hands = list(dict.fromkeys(COORDINATOR_TOOLS + WORKER_TOOLS))
-    return AgentSpec(
-        name, instructions=(instructions + "\n\n" if instructions else "") + text("coordinator_instructions", lang),
-        preset=True, tools=hands, allowed_tools=hands, model=model, permission_mode=permission_mode,
-        agents={WORKER_NAME: worker(lang=lang, model=worker_model)},
-        hooks={"PreToolUse": [(None, rules_hook(lang)), ("|".join(AGENT_TOOLS), agent_call_hook(paths, lang))],
-               "PostToolUse": [(SPILL_MATCHER, spill_hook(paths, lang)), ("Write|Edit", workbench_refresh_hook(paths))]})
-
-
 # --- Project settings: which of the workspace's own instructions and settings the agents read ---
 
 PROJECT_SETTING_SOURCES = ["project", "local"]
@@ -9094,7 +9271,6 @@ class AgentSpec:
     handoff: bool = True
     hooks: dict[str, list[tuple[str | None, Callable]]] = field(default_factory=dict)
     agents: dict[str, Any] | None = None
-
 
 
 PERMISSION_MODES = ("default", "acceptEdits", "plan", "bypassPermissions", "dontAsk", "auto")
@@ -10601,6 +10777,21 @@ def _wake_work_prompt(sentence: str, paths: Paths, ctx: dict) -> str:
     return sentence + (text("wake_new_goal", paths.lang, path=paths.goal, goal=goal.strip()) if goal.strip() else "")
 
 
+def coordinator(paths: "Paths", *, lang: str = "en", name: str = "work", instructions: str = "",
+                model: str | None = None, worker_model: str | None = None,
+                permission_mode: str = "acceptEdits") -> "AgentSpec":
+    """The coordinator: plans, delegates to workers through Agent, glances read-only. The session's
+    tools include the workers' (a session-wide tool list binds subagents too); the rules hook denies
+    the main thread the ones that change things, and the spill hook keeps every big output on disk."""
+    hands = list(dict.fromkeys(COORDINATOR_TOOLS + WORKER_TOOLS))
+    return AgentSpec(
+        name, instructions=(instructions + "\n\n" if instructions else "") + text("coordinator_instructions", lang),
+        preset=True, tools=hands, allowed_tools=hands, model=model, permission_mode=permission_mode,
+        agents={WORKER_NAME: worker(lang=lang, model=worker_model)},
+        hooks={"PreToolUse": [(None, rules_hook(lang)), ("|".join(AGENT_TOOLS), agent_call_hook(paths, lang))],
+               "PostToolUse": [(SPILL_MATCHER, spill_hook(paths, lang)), ("Write|Edit", workbench_refresh_hook(paths))]})
+
+
 def starter_flow(ask: str | None, *, rt: Runtime, rounds: int = 3, use_goal: bool = True,
                  human: Human | None = None, wake_sentence: str | None = None,
                  model: str | None = None, permission_mode: str = "acceptEdits", delegate: bool = False,
@@ -10753,161 +10944,6 @@ def starter_flow(ask: str | None, *, rt: Runtime, rounds: int = 3, use_goal: boo
 # handoff, wait, outage, kill, degraded continuity and judge verdict, written as the job runs through
 # the state backend. ``report_data`` turns them into one dict (``report --json``), ``render_report``
 # into one HTML page with inline SVG and CSS: nothing is fetched from anywhere when it is opened.
-
-JOURNAL_FILE = "journal.jsonl"
-_JOURNAL_KINDS = frozenset(("step", "handoff", "retry", "error", "offline", "online", "resume", "result"))
-_JOURNAL_FIELDS = {
-    "step": ("continues", "woke"), "handoff": ("phase", "context", "window", "generation", "retired", "degraded",
-                                               "carry_chars"),
-    "retry": ("attempt", "kind", "delay"), "error": ("kind", "message"), "offline": ("waited_s", "host", "port"),
-    "online": ("waited_s", "host", "port"), "resume": ("reason", "attempt", "pruned"),
-    "result": ("ok", "cost_usd", "turns", "attempts", "error"),
-}
-
-
-class Journal:
-    """The journal of one run: one compact JSON line per record in ``run_dir/journal.jsonl`` (0600),
-    appended in one write without fsync (a killed process loses nothing the kernel took; only a
-    power cut can). The first record a run writes names the machine and process that ran it."""
-
-    def __init__(self, path: str, run: str):
-        self.path = path
-        self.run = run
-        self._started = False
-
-    def add(self, kind: str, step: str = "", sid: str | None = None, /, **data: Any) -> None:
-        """Append one record ``{"k", "t", "r", "s", "sid", **data}`` (``t``: epoch seconds)."""
-        now = round(time.time(), 3)
-        records = []
-        if not self._started:
-            records.append({"k": "run", "t": now, "r": self.run, "host": socket.gethostname(), "pid": os.getpid()})
-        record = {"k": kind, "t": now, "r": self.run, "s": step}
-        if sid:
-            record["sid"] = sid
-        record.update(data)
-        records.append(record)
-        self.write("".join(json.dumps(r, ensure_ascii=False, separators=(",", ":"), default=str) + "\n"
-                           for r in records))
-        self._started = True
-
-    def write(self, lines: str) -> None:
-        """Append whole lines (after a torn last line, on a line of their own)."""
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o600)
-        try:
-            data = lines.encode("utf-8", "surrogatepass")
-            size = os.fstat(fd).st_size
-            if size and os.pread(fd, 1, size - 1) != b"\n":
-                data = b"\n" + data
-            os.write(fd, data)
-        finally:
-            os.close(fd)
-
-    @staticmethod
-    def parse(lines: Iterable[str]) -> list[dict]:
-        """The well-formed records among ``lines``: objects with a kind and a time (others are skipped)."""
-        records = []
-        for line in lines:
-            if not line.strip():
-                continue
-            with contextlib.suppress(ValueError):
-                value = json.loads(line)
-                if isinstance(value, dict) and isinstance(value.get("k"), str) and \
-                        isinstance(value.get("t"), (int, float)) and not isinstance(value.get("t"), bool):
-                    records.append(value)
-        return records
-
-    @staticmethod
-    def read(path: str) -> list[dict]:
-        """Every well-formed record of a journal file ([] when there is none)."""
-        try:
-            with open_regular(path, "r", encoding="utf-8", errors="replace") as fh:
-                return Journal.parse(fh)
-        except OSError:
-            return []
-
-
-class PgJournal(Journal):
-    """The journal in the database: one row per record (the run's first one with its machine line),
-    spooled like every other write while the database is away."""
-
-    def __init__(self, state: "PostgresState", run: str):
-        super().__init__(state.describe("journal"), run)
-        self.state = state
-
-    def write(self, lines: str) -> None:
-        """Append the lines as one row."""
-        self.state.write({"t": "journal", "ws": self.state.workspace_id, "run": self.run, "lines": lines})
-
-
-def _journal_fields(kind: str, data: dict) -> dict:
-    """The few fields of an event's data a journal record keeps (strings cut short)."""
-    fields = {}
-    for name in _JOURNAL_FIELDS.get(kind, ()):
-        value = data.get(name)
-        if value is None:
-            continue
-        fields[name] = value[:300] if isinstance(value, str) else value
-    return fields
-
-
-def journal_event(rt: "Runtime", event: Event) -> None:
-    """Journal what the report needs of one runtime event (fail-soft; most events are not kept)."""
-    with contextlib.suppress(Exception):
-        kept = _journal_kept(rt, event)
-        if kept is not None:
-            _journal(rt, kept[0], event.step, event.session_id, redact_obj(kept[1]))
-
-
-def _journal_kept(rt: "Runtime", event: Event) -> tuple[str, dict] | None:
-    """``(kind, fields)`` of the record an event becomes (None: not kept)."""
-    kind, data = event.kind, event.data or {}
-    if kind == "system":
-        if data.get("subtype") != "turn_result":
-            return None
-        kind, fields = "cost", {"cost": round(float(data.get("cost_usd") or 0), 6)}
-    elif kind == "info":
-        if "verdict" in data:
-            kind, fields = "verdict", {"verdict": str(data["verdict"]), "failed": list(data.get("failed") or [])[:20]}
-        elif data.get("message") in rt.degraded:
-            kind, fields = "degraded", {"message": str(data["message"])[:300]}
-        else:
-            return None
-    elif kind in _JOURNAL_KINDS:
-        fields = _journal_fields(kind, data)
-    else:
-        return None
-    return kind, fields
-
-
-def _journal(rt: "Runtime", kind: str, step: str, sid: str | None, fields: dict) -> None:
-    """Add a record fail-soft: a write that fails warns once (``Runtime.soft``); nothing else of the
-    journal's can ever stop a run."""
-    journal = getattr(rt, "journal", None)
-    if journal is not None:
-        with contextlib.suppress(Exception):
-            rt.soft(journal.path, lambda: journal.add(kind, step, sid, **fields))
-
-
-def journal_answer(rt: "Runtime", st: Any, msg: Any) -> None:
-    """Journal one answer of a main thread: the context level it left, the window, the handoff
-    threshold and the tools it called (fail-soft)."""
-    if getattr(msg, "parent_tool_use_id", None) is not None or getattr(msg, "model", None) == SYNTHETIC_MODEL:
-        return
-    fields: dict = {"lv": st.level, "w": st.window, "at": st.at}
-    tools = [getattr(block, "name", "") for block in getattr(msg, "content", None) or []
-             if type(block).__name__ == "ToolUseBlock"]
-    if tools:
-        fields["tools"] = tools
-    _journal(rt, "turn", st.name, st.sid, fields)
-
-
-def journal_kill(rt: "Runtime", reason: str) -> None:
-    """Journal that this process was stopped by a signal (what ``rescue`` writes down)."""
-    current = rt._current
-    step = current["result"].step if current else ""
-    with contextlib.suppress(Exception):
-        rt.journal.add("kill", step, None, reason=reason)
-
 
 # -- the data: pure, from rows, records, notes --
 
@@ -11460,52 +11496,12 @@ def _goal_block(goal: dict, t: Callable[[str], str]) -> str:
 
 # -- thin I/O: read what the backend keeps, write the page --
 
-def _job_running(backend: StateBackend) -> bool:
-    """Whether a flower drives this workspace now (its lock is held)."""
-    if backend.kind == "local":
-        return flock_holder(os.path.join(backend.paths.flower_dir, "flower.lock")) is not None
-    lease = getattr(backend, "lease", None)
-    return bool(lease and (lease("workspace", quiet=True).get("left") or 0) > 0)
-
-
 def gather_report(paths: Paths, backend: StateBackend, now: float | None = None) -> dict:
     """:func:`report_data` of this workspace, read through ``backend`` (no side effects)."""
     return report_data(backend.manifest_rows(), backend.journal_records(), brief=_read_text(paths.brief),
-                       goal=_read_text(paths.goal), running=_job_running(backend),
+                       goal=_read_text(paths.goal), running=backend.driven(),
                        now=time.time() if now is None else now, workspace=paths.workspace,
-                       state=backend.kind if backend.kind == "local" else backend.describe())
-
-
-def cmd_report(args: argparse.Namespace, reporter: Reporter) -> int:
-    """Write the report page (``-o``, default ``<run_dir>/report.html``) or, with ``--json``, print its data."""
-    paths = _paths(args, reporter)
-    if os.path.exists(paths.run_dir) and not os.path.isdir(paths.run_dir):
-        raise FlowerError(f"run dir {paths.run_dir} is not a directory", EXIT_SETUP)
-    backend = _open_state(args, paths, wait=False)
-    try:
-        data = gather_report(paths, backend)
-    finally:
-        backend.close()
-    if args.json:
-        print(json.dumps(data, ensure_ascii=False))
-        return EXIT_OK
-    target = os.path.abspath(args.output or paths.run("report.html"))
-    try:
-        if not args.output:
-            paths.prepare()
-        atomic_write(target, render_report(data, paths.lang), mode=0o600)
-    except OSError as exc:
-        raise FlowerError(text("rp_cannot_write", paths.lang, path=target, error=exc.strerror or exc), EXIT_SETUP) from None
-    print(text("rp_wrote", paths.lang, path=_tilde(target)))
-    return EXIT_OK
-
-
-def _report_options(command: Callable[[str], argparse.ArgumentParser]) -> None:
-    """The ``report`` sub-command's options."""
-    report = command("report")
-    report.add_argument("-o", "--output", default=None, metavar="FILE",
-                        help="where to write the page (default: report.html in the run dir)")
-    _global_options(report)
+                       state=backend.where() or "local")
 
 
 # --- CLI: go, once, status, doctor, sessions, show; progress, signals, exit codes ---
@@ -11524,11 +11520,6 @@ SUBCOMMANDS = tuple(COMMAND_SUMMARIES)
 
 
 # -- terminal output: widths, progress lines, the reporter --
-
-def _human_tokens(n: int | None) -> str:
-    if not n:
-        return "0"
-    return f"{n / 1_000_000:.2f}M" if n >= 1_000_000 else f"{n / 1000:.1f}K" if n >= 1000 else str(n)
 
 
 _CONTROL = _lazy_re(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[@-Z\\-_])|[\x00-\x08\x0b-\x1f\x7f-\x9f]")
@@ -11724,15 +11715,6 @@ class Reporter:
 
 
 # -- the parser: options, help, the command line split --
-
-def program_name(argv0: str | None = None) -> str:
-    """How the user invoked flower, for usage lines and suggestions: ``flower`` from the installed
-    command, ``python3 flower.py`` when the file is run (``argv0`` defaults to ``sys.argv[0]``). Any
-    other caller (a test runner, a program calling ``main``) gets ``python3 flower.py``."""
-    base = os.path.basename(sys.argv[0] if argv0 is None else argv0)
-    if re.fullmatch(r"flower[\w-]*", base):
-        return base
-    return "python3 flower.py"
 
 
 def argv_lang(argv: list[str]) -> str:
@@ -12274,11 +12256,6 @@ async def read_line(prompt: str) -> str:
 
     threading.Thread(target=worker, daemon=True).start()
     return await future
-
-
-def _lang(args: argparse.Namespace) -> str:
-    lang = args.lang or os.environ.get("FLOWER_LANG", "en") or "en"
-    return lang if lang in TEXTS else "en"
 
 
 def wake_banner(paths: Paths, state: dict, context: int | None, lang: str = "en") -> str:
@@ -12985,6 +12962,40 @@ def cmd_show(args: argparse.Namespace, reporter: Reporter) -> int:
     if parts:
         print(text("st_pruned", lang, parts=parts), file=sys.stderr)
     return EXIT_OK
+
+
+# -- report --
+
+def cmd_report(args: argparse.Namespace, reporter: Reporter) -> int:
+    """Write the report page (``-o``, default ``<run_dir>/report.html``) or, with ``--json``, print its data."""
+    paths = _paths(args, reporter)
+    if os.path.exists(paths.run_dir) and not os.path.isdir(paths.run_dir):
+        raise FlowerError(f"run dir {paths.run_dir} is not a directory", EXIT_SETUP)
+    backend = _open_state(args, paths, wait=False)
+    try:
+        data = gather_report(paths, backend)
+    finally:
+        backend.close()
+    if args.json:
+        print(json.dumps(data, ensure_ascii=False))
+        return EXIT_OK
+    target = os.path.abspath(args.output or paths.run("report.html"))
+    try:
+        if not args.output:
+            paths.prepare()
+        atomic_write(target, render_report(data, paths.lang), mode=0o600)
+    except OSError as exc:
+        raise FlowerError(text("rp_cannot_write", paths.lang, path=target, error=exc.strerror or exc), EXIT_SETUP) from None
+    print(text("rp_wrote", paths.lang, path=_tilde(target)))
+    return EXIT_OK
+
+
+def _report_options(command: Callable[[str], argparse.ArgumentParser]) -> None:
+    """The ``report`` sub-command's options."""
+    report = command("report")
+    report.add_argument("-o", "--output", default=None, metavar="FILE",
+                        help="where to write the page (default: report.html in the run dir)")
+    _global_options(report)
 
 
 # -- entry point --
