@@ -415,6 +415,7 @@ TEXTS: dict[str, dict[str, str]] = {
         "info_notes_restored": "{n} note(s) restored from {where}",
         "info_state_unreadable": "the {what} in {where} was unreadable; ignored",
         "ui_spooled": "{n} transcript entr(y/ies) only in the local spool {path}; the next run writes them",
+        "ui_same_words": "the same words as before: carrying on (nothing added to the brief)",
     },
     "zh": {
         "resume_prompt": "上一轮在完成之前被中断了。先看看磁盘上已经有什么,从中断处继续,不要从头开始。",
@@ -630,6 +631,7 @@ TEXTS: dict[str, dict[str, str]] = {
         "info_notes_restored": "从 {where} 恢复了 {n} 份笔记",
         "info_state_unreadable": "{where} 中的 {what} 无法读取;已忽略",
         "ui_spooled": "{n} 条会话记录只在本地暂存 {path} 中;下次运行会写入",
+        "ui_same_words": "与上次相同的话:接着做(需求不追加内容)",
     },
 }
 
@@ -9802,6 +9804,44 @@ def starter_flow(ask: str | None, *, rt: Runtime, rounds: int = 3, use_goal: boo
     return Workflow(steps)
 
 
+# --- Job continuity: a re-run with the same words continues ---
+
+def _words(value: str) -> str:
+    """Text compared as words: redacted (as it is stored), whitespace collapsed."""
+    return " ".join(redact(value).split())
+
+
+def said_before(ask: str, task: str | None, sentences: Iterable[str], brief: str, lang: str = "en") -> bool:
+    """Whether ``ask`` repeats what the job was already told: its task, a pending wake sentence, or a
+    sentence the brief holds under an *Added on wake* heading (a CI job runs one command every time)."""
+    words = _words(ask)
+    if not words:
+        return False
+    if task and _words(task) == words or any(_words(s) == words for s in sentences):
+        return True
+    added = _wake_additions(brief, lang)
+    heading = "### " + text("added_on_wake", lang)
+    chunks = [c.split("\n", 1)[1] if "\n" in c else "" for c in added.split(heading)]
+    return any(_words(line) == words for chunk in chunks for line in [chunk, *chunk.splitlines()])
+
+
+def continue_if_repeated(backend: "StateBackend", paths: "Paths", ask: str | None,
+                         say: Callable[[str], None]) -> str | None:
+    """``ask``, or None when it repeats what the used workspace's job was told (:func:`said_before`
+    over the lineage's task and wake and the brief): the run is then a plain continue, said in one
+    line unless the goal is achieved (then the closing line says there is nothing to do)."""
+    if not ask:
+        return ask
+    data = backend.peek_lineage()
+    wake = wake_of(data) or {"sentences": []}
+    if not said_before(ask, task_of(data), wake["sentences"], _brief_text(paths), paths.lang):
+        return ask
+    steps = data.get("steps") or {}
+    if not (data.get("achieved") and data.get("achieved") == steps.get("work")):
+        say(text("ui_same_words", paths.lang))
+    return None
+
+
 # --- CLI: go, once, status, doctor, sessions, show; progress, signals, exit codes ---
 
 MAX_PROMPT_BYTES = 256 * 1024
@@ -10705,6 +10745,7 @@ def _go_task(args: argparse.Namespace, reporter: Reporter, paths: Paths, ask: st
     if args.new and (used or os.path.exists(paths.run("lineage.json")) or backend.kind != "local"):
         archive()
         used = False
+    ask = continue_if_repeated(backend, paths, ask, say) if used else ask   # the same command again
     task = None if used else task_of(backend.peek_lineage())   # given to a run killed before its first step
     if ask is None and interactive:
         answer = _ask_line(text("wake_continue_question" if used or task else "wake_new_question", lang))
