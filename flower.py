@@ -416,6 +416,11 @@ TEXTS: dict[str, dict[str, str]] = {
         "info_state_unreadable": "the {what} in {where} was unreadable; ignored",
         "ui_spooled": "{n} transcript entr(y/ies) only in the local spool {path}; the next run writes them",
         "ui_same_words": "the same words as before: carrying on (nothing added to the brief)",
+        "budget_reached": ("the job's budget is spent: ${spent:.4f} of ${cap:.4f}; run again with a higher "
+                           "--max-cost to continue"),
+        "st_spend": "spent",
+        "st_spend_of": "${spent:.4f} of a ${cap:.4f} budget",
+        "st_spend_only": "${spent:.4f} (no budget)",
     },
     "zh": {
         "resume_prompt": "上一轮在完成之前被中断了。先看看磁盘上已经有什么,从中断处继续,不要从头开始。",
@@ -632,6 +637,10 @@ TEXTS: dict[str, dict[str, str]] = {
         "info_state_unreadable": "{where} 中的 {what} 无法读取;已忽略",
         "ui_spooled": "{n} 条会话记录只在本地暂存 {path} 中;下次运行会写入",
         "ui_same_words": "与上次相同的话:接着做(需求不追加内容)",
+        "budget_reached": "任务的预算已用完:${spent:.4f} / ${cap:.4f};用更高的 --max-cost 再运行即可继续",
+        "st_spend": "花费",
+        "st_spend_of": "${spent:.4f} / 预算 ${cap:.4f}",
+        "st_spend_only": "${spent:.4f}(无预算)",
     },
 }
 
@@ -646,6 +655,7 @@ def text(key: str, lang: str = "en", **fmt: Any) -> str:
 # --- Utilities: errors, atomic write, file lock, safe names, redaction, JSON state ---
 
 EXIT_OK, EXIT_STEP_FAILED, EXIT_USAGE, EXIT_SETUP, EXIT_OFFLINE, EXIT_BUSY, EXIT_INTERRUPTED = 0, 1, 2, 3, 4, 5, 130
+EXIT_BUDGET = 6   # the job's budget (--max-cost) is spent; a higher one continues it
 
 
 class FlowerError(Exception):
@@ -6212,7 +6222,7 @@ class Lineage:
             write_json(self.path, {"workspace": self.workspace, "woke": data.get("woke", 0),
                                    "steps": data["steps"], "starts": data["starts"],
                                    "achieved": data.get("achieved"), "task": data.get("task"),
-                                   "wake": data.get("wake")})
+                                   "wake": data.get("wake"), "budget": data.get("budget")})
             self.achieved = data.get("achieved")
             self.task, self.wake = task_of(data), wake_of(data)
             self.steps = dict(data["steps"])
@@ -8780,6 +8790,7 @@ class Runtime:
         import asyncio
         sdk = self._sdk()
         check_spec(spec)
+        spec = within_budget(self, spec)
         if resume:
             self._refuse_if_driven(resume)
         name = step_name or spec.name
@@ -9467,6 +9478,96 @@ def _short_input(value: Any, limit: int = 300) -> Any:
     return value if len(raw) <= limit else raw[:limit] + "…"
 
 
+# --- Job budget: the spend of the whole job, from the manifest rows, and its cap ---
+
+MAX_COST_ENV = "FLOWER_MAX_COST"
+
+
+class BudgetStop(StepAbort):
+    """The job's budget is spent: the run stops before its next call (a higher budget continues it)."""
+
+
+def job_since(data: dict) -> str:
+    """When the lineage's job began (ISO time): its written-ahead task, else its earliest start record;
+    "" when neither is known (then every row counts)."""
+    task = data.get("task")
+    times = [task.get("at")] if isinstance(task, dict) else []
+    times += [s.get("at") for s in (data.get("starts") or {}).values() if isinstance(s, dict)]
+    times = [t for t in times if isinstance(t, str) and t]
+    return min(times) if times else ""
+
+
+def job_spend(rows: Iterable[dict], since: str = "") -> float:
+    """USD spent by the job: the newest version of every manifest row started since ``since``
+    (rows of every run, machine, step, round, judge and handoff)."""
+    return sum(float(r.get("cost_usd") or 0) for r in latest_rows(rows)
+               if isinstance(r.get("cost_usd"), (int, float)) and str(r.get("started_at") or "") >= since)
+
+
+def lineage_budget(data: dict) -> float | None:
+    """The budget a lineage's data holds (None: none set)."""
+    value = data.get("budget")
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0 else None
+
+
+def spent_by(rt: Runtime) -> float:
+    """What the runtime's job spent so far: the backend's rows and this run's own (one not yet written)."""
+    try:
+        rows = [*rt.state.manifest_rows(), *rt.manifest.rows]
+        return job_spend(rows, job_since(rt.state.peek_lineage()))
+    except (Offline, OSError):
+        return job_spend(rt.manifest.rows)
+
+
+def within_budget(rt: Runtime, spec: AgentSpec) -> AgentSpec:
+    """``spec`` for the next call under the job's budget (``rt.max_cost``): raises BudgetStop when it is
+    spent, else caps the call at what is left (the CLI stops at the end of the turn that reaches it)."""
+    cap = getattr(rt, "max_cost", None)
+    if cap is None:
+        return spec
+    spent = spent_by(rt)
+    if spent >= cap:
+        raise BudgetStop(text("budget_reached", rt.lang, spent=spent, cap=cap))
+    left = cap - spent
+    return dataclasses.replace(spec, max_budget_usd=min(spec.max_budget_usd or left, left))
+
+
+def over_budget(rt: Runtime) -> str | None:
+    """The budget line when the runtime's job has spent its budget (None otherwise)."""
+    cap = getattr(rt, "max_cost", None)
+    spent = spent_by(rt) if cap is not None else 0.0
+    return text("budget_reached", rt.lang, spent=spent, cap=cap) if cap is not None and spent >= cap else None
+
+
+def parse_max_cost(raw: str | None, where: str) -> float | None:
+    """A budget in USD from ``--max-cost`` or FLOWER_MAX_COST (None when not given); bad: exit 2."""
+    if raw is None or not str(raw).strip():
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not (value > 0 and value != float("inf")):
+        raise FlowerError(f"{where} must be a number of USD above 0, got {str(raw)[:40]!r}", EXIT_USAGE)
+    return value
+
+
+def job_budget(rt: Runtime, given: float | None) -> float | None:
+    """The job's budget: the one given now (kept in the lineage, so every later run and machine holds
+    to it), else the one kept."""
+    if given is not None:
+        rt.soft(rt.lineage.path, lambda: rt.lineage._update(lambda d: d.__setitem__("budget", given)))
+        return given
+    return lineage_budget(rt.state.peek_lineage())
+
+
+def budget_status(backend: StateBackend) -> dict:
+    """``{"spent_usd", "max_cost_usd"}`` of the workspace's job, for ``status``."""
+    data = backend.peek_lineage()
+    return {"spent_usd": round(job_spend(backend.manifest_rows(), job_since(data)), 6),
+            "max_cost_usd": lineage_budget(data)}
+
+
 # --- Workflow: steps, continuity across wakes, the starter flow (clarify -> goal -> work + judge) ---
 
 async def _maybe_await(value: Any) -> Any:
@@ -10139,7 +10240,7 @@ def _global_options(parser: argparse.ArgumentParser) -> None:
 
 EXIT_CODES_HELP = ("exit codes: 0 done · 1 a step failed · 2 usage error · 3 setup problem or credentials "
                    "rejected · 4 network down past the wait · 5 another flower drives this workspace · "
-                   "130 interrupted · 128+N stopped by signal N")
+                   "6 the job's budget spent · 130 interrupted · 128+N stopped by signal N")
 
 
 def _help_width() -> int:
@@ -10215,6 +10316,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     go.add_argument("--permission-mode", default="acceptEdits", choices=PERMISSION_MODES,
                     help="permission mode of the worker (default acceptEdits)")
     go.add_argument("--model", default=None, help="model for every agent")
+    _budget_option(go)
     _global_options(go)
 
     once = command("once")
@@ -10241,6 +10343,12 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+def _budget_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--max-cost", default=None, metavar="USD",
+                        help=f"the whole job's budget in USD, across runs and machines (default {MAX_COST_ENV}, "
+                             f"else the one given before); spent: exit {EXIT_BUDGET}, a higher one continues")
+
+
 class _Unbuilt:
     """Stands in for the parser of a command that will not be parsed: its options are not built."""
 
@@ -10253,6 +10361,9 @@ class _Unbuilt:
 _TAKES_VALUE = {"-w", "--workspace", "-r", "--run-dir", "--lang", "--store", "--rounds", "--window",
                 "--permission-mode", "--model", "-t", "--tools", "-p", "-b", "--budget", "--resume", "--state",
                 "--workspace-id"}
+
+
+_TAKES_VALUE.add("--max-cost")
 
 
 def _positionals(argv: list[str]) -> int:
@@ -10684,6 +10795,8 @@ def _go_locked(args: argparse.Namespace, reporter: Reporter, paths: Paths, ask: 
                  trim=not args.no_trim, handoff=HandoffPolicy(enabled=not args.no_handoff, window=args.window),
                  on_event=reporter.event, notify=lambda m: reporter.say(m, always=True))
     rt.driver = driver
+    rt.max_cost = job_budget(rt, parse_max_cost(args.max_cost, "--max-cost") if args.max_cost is not None
+                             else parse_max_cost(os.environ.get(MAX_COST_ENV), MAX_COST_ENV))
     for path, line in unwritten:   # said once already
         rt._warned.add(path)
         rt.degraded.append(line)
@@ -10778,7 +10891,7 @@ def _go_run(args: argparse.Namespace, reporter: Reporter, rt: Runtime, used: boo
         ctx = asyncio.run(_run_with_signals(rt, reporter, lambda: flow.run(rt), interactive))
         rt.soft(rt.lineage.path, lambda: rt.lineage.settle_wake(goal=True, sentences=True))   # carried through
     except StepAbort as exc:
-        message = str(exc)
+        message = over_budget(rt) or str(exc)
         reporter.say(f"flower: {message}", always=True)
         return _finish(rt, reporter, _exit_code(rt, message), message)
     work = ctx.get("_results", {}).get("work")
@@ -10799,6 +10912,8 @@ def _print_answer(answer: str, reporter: Reporter) -> None:
 def _exit_code(rt: Runtime, message: str) -> int:
     """A failed run's exit code: 3 when the credentials were rejected, 4 when the network stayed
     down past the wait, else 1."""
+    if over_budget(rt):
+        return EXIT_BUDGET
     kinds = {r.get("error_kind") for r in rt.manifest.rows if not r.get("ok")}
     if AUTH in kinds:
         return EXIT_SETUP
@@ -10898,7 +11013,8 @@ def status_data(paths: Paths, backend: StateBackend) -> dict:
     return {"workspace": paths.workspace, "run_dir": paths.run_dir, "state": backend.kind,
             "where": None if local else backend.where(), "workspace_id": backend.workspace_id,
             "wake": state, "steps": steps, "manifest": rows, "sessions": sessions,
-            "achieved": bool(state.get("achieved")), "problems": lineage_problems(paths, paths.lang) if local else []}
+            "achieved": bool(state.get("achieved")), "problems": lineage_problems(paths, paths.lang) if local else [],
+            "budget": budget_status(backend)}
 
 
 def lineage_problems(paths: Paths, lang: str = "en") -> list[str]:
@@ -10937,6 +11053,7 @@ def _status_lines(data: dict, lang: str) -> list[str]:
         pairs.append(("st_goal", t("st_achieved")))
     if data["sessions"]:
         pairs.append(("st_sessions", t("st_stored", n=len(data["sessions"]))))
+    pairs += _budget_pairs(data.get("budget"), lang)
     width = max(display_width(t(k)) for k, _ in pairs) + 2
     lines = [pad(t(k), width) + v for k, v in pairs]
     if not state["waking"] and not data["manifest"]:
@@ -10953,6 +11070,15 @@ def _status_lines(data: dict, lang: str) -> list[str]:
             lines.append(f"  {mark} {pad(name, name_width)}${float(row.get('cost_usd') or 0):.4f} "
                          f"{turns}{row.get('started_at', '')}{error}")
     return lines
+
+
+def _budget_pairs(budget: dict | None, lang: str) -> list[tuple[str, str]]:
+    """The ``spent`` line of ``status`` (none before anything was spent or budgeted)."""
+    if not budget or not (budget["spent_usd"] or budget["max_cost_usd"]):
+        return []
+    cap = budget["max_cost_usd"]
+    return [("st_spend", text("st_spend_of", lang, spent=budget["spent_usd"], cap=cap) if cap
+             else text("st_spend_only", lang, spent=budget["spent_usd"]))]
 
 
 def cmd_status(args: argparse.Namespace, reporter: Reporter) -> int:
