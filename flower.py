@@ -421,6 +421,15 @@ TEXTS: dict[str, dict[str, str]] = {
         "st_spend": "spent",
         "st_spend_of": "${spent:.4f} of a ${cap:.4f} budget",
         "st_spend_only": "${spent:.4f} (no budget)",
+        "snapshot_too_big": ("the workspace snapshot is over {limit} MB (FLOWER_SNAPSHOT_MAX): not taken, another "
+                             "machine would not get these files"),
+        "snapshot_restore_failed": "the workspace snapshot could not be restored: {error}",
+        "snapshot_restored": "restored {n} file(s) from the snapshot of {at} on {host}",
+        "snapshot_aside": "changes of the snapshot that would overwrite local edits were set aside in {path}",
+        "snapshot_restored_prompt": ("flower restored {n} file(s) this job had changed on {host} (snapshot of "
+                                     "{at}): {names}. They are on disk now; do not write them again."),
+        "snapshot_aside_prompt": ("Some of the job's earlier changes were not applied over local edits; they "
+                                  "are set aside in {path} (changes.patch and files/)."),
     },
     "zh": {
         "resume_prompt": "上一轮在完成之前被中断了。先看看磁盘上已经有什么,从中断处继续,不要从头开始。",
@@ -641,6 +650,12 @@ TEXTS: dict[str, dict[str, str]] = {
         "st_spend": "花费",
         "st_spend_of": "${spent:.4f} / 预算 ${cap:.4f}",
         "st_spend_only": "${spent:.4f}(无预算)",
+        "snapshot_too_big": "工作区快照超过 {limit} MB(FLOWER_SNAPSHOT_MAX):未保存,别的机器拿不到这些文件",
+        "snapshot_restore_failed": "工作区快照无法恢复:{error}",
+        "snapshot_restored": "从 {host} 上 {at} 的快照恢复了 {n} 个文件",
+        "snapshot_aside": "快照中会覆盖本地修改的部分已另存到 {path}",
+        "snapshot_restored_prompt": "flower 恢复了本任务在 {host} 上改过的 {n} 个文件({at} 的快照):{names}。它们已在磁盘上,不要再写一遍。",
+        "snapshot_aside_prompt": "本任务早先的部分修改没有覆盖本地修改,已另存到 {path}(changes.patch 和 files/)。",
     },
 }
 
@@ -7037,6 +7052,14 @@ class StateBackend:
         """Host and port to wait for when the backend is remote (None: nothing to wait for)."""
         return None
 
+    def put_snapshot(self, data: bytes) -> None:
+        """Keep a packed workspace snapshot (the newest few are kept)."""
+        raise NotImplementedError
+
+    def latest_snapshot(self) -> bytes | None:
+        """The newest packed workspace snapshot (None when there is none)."""
+        raise NotImplementedError
+
     def ready(self) -> bool:
         """Whether the backend can be used now (a remote one also writes what it kept locally)."""
         return True
@@ -7120,6 +7143,28 @@ class LocalState(StateBackend):
         locks = ensure_private_dir(self.paths.run("locks"))
         return DriverLock(os.path.join(locks, f"{safe_name(name)}.lock"), what)
 
+    def put_snapshot(self, data: bytes) -> None:
+        """``snapshots/<time>-<n>.snap`` in run_dir (atomic, 0600); older than the newest few removed."""
+        folder = ensure_private_dir(self.paths.run("snapshots"))
+        name = f"{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}-{time.monotonic_ns():020d}.snap"
+        atomic_write(os.path.join(folder, name), data)
+        for old in sorted(n for n in os.listdir(folder) if n.endswith(".snap"))[:-SNAPSHOTS_KEPT]:
+            with contextlib.suppress(OSError):
+                os.unlink(os.path.join(folder, old))
+
+    def latest_snapshot(self) -> bytes | None:
+        """The newest ``snapshots/*.snap`` that can be read."""
+        folder = self.paths.run("snapshots")
+        try:
+            names = sorted((n for n in os.listdir(folder) if n.endswith(".snap")), reverse=True)
+        except OSError:
+            return None
+        for name in names:
+            with contextlib.suppress(OSError):
+                with open_regular(os.path.join(folder, name), "rb") as fh:
+                    return fh.read()
+        return None
+
     def close(self) -> None:
         """Close the session store if this backend opened it."""
         if self._owned:
@@ -7135,7 +7180,7 @@ class LocalState(StateBackend):
 # its name (a NULL body is a deletion). Writes the database cannot take (it is down) go to a local
 # spool under run_dir and are written, in order and exactly once, when it is back.
 
-PG_SCHEMA_VERSION = 2     # 2: leases (a flower.py that knows only 1 does not renew them: it is refused)
+PG_SCHEMA_VERSION = 3     # 2: leases (a flower.py that knows only 1 does not renew them: it is refused); 3: snapshots
 PG_LOCK_CLASS = 0x464C57   # first key of flower's advisory locks ("FLW"); the second is hashtext(name)
 PG_LEASE_TTL = 90.0        # seconds a driver's lease lasts unrenewed (FLOWER_LEASE_TTL); renewed every sixth
 
@@ -7176,6 +7221,9 @@ CREATE TABLE IF NOT EXISTS flower.spooled (
 CREATE TABLE IF NOT EXISTS flower.leases (
     ws text NOT NULL, lock text NOT NULL, holder text NOT NULL, info text NOT NULL,
     expires_at timestamptz NOT NULL, PRIMARY KEY (ws, lock));
+CREATE TABLE IF NOT EXISTS flower.snapshots (
+    id bigserial PRIMARY KEY, ws text NOT NULL, body bytea NOT NULL, at timestamptz NOT NULL DEFAULT now());
+CREATE INDEX IF NOT EXISTS snapshots_ws ON flower.snapshots (ws, id);
 """
 PG_SCHEMA_EXISTS = "SELECT to_regclass('flower.schema_version') IS NOT NULL"
 PG_SCHEMA_FOUND = "SELECT max(version) FROM flower.schema_version"
@@ -7240,6 +7288,10 @@ PG_LEASE_RENEW = ("UPDATE flower.leases SET expires_at = clock_timestamp() + %s 
 PG_LEASE_GET = ("SELECT holder, info, expires_at, extract(epoch FROM expires_at - clock_timestamp())::float8 "
                 "FROM flower.leases WHERE ws=%s AND lock=%s")
 PG_LEASE_DROP = "DELETE FROM flower.leases WHERE ws=%s AND lock=%s AND holder=%s"
+PG_SNAPSHOT_PUT = "INSERT INTO flower.snapshots (ws, body) VALUES (%s, %s)"
+PG_SNAPSHOT_LAST = "SELECT body FROM flower.snapshots WHERE ws=%s ORDER BY id DESC LIMIT 1"
+PG_SNAPSHOT_PRUNE = ("DELETE FROM flower.snapshots WHERE ws=%s AND id NOT IN "
+                     "(SELECT id FROM flower.snapshots WHERE ws=%s ORDER BY id DESC LIMIT %s)")
 PG_SPOOL_CLAIM = "INSERT INTO flower.spooled (spool, ws) VALUES (%s, %s) ON CONFLICT DO NOTHING RETURNING 1"
 
 
@@ -7765,6 +7817,21 @@ class PostgresState(StateBackend):
 
     def _read(self, query: str, args: tuple) -> list[tuple]:
         return self._run(lambda cur: cur.execute(query, args).fetchall())
+
+    # -- workspace snapshots: the newest few per workspace --
+
+    def put_snapshot(self, data: bytes) -> None:
+        """A row in ``flower.snapshots``; older than the newest few deleted (a lost connection raises
+        Offline: a snapshot is not spooled, the next one is taken when the database is back)."""
+        def put(cur: Any) -> None:
+            cur.execute(PG_SNAPSHOT_PUT, (self.workspace_id, data))
+            cur.execute(PG_SNAPSHOT_PRUNE, (self.workspace_id, self.workspace_id, SNAPSHOTS_KEPT))
+        self._run(put)
+
+    def latest_snapshot(self) -> bytes | None:
+        """The newest snapshot row of this workspace."""
+        rows = self._read(PG_SNAPSHOT_LAST, (self.workspace_id,))
+        return bytes(rows[0][0]) if rows else None
 
     # -- lineage: one snapshot row per change, the newest wins --
 
@@ -8631,6 +8698,7 @@ class Runtime:
         """On SIGHUP/SIGTERM (or a second Ctrl-C): stop this process's CLI at once, then write the
         in-flight step with ``error=reason``; lineage is already on disk."""
         stop_own_clis(self.paths.run_dir)
+        snapshot_now(self, "rescue")
         current = self._current
         if current is None:
             with contextlib.suppress(Exception):
@@ -9568,6 +9636,393 @@ def budget_status(backend: StateBackend) -> dict:
             "max_cost_usd": lineage_budget(data)}
 
 
+# --- Workspace snapshots: what the job changed, carried with its state ---
+#
+# In a git work tree a snapshot is the base commit, ``git diff --binary`` of the tracked changes and
+# the untracked, not-ignored files; outside git, the files changed since the job began. Never
+# ``.flower/``. Snapshots go through the state backend (locally ``<run dir>/snapshots/``, else a
+# table), so a CI cache of ``.flower/`` or the database carries the work product with the session.
+
+SNAPSHOT_VERSION = 1
+SNAPSHOT_MAX_ENV, SNAPSHOT_EVERY_ENV = "FLOWER_SNAPSHOT_MAX", "FLOWER_SNAPSHOT_EVERY"
+SNAPSHOT_MAX = 50 * 1024 * 1024     # bytes a snapshot may take, packed
+SNAPSHOT_EVERY = 30.0               # seconds between snapshots taken after changing tool calls
+SNAPSHOTS_KEPT = 3
+CHANGING_TOOLS = "Write|Edit|MultiEdit|NotebookEdit|Bash"
+_DIFF_HEAD = _lazy_re(r"(?m)^diff --git ")
+
+
+@record
+class Snapshot:
+    """What the job changed: ``base`` commit (None outside git), the binary ``diff`` of tracked
+    files, and ``files`` (path -> (mode, bytes)) untracked or, outside git, changed since the job began."""
+
+    base: str | None
+    diff: bytes
+    files: dict
+    at: str = ""
+    host: str = ""
+    workspace: str = ""
+
+    def names(self) -> list[str]:
+        """The paths the snapshot holds (tracked ones from the diff, then the files)."""
+        return [*(name for name, _ in split_diff(self.diff)), *sorted(self.files)]
+
+    def pack(self) -> bytes:
+        """The snapshot as bytes (zlib-compressed JSON; contents base64)."""
+        import base64
+        import zlib
+        doc = {"v": SNAPSHOT_VERSION, "base": self.base, "at": self.at, "host": self.host,
+               "workspace": self.workspace, "diff": base64.b64encode(self.diff).decode("ascii"),
+               "files": {p: [m, base64.b64encode(b).decode("ascii")] for p, (m, b) in sorted(self.files.items())}}
+        return zlib.compress(json.dumps(doc, separators=(",", ":")).encode("utf-8"), 6)
+
+    @classmethod
+    def unpack(cls, data: bytes) -> "Snapshot | None":
+        """A packed snapshot (None when it is damaged or of another version)."""
+        import base64
+        import binascii
+        import zlib
+        try:
+            doc = json.loads(zlib.decompress(data))
+            files = {p: (int(m), base64.b64decode(b)) for p, (m, b) in doc["files"].items()
+                     if safe_relpath(p)}
+            return cls(doc.get("base"), base64.b64decode(doc["diff"]), files, str(doc.get("at") or ""),
+                       str(doc.get("host") or ""), str(doc.get("workspace") or ""))
+        except (zlib.error, ValueError, KeyError, TypeError, AttributeError, binascii.Error):
+            return None
+
+    def digest(self) -> str:
+        """What the snapshot holds, as a hash (equal contents, equal digest)."""
+        h = hashlib.sha256(self.diff)
+        for path, (mode, body) in sorted(self.files.items()):
+            h.update(f"\0{path}\0{mode}\0".encode("utf-8", "surrogateescape") + hashlib.sha256(body).digest())
+        return f"{self.base}:{h.hexdigest()}"
+
+
+def safe_relpath(path: str) -> bool:
+    """A relative path that stays inside the workspace and out of ``.flower/`` and ``.git/``."""
+    parts = path.replace("\\", "/").split("/")
+    return bool(path) and not path.startswith("/") and ".." not in parts and "\0" not in path \
+        and parts[0] not in (".flower", ".git")
+
+
+def split_diff(diff: bytes) -> list[tuple[str, bytes]]:
+    """A ``git diff`` -> ``[(path, patch of that file)]`` (the path its ``b/`` side names)."""
+    text_ = diff.decode("utf-8", "surrogateescape")
+    starts = [m.start() for m in _DIFF_HEAD.finditer(text_)]
+    pieces = []
+    for i, at in enumerate(starts):
+        piece = text_[at:starts[i + 1] if i + 1 < len(starts) else len(text_)]
+        head = piece.split("\n", 1)[0]
+        name = head.split(" b/", 1)[1] if " b/" in head else head
+        pieces.append((name.strip('"'), piece.encode("utf-8", "surrogateescape")))
+    return pieces
+
+
+def _git(workspace: str, *args: str, data: bytes | None = None, check: bool = True) -> Any:
+    """``git -C workspace args`` (an argument list, never a shell); stdout bytes, or the completed
+    process with ``check=False``. Raises OSError when git cannot be run or fails."""
+    import subprocess
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    done = subprocess.run(["git", "-c", "core.quotepath=off", "-C", workspace, *args], input=data,
+                          capture_output=True, env=env, timeout=300)
+    if not check:
+        return done
+    if done.returncode != 0:
+        raise OSError(done.stderr.decode("utf-8", "replace").strip()[:300] or f"git {args[0]} failed")
+    return done.stdout
+
+
+def git_base(workspace: str) -> str | None:
+    """The commit the work tree holding ``workspace`` is at (None outside git or before a first commit)."""
+    if _git_dir(os.path.realpath(workspace)) is None:
+        return None
+    try:
+        done = _git(workspace, "rev-parse", "--verify", "-q", "HEAD", check=False)
+    except OSError:
+        return None
+    return done.stdout.decode().strip() or None if done.returncode == 0 else None
+
+
+_NOT_FLOWER = (".", ":(exclude).flower", ":(exclude,glob)**/.flower/**")
+
+
+def _read_file(path: str) -> tuple[int, bytes] | None:
+    """A regular file's mode bits and contents (None for anything else, or when it vanished)."""
+    try:
+        info = os.lstat(path)
+        if not stat.S_ISREG(info.st_mode):
+            return None
+        with open(path, "rb") as fh:
+            return info.st_mode & 0o777, fh.read()
+    except OSError:
+        return None
+
+
+def capture_snapshot(workspace: str, since: float, limit: int) -> Snapshot | None:
+    """What the job changed in ``workspace`` now; None when it is more than ``limit`` bytes of files."""
+    base = git_base(workspace)
+    files: dict[str, tuple[int, bytes]] = {}
+    total = 0
+    if base is not None:
+        diff = _git(workspace, "diff", "--binary", "HEAD", "--", *_NOT_FLOWER)
+        listed = _git(workspace, "ls-files", "--others", "--exclude-standard", "-z", "--", *_NOT_FLOWER)
+        names = [n for n in listed.decode("utf-8", "surrogateescape").split("\0") if n and safe_relpath(n)]
+        total = len(diff)
+    else:
+        diff, names = b"", list(_changed_since(workspace, since))
+    for name in names:
+        found = _read_file(os.path.join(workspace, name))
+        if found is not None:
+            files[name] = found
+            total += len(found[1])
+            if total > limit:
+                return None
+    return Snapshot(base, diff, files, iso_now(), socket.gethostname(), os.path.realpath(workspace))
+
+
+def _changed_since(workspace: str, since: float) -> Iterator[str]:
+    """Regular files below ``workspace`` modified at or after ``since`` (not ``.flower/`` or ``.git/``)."""
+    for root, dirs, names in os.walk(workspace):
+        dirs[:] = [d for d in dirs if d not in (".flower", ".git")]
+        for name in names:
+            path = os.path.join(root, name)
+            with contextlib.suppress(OSError):
+                if os.lstat(path).st_mtime >= since and stat.S_ISREG(os.lstat(path).st_mode):
+                    yield os.path.relpath(path, workspace).replace(os.sep, "/")
+
+
+@record
+class Restored:
+    """What :func:`restore_snapshot` did: files restored, and where what did not apply was set aside."""
+
+    restored: list = field(default_factory=list)
+    aside: str | None = None
+    kept: list = field(default_factory=list)
+
+
+def _tracked_changes(workspace: str) -> set[str]:
+    """Paths with local changes against HEAD, or untracked (not ignored), outside ``.flower/``."""
+    changed = _git(workspace, "diff", "--name-only", "-z", "HEAD", "--", *_NOT_FLOWER)
+    others = _git(workspace, "ls-files", "--others", "--exclude-standard", "-z", "--", *_NOT_FLOWER)
+    return {n for n in (changed + b"\0" + others).decode("utf-8", "surrogateescape").split("\0") if n}
+
+
+def snapshot_present(workspace: str, snap: Snapshot) -> bool:
+    """Whether the workspace already holds every change of ``snap`` (then there is nothing to restore)."""
+    for name, (mode, body) in snap.files.items():
+        found = _read_file(os.path.join(workspace, name))
+        if found is None or found[1] != body:
+            return False
+    if not snap.diff:
+        return True
+    if git_base(workspace) is None:
+        return False
+    return _git(workspace, "apply", "--check", "--reverse", "--binary", "-", data=snap.diff, check=False).returncode == 0
+
+
+def restore_snapshot(workspace: str, snap: Snapshot, aside_dir: str) -> Restored:
+    """Bring ``snap``'s changes into ``workspace`` without overwriting a local change: at the base and
+    clean everything applies; otherwise each file's patch is applied (three-way when the base moved)
+    where the file has no local change, and the rest is set aside in ``aside_dir`` (a patch, and the
+    files). Returns what was done."""
+    done = Restored()
+    local = _tracked_changes(workspace) if git_base(workspace) is not None else set()
+    aside_patch: list[bytes] = []
+    aside_files: dict[str, bytes] = {}
+    for name, patch in split_diff(snap.diff):
+        if name in local or not _apply_one(workspace, name, patch):
+            aside_patch.append(patch)
+        else:
+            done.restored.append(name)
+    for name, (mode, body) in sorted(snap.files.items()):
+        path = os.path.join(workspace, name)
+        found = _read_file(path)
+        if found is not None and found[1] == body:
+            continue
+        if found is not None or os.path.lexists(path):
+            aside_files[name] = body
+            done.kept.append(name)
+            continue
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+        atomic_write(path, body, mode=mode or 0o644)
+        done.restored.append(name)
+    if aside_patch or aside_files:
+        done.aside = _set_snapshot_aside(aside_dir, b"".join(aside_patch), aside_files)
+    return done
+
+
+def _apply_one(workspace: str, name: str, patch: bytes) -> bool:
+    """Apply one file's patch: exactly, else three-way (the index left as it was); a conflict is
+    undone (the file had no local change: HEAD's version is what was there). True when applied."""
+    if _git(workspace, "apply", "--binary", "-", data=patch, check=False).returncode == 0:
+        return True
+    merged = _git(workspace, "apply", "--3way", "--binary", "-", data=patch, check=False).returncode == 0
+    if merged:
+        _git(workspace, "reset", "-q", "--", name, check=False)
+        return True
+    _git(workspace, "checkout", "HEAD", "--", name, check=False)
+    return False
+
+
+def _set_snapshot_aside(aside_dir: str, patch: bytes, files: dict[str, bytes]) -> str:
+    """Write what did not apply under ``aside_dir`` (0700): ``changes.patch`` and ``files/<path>``."""
+    ensure_private_dir(aside_dir)
+    if patch:
+        atomic_write(os.path.join(aside_dir, "changes.patch"), patch)
+    for name, body in files.items():
+        target = os.path.join(aside_dir, "files", name)
+        ensure_private_dir(os.path.dirname(target))
+        atomic_write(target, body)
+    return aside_dir
+
+
+def listing(names: Iterable[str], most: int = 5) -> str:
+    """Up to ``most`` names for a line (redacted: a credential in a file name is never shown)."""
+    names = list(names)
+    shown = ", ".join(redact(n) for n in names[:most])
+    return shown + (f" (+{len(names) - most})" if len(names) > most else "")
+
+
+class Snapshots:
+    """The snapshots of one run: taken after changing tool calls (at most every FLOWER_SNAPSHOT_EVERY
+    seconds), at a handoff, at a rescue and at exit, when the workspace changed; restored at start."""
+
+    def __init__(self, rt: Runtime, since: float):
+        self.rt = rt
+        self.since = since
+        self.limit = int(env_number(SNAPSHOT_MAX_ENV, SNAPSHOT_MAX))
+        raw = os.environ.get(SNAPSHOT_EVERY_ENV, "")
+        try:
+            self.every = max(0.0, float(raw)) if raw.strip() else SNAPSHOT_EVERY
+        except ValueError:
+            self.every = SNAPSHOT_EVERY
+        self.last_digest: str | None = None
+        self.last_at = 0.0
+        self.dirty = False
+        self.note: str | None = None      # what the model is told of a restore, once
+        self._over = False
+
+    def take(self, why: str = "turn") -> bool:
+        """Take a snapshot now when the workspace changed since the last one (fail-soft)."""
+        rt = self.rt
+        self.dirty, self.last_at = False, time.monotonic()
+        try:
+            snap = capture_snapshot(rt.paths.workspace, self.since, self.limit)
+        except (OSError, ValueError) as exc:
+            error = OSError(str(exc))
+
+            def fail() -> None:
+                raise error
+            rt.soft(rt.state.describe("snapshots"), fail)
+            return False
+        packed = snap.pack() if snap is not None else b""
+        if snap is None or len(packed) > self.limit:
+            if not self._over:
+                self._over = True
+                line = text("snapshot_too_big", rt.lang, limit=self.limit // (1024 * 1024))
+                rt.degraded.append(line)
+                rt._info(line)
+            return False
+        digest = snap.digest()
+        if digest == self.last_digest or (self.last_digest is None and not snap.diff and not snap.files):
+            return False
+        if rt.soft(rt.state.describe("snapshots"), lambda: rt.state.put_snapshot(packed)):
+            self.last_digest = digest
+            return True
+        return False
+
+    def after_tool(self) -> None:
+        """A changing tool ran: snapshot now, or once the interval has passed."""
+        self.dirty = True
+        if time.monotonic() - self.last_at >= self.every:
+            self.take()
+
+    def hooks(self, spec: AgentSpec) -> dict:
+        """The PostToolUse hook of a spec that can change the workspace (a hook source)."""
+        async def changed(data: Any, tool_use_id: Any, context: Any) -> dict:
+            import asyncio
+            await asyncio.to_thread(self.after_tool)
+            return {}
+        return {"PostToolUse": [(CHANGING_TOOLS, changed)]}
+
+    def on_event(self, event: Event) -> None:
+        """A handoff that is done is a moment to snapshot."""
+        if event.kind == "handoff" and event.data.get("phase") == "done":
+            self.take("handoff")
+
+    def restore(self, say: Callable[[str], None]) -> None:
+        """At start: bring the newest snapshot's changes into the workspace when they are missing."""
+        rt = self.rt
+        try:
+            packed = rt.state.latest_snapshot()
+        except (OSError, FlowerError):
+            return
+        snap = Snapshot.unpack(packed) if packed else None
+        if snap is None:
+            return
+        workspace = rt.paths.workspace
+        if snap.host == socket.gethostname() and snap.workspace == workspace:
+            self.last_digest = snap.digest()   # the same workspace on the same machine: never touched
+            return
+        try:
+            if snapshot_present(workspace, snap):
+                self.last_digest = snap.digest()
+                return
+            aside = os.path.join(rt.paths.flower_dir, "snapshot-aside", timestamp())
+            done = restore_snapshot(workspace, snap, aside)
+        except OSError as exc:
+            rt.degraded.append(str(exc))
+            say(text("snapshot_restore_failed", rt.lang, error=redact(str(exc))[:200]))
+            return
+        when, host = snap.at.replace("T", " ")[:16], redact(snap.host)
+        if done.restored:
+            say(text("snapshot_restored", rt.lang, n=len(done.restored), at=when, host=host))
+        notes = [text("snapshot_restored_prompt", rt.lang, n=len(done.restored), at=when, host=host,
+                      names=listing(done.restored, 20))] if done.restored else []
+        if done.aside:
+            say(text("snapshot_aside", rt.lang, path=_tilde(done.aside)))
+            notes.append(text("snapshot_aside_prompt", rt.lang, path=done.aside))
+        self.note = " ".join(notes) or None
+
+
+def start_snapshots(rt: Runtime, enabled: bool, say: Callable[[str], None]) -> None:
+    """Restore the job's newest snapshot when the workspace lacks it, then take snapshots as the job
+    goes (``rt.snapshots``; None with ``--no-snapshot``)."""
+    rt.snapshots = None
+    if not enabled:
+        return
+    data = rt.state.peek_lineage()
+    since = job_since(data)
+    try:
+        began = _dt.datetime.fromisoformat(since).timestamp() if since else time.time()
+    except ValueError:
+        began = time.time()
+    snaps = rt.snapshots = Snapshots(rt, began)
+    snaps.restore(say)
+    rt.hook_sources.append(lambda spec: snaps.hooks(spec) if spec.name == "work" else {})
+    shown = rt.on_event
+    rt.on_event = lambda event: (snaps.on_event(event), shown(event) if shown else None)
+
+
+def snapshot_now(rt: Runtime, why: str) -> None:
+    """Take a snapshot at exit or rescue (when snapshots are on)."""
+    snaps = getattr(rt, "snapshots", None)
+    if snaps is not None:
+        with contextlib.suppress(Exception):
+            snaps.take(why)
+
+
+def restore_note(rt: Runtime, prompt: str) -> str:
+    """``prompt`` with the restore said first, the first time a step continues after one."""
+    snaps = getattr(rt, "snapshots", None)
+    if snaps is None or not snaps.note:
+        return prompt
+    note, snaps.note = snaps.note, None
+    return f"{note}\n\n{prompt}"
+
+
 # --- Workflow: steps, continuity across wakes, the starter flow (clarify -> goal -> work + judge) ---
 
 async def _maybe_await(value: Any) -> Any:
@@ -9653,6 +10108,7 @@ class Workflow:
         prompt = redo if redo is not None else _resolve_prompt(chosen, ctx)
         if continuing and rt.lineage.moved_from:   # old paths in the history are not this machine's
             prompt = f"{text('moved_prompt', rt.lang, old=rt.lineage.moved_from, new=rt.paths.workspace)}\n\n{prompt}"
+        prompt = restore_note(rt, prompt) if continuing else prompt
         if step.addendum:
             prompt = f"{prompt}\n\n{step.addendum}"
         rt.emit(Event("step", step=step.name, session_id=resume, data={
@@ -10344,6 +10800,8 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 
 
 def _budget_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--no-snapshot", action="store_true",
+                        help="take no workspace snapshots (the files then do not travel with the state)")
     parser.add_argument("--max-cost", default=None, metavar="USD",
                         help=f"the whole job's budget in USD, across runs and machines (default {MAX_COST_ENV}, "
                              f"else the one given before); spent: exit {EXIT_BUDGET}, a higher one continues")
@@ -10797,6 +11255,7 @@ def _go_locked(args: argparse.Namespace, reporter: Reporter, paths: Paths, ask: 
     rt.driver = driver
     rt.max_cost = job_budget(rt, parse_max_cost(args.max_cost, "--max-cost") if args.max_cost is not None
                              else parse_max_cost(os.environ.get(MAX_COST_ENV), MAX_COST_ENV))
+    start_snapshots(rt, not args.no_snapshot, lambda m: reporter.say(m, always=True))
     for path, line in unwritten:   # said once already
         rt._warned.add(path)
         rt.degraded.append(line)
@@ -10815,6 +11274,7 @@ def _go_locked(args: argparse.Namespace, reporter: Reporter, paths: Paths, ask: 
         _quiet_sdk_logs(args.verbose)
         return _go_run(args, reporter, rt, used, ask, interactive)
     finally:
+        snapshot_now(rt, "exit")
         rt.close()
 
 
