@@ -9663,6 +9663,7 @@ class Snapshot:
     at: str = ""
     host: str = ""
     workspace: str = ""
+    mark: str = ""
 
     def names(self) -> list[str]:
         """The paths the snapshot holds (tracked ones from the diff, then the files)."""
@@ -9673,7 +9674,7 @@ class Snapshot:
         import base64
         import zlib
         doc = {"v": SNAPSHOT_VERSION, "base": self.base, "at": self.at, "host": self.host,
-               "workspace": self.workspace, "diff": base64.b64encode(self.diff).decode("ascii"),
+               "workspace": self.workspace, "mark": self.mark, "diff": base64.b64encode(self.diff).decode("ascii"),
                "files": {p: [m, base64.b64encode(b).decode("ascii")] for p, (m, b) in sorted(self.files.items())}}
         return zlib.compress(json.dumps(doc, separators=(",", ":")).encode("utf-8"), 6)
 
@@ -9688,7 +9689,7 @@ class Snapshot:
             files = {p: (int(m), base64.b64decode(b)) for p, (m, b) in doc["files"].items()
                      if safe_relpath(p)}
             return cls(doc.get("base"), base64.b64decode(doc["diff"]), files, str(doc.get("at") or ""),
-                       str(doc.get("host") or ""), str(doc.get("workspace") or ""))
+                       str(doc.get("host") or ""), str(doc.get("workspace") or ""), str(doc.get("mark") or ""))
         except (zlib.error, ValueError, KeyError, TypeError, AttributeError, binascii.Error):
             return None
 
@@ -9779,7 +9780,18 @@ def capture_snapshot(workspace: str, since: float, limit: int) -> Snapshot | Non
             total += len(found[1])
             if total > limit:
                 return None
-    return Snapshot(base, diff, files, iso_now(), socket.gethostname(), os.path.realpath(workspace))
+    return Snapshot(base, diff, files, iso_now(), socket.gethostname(), os.path.realpath(workspace),
+                    workspace_mark(workspace))
+
+
+def workspace_mark(workspace: str) -> str:
+    """This very workspace directory on this machine (host, device, inode): a fresh clone at the same
+    path, or the same path on another runner, is another workspace."""
+    try:
+        info = os.stat(workspace)
+    except OSError:
+        return ""
+    return f"{socket.gethostname()}/{info.st_dev}/{info.st_ino}"
 
 
 def _changed_since(workspace: str, since: float) -> Iterator[str]:
@@ -9963,7 +9975,7 @@ class Snapshots:
         if snap is None:
             return
         workspace = rt.paths.workspace
-        if snap.host == socket.gethostname() and snap.workspace == workspace:
+        if snap.mark and snap.mark == workspace_mark(workspace):
             self.last_digest = snap.digest()   # the same workspace on the same machine: never touched
             return
         try:
