@@ -428,6 +428,10 @@ TEXTS: dict[str, dict[str, str]] = {
         "snapshot_aside": "changes of the snapshot that would overwrite local edits were set aside in {path}",
         "snapshot_restored_prompt": ("flower restored {n} file(s) this job had changed on {host} (snapshot of "
                                      "{at}): {names}. They are on disk now; do not write them again."),
+        "st_driver": "driven by",
+        "st_driver_now": "pid {pid} on {host}, since {since}, step {step}",
+        "st_driver_none": "no flower now",
+        "st_goal_text": "goal is",
         "snapshot_aside_prompt": ("Some of the job's earlier changes were not applied over local edits; they "
                                   "are set aside in {path} (changes.patch and files/)."),
     },
@@ -655,6 +659,10 @@ TEXTS: dict[str, dict[str, str]] = {
         "snapshot_restored": "从 {host} 上 {at} 的快照恢复了 {n} 个文件",
         "snapshot_aside": "快照中会覆盖本地修改的部分已另存到 {path}",
         "snapshot_restored_prompt": "flower 恢复了本任务在 {host} 上改过的 {n} 个文件({at} 的快照):{names}。它们已在磁盘上,不要再写一遍。",
+        "st_driver": "驱动者",
+        "st_driver_now": "{host} 上的 pid {pid},自 {since},步骤 {step}",
+        "st_driver_none": "当前没有 flower 在运行",
+        "st_goal_text": "目标内容",
         "snapshot_aside_prompt": "本任务早先的部分修改没有覆盖本地修改,已另存到 {path}(changes.patch 和 files/)。",
     },
 }
@@ -10411,6 +10419,67 @@ def continue_if_repeated(backend: "StateBackend", paths: "Paths", ask: str | Non
     return None
 
 
+def backend_notes(backend: "StateBackend") -> dict[str, str]:
+    """The notes a remote backend holds (name relative to the notes folder -> text); {} for the local
+    files (they are the notes) or when the database cannot tell now."""
+    if backend.kind == "local":
+        return {}
+    try:
+        rows = backend._read(PG_NOTES_LAST, (backend.workspace_id,))
+    except FlowerError:
+        return {}
+    return {name: body for name, body, _ in rows if isinstance(body, str)}
+
+
+def seen_from_anywhere(state: dict, backend: "StateBackend", paths: "Paths") -> dict:
+    """``wake_state`` with the brief and goal of the backend when this machine has no copy of them
+    (``status --state`` on a machine that never ran the job), plus the goal's statement."""
+    notes = backend_notes(backend)
+    brief = _read_text(paths.brief)
+    goal = _read_text(paths.goal)
+    if brief is None:
+        brief = notes.get(os.path.basename(paths.brief))
+    if goal is None:
+        goal = notes.get(os.path.basename(paths.goal))
+    statement, checks = goal_parts(goal or "")
+    done = brief_complete(brief_sections(brief or ""))
+    return {**state, "brief": done, "goal": goal_complete(statement, checks), "checks": len(checks),
+            "waking": state["waking"] or done, "statement": statement.strip().splitlines()[0][:200] if
+            statement.strip() else ""}
+
+
+def driver_now(backend: "StateBackend", paths: "Paths") -> dict | None:
+    """The flower that drives the workspace now (pid, host, since, step), None when none does: the
+    lease of the database, else the holder of the local ``flower.lock``."""
+    if backend.kind != "local":
+        lease = backend.lease("workspace", quiet=True)
+        if not lease or lease["left"] <= 0:
+            return None
+        info = dict(lease["info"])
+        noted = backend.lock_holder("workspace")
+        if noted.get("pid") == info.get("pid") and noted.get("host") == info.get("host"):
+            info["step"] = noted.get("step") or info.get("step")
+        return info
+    path = os.path.join(paths.flower_dir, "flower.lock")
+    pid = flock_holder(path) if os.path.exists(path) else None
+    if pid is None:
+        return None
+    info = _peek_json(path)
+    return {**(info if isinstance(info, dict) else {}), "pid": pid}
+
+
+def _driver_pairs(data: dict, lang: str) -> list[tuple[str, str]]:
+    """The ``goal is`` and ``driven by`` lines of ``status``."""
+    pairs = [("st_goal_text", data["wake"]["statement"])] if data["wake"].get("statement") else []
+    driver = data.get("driver")
+    if not data["wake"]["waking"] and not driver:
+        return pairs
+    line = text("st_driver_now", lang, pid=driver.get("pid"), host=driver.get("host", "?"),
+                since=driver.get("since", "?"), step=driver.get("step") or "-") if driver else \
+        text("st_driver_none", lang)
+    return pairs + [("st_driver", line)]
+
+
 # --- CLI: go, once, status, doctor, sessions, show; progress, signals, exit codes ---
 
 MAX_PROMPT_BYTES = 256 * 1024
@@ -11470,7 +11539,7 @@ def cmd_once(args: argparse.Namespace, reporter: Reporter) -> int:
 def status_data(paths: Paths, backend: StateBackend) -> dict:
     """What ``status`` shows, as data (no side effects): wake state, steps with context and handoff
     generation, the last manifest rows, the stored sessions of this workspace, where the state is."""
-    state = wake_state(paths.workspace, paths.run_dir, backend)
+    state = seen_from_anywhere(wake_state(paths.workspace, paths.run_dir, backend), backend, paths)
     rows = backend.manifest_tail(10)
     key = project_key(paths.workspace)
     local = backend.kind == "local"
@@ -11486,7 +11555,7 @@ def status_data(paths: Paths, backend: StateBackend) -> dict:
             "where": None if local else backend.where(), "workspace_id": backend.workspace_id,
             "wake": state, "steps": steps, "manifest": rows, "sessions": sessions,
             "achieved": bool(state.get("achieved")), "problems": lineage_problems(paths, paths.lang) if local else [],
-            "budget": budget_status(backend)}
+            "budget": budget_status(backend), "driver": driver_now(backend, paths)}
 
 
 def lineage_problems(paths: Paths, lang: str = "en") -> list[str]:
@@ -11525,7 +11594,7 @@ def _status_lines(data: dict, lang: str) -> list[str]:
         pairs.append(("st_goal", t("st_achieved")))
     if data["sessions"]:
         pairs.append(("st_sessions", t("st_stored", n=len(data["sessions"]))))
-    pairs += _budget_pairs(data.get("budget"), lang)
+    pairs += _budget_pairs(data.get("budget"), lang) + _driver_pairs(data, lang)
     width = max(display_width(t(k)) for k, _ in pairs) + 2
     lines = [pad(t(k), width) + v for k, v in pairs]
     if not state["waking"] and not data["manifest"]:

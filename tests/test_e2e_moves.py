@@ -186,11 +186,13 @@ class TheWorkMovesWithTheJob(unittest.TestCase):
             time.sleep(0.1)
         self.fail(f"timed out waiting for {what}")
 
-    def killed_on_a(self, a, home_a):
+    def killed_on_a(self, a, home_a, before_kill=None):
         self.here = a
         proc = self.spawn(a, home_a, "write the parts")
         self.wait_for(lambda: self.slept, "A's long tool call")
         self.wait_for(lambda: set(PARTS) <= set(flower.Snapshot.unpack(self.latest(a)).files), "A's snapshot")
+        if before_kill:
+            before_kill(proc)
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=30)
 
@@ -254,8 +256,23 @@ class TheWorkMovesThroughPostgres(TheWorkMovesWithTheJob):
     def test_killed_on_a_restored_on_b_another_clone_elsewhere(self):
         home_a, home_b = os.path.join(self.tmp.name, "home-a"), os.path.join(self.tmp.name, "home-b")
         a = self.clone(os.path.join(self.tmp.name, "a", "hello"), home_a)
-        self.killed_on_a(a, home_a)
         b = self.clone(os.path.join(self.tmp.name, "b", "src", "hello"), home_b)
+
+        def status_on_b(proc):   # B never ran the job: status shows it, and that A drives it now
+            p = subprocess.run([sys.executable, FLOWER, "--state", self.dsn, "status", "--json"], cwd=b,
+                               env=self.env(home_b), capture_output=True, text=True, timeout=120)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            data = json.loads(p.stdout)
+            self.assertTrue(data["wake"]["brief"])
+            self.assertEqual((data["wake"]["checks"], data["wake"]["statement"]), (1, "hello.txt exists"))
+            self.assertEqual(sorted(s["step"] for s in data["steps"]), ["clarify", "goal", "work"])
+            self.assertEqual((data["driver"]["pid"], data["driver"]["step"]), (proc.pid, "work"))
+            shown = subprocess.run([sys.executable, FLOWER, "--state", self.dsn, "status"], cwd=b,
+                                   env=self.env(home_b), capture_output=True, text=True, timeout=120).stdout
+            self.assertRegex(shown, rf"driven by +pid {proc.pid} on \S+, since \S+, step work")
+            self.assertRegex(shown, r"brief +confirmed")
+            self.assertFalse(os.path.exists(os.path.join(b, ".flower", "notes", "brief.md")))
+        self.killed_on_a(a, home_a, before_kill=status_on_b)
         self.continued_on_b(b, home_b)
 
 
