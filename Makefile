@@ -27,6 +27,7 @@ bench:
 	$(PYTHON) bench/wake.py
 	$(PYTHON) bench/postgres.py
 	$(PYTHON) bench/redact.py
+	$(PYTHON) bench/snapshot.py
 
 chaos:
 	$(PYTHON) bench/chaos.py --seeds 10
