@@ -9743,10 +9743,35 @@ def _git(workspace: str, *args: str, data: bytes | None = None, check: bool = Tr
     return done.stdout
 
 
+def _head_commit(git_dir: str) -> str | None:
+    """HEAD's commit read from the repository's files (a loose or packed ref, or a detached HEAD);
+    None when the files do not tell (then git is asked)."""
+    head = (_read_text(os.path.join(git_dir, "HEAD")) or "").strip()
+    if re.fullmatch(r"[0-9a-f]{40,64}", head):
+        return head
+    if not head.startswith("ref: "):
+        return None
+    ref = head[5:].strip()
+    common = os.path.join(git_dir, (_read_text(os.path.join(git_dir, "commondir")) or ".").strip())
+    for folder in dict.fromkeys((git_dir, common)):
+        loose = (_read_text(os.path.join(folder, ref)) or "").strip()
+        if re.fullmatch(r"[0-9a-f]{40,64}", loose):
+            return loose
+        for line in (_read_text(os.path.join(folder, "packed-refs")) or "").splitlines():
+            sha, _, name = line.partition(" ")
+            if name.strip() == ref and re.fullmatch(r"[0-9a-f]{40,64}", sha):
+                return sha
+    return None
+
+
 def git_base(workspace: str) -> str | None:
     """The commit the work tree holding ``workspace`` is at (None outside git or before a first commit)."""
-    if _git_dir(os.path.realpath(workspace)) is None:
+    found = _git_dir(os.path.realpath(workspace))
+    if found is None:
         return None
+    known = _head_commit(found[1])
+    if known:
+        return known
     try:
         done = _git(workspace, "rev-parse", "--verify", "-q", "HEAD", check=False)
     except OSError:
