@@ -275,6 +275,32 @@ class TheWorkMovesThroughPostgres(TheWorkMovesWithTheJob):
         self.killed_on_a(a, home_a, before_kill=status_on_b)
         self.continued_on_b(b, home_b)
 
+    def test_a_diverged_b_keeps_its_edit_the_rest_restored_or_set_aside(self):
+        home_a, home_b = os.path.join(self.tmp.name, "home-a"), os.path.join(self.tmp.name, "home-b")
+        a = self.clone(os.path.join(self.tmp.name, "a", "hello"), home_a)
+        self.killed_on_a(a, home_a)
+        b = self.clone(os.path.join(self.tmp.name, "b", "src", "hello"), home_b)
+        with open(os.path.join(b, "part2.txt"), "w") as fh:   # B's own edit where A wrote too
+            fh.write("B's own part 2\n")
+        self.here = b
+        before = len(self.roles.bodies("work"))
+        p = self.run_flower(b, home_b, "write the parts")
+        with open(os.path.join(b, "part2.txt")) as fh:
+            self.assertEqual(fh.read(), "B's own part 2\n")                        # the local edit survives
+        for name in ("part1.txt", "part3.txt"):
+            with open(os.path.join(b, name)) as fh:
+                self.assertEqual(fh.read(), f"{name}\n")
+        self.assertIn("restored 2 file(s)", p.stderr)
+        self.assertIn("set aside in", p.stderr)
+        aside = os.path.join(b, ".flower", "snapshot-aside")
+        [stamp] = os.listdir(aside)
+        with open(os.path.join(aside, stamp, "files", "part2.txt")) as fh:
+            self.assertEqual(fh.read(), "part2.txt\n")
+        sent = last_user_text(self.roles.bodies("work")[before])
+        self.assertIn("flower restored 2 file(s)", sent)
+        self.assertIn("set aside in", sent)
+        self.assertEqual(sorted(self.writes), sorted(PARTS))                       # nothing written twice
+
 
 if __name__ == "__main__":
     unittest.main()
