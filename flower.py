@@ -6278,6 +6278,10 @@ class Lineage:
             data["wake"], data["achieved"] = wake, None
         self._update(change)
 
+    def set_budget(self, usd: float) -> None:
+        """Keep the job's budget (``--max-cost``): every later run, on any machine, holds to it."""
+        self._update(lambda d: d.__setitem__("budget", usd))
+
     def settle_wake(self, *, goal: bool = False, sentences: bool = False) -> None:
         """The goal was re-derived (``goal``), the work step's session holds the sentences (``sentences``)."""
         def change(data: dict) -> None:
@@ -9632,7 +9636,7 @@ def job_budget(rt: Runtime, given: float | None) -> float | None:
     """The job's budget: the one given now (kept in the lineage, so every later run and machine holds
     to it), else the one kept."""
     if given is not None:
-        rt.soft(rt.lineage.path, lambda: rt.lineage._update(lambda d: d.__setitem__("budget", given)))
+        rt.soft(rt.lineage.path, lambda: rt.lineage.set_budget(given))
         return given
     return lineage_budget(rt.state.peek_lineage())
 
@@ -9734,8 +9738,11 @@ def _git(workspace: str, *args: str, data: bytes | None = None, check: bool = Tr
     process with ``check=False``. Raises OSError when git cannot be run or fails."""
     import subprocess
     env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
-    done = subprocess.run(["git", "-c", "core.quotepath=off", "-C", workspace, *args], input=data,
-                          capture_output=True, env=env, timeout=300)
+    try:
+        done = subprocess.run(["git", "-c", "core.quotepath=off", "-C", workspace, *args], input=data,
+                              capture_output=True, env=env, timeout=300)
+    except subprocess.SubprocessError as exc:   # a git that hangs
+        raise OSError(f"git {args[0]}: {exc}") from None
     if not check:
         return done
     if done.returncode != 0:
@@ -10005,7 +10012,8 @@ class Snapshots:
         except (OSError, FlowerError):
             return
         snap = Snapshot.unpack(packed) if packed else None
-        if snap is None:
+        since = job_since(rt.state.peek_lineage())
+        if snap is None or (since and snap.at < since):   # none, or an earlier job's
             return
         workspace = rt.paths.workspace
         if snap.mark and snap.mark == workspace_mark(workspace):
