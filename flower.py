@@ -9567,6 +9567,9 @@ class BudgetStop(StepAbort):
     """The job's budget is spent: the run stops before its next call (a higher budget continues it)."""
 
 
+_NUMBER_SETTINGS[MAX_COST_ENV] = (1e-9, False)   # checked with every setting, before anything is written
+
+
 def job_since(data: dict) -> str:
     """When the lineage's job began (ISO time): its written-ahead task, else its earliest start record;
     "" when neither is known (then every row counts)."""
@@ -9619,8 +9622,9 @@ def over_budget(rt: Runtime) -> str | None:
     return text("budget_reached", rt.lang, spent=spent, cap=cap) if cap is not None and spent >= cap else None
 
 
-def parse_max_cost(raw: str | None, where: str) -> float | None:
-    """A budget in USD from ``--max-cost`` or FLOWER_MAX_COST (None when not given); bad: exit 2."""
+def parse_max_cost(raw: str | None, where: str, code: int = EXIT_USAGE) -> float | None:
+    """A budget in USD from ``--max-cost`` (bad: exit 2) or FLOWER_MAX_COST (bad: ``code``, exit 3 as
+    for every setting); None when not given."""
     if raw is None or not str(raw).strip():
         return None
     try:
@@ -9628,7 +9632,7 @@ def parse_max_cost(raw: str | None, where: str) -> float | None:
     except ValueError:
         value = -1.0
     if not (value > 0 and value != float("inf")):
-        raise FlowerError(f"{where} must be a number of USD above 0, got {str(raw)[:40]!r}", EXIT_USAGE)
+        raise FlowerError(f"{where} must be a number of USD above 0, got {str(raw)[:40]!r}", code)
     return value
 
 
@@ -10916,7 +10920,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 def _budget_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-snapshot", action="store_true",
                         help="take no workspace snapshots (the files then do not travel with the state)")
-    parser.add_argument("--max-cost", default=None, metavar="USD",
+    parser.add_argument("--max-cost", type=_positive_usd, default=None, metavar="USD",
                         help=f"the whole job's budget in USD, across runs and machines (default {MAX_COST_ENV}, "
                              f"else the one given before); spent: exit {EXIT_BUDGET}, a higher one continues")
 
@@ -11367,8 +11371,7 @@ def _go_locked(args: argparse.Namespace, reporter: Reporter, paths: Paths, ask: 
                  trim=not args.no_trim, handoff=HandoffPolicy(enabled=not args.no_handoff, window=args.window),
                  on_event=reporter.event, notify=lambda m: reporter.say(m, always=True))
     rt.driver = driver
-    rt.max_cost = job_budget(rt, parse_max_cost(args.max_cost, "--max-cost") if args.max_cost is not None
-                             else parse_max_cost(os.environ.get(MAX_COST_ENV), MAX_COST_ENV))
+    rt.max_cost = job_budget(rt, args.max_cost or parse_max_cost(os.environ.get(MAX_COST_ENV), MAX_COST_ENV, EXIT_SETUP))
     start_snapshots(rt, not args.no_snapshot, lambda m: reporter.say(m, always=True))
     for path, line in unwritten:   # said once already
         rt._warned.add(path)
