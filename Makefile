@@ -28,6 +28,7 @@ bench:
 	$(PYTHON) bench/postgres.py
 	$(PYTHON) bench/redact.py
 	$(PYTHON) bench/report.py
+	$(PYTHON) bench/snapshot.py
 
 chaos:
 	$(PYTHON) bench/chaos.py --seeds 10

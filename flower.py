@@ -14,7 +14,8 @@ Sections, low layers first:
     text tables (en/zh) -> utilities -> redaction -> process guard -> resilience -> usage limits
     -> transcript logic (pure) -> stored facts -> notes (pure parsers) -> session stores -> lineage and
     manifest -> handoff -> journal -> state backends (the interface, local files) -> PostgreSQL state
-    -> delegation -> project settings -> agent runtime -> judge sandbox -> workflow -> report -> CLI
+    -> delegation -> project settings -> job budget -> workspace snapshots -> agent runtime -> judge
+    sandbox -> workflow -> report -> job continuity -> CLI
 """
 
 from __future__ import annotations
@@ -524,6 +525,25 @@ TEXTS: dict[str, dict[str, str]] = {
         "ap_whole_number": "argument {arg}: must be a whole number, got {what}",
         "ap_at_least": "argument {arg}: must be at least {low}, got {what}",
         "ap_budget": "argument {arg}: the budget must be a number of USD above 0, got {what}",
+        "ui_same_words": "the same words as before: carrying on (nothing added to the brief)",
+        "budget_reached": ("the job's budget is spent: ${spent:.4f} of ${cap:.4f}; run again with a higher "
+                           "--max-cost to continue"),
+        "st_spend": "spent",
+        "st_spend_of": "${spent:.4f} of a ${cap:.4f} budget",
+        "st_spend_only": "${spent:.4f} (no budget)",
+        "snapshot_too_big": ("the workspace snapshot is over {limit} MB (FLOWER_SNAPSHOT_MAX): not taken, another "
+                             "machine would not get these files"),
+        "snapshot_restore_failed": "the workspace snapshot could not be restored: {error}",
+        "snapshot_restored": "restored {n} file(s) from the snapshot of {at} on {host}",
+        "snapshot_aside": "changes of the snapshot that would overwrite local edits were set aside in {path}",
+        "snapshot_restored_prompt": ("flower restored {n} file(s) this job had changed on {host} (snapshot of "
+                                     "{at}): {names}. They are on disk now; do not write them again."),
+        "st_driver": "driven by",
+        "st_driver_now": "pid {pid} on {host}, since {since}, step {step}",
+        "st_driver_none": "no flower now",
+        "st_goal_text": "goal is",
+        "snapshot_aside_prompt": ("Some of the job's earlier changes were not applied over local edits; they "
+                                  "are set aside in {path} (changes.patch and files/)."),
     },
     "zh": {
         "resume_prompt": "上一轮在完成之前被中断了。先看看磁盘上已经有什么,从中断处继续,不要从头开始。",
@@ -833,6 +853,21 @@ TEXTS: dict[str, dict[str, str]] = {
         "ap_whole_number": "参数 {arg}:必须是整数,得到的是 {what}",
         "ap_at_least": "参数 {arg}:至少为 {low},得到的是 {what}",
         "ap_budget": "参数 {arg}:预算必须是大于 0 的美元数,得到的是 {what}",
+        "ui_same_words": "与上次相同的话:接着做(需求不追加内容)",
+        "budget_reached": "任务的预算已用完:${spent:.4f} / ${cap:.4f};用更高的 --max-cost 再运行即可继续",
+        "st_spend": "花费",
+        "st_spend_of": "${spent:.4f} / 预算 ${cap:.4f}",
+        "st_spend_only": "${spent:.4f}(无预算)",
+        "snapshot_too_big": "工作区快照超过 {limit} MB(FLOWER_SNAPSHOT_MAX):未保存,别的机器拿不到这些文件",
+        "snapshot_restore_failed": "工作区快照无法恢复:{error}",
+        "snapshot_restored": "从 {host} 上 {at} 的快照恢复了 {n} 个文件",
+        "snapshot_aside": "快照中会覆盖本地修改的部分已另存到 {path}",
+        "snapshot_restored_prompt": "flower 恢复了本任务在 {host} 上改过的 {n} 个文件({at} 的快照):{names}。它们已在磁盘上,不要再写一遍。",
+        "st_driver": "驱动者",
+        "st_driver_now": "{host} 上的 pid {pid},自 {since},步骤 {step}",
+        "st_driver_none": "当前没有 flower 在运行",
+        "st_goal_text": "目标内容",
+        "snapshot_aside_prompt": "本任务早先的部分修改没有覆盖本地修改,已另存到 {path}(changes.patch 和 files/)。",
     },
 }
 
@@ -847,6 +882,7 @@ def text(key: str, lang: str = "en", **fmt: Any) -> str:
 # --- Utilities: errors, atomic write, file lock, safe names, redaction, JSON state ---
 
 EXIT_OK, EXIT_STEP_FAILED, EXIT_USAGE, EXIT_SETUP, EXIT_OFFLINE, EXIT_BUSY, EXIT_INTERRUPTED = 0, 1, 2, 3, 4, 5, 130
+EXIT_BUDGET = 7   # the job's budget (--max-cost) is spent; a higher one continues it
 
 
 class FlowerError(Exception):
@@ -953,6 +989,10 @@ def flock_holder(path: str) -> int | None:
             if len(fields) > at + 4 and fields[at + 4] == device and fields[at + 3].isdigit():
                 return int(fields[at + 3])
     return None
+
+
+class StepAbort(Exception):
+    """Raised by a gate or a step to stop the workflow with a message (exit code 1)."""
 
 
 class Offline(FlowerError):
@@ -6580,7 +6620,7 @@ class Lineage:
             write_json(self.path, {"workspace": self.workspace, "woke": data.get("woke", 0),
                                    "steps": data["steps"], "starts": data["starts"],
                                    "achieved": data.get("achieved"), "task": data.get("task"),
-                                   "wake": data.get("wake")})
+                                   "wake": data.get("wake"), "budget": data.get("budget")})
             self.achieved = data.get("achieved")
             self.task, self.wake = task_of(data), wake_of(data)
             self.steps = dict(data["steps"])
@@ -6612,6 +6652,10 @@ class Lineage:
             wake["goal"] = True
             data["wake"], data["achieved"] = wake, None
         self._update(change)
+
+    def set_budget(self, usd: float) -> None:
+        """Keep the job's budget (``--max-cost``): every later run, on any machine, holds to it."""
+        self._update(lambda d: d.__setitem__("budget", usd))
 
     def settle_wake(self, *, goal: bool = False, sentences: bool = False) -> None:
         """The goal was re-derived (``goal``), the work step's session holds the sentences (``sentences``)."""
@@ -7528,6 +7572,9 @@ def _sha(body: str) -> str:
     return hashlib.sha256(body.encode("utf-8", "surrogatepass")).hexdigest()[:16]
 
 
+SNAPSHOTS_KEPT = 3
+
+
 class StateBackend:
     """Where flower keeps what outlives a run. Both backends implement every method; the local one
     is the reference. ``paths`` is this machine's view (the workspace and run_dir)."""
@@ -7602,6 +7649,14 @@ class StateBackend:
         """Host and port to wait for when the backend is remote (None: nothing to wait for)."""
         return None
 
+    def put_snapshot(self, data: bytes) -> None:
+        """Keep a packed workspace snapshot (the newest few are kept)."""
+        raise NotImplementedError
+
+    def latest_snapshot(self) -> bytes | None:
+        """The newest packed workspace snapshot (None when there is none)."""
+        raise NotImplementedError
+
     def ready(self) -> bool:
         """Whether the backend can be used now (a remote one also writes what it kept locally)."""
         return True
@@ -7622,6 +7677,20 @@ class StateBackend:
     def driven(self) -> bool:
         """Whether a flower drives this workspace now (it holds the workspace lock)."""
         return flock_holder(os.path.join(self.paths.flower_dir, "flower.lock")) is not None
+
+    def remote_notes(self) -> dict[str, str]:
+        """The notes a remote backend holds (name relative to the notes folder -> text); {} for the
+        local files (they are the notes)."""
+        return {}
+
+    def driver(self) -> dict | None:
+        """The flower that drives the workspace now (pid, host, since, step), None when none does."""
+        path = os.path.join(self.paths.flower_dir, "flower.lock")
+        pid = flock_holder(path) if os.path.exists(path) else None
+        if pid is None:
+            return None
+        info = _peek_json(path)
+        return {**(info if isinstance(info, dict) else {}), "pid": pid}
 
     def close(self) -> None:
         """Release connections (idempotent)."""
@@ -7705,6 +7774,28 @@ class LocalState(StateBackend):
         locks = ensure_private_dir(self.paths.run("locks"))
         return DriverLock(os.path.join(locks, f"{safe_name(name)}.lock"), what)
 
+    def put_snapshot(self, data: bytes) -> None:
+        """``snapshots/<time>-<n>.snap`` in run_dir (atomic, 0600); older than the newest few removed."""
+        folder = ensure_private_dir(self.paths.run("snapshots"))
+        name = f"{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}-{time.monotonic_ns():020d}.snap"
+        atomic_write(os.path.join(folder, name), data)
+        for old in sorted(n for n in os.listdir(folder) if n.endswith(".snap"))[:-SNAPSHOTS_KEPT]:
+            with contextlib.suppress(OSError):
+                os.unlink(os.path.join(folder, old))
+
+    def latest_snapshot(self) -> bytes | None:
+        """The newest ``snapshots/*.snap`` that can be read."""
+        folder = self.paths.run("snapshots")
+        try:
+            names = sorted((n for n in os.listdir(folder) if n.endswith(".snap")), reverse=True)
+        except OSError:
+            return None
+        for name in names:
+            with contextlib.suppress(OSError):
+                with open_regular(os.path.join(folder, name), "rb") as fh:
+                    return fh.read()
+        return None
+
     def close(self) -> None:
         """Close the session store if this backend opened it."""
         if self._owned:
@@ -7720,7 +7811,7 @@ class LocalState(StateBackend):
 # its name (a NULL body is a deletion). Writes the database cannot take (it is down) go to a local
 # spool under run_dir and are written, in order and exactly once, when it is back.
 
-PG_SCHEMA_VERSION = 3     # 2: leases (a flower.py that knows only 1 does not renew them: it is refused); 3: journal
+PG_SCHEMA_VERSION = 4     # 2: leases (a flower.py that knows only 1 does not renew them: it is refused); 3: journal; 4: snapshots
 PG_LOCK_CLASS = 0x464C57   # first key of flower's advisory locks ("FLW"); the second is hashtext(name)
 PG_LEASE_TTL = 90.0        # seconds a driver's lease lasts unrenewed (FLOWER_LEASE_TTL); renewed every sixth
 
@@ -7765,6 +7856,9 @@ CREATE TABLE IF NOT EXISTS flower.journal (
     id bigserial PRIMARY KEY, ws text NOT NULL, run text NOT NULL, lines text NOT NULL,
     at timestamptz NOT NULL DEFAULT now());
 CREATE INDEX IF NOT EXISTS journal_ws ON flower.journal (ws, id);
+CREATE TABLE IF NOT EXISTS flower.snapshots (
+    id bigserial PRIMARY KEY, ws text NOT NULL, body bytea NOT NULL, at timestamptz NOT NULL DEFAULT now());
+CREATE INDEX IF NOT EXISTS snapshots_ws ON flower.snapshots (ws, id);
 """
 PG_SCHEMA_EXISTS = "SELECT to_regclass('flower.schema_version') IS NOT NULL"
 PG_SCHEMA_FOUND = "SELECT max(version) FROM flower.schema_version"
@@ -7829,6 +7923,10 @@ PG_LEASE_RENEW = ("UPDATE flower.leases SET expires_at = clock_timestamp() + %s 
 PG_LEASE_GET = ("SELECT holder, info, expires_at, extract(epoch FROM expires_at - clock_timestamp())::float8 "
                 "FROM flower.leases WHERE ws=%s AND lock=%s")
 PG_LEASE_DROP = "DELETE FROM flower.leases WHERE ws=%s AND lock=%s AND holder=%s"
+PG_SNAPSHOT_PUT = "INSERT INTO flower.snapshots (ws, body) VALUES (%s, %s)"
+PG_SNAPSHOT_LAST = "SELECT body FROM flower.snapshots WHERE ws=%s ORDER BY id DESC LIMIT 1"
+PG_SNAPSHOT_PRUNE = ("DELETE FROM flower.snapshots WHERE ws=%s AND id NOT IN "
+                     "(SELECT id FROM flower.snapshots WHERE ws=%s ORDER BY id DESC LIMIT %s)")
 PG_SPOOL_CLAIM = "INSERT INTO flower.spooled (spool, ws) VALUES (%s, %s) ON CONFLICT DO NOTHING RETURNING 1"
 PG_JOURNAL_PUT = "INSERT INTO flower.journal (ws, run, lines) VALUES (%s, %s, %s)"
 PG_JOURNAL_ALL = "SELECT lines FROM flower.journal WHERE ws=%s ORDER BY id"
@@ -8080,6 +8178,26 @@ class PostgresState(StateBackend):
     def driven(self) -> bool:
         """Whether a flower drives this workspace now (its workspace lease is fresh)."""
         return (self.lease("workspace", quiet=True).get("left") or 0) > 0
+
+    def remote_notes(self) -> dict[str, str]:
+        """The notes the database holds (name relative to the notes folder -> text); {} when it cannot
+        tell now."""
+        try:
+            rows = self._read(PG_NOTES_LAST, (self.workspace_id,))
+        except FlowerError:
+            return {}
+        return {name: body for name, body, _ in rows if isinstance(body, str)}
+
+    def driver(self) -> dict | None:
+        """The flower that drives the workspace now (its fresh lease; the step from its lock record)."""
+        lease = self.lease("workspace", quiet=True)
+        if not lease or lease["left"] <= 0:
+            return None
+        info = dict(lease["info"])
+        noted = self.lock_holder("workspace")
+        if noted.get("pid") == info.get("pid") and noted.get("host") == info.get("host"):
+            info["step"] = noted.get("step") or info.get("step")
+        return info
 
     def _connect(self) -> Any:
         """A new connection; a refused login or a malformed setting is exit 3 at once (waiting would
@@ -8346,6 +8464,21 @@ class PostgresState(StateBackend):
 
     def _read(self, query: str, args: tuple) -> list[tuple]:
         return self._run(lambda cur: cur.execute(query, args).fetchall())
+
+    # -- workspace snapshots: the newest few per workspace --
+
+    def put_snapshot(self, data: bytes) -> None:
+        """A row in ``flower.snapshots``; older than the newest few deleted (a lost connection raises
+        Offline: a snapshot is not spooled, the next one is taken when the database is back)."""
+        def put(cur: Any) -> None:
+            cur.execute(PG_SNAPSHOT_PUT, (self.workspace_id, data))
+            cur.execute(PG_SNAPSHOT_PRUNE, (self.workspace_id, self.workspace_id, SNAPSHOTS_KEPT))
+        self._run(put)
+
+    def latest_snapshot(self) -> bytes | None:
+        """The newest snapshot row of this workspace."""
+        rows = self._read(PG_SNAPSHOT_LAST, (self.workspace_id,))
+        return bytes(rows[0][0]) if rows else None
 
     # -- lineage: one snapshot row per change, the newest wins --
 
@@ -9244,6 +9377,527 @@ def _settings_option(group: Any) -> None:
                             "(default, FLOWER_SETTINGS); none: isolated")
 
 
+# --- Job budget: the spend of the whole job, from the manifest rows, and its cap ---
+
+MAX_COST_ENV = "FLOWER_MAX_COST"
+
+
+class BudgetStop(StepAbort):
+    """The job's budget is spent: the run stops before its next call (a higher budget continues it)."""
+
+
+_NUMBER_SETTINGS[MAX_COST_ENV] = (1e-9, False)   # checked with every setting, before anything is written
+
+
+def job_since(data: dict) -> str:
+    """When the lineage's job began (ISO time): its written-ahead task, else its earliest start record;
+    "" when neither is known (then every row counts)."""
+    task = data.get("task")
+    times = [task.get("at")] if isinstance(task, dict) else []
+    times += [s.get("at") for s in (data.get("starts") or {}).values() if isinstance(s, dict)]
+    times = [t for t in times if isinstance(t, str) and t]
+    return min(times) if times else ""
+
+
+def job_spend(rows: Iterable[dict], since: str = "") -> float:
+    """USD spent by the job: the newest version of every manifest row started since ``since``
+    (rows of every run, machine, step, round, judge and handoff)."""
+    return sum(float(r.get("cost_usd") or 0) for r in latest_rows(rows)
+               if isinstance(r.get("cost_usd"), (int, float)) and str(r.get("started_at") or "") >= since)
+
+
+def lineage_budget(data: dict) -> float | None:
+    """The budget a lineage's data holds (None: none set)."""
+    value = data.get("budget")
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0 else None
+
+
+def spent_by(rt: "Runtime") -> float:
+    """What the runtime's job spent so far: the backend's rows and this run's own (one not yet written)."""
+    try:
+        rows = [*rt.state.manifest_rows(), *rt.manifest.rows]
+        return job_spend(rows, job_since(rt.state.peek_lineage()))
+    except (Offline, OSError):
+        return job_spend(rt.manifest.rows)
+
+
+def within_budget(rt: "Runtime", spec: "AgentSpec") -> "AgentSpec":
+    """``spec`` for the next call under the job's budget (``rt.max_cost``): raises BudgetStop when it is
+    spent, else caps the call at what is left (the CLI stops at the end of the turn that reaches it)."""
+    cap = getattr(rt, "max_cost", None)
+    if cap is None:
+        return spec
+    spent = spent_by(rt)
+    if spent >= cap:
+        raise BudgetStop(text("budget_reached", rt.lang, spent=spent, cap=cap))
+    left = cap - spent
+    return dataclasses.replace(spec, max_budget_usd=min(spec.max_budget_usd or left, left))
+
+
+def over_budget(rt: "Runtime") -> str | None:
+    """The budget line when the runtime's job has spent its budget (None otherwise)."""
+    cap = getattr(rt, "max_cost", None)
+    spent = spent_by(rt) if cap is not None else 0.0
+    return text("budget_reached", rt.lang, spent=spent, cap=cap) if cap is not None and spent >= cap else None
+
+
+def parse_max_cost(raw: str | None, where: str, code: int = EXIT_USAGE) -> float | None:
+    """A budget in USD from ``--max-cost`` (bad: exit 2) or FLOWER_MAX_COST (bad: ``code``, exit 3 as
+    for every setting); None when not given."""
+    if raw is None or not str(raw).strip():
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not (value > 0 and value != float("inf")):
+        raise FlowerError(f"{where} must be a number of USD above 0, got {str(raw)[:40]!r}", code)
+    return value
+
+
+def job_budget(rt: "Runtime", given: float | None) -> float | None:
+    """The job's budget: the one given now (kept in the lineage, so every later run and machine holds
+    to it), else the one kept."""
+    if given is not None:
+        rt.soft(rt.lineage.path, lambda: rt.lineage.set_budget(given))
+        return given
+    return lineage_budget(rt.state.peek_lineage())
+
+
+def budget_status(backend: StateBackend) -> dict:
+    """``{"spent_usd", "max_cost_usd"}`` of the workspace's job, for ``status``."""
+    data = backend.peek_lineage()
+    return {"spent_usd": round(job_spend(backend.manifest_rows(), job_since(data)), 6),
+            "max_cost_usd": lineage_budget(data)}
+
+
+# --- Workspace snapshots: what the job changed, carried with its state ---
+#
+# In a git work tree a snapshot is the base commit, ``git diff --binary`` of the tracked changes and
+# the untracked, not-ignored files; outside git, the files changed since the job began. Never
+# ``.flower/``. Snapshots go through the state backend (locally ``<run dir>/snapshots/``, else a
+# table), so a CI cache of ``.flower/`` or the database carries the work product with the session.
+
+SNAPSHOT_VERSION = 1
+SNAPSHOT_MAX_ENV, SNAPSHOT_EVERY_ENV = "FLOWER_SNAPSHOT_MAX", "FLOWER_SNAPSHOT_EVERY"
+SNAPSHOT_MAX = 50 * 1024 * 1024     # bytes a snapshot may take, packed
+SNAPSHOT_EVERY = 30.0               # seconds between snapshots taken after changing tool calls
+CHANGING_TOOLS = "Write|Edit|MultiEdit|NotebookEdit|Bash"
+_DIFF_HEAD = _lazy_re(r"(?m)^diff --git ")
+
+
+@record
+class Snapshot:
+    """What the job changed: ``base`` commit (None outside git), the binary ``diff`` of tracked
+    files, and ``files`` (path -> (mode, bytes)) untracked or, outside git, changed since the job began."""
+
+    base: str | None
+    diff: bytes
+    files: dict
+    at: str = ""
+    host: str = ""
+    workspace: str = ""
+    mark: str = ""
+
+    def names(self) -> list[str]:
+        """The paths the snapshot holds (tracked ones from the diff, then the files)."""
+        return [*(name for name, _ in split_diff(self.diff)), *sorted(self.files)]
+
+    def pack(self) -> bytes:
+        """The snapshot as bytes (zlib-compressed JSON; contents base64)."""
+        import base64
+        import zlib
+        doc = {"v": SNAPSHOT_VERSION, "base": self.base, "at": self.at, "host": self.host,
+               "workspace": self.workspace, "mark": self.mark, "diff": base64.b64encode(self.diff).decode("ascii"),
+               "files": {p: [m, base64.b64encode(b).decode("ascii")] for p, (m, b) in sorted(self.files.items())}}
+        return zlib.compress(json.dumps(doc, separators=(",", ":")).encode("utf-8"), 6)
+
+    @classmethod
+    def unpack(cls, data: bytes) -> "Snapshot | None":
+        """A packed snapshot (None when it is damaged or of another version)."""
+        import base64
+        import binascii
+        import zlib
+        try:
+            doc = json.loads(zlib.decompress(data))
+            files = {p: (int(m), base64.b64decode(b)) for p, (m, b) in doc["files"].items()
+                     if safe_relpath(p)}
+            return cls(doc.get("base"), base64.b64decode(doc["diff"]), files, str(doc.get("at") or ""),
+                       str(doc.get("host") or ""), str(doc.get("workspace") or ""), str(doc.get("mark") or ""))
+        except (zlib.error, ValueError, KeyError, TypeError, AttributeError, binascii.Error):
+            return None
+
+    def digest(self) -> str:
+        """What the snapshot holds, as a hash (equal contents, equal digest)."""
+        h = hashlib.sha256(self.diff)
+        for path, (mode, body) in sorted(self.files.items()):
+            h.update(f"\0{path}\0{mode}\0".encode("utf-8", "surrogateescape") + hashlib.sha256(body).digest())
+        return f"{self.base}:{h.hexdigest()}"
+
+
+def safe_relpath(path: str) -> bool:
+    """A relative path that stays inside the workspace and out of ``.flower/`` and ``.git/``."""
+    parts = path.replace("\\", "/").split("/")
+    return bool(path) and not path.startswith("/") and ".." not in parts and "\0" not in path \
+        and parts[0] not in (".flower", ".git")
+
+
+def split_diff(diff: bytes) -> list[tuple[str, bytes]]:
+    """A ``git diff`` -> ``[(path, patch of that file)]`` (the path its ``b/`` side names)."""
+    text_ = diff.decode("utf-8", "surrogateescape")
+    starts = [m.start() for m in _DIFF_HEAD.finditer(text_)]
+    pieces = []
+    for i, at in enumerate(starts):
+        piece = text_[at:starts[i + 1] if i + 1 < len(starts) else len(text_)]
+        head = piece.split("\n", 1)[0]
+        name = head.split(" b/", 1)[1] if " b/" in head else head
+        pieces.append((name.strip('"'), piece.encode("utf-8", "surrogateescape")))
+    return pieces
+
+
+def _git(workspace: str, *args: str, data: bytes | None = None, check: bool = True) -> Any:
+    """``git -C workspace args`` (an argument list, never a shell); stdout bytes, or the completed
+    process with ``check=False``. Raises OSError when git cannot be run or fails."""
+    import subprocess
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    try:
+        done = subprocess.run(["git", "-c", "core.quotepath=off", "-C", workspace, *args], input=data,
+                              capture_output=True, env=env, timeout=300)
+    except subprocess.SubprocessError as exc:   # a git that hangs
+        raise OSError(f"git {args[0]}: {exc}") from None
+    if not check:
+        return done
+    if done.returncode != 0:
+        raise OSError(done.stderr.decode("utf-8", "replace").strip()[:300] or f"git {args[0]} failed")
+    return done.stdout
+
+
+def _head_commit(git_dir: str) -> str | None:
+    """HEAD's commit read from the repository's files (a loose or packed ref, or a detached HEAD);
+    None when the files do not tell (then git is asked)."""
+    head = (_read_text(os.path.join(git_dir, "HEAD")) or "").strip()
+    if re.fullmatch(r"[0-9a-f]{40,64}", head):
+        return head
+    if not head.startswith("ref: "):
+        return None
+    ref = head[5:].strip()
+    common = os.path.join(git_dir, (_read_text(os.path.join(git_dir, "commondir")) or ".").strip())
+    for folder in dict.fromkeys((git_dir, common)):
+        loose = (_read_text(os.path.join(folder, ref)) or "").strip()
+        if re.fullmatch(r"[0-9a-f]{40,64}", loose):
+            return loose
+        for line in (_read_text(os.path.join(folder, "packed-refs")) or "").splitlines():
+            sha, _, name = line.partition(" ")
+            if name.strip() == ref and re.fullmatch(r"[0-9a-f]{40,64}", sha):
+                return sha
+    return None
+
+
+def git_base(workspace: str) -> str | None:
+    """The commit the work tree holding ``workspace`` is at (None outside git or before a first commit)."""
+    found = _git_dir(os.path.realpath(workspace))
+    if found is None:
+        return None
+    known = _head_commit(found[1])
+    if known:
+        return known
+    try:
+        done = _git(workspace, "rev-parse", "--verify", "-q", "HEAD", check=False)
+    except OSError:
+        return None
+    return done.stdout.decode().strip() or None if done.returncode == 0 else None
+
+
+_NOT_FLOWER = (".", ":(exclude).flower", ":(exclude,glob)**/.flower/**")
+
+
+def _read_file(path: str) -> tuple[int, bytes] | None:
+    """A regular file's mode bits and contents (None for anything else, or when it vanished)."""
+    try:
+        info = os.lstat(path)
+        if not stat.S_ISREG(info.st_mode):
+            return None
+        with open(path, "rb") as fh:
+            return info.st_mode & 0o777, fh.read()
+    except OSError:
+        return None
+
+
+def capture_snapshot(workspace: str, since: float, limit: int) -> Snapshot | None:
+    """What the job changed in ``workspace`` now; None when it is more than ``limit`` bytes of files."""
+    base = git_base(workspace)
+    files: dict[str, tuple[int, bytes]] = {}
+    total = 0
+    if base is not None:
+        diff = _git(workspace, "diff", "--binary", "HEAD", "--", *_NOT_FLOWER)
+        listed = _git(workspace, "ls-files", "--others", "--exclude-standard", "-z", "--", *_NOT_FLOWER)
+        names = [n for n in listed.decode("utf-8", "surrogateescape").split("\0") if n and safe_relpath(n)]
+        total = len(diff)
+    else:
+        diff, names = b"", list(_changed_since(workspace, since))
+    for name in names:
+        found = _read_file(os.path.join(workspace, name))
+        if found is not None:
+            files[name] = found
+            total += len(found[1])
+            if total > limit:
+                return None
+    return Snapshot(base, diff, files, iso_now(), socket.gethostname(), os.path.realpath(workspace),
+                    workspace_mark(workspace))
+
+
+def workspace_mark(workspace: str) -> str:
+    """This very workspace directory on this machine (host, device, inode): a fresh clone at the same
+    path, or the same path on another runner, is another workspace."""
+    try:
+        info = os.stat(workspace)
+    except OSError:
+        return ""
+    return f"{socket.gethostname()}/{info.st_dev}/{info.st_ino}"
+
+
+def _changed_since(workspace: str, since: float) -> Iterator[str]:
+    """Regular files below ``workspace`` modified at or after ``since`` (not ``.flower/`` or ``.git/``)."""
+    for root, dirs, names in os.walk(workspace):
+        dirs[:] = [d for d in dirs if d not in (".flower", ".git")]
+        for name in names:
+            path = os.path.join(root, name)
+            with contextlib.suppress(OSError):
+                if os.lstat(path).st_mtime >= since and stat.S_ISREG(os.lstat(path).st_mode):
+                    yield os.path.relpath(path, workspace).replace(os.sep, "/")
+
+
+@record
+class Restored:
+    """What :func:`restore_snapshot` did: files restored, and where what did not apply was set aside."""
+
+    restored: list = field(default_factory=list)
+    aside: str | None = None
+    kept: list = field(default_factory=list)
+
+
+def _tracked_changes(workspace: str) -> set[str]:
+    """Paths with local changes against HEAD, or untracked (not ignored), outside ``.flower/``."""
+    changed = _git(workspace, "diff", "--name-only", "-z", "HEAD", "--", *_NOT_FLOWER)
+    others = _git(workspace, "ls-files", "--others", "--exclude-standard", "-z", "--", *_NOT_FLOWER)
+    return {n for n in (changed + b"\0" + others).decode("utf-8", "surrogateescape").split("\0") if n}
+
+
+def snapshot_present(workspace: str, snap: Snapshot) -> bool:
+    """Whether the workspace already holds every change of ``snap`` (then there is nothing to restore)."""
+    for name, (mode, body) in snap.files.items():
+        found = _read_file(os.path.join(workspace, name))
+        if found is None or found[1] != body:
+            return False
+    if not snap.diff:
+        return True
+    if git_base(workspace) is None:
+        return False
+    return _git(workspace, "apply", "--check", "--reverse", "--binary", "-", data=snap.diff, check=False).returncode == 0
+
+
+def restore_snapshot(workspace: str, snap: Snapshot, aside_dir: str) -> Restored:
+    """Bring ``snap``'s changes into ``workspace`` without overwriting a local change: at the base and
+    clean everything applies; otherwise each file's patch is applied (three-way when the base moved)
+    where the file has no local change, and the rest is set aside in ``aside_dir`` (a patch, and the
+    files). Returns what was done."""
+    done = Restored()
+    local = _tracked_changes(workspace) if git_base(workspace) is not None else set()
+    aside_patch: list[bytes] = []
+    aside_files: dict[str, bytes] = {}
+    for name, patch in split_diff(snap.diff):
+        if name in local or not _apply_one(workspace, name, patch):
+            aside_patch.append(patch)
+        else:
+            done.restored.append(name)
+    for name, (mode, body) in sorted(snap.files.items()):
+        path = os.path.join(workspace, name)
+        found = _read_file(path)
+        if found is not None and found[1] == body:
+            continue
+        if found is not None or os.path.lexists(path):
+            aside_files[name] = body
+            done.kept.append(name)
+            continue
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+        atomic_write(path, body, mode=mode or 0o644)
+        done.restored.append(name)
+    if aside_patch or aside_files:
+        done.aside = _set_snapshot_aside(aside_dir, b"".join(aside_patch), aside_files)
+    return done
+
+
+def _apply_one(workspace: str, name: str, patch: bytes) -> bool:
+    """Apply one file's patch: exactly, else three-way (the index left as it was); a conflict is
+    undone (the file had no local change: HEAD's version is what was there). True when applied."""
+    if _git(workspace, "apply", "--binary", "-", data=patch, check=False).returncode == 0:
+        return True
+    merged = _git(workspace, "apply", "--3way", "--binary", "-", data=patch, check=False).returncode == 0
+    if merged:
+        _git(workspace, "reset", "-q", "--", name, check=False)
+        return True
+    _git(workspace, "checkout", "HEAD", "--", name, check=False)
+    return False
+
+
+def _set_snapshot_aside(aside_dir: str, patch: bytes, files: dict[str, bytes]) -> str:
+    """Write what did not apply under ``aside_dir`` (0700): ``changes.patch`` and ``files/<path>``."""
+    ensure_private_dir(aside_dir)
+    if patch:
+        atomic_write(os.path.join(aside_dir, "changes.patch"), patch)
+    for name, body in files.items():
+        target = os.path.join(aside_dir, "files", name)
+        ensure_private_dir(os.path.dirname(target))
+        atomic_write(target, body)
+    return aside_dir
+
+
+def listing(names: Iterable[str], most: int = 5) -> str:
+    """Up to ``most`` names for a line (redacted: a credential in a file name is never shown)."""
+    names = list(names)
+    shown = ", ".join(redact(n) for n in names[:most])
+    return shown + (f" (+{len(names) - most})" if len(names) > most else "")
+
+
+class Snapshots:
+    """The snapshots of one run: taken after changing tool calls (at most every FLOWER_SNAPSHOT_EVERY
+    seconds), at a handoff, at a rescue and at exit, when the workspace changed; restored at start."""
+
+    def __init__(self, rt: "Runtime", since: float):
+        self.rt = rt
+        self.since = since
+        self.limit = int(env_number(SNAPSHOT_MAX_ENV, SNAPSHOT_MAX))
+        raw = os.environ.get(SNAPSHOT_EVERY_ENV, "")
+        try:
+            self.every = max(0.0, float(raw)) if raw.strip() else SNAPSHOT_EVERY
+        except ValueError:
+            self.every = SNAPSHOT_EVERY
+        self.last_digest: str | None = None
+        self.last_at = 0.0
+        self.dirty = False
+        self.note: str | None = None      # what the model is told of a restore, once
+        self._over = False
+
+    def take(self, why: str = "turn") -> bool:
+        """Take a snapshot now when the workspace changed since the last one (fail-soft)."""
+        rt = self.rt
+        self.dirty, self.last_at = False, time.monotonic()
+        try:
+            snap = capture_snapshot(rt.paths.workspace, self.since, self.limit)
+        except (OSError, ValueError) as exc:
+            error = OSError(str(exc))
+
+            def fail() -> None:
+                raise error
+            rt.soft(rt.state.describe("snapshots"), fail)
+            return False
+        packed = snap.pack() if snap is not None else b""
+        if snap is None or len(packed) > self.limit:
+            if not self._over:
+                self._over = True
+                line = text("snapshot_too_big", rt.lang, limit=self.limit // (1024 * 1024))
+                rt.degraded.append(line)
+                rt._info(line)
+            return False
+        digest = snap.digest()
+        if digest == self.last_digest or (self.last_digest is None and not snap.diff and not snap.files):
+            return False
+        if rt.soft(rt.state.describe("snapshots"), lambda: rt.state.put_snapshot(packed)):
+            self.last_digest = digest
+            return True
+        return False
+
+    def after_tool(self) -> None:
+        """A changing tool ran: snapshot now, or once the interval has passed."""
+        self.dirty = True
+        if time.monotonic() - self.last_at >= self.every:
+            self.take()
+
+    def hooks(self, spec: "AgentSpec") -> dict:
+        """The PostToolUse hook of a spec that can change the workspace (a hook source)."""
+        async def changed(data: Any, tool_use_id: Any, context: Any) -> dict:
+            import asyncio
+            await asyncio.to_thread(self.after_tool)
+            return {}
+        return {"PostToolUse": [(CHANGING_TOOLS, changed)]}
+
+    def on_event(self, event: "Event") -> None:
+        """A handoff that is done is a moment to snapshot."""
+        if event.kind == "handoff" and event.data.get("phase") == "done":
+            self.take("handoff")
+
+    def restore(self, say: Callable[[str], None]) -> None:
+        """At start: bring the newest snapshot's changes into the workspace when they are missing."""
+        rt = self.rt
+        try:
+            packed = rt.state.latest_snapshot()
+        except (OSError, FlowerError):
+            return
+        snap = Snapshot.unpack(packed) if packed else None
+        since = job_since(rt.state.peek_lineage())
+        if snap is None or (since and snap.at < since):   # none, or an earlier job's
+            return
+        workspace = rt.paths.workspace
+        if snap.mark and snap.mark == workspace_mark(workspace):
+            self.last_digest = snap.digest()   # the same workspace on the same machine: never touched
+            return
+        try:
+            if snapshot_present(workspace, snap):
+                self.last_digest = snap.digest()
+                return
+            aside = os.path.join(rt.paths.flower_dir, "snapshot-aside", timestamp())
+            done = restore_snapshot(workspace, snap, aside)
+        except OSError as exc:
+            rt.degraded.append(str(exc))
+            say(text("snapshot_restore_failed", rt.lang, error=redact(str(exc))[:200]))
+            return
+        when, host = snap.at.replace("T", " ")[:16], redact(snap.host)
+        if done.restored:
+            say(text("snapshot_restored", rt.lang, n=len(done.restored), at=when, host=host))
+        notes = [text("snapshot_restored_prompt", rt.lang, n=len(done.restored), at=when, host=host,
+                      names=listing(done.restored, 20))] if done.restored else []
+        if done.aside:
+            say(text("snapshot_aside", rt.lang, path=_tilde(done.aside)))
+            notes.append(text("snapshot_aside_prompt", rt.lang, path=done.aside))
+        self.note = " ".join(notes) or None
+
+
+def start_snapshots(rt: "Runtime", enabled: bool, say: Callable[[str], None]) -> None:
+    """Restore the job's newest snapshot when the workspace lacks it, then take snapshots as the job
+    goes (``rt.snapshots``; None with ``--no-snapshot``)."""
+    rt.snapshots = None
+    if not enabled:
+        return
+    data = rt.state.peek_lineage()
+    since = job_since(data)
+    try:
+        began = _dt.datetime.fromisoformat(since).timestamp() if since else time.time()
+    except ValueError:
+        began = time.time()
+    snaps = rt.snapshots = Snapshots(rt, began)
+    snaps.restore(say)
+    rt.hook_sources.append(lambda spec: snaps.hooks(spec) if spec.name == "work" else {})
+    shown = rt.on_event
+    rt.on_event = lambda event: (snaps.on_event(event), shown(event) if shown else None)
+
+
+def snapshot_now(rt: "Runtime", why: str) -> None:
+    """Take a snapshot at exit or rescue (when snapshots are on)."""
+    snaps = getattr(rt, "snapshots", None)
+    if snaps is not None:
+        with contextlib.suppress(Exception):
+            snaps.take(why)
+
+
+def restore_note(rt: "Runtime", prompt: str) -> str:
+    """``prompt`` with the restore said first, the first time a step continues after one."""
+    snaps = getattr(rt, "snapshots", None)
+    if snaps is None or not snaps.note:
+        return prompt
+    note, snaps.note = snaps.note, None
+    return f"{note}\n\n{prompt}"
+
+
 # --- Agent runtime: specs, events, results, one step on the SDK with its four exits ---
 
 @record
@@ -9357,10 +10011,6 @@ class Event:
             if isinstance(data["data"].get(key), float):
                 data["data"][key] = round(data["data"][key], 6)
         return json.dumps({"v": JSON_VERSION, **data}, ensure_ascii=False, default=str)
-
-
-class StepAbort(Exception):
-    """Raised by a gate or a step to stop the workflow with a message (exit code 1)."""
 
 
 @record
@@ -9548,6 +10198,7 @@ class Runtime:
         in-flight step with ``error=reason``; lineage is already on disk."""
         stop_own_clis(self.paths.run_dir)
         journal_kill(self, reason)
+        snapshot_now(self, "rescue")
         current = self._current
         if current is None:
             with contextlib.suppress(Exception):
@@ -9708,6 +10359,7 @@ class Runtime:
         import asyncio
         sdk = self._sdk()
         check_spec(spec)
+        spec = within_budget(self, spec)
         if resume:
             self._refuse_if_driven(resume)
         name = step_name or spec.name
@@ -10652,6 +11304,7 @@ class Workflow:
         prompt = redo if redo is not None else _resolve_prompt(chosen, ctx)
         if continuing and rt.lineage.moved_from:   # old paths in the history are not this machine's
             prompt = f"{text('moved_prompt', rt.lang, old=rt.lineage.moved_from, new=rt.paths.workspace)}\n\n{prompt}"
+        prompt = restore_note(rt, prompt) if continuing else prompt
         if step.addendum:
             prompt = f"{prompt}\n\n{step.addendum}"
         rt.emit(Event("step", step=step.name, session_id=resume, data={
@@ -11504,6 +12157,73 @@ def gather_report(paths: Paths, backend: StateBackend, now: float | None = None)
                        state=backend.where() or "local")
 
 
+# --- Job continuity: a re-run with the same words continues ---
+
+def _words(value: str) -> str:
+    """Text compared as words: redacted (as it is stored), whitespace collapsed."""
+    return " ".join(redact(value).split())
+
+
+def said_before(ask: str, task: str | None, sentences: Iterable[str], brief: str, lang: str = "en") -> bool:
+    """Whether ``ask`` repeats what the job was already told: its task, a pending wake sentence, or a
+    sentence the brief holds under an *Added on wake* heading (a CI job runs one command every time)."""
+    words = _words(ask)
+    if not words:
+        return False
+    if task and _words(task) == words or any(_words(s) == words for s in sentences):
+        return True
+    added = _wake_additions(brief, lang)
+    heading = "### " + text("added_on_wake", lang)
+    chunks = [c.split("\n", 1)[1] if "\n" in c else "" for c in added.split(heading)]
+    return any(_words(line) == words for chunk in chunks for line in [chunk, *chunk.splitlines()])
+
+
+def continue_if_repeated(backend: "StateBackend", paths: "Paths", ask: str | None,
+                         say: Callable[[str], None]) -> str | None:
+    """``ask``, or None when it repeats what the used workspace's job was told (:func:`said_before`
+    over the lineage's task and wake and the brief): the run is then a plain continue, said in one
+    line unless the goal is achieved (then the closing line says there is nothing to do)."""
+    if not ask:
+        return ask
+    data = backend.peek_lineage()
+    wake = wake_of(data) or {"sentences": []}
+    if not said_before(ask, task_of(data), wake["sentences"], _brief_text(paths), paths.lang):
+        return ask
+    steps = data.get("steps") or {}
+    if not (data.get("achieved") and data.get("achieved") == steps.get("work")):
+        say(text("ui_same_words", paths.lang))
+    return None
+
+
+def seen_from_anywhere(state: dict, backend: "StateBackend", paths: "Paths") -> dict:
+    """``wake_state`` with the brief and goal of the backend when this machine has no copy of them
+    (``status --state`` on a machine that never ran the job), plus the goal's statement."""
+    notes = backend.remote_notes()
+    brief = _read_text(paths.brief)
+    goal = _read_text(paths.goal)
+    if brief is None:
+        brief = notes.get(os.path.basename(paths.brief))
+    if goal is None:
+        goal = notes.get(os.path.basename(paths.goal))
+    statement, checks = goal_parts(goal or "")
+    done = brief_complete(brief_sections(brief or ""))
+    return {**state, "brief": done, "goal": goal_complete(statement, checks), "checks": len(checks),
+            "waking": state["waking"] or done, "statement": statement.strip().splitlines()[0][:200] if
+            statement.strip() else ""}
+
+
+def _driver_pairs(data: dict, lang: str) -> list[tuple[str, str]]:
+    """The ``goal is`` and ``driven by`` lines of ``status``."""
+    pairs = [("st_goal_text", data["wake"]["statement"])] if data["wake"].get("statement") else []
+    driver = data.get("driver")
+    if not data["wake"]["waking"] and not driver:
+        return pairs
+    line = text("st_driver_now", lang, pid=driver.get("pid"), host=driver.get("host", "?"),
+                since=driver.get("since", "?"), step=driver.get("step") or "-") if driver else \
+        text("st_driver_none", lang)
+    return pairs + [("st_driver", line)]
+
+
 # --- CLI: go, once, status, doctor, sessions, show; progress, signals, exit codes ---
 
 MAX_PROMPT_BYTES = 256 * 1024
@@ -11839,7 +12559,7 @@ def _global_options(parser: argparse.ArgumentParser) -> None:
 
 EXIT_CODES_HELP = ("exit codes: 0 done · 1 a step failed · 2 usage error · 3 setup problem or credentials "
                    "rejected · 4 network down past the wait · 5 another flower drives this workspace · "
-                   "6 a usage limit resets past FLOWER_MAX_LIMIT_WAIT · 130 interrupted · 128+N stopped by signal N")
+                   "6 a usage limit resets past FLOWER_MAX_LIMIT_WAIT · 7 the job's budget spent · 130 interrupted · 128+N stopped by signal N")
 
 
 def _delegation_options(go: argparse.ArgumentParser) -> None:
@@ -11923,6 +12643,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
                     help="permission mode of the worker (default acceptEdits)")
     go.add_argument("--model", default=None, help="model for every agent")
     _delegation_options(go)
+    _budget_option(go)
     _global_options(go)
 
     once = command("once")
@@ -11950,6 +12671,14 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+def _budget_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--no-snapshot", action="store_true",
+                        help="take no workspace snapshots (the files then do not travel with the state)")
+    parser.add_argument("--max-cost", type=_positive_usd, default=None, metavar="USD",
+                        help=f"the whole job's budget in USD, across runs and machines (default {MAX_COST_ENV}, "
+                             f"else the one given before); spent: exit {EXIT_BUDGET}, a higher one continues")
+
+
 class _Unbuilt:
     """Stands in for the parser of a command that will not be parsed: its options are not built."""
 
@@ -11962,6 +12691,9 @@ class _Unbuilt:
 _TAKES_VALUE = {"-w", "--workspace", "-r", "--run-dir", "--lang", "--store", "--rounds", "--window",
                 "--permission-mode", "--model", "-t", "--tools", "-p", "-b", "--budget", "--resume", "--state",
                 "--workspace-id", "--settings"}
+
+
+_TAKES_VALUE.add("--max-cost")
 
 
 def _positionals(argv: list[str]) -> int:
@@ -12427,6 +13159,8 @@ def _go_locked(args: argparse.Namespace, reporter: Reporter, paths: Paths, ask: 
                  on_event=reporter.event, notify=lambda m: reporter.say(m, always=True))
     rt.driver = driver
     rt.setting_sources = setting_sources_for(settings_choice(args))
+    rt.max_cost = job_budget(rt, args.max_cost or parse_max_cost(os.environ.get(MAX_COST_ENV), MAX_COST_ENV, EXIT_SETUP))
+    start_snapshots(rt, not args.no_snapshot, lambda m: reporter.say(m, always=True))
     for path, line in unwritten:   # said once already
         rt._warned.add(path)
         rt.degraded.append(line)
@@ -12440,6 +13174,7 @@ def _go_locked(args: argparse.Namespace, reporter: Reporter, paths: Paths, ask: 
         _quiet_sdk_logs(args.verbose)
         return _go_run(args, reporter, rt, used, ask, interactive)
     finally:
+        snapshot_now(rt, "exit")
         rt.close()
 
 
@@ -12487,6 +13222,7 @@ def _go_task(args: argparse.Namespace, reporter: Reporter, paths: Paths, ask: st
         used = False
     if used:
         _say_wake_banner(reporter, paths, backend)
+    ask = continue_if_repeated(backend, paths, ask, say) if used else ask   # the same command again
     task = None if used else task_of(backend.peek_lineage())   # given to a run killed before its first step
     if ask is None and interactive:
         answer = _ask_line(text("wake_continue_question" if used or task else "wake_new_question", lang))
@@ -12520,7 +13256,7 @@ def _go_run(args: argparse.Namespace, reporter: Reporter, rt: Runtime, used: boo
         ctx = asyncio.run(_run_with_signals(rt, reporter, lambda: flow.run(rt), interactive))
         rt.soft(rt.lineage.where, lambda: rt.lineage.settle_wake(goal=True, sentences=True))   # carried through
     except StepAbort as exc:
-        message = str(exc)
+        message = over_budget(rt) or str(exc)
         reporter.say(f"flower: {message}", always=True)
         return _finish(rt, reporter, _exit_code(rt, message), message)
     work = ctx.get("_results", {}).get("work")
@@ -12541,6 +13277,8 @@ def _print_answer(answer: str, reporter: Reporter) -> None:
 def _exit_code(rt: Runtime, message: str) -> int:
     """A failed run's exit code: 3 when the credentials were rejected, 4 when the network stayed
     down past the wait, else 1."""
+    if over_budget(rt):
+        return EXIT_BUDGET
     kinds = {r.get("error_kind") for r in rt.manifest.rows if not r.get("ok")}
     if AUTH in kinds:
         return EXIT_SETUP
@@ -12630,7 +13368,7 @@ def cmd_once(args: argparse.Namespace, reporter: Reporter) -> int:
 def status_data(paths: Paths, backend: StateBackend) -> dict:
     """What ``status`` shows, as data (no side effects): wake state, steps with context and handoff
     generation, the last manifest rows, the stored sessions of this workspace, where the state is."""
-    state = wake_state(paths.workspace, paths.run_dir, backend)
+    state = seen_from_anywhere(wake_state(paths.workspace, paths.run_dir, backend), backend, paths)
     rows = backend.manifest_tail(10)
     key = project_key(paths.workspace)
     store = backend.session_store(create=False)
@@ -12644,7 +13382,8 @@ def status_data(paths: Paths, backend: StateBackend) -> dict:
     return {"workspace": paths.workspace, "run_dir": paths.run_dir, "state": backend.kind,
             "where": backend.where(), "workspace_id": backend.workspace_id,
             "wake": state, "steps": steps, "manifest": rows, "sessions": sessions,
-            "achieved": bool(state.get("achieved")), "problems": backend.lineage_problems(paths.lang)}
+            "achieved": bool(state.get("achieved")), "problems": backend.lineage_problems(paths.lang),
+            "budget": budget_status(backend), "driver": backend.driver()}
 
 
 def _status_lines(data: dict, lang: str) -> list[str]:
@@ -12667,6 +13406,7 @@ def _status_lines(data: dict, lang: str) -> list[str]:
         pairs.append(("st_goal", t("st_achieved")))
     if data["sessions"]:
         pairs.append(("st_sessions", t("st_stored", n=len(data["sessions"]))))
+    pairs += _budget_pairs(data.get("budget"), lang) + _driver_pairs(data, lang)
     width = max(display_width(t(k)) for k, _ in pairs) + 2
     lines = [pad(t(k), width) + v for k, v in pairs]
     if not state["waking"] and not data["manifest"]:
@@ -12685,6 +13425,15 @@ def _status_lines(data: dict, lang: str) -> list[str]:
             lines.append(f"  {mark} {pad(name, name_width)}${float(row.get('cost_usd') or 0):.4f} "
                          f"{turns}{row.get('started_at', '')}{error}")
     return lines
+
+
+def _budget_pairs(budget: dict | None, lang: str) -> list[tuple[str, str]]:
+    """The ``spent`` line of ``status`` (none before anything was spent or budgeted)."""
+    if not budget or not (budget["spent_usd"] or budget["max_cost_usd"]):
+        return []
+    cap = budget["max_cost_usd"]
+    return [("st_spend", text("st_spend_of", lang, spent=budget["spent_usd"], cap=cap) if cap
+             else text("st_spend_only", lang, spent=budget["spent_usd"]))]
 
 
 def cmd_status(args: argparse.Namespace, reporter: Reporter) -> int:

@@ -190,6 +190,16 @@ def synthetic_job(turns=2000, sessions=10, t0=1_800_000_000.0):
     return rows, records, goal
 
 
+GIT_ENV = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.com", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@example.com"}
+
+
+def git(cwd, *args):
+    """Run git in ``cwd`` with a fixed identity; its output."""
+    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True,
+                          env=dict(os.environ, **GIT_ENV)).stdout
+
+
 # -- texts several tiers check --
 
 LEDGER_EN = """# Handoff ledger
