@@ -9623,6 +9623,17 @@ def _read_file(path: str) -> tuple[int, bytes] | None:
         return None
 
 
+_SECRET_FILE = _lazy_re(r"(?:^|/)(?:\.env(?:\..*)?|\.envrc|\.netrc|\.pgpass|\.npmrc|\.pypirc|\.git-credentials|"
+                        r"credentials(?:\.\w+)?|id_(?:rsa|dsa|ecdsa|ed25519)(?:\.pub)?|.*\.(?:pem|key|p12|pfx|jks|kdbx))$",
+                        re.IGNORECASE)
+
+
+def credential_file(name: str) -> bool:
+    """Whether a workspace file is one people keep credentials in (``.env``, a private key, ``.netrc``...):
+    such a file never travels in a snapshot, whatever ``.gitignore`` says (each machine has its own)."""
+    return bool(_SECRET_FILE.search(name))
+
+
 def capture_snapshot(workspace: str, since: float, limit: int) -> Snapshot | None:
     """What the job changed in ``workspace`` now; None when it is more than ``limit`` bytes of files."""
     base = git_base(workspace)
@@ -9636,7 +9647,7 @@ def capture_snapshot(workspace: str, since: float, limit: int) -> Snapshot | Non
     else:
         diff, names = b"", list(_changed_since(workspace, since))
     for name in names:
-        found = _read_file(os.path.join(workspace, name))
+        found = None if credential_file(name) else _read_file(os.path.join(workspace, name))
         if found is not None:
             files[name] = found
             total += len(found[1])

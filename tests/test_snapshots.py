@@ -62,6 +62,19 @@ class Repo(unittest.TestCase):
         self.assertIsNone(flower.Snapshot.unpack(b"not a snapshot"))
         self.assertIsNone(flower.Snapshot.unpack(snap.pack()[:-10]))
 
+    def test_credential_files_never_travel_in_a_snapshot(self):
+        secret = "sk-ant-api03-" + "S" * 40
+        for name in (".env", "config/.env.production", "keys/id_ed25519", "deploy.pem", ".netrc", "app.key"):
+            write(os.path.join(self.a, name), f"TOKEN={secret}\n")
+        write(os.path.join(self.a, "env.md"), "notes about the environment\n")
+        for snap in (flower.capture_snapshot(self.a, 0, 10 ** 9), flower.capture_snapshot(self.a + "/keys", 0, 10 ** 9)):
+            self.assertNotIn(secret.encode(), snap.pack())
+        self.assertEqual(sorted(flower.capture_snapshot(self.a, 0, 10 ** 9).files), ["env.md"])
+        plain = os.path.join(self.tmp.name, "plain")   # outside git: the files changed since the job began
+        write(os.path.join(plain, ".env"), f"TOKEN={secret}\n")
+        write(os.path.join(plain, "made.txt"), "x\n")
+        self.assertEqual(sorted(flower.capture_snapshot(plain, 0, 10 ** 9).files), ["made.txt"])
+
     def test_over_the_cap_no_snapshot(self):
         write(os.path.join(self.a, "big.bin"), b"x" * 5000)
         self.assertIsNone(flower.capture_snapshot(self.a, 0, 4000))
