@@ -415,6 +415,7 @@ TEXTS: dict[str, dict[str, str]] = {
         "info_notes_restored": "{n} note(s) restored from {where}",
         "info_state_unreadable": "the {what} in {where} was unreadable; ignored",
         "ui_spooled": "{n} transcript entr(y/ies) only in the local spool {path}; the next run writes them",
+        "disk_full": "disk full: {path} cannot take what flower writes there (no space left on device); free some space there",
     },
     "zh": {
         "resume_prompt": "上一轮在完成之前被中断了。先看看磁盘上已经有什么,从中断处继续,不要从头开始。",
@@ -630,6 +631,7 @@ TEXTS: dict[str, dict[str, str]] = {
         "info_notes_restored": "从 {where} 恢复了 {n} 份笔记",
         "info_state_unreadable": "{where} 中的 {what} 无法读取;已忽略",
         "ui_spooled": "{n} 条会话记录只在本地暂存 {path} 中;下次运行会写入",
+        "disk_full": "磁盘已满:{path} 写不下 flower 要写的内容(No space left on device);请在那里腾出空间",
     },
 }
 
@@ -680,10 +682,30 @@ def atomic_write(path: str, data: str | bytes, mode: int = 0o600) -> None:
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
+        if isinstance(exc, OSError) and not exc.filename:
+            raise named_error(exc, path) from exc
         raise
+
+
+def named_error(exc: OSError, path: str) -> OSError:
+    """``exc`` naming ``path`` when it names no file (a failed ``write()`` or ``fsync()`` does not), so
+    the line that reports it can say where the disk was full."""
+    if exc.filename or exc.errno is None:
+        return exc
+    return OSError(exc.errno, exc.strerror or str(exc), path)
+
+
+def os_error_line(exc: OSError, lang: str = "en", where: str | None = None) -> str:
+    """One line for an OS error: a full disk says so and names the directory flower was writing
+    (the error's file's, else ``where``); any other error is its text and its file."""
+    path = exc.filename or where
+    if exc.errno == errno.ENOSPC:
+        directory = str(path) if path and os.path.isdir(path) else os.path.dirname(str(path or "")) or "?"
+        return text("disk_full", lang, path=directory)
+    return f"{exc.strerror or exc}{': ' + str(path) if path else ''}"
 
 
 def append_lines(path: str, data: bytes, mode: int = 0o600) -> None:
@@ -696,6 +718,8 @@ def append_lines(path: str, data: bytes, mode: int = 0o600) -> None:
             data = b"\n" + data
         os.write(fd, data)
         os.fsync(fd)
+    except OSError as exc:
+        raise named_error(exc, path) from None
     finally:
         os.close(fd)
 
@@ -2163,6 +2187,7 @@ async def reachable(host: str, port: int, timeout: float = 5.0) -> bool:
 
 
 FATAL, TRANSIENT, OVERFLOW, UNKNOWN = "fatal", "transient", "overflow", "unknown"
+DISK_FULL = "disk-full"   # a local disk (the CLI's config dir, the temp dir, the run dir) has no room
 AUTH, OFFLINE = "auth", "offline"  # how a step ended, beyond classify(): credentials rejected, network gone
 
 _OVERFLOW_TEXT = _lazy_re(r"(?i)prompt is too long|context (?:window|length) exceeded|too many tokens")
@@ -2174,6 +2199,8 @@ _FATAL_TEXT = _lazy_re(
     r"cannot be used with root|not logged in|please run /login|organization has been disabled|"
     r"error: (?:unknown )?option|argument '[^'\n]*' is invalid|invalid permission mode"
 )
+_DISK_FULL_TEXT = _lazy_re(r"(?i)no space left on device|\bENOSPC\b|\[Errno 28\]|database or disk is full|"
+                           r"^disk full\b")
 _TRANSIENT_TEXT = _lazy_re(
     r"(?i)connection|ECONNREFUSED|ECONNRESET|ETIMEDOUT|ENOTFOUND|EAI_AGAIN|EHOSTUNREACH|ENETUNREACH|"
     r"socket hang up|timed? ?out|overloaded|\b529\b|\b5\d\d\b|rate limit|\b429\b|\b408\b|\b409\b|"
@@ -2183,7 +2210,7 @@ _TRANSIENT_TEXT = _lazy_re(
 
 
 def classify(message: str | None, *, status: int | None = None, terminal_reason: str | None = None) -> str:
-    """Classify a failure as ``"fatal"``, ``"transient"``, ``"overflow"`` or ``"unknown"``.
+    """Classify a failure as ``"fatal"``, ``"transient"``, ``"overflow"``, ``"disk-full"`` or ``"unknown"``.
 
     Structured fields decide first (``terminal_reason``, then the HTTP ``status``); the text is read
     only when they say nothing, with overflow and fatal patterns checked before transient ones (a
@@ -2203,6 +2230,8 @@ def classify(message: str | None, *, status: int | None = None, terminal_reason:
             return TRANSIENT
     if _OVERFLOW_TEXT.search(body):
         return OVERFLOW
+    if _DISK_FULL_TEXT.search(body):
+        return DISK_FULL
     if _FATAL_TEXT.search(body):
         return FATAL
     if _TRANSIENT_TEXT.search(body):
@@ -2336,7 +2365,8 @@ class Resilience:
 
     def should_retry(self, kind: str) -> bool:
         """Whether a failure of this kind is worth another attempt."""
-        return kind == TRANSIENT or (kind == UNKNOWN and self.retry_unknown)
+        # a disk filled by something passing (a temp file, a log) frees up: worth the bounded retries
+        return kind in (TRANSIENT, DISK_FULL) or (kind == UNKNOWN and self.retry_unknown)
 
     async def wait_online(self, notify: Callable[[str], None] | None = None, *,
                           target: tuple[str, int] | None = None,
@@ -7358,11 +7388,14 @@ class StateSpool:
         with self.lock():
             fresh = not os.path.exists(self.path)
             fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-            with os.fdopen(fd, "ab") as fh:
-                head = json.dumps({"spool": uuid.uuid4().hex}) + "\n" if fresh else ""
-                fh.write((head + json.dumps(op, separators=(",", ":")) + "\n").encode("ascii"))
-                fh.flush()
-                os.fsync(fh.fileno())
+            try:
+                with os.fdopen(fd, "ab") as fh:
+                    head = json.dumps({"spool": uuid.uuid4().hex}) + "\n" if fresh else ""
+                    fh.write((head + json.dumps(op, separators=(",", ":")) + "\n").encode("ascii"))
+                    fh.flush()
+                    os.fsync(fh.fileno())
+            except OSError as exc:
+                raise named_error(exc, self.path) from None
 
     def read(self) -> tuple[str | None, list[dict]]:
         """``(spool id, operations)`` (a torn last line of a crashed writer is left out)."""
@@ -9071,10 +9104,13 @@ class Runtime:
         client = sdk.ClaudeSDKClient(options=options)
         watcher = None
         stall_watch = None
+        writing: str | None = None
         self._watched = (st.sid, turn)
         try:
-            with resume_copies_in(own_tempdir()):
+            writing = own_tempdir()   # the SDK writes its copy of a resumed session there
+            with resume_copies_in(writing):
                 await client.connect()
+            writing = None
             await client.query(prompt)
             watcher = asyncio.create_task(self._watch_human(client, turn))
             st.heard, st.pending = time.monotonic(), set()
@@ -9097,7 +9133,9 @@ class Runtime:
         except Exception as exc:
             turn.exception = exc
             tail = " | ".join(line for line in self._stderr[-3:] if line)
-            turn.error_text = f"{type(exc).__name__}: {exc}" + (f" ({tail})" if tail else "")
+            said = os_error_line(exc, self.lang, writing) if getattr(exc, "errno", None) == errno.ENOSPC else \
+                f"{type(exc).__name__}: {exc}"
+            turn.error_text = said + (f" ({tail})" if tail else "")
         finally:
             if stall_watch is not None:
                 stall_watch.cancel()
@@ -10759,7 +10797,7 @@ def _exit_code(rt: Runtime, message: str) -> int:
     """A failed run's exit code: 3 when the credentials were rejected, 4 when the network stayed
     down past the wait, else 1."""
     kinds = {r.get("error_kind") for r in rt.manifest.rows if not r.get("ok")}
-    if AUTH in kinds:
+    if AUTH in kinds or DISK_FULL in kinds:
         return EXIT_SETUP
     if OFFLINE in kinds or "network down" in message:
         return EXIT_OFFLINE
@@ -11240,8 +11278,7 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:
         return EXIT_OK
     except OSError as exc:
-        print(f"flower: {exc.strerror or exc}{': ' + exc.filename if getattr(exc, 'filename', None) else ''}",
-              file=sys.stderr)
+        print(f"flower: {os_error_line(exc, reporter.lang)}", file=sys.stderr)
         return EXIT_SETUP
     except Exception as exc:  # the last line of defence: one line, no traceback
         damage = store_damage(exc)
