@@ -416,6 +416,8 @@ TEXTS: dict[str, dict[str, str]] = {
         "info_state_unreadable": "the {what} in {where} was unreadable; ignored",
         "ui_spooled": "{n} transcript entr(y/ies) only in the local spool {path}; the next run writes them",
         "disk_full": "disk full: {path} cannot take what flower writes there (no space left on device); free some space there",
+        "info_from_stream": ("stored {n} message(s) of session {sid} that the CLI streamed but never recorded "
+                             "(it was stopped or could not write its transcript)"),
     },
     "zh": {
         "resume_prompt": "上一轮在完成之前被中断了。先看看磁盘上已经有什么,从中断处继续,不要从头开始。",
@@ -632,6 +634,7 @@ TEXTS: dict[str, dict[str, str]] = {
         "info_state_unreadable": "{where} 中的 {what} 无法读取;已忽略",
         "ui_spooled": "{n} 条会话记录只在本地暂存 {path} 中;下次运行会写入",
         "disk_full": "磁盘已满:{path} 写不下 flower 要写的内容(No space left on device);请在那里腾出空间",
+        "info_from_stream": "存入了会话 {sid} 中 CLI 已经流式发出但没有记下的 {n} 条消息(它被停下了,或写不了会话记录)",
     },
 }
 
@@ -8344,6 +8347,67 @@ class PgLock(DriverLock):
             self.state.unlock(self.name)
 
 
+# --- Stream record: what the CLI streamed but never recorded, stored so no call is done twice ---
+
+
+def _stream_block(block: Any) -> dict | None:
+    """A transcript content block for one SDK content block (None for a thinking block: its
+    signature is not on the stream, and the API refuses an unsigned one)."""
+    kind = type(block).__name__
+    if kind == "TextBlock":
+        return {"type": "text", "text": block.text}
+    if kind == "ToolUseBlock":
+        return {"type": "tool_use", "id": block.id, "name": block.name, "input": block.input}
+    if kind == "ToolResultBlock":
+        return {"type": "tool_result", "tool_use_id": block.tool_use_id, "content": block.content,
+                "is_error": bool(block.is_error)}
+    return None
+
+
+def _stream_entry(msg: Any, sid: str, parent: str | None) -> dict | None:
+    """The transcript entry of one streamed main-thread message, chained after ``parent``."""
+    content = msg.content if isinstance(msg.content, list) else []
+    blocks = [b for b in map(_stream_block, content) if b is not None]
+    if not blocks:
+        return None
+    entry = {"parentUuid": parent, "isSidechain": False, "sessionId": sid, "uuid": msg.uuid,
+             "timestamp": iso_now(), "flowerFromStream": True}
+    if type(msg).__name__ == "AssistantMessage":
+        return {**entry, "type": "assistant", "message": {
+            "id": msg.message_id, "type": "message", "role": "assistant", "model": msg.model, "content": blocks,
+            "stop_reason": getattr(msg, "stop_reason", None), "usage": msg.usage or {}}}
+    return {**entry, "type": "user", "message": {"role": "user", "content": blocks}}
+
+
+def stream_entries(seen: list, sid: str, parent: str | None, known: set[str]) -> list[dict]:
+    """Transcript entries for the messages of ``seen`` (the SDK's main-thread AssistantMessage and
+    tool-result UserMessage objects, in stream order) whose uuid ``known`` lacks: a CLI killed, or
+    unable to write its transcript, after streaming them never recorded them, and a model that
+    trusts its history does again a call it does not see. Each is chained after the message before
+    it in the stream (the first after ``parent``, the session's newest stored entry). Pure."""
+    out: list[dict] = []
+    for msg in seen:
+        uid = getattr(msg, "uuid", None)
+        if not isinstance(uid, str):
+            continue
+        if uid in known:
+            parent = uid
+            continue
+        entry = _stream_entry(msg, sid, parent)
+        if entry is not None:
+            out.append(entry)
+            parent = uid
+    return out
+
+
+def newest_uuid(entries: list[dict]) -> str | None:
+    """The uuid of the newest main-thread entry of a stored session (None when it has none)."""
+    for entry in reversed(entries):
+        if isinstance(entry.get("uuid"), str) and not entry.get("isSidechain"):
+            return entry["uuid"]
+    return None
+
+
 # --- Agent runtime: specs, events, results, one step on the SDK with its four exits ---
 
 @record
@@ -8488,6 +8552,7 @@ class _Turn:
     answers: int = 0   # the model's own answers on the main thread (not synthetic)
     answer_ids: list[str] = field(default_factory=list)   # their uuids (the transcript entries' own)
     stored_ids: set = field(default_factory=set)          # uuids of this session the store took meanwhile
+    seen: list = field(default_factory=list)   # main-thread answers and tool results, as streamed
     mirror_failed: bool = False
     human: bool = False
     handoff: bool = False
@@ -9050,6 +9115,25 @@ class Runtime:
                     raise
                 time.sleep(0.5)
 
+    def store_unrecorded(self, sid: str, seen: list) -> int:
+        """After a turn the CLI did not finish, and the salvage of its transcript: store the streamed
+        messages (``seen``) that neither the mirror nor the CLI's transcript kept, chained after the
+        session's newest stored entry, so a resume shows a call that ran (with its result when the
+        stream had it; without, the prune says the kill stopped it). Returns how many. Blocking."""
+        key = {"project_key": self.project_key, "session_id": sid}
+        if not any(isinstance(getattr(m, "uuid", None), str) for m in seen):
+            return 0
+        if hasattr(self.raw_store, "load_sync"):
+            stored = self.raw_store.load_sync(key) or []
+        else:
+            stored = _run_sync(self.raw_store.load(key)) or []
+        known = {e["uuid"] for e in stored if isinstance(e.get("uuid"), str)}
+        extra = stream_entries(seen, sid, newest_uuid(stored), known)
+        if extra:
+            self._append_waiting(key, extra)
+            self._info(text("info_from_stream", self.lang, n=len(extra), sid=sid))
+        return len(extra)
+
     async def _fits(self, sid: str, st: "_RunState") -> bool:
         """Whether the resumed session, pruned (and trimmed harder if need be), stays under the
         handoff threshold, with room for the system prompt and tools."""
@@ -9151,6 +9235,8 @@ class Runtime:
                 # disconnect() deletes: take it into the store first
                 with contextlib.suppress(Exception):
                     await asyncio.to_thread(self.salvage, st.sid, keep_copies=True)
+                with contextlib.suppress(Exception):
+                    await asyncio.to_thread(self.store_unrecorded, st.sid, turn.seen)
             with contextlib.suppress(BaseException):
                 await asyncio.wait_for(client.disconnect(), 15)
         return turn
@@ -9253,6 +9339,7 @@ class Runtime:
                 answer = getattr(msg, "message_id", None)
                 calls: list[str] = []
                 if main and not synthetic:
+                    turn.seen.append(msg)
                     turn.late = turn.late or (turn.handoff and answer != turn.crossed_in)
                     turn.answers += 1
                     if isinstance(getattr(msg, "uuid", None), str):
@@ -9283,6 +9370,8 @@ class Runtime:
                     st.call_seen.set()
             elif kind == "UserMessage":
                 content = msg.content if isinstance(msg.content, list) else []
+                if getattr(msg, "parent_tool_use_id", None) is None:
+                    turn.seen.append(msg)
                 for block in content:
                     if type(block).__name__ == "ToolResultBlock":
                         pending_tools.discard(block.tool_use_id)
