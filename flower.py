@@ -6789,6 +6789,31 @@ def degraded_ledger(entries: list[dict], why: str, prompt: str = "", earlier: Le
     return ledger
 
 
+def carried_ledger(entries: list[dict]) -> Ledger | None:
+    """The ledger a successor session was started with, read back from its first prompt when that is
+    a carry (its recent thread, pointers to files and closing line left out); None when the session
+    did not start from a carry. What its sessions before did, even when their handoff document could
+    not be written."""
+    first = next((p for p in _user_prompts([e for e in entries if not e.get("isSidechain")])), None)
+    if first is None or not any(first.startswith(text("carry_head", lang)) for lang in TEXTS):
+        return None
+    tails = {f"## {text(key, lang)}" for key in ("carry_thread", "carry_nav") for lang in TEXTS}
+    lines = first.splitlines()
+    end = next((i for i, line in enumerate(lines) if line.strip() in tails), len(lines))
+    ledger = Ledger.parse("\n".join(lines[:end]))
+    return ledger if ledger.sections else None
+
+
+def same_handoff(carried: Ledger, document: Ledger) -> bool:
+    """Whether ``document`` is the handoff document ``carried`` (a carry, maybe trimmed) was made from:
+    each carried section, without its trim marker, begins the document's."""
+    for key, body in carried.sections.items():
+        lines = [line for line in body.splitlines() if not line.startswith("[... ")]
+        if document.get(key).splitlines()[:len(lines)] != lines:
+            return False
+    return bool(carried.sections)
+
+
 def slim_transcript(entries: list[dict], session_id: str) -> str:
     """A readable transcript of a retired session: user prompts and assistant texts, tool calls as
     counts. Redacted."""
@@ -9485,6 +9510,19 @@ class Runtime:
         previous = _read_text(self.paths.handoff(st.name))
         return Ledger.parse(previous) if previous else None
 
+    def _carried_on(self, st: "_RunState", entries: list[dict]) -> Ledger | None:
+        """What the sessions before the current one did, for its degraded ledger: the ledger it was
+        started from in this run, else the one its first prompt carried (the step's document when
+        that is the same, whole where the carry was trimmed), else the step's document. The document
+        alone breaks the chain when a handoff could not write it (a full disk, a broken notes dir)."""
+        if st.carried is not None and st.carried[0] == st.sid:
+            return st.carried[1]
+        document = self._earlier_ledger(st)
+        carried = carried_ledger(entries)
+        if carried is None or document is not None and same_handoff(carried, document):
+            return document
+        return carried
+
     async def _hand_over(self, st: "_RunState", result: StepResult, step_prompt: str,
                          ledger_text: str | None, why: str | None) -> str | None:
         """Retire the current session: write the handoff document and slim transcript, pick a fresh
@@ -9505,7 +9543,7 @@ class Runtime:
                 why, ledger = "incomplete: " + "; ".join(problems), None
         if ledger is None:
             ledger = degraded_ledger(entries, why or "no handoff document", step_prompt,
-                                     earlier=self._earlier_ledger(st))
+                                     earlier=self._carried_on(st, entries))
             st.degraded_in_row += 1
         else:
             st.degraded_in_row = 0
@@ -9534,6 +9572,7 @@ class Runtime:
                                budget_chars=self.handoff.budget_chars, lang=self.lang,
                                full_text=doc if "handoff document" in nav else "-")
         st.sid = str(uuid.uuid4())
+        st.carried = (st.sid, ledger)
         st.generation = generation
         st.level = 0
         st.near_sent = False
@@ -9563,6 +9602,7 @@ class _RunState:
     generation: int = 0
     degraded_in_row: int = 0
     failed_in_row: int = 0   # failed connections since the model last made progress
+    carried: Any = None      # (session id, Ledger) the current successor session was started from
     start_prompt: str | None = None
     heard: float = 0.0       # time.monotonic() of the CLI's last message
     pending: Any = None      # the main thread's tool calls still running (a set, while a turn is read)
