@@ -9140,6 +9140,11 @@ class Runtime:
                     raise
                 time.sleep(0.5)
 
+    def _store_dir(self) -> str:
+        """Where the session store writes: its file's directory, or the database it names."""
+        path = getattr(self.raw_store, "path", None)
+        return os.path.dirname(os.path.abspath(path)) if isinstance(path, str) else self.state.describe()
+
     def store_unrecorded(self, sid: str, seen: list) -> int:
         """After a turn the CLI did not finish, and the salvage of its transcript: store the streamed
         messages (``seen``) that neither the mirror nor the CLI's transcript kept, chained after the
@@ -9353,7 +9358,10 @@ class Runtime:
                     # the store missed a batch: taken from the CLI's transcript before disconnect
                     if store_damage(str(data.get("error"))):   # no later batch will fare better
                         raise FlowerError(str(data.get("error")), EXIT_SETUP)
-                    line = text("info_mirror_error", self.lang, error=redact(str(data.get("error"))))
+                    error = str(data.get("error"))
+                    if classify(error) == DISK_FULL:   # say which disk: the store's
+                        error = text("disk_full", self.lang, path=self._store_dir())
+                    line = text("info_mirror_error", self.lang, error=redact(error))
                     if line not in self.degraded:
                         self.degraded.append(line)
                         st.emit(Event("info", session_id=st.sid, data={"message": line}))

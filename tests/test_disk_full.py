@@ -110,6 +110,14 @@ class DuringARun(fakesdk.FakeWorkspace, unittest.TestCase):
         self.assertEqual(result.error_kind, flower.DISK_FULL)
         self.assertEqual(len(errors), 3)   # retried to the bound, as a passing fault is
 
+    def test_a_store_write_that_met_a_full_disk_names_the_stores_directory(self):
+        FAKE.turns = [[("system", "mirror_error", {"error": "database or disk is full"}), ("text", "ok", 100)]]
+        asyncio.run(self.rt.run(AgentSpec("work"), "go", lineage_key="work"))
+        where = os.path.dirname(os.path.abspath(self.rt.raw_store.path))
+        said = flower.text("info_mirror_error", error=flower.text("disk_full", path=where))
+        self.assertIn(said, [e.data["message"] for e in self.events if e.kind == "info"])
+        self.assertIn(said, self.rt.degraded)
+
     def test_a_step_failed_on_a_full_disk_exits_as_setup(self):
         from types import SimpleNamespace
         rows = [{"ok": False, "error_kind": flower.DISK_FULL}]
