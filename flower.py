@@ -9267,6 +9267,7 @@ class Runtime:
                     await asyncio.to_thread(self.salvage, st.sid, keep_copies=True)
                 with contextlib.suppress(Exception):
                     await asyncio.to_thread(self.store_unrecorded, st.sid, turn.seen)
+            st.streamed += [(st.sid, m) for m in turn.seen if type(m).__name__ == "AssistantMessage"]
             with contextlib.suppress(BaseException):
                 await asyncio.wait_for(client.disconnect(), 15)
         return turn
@@ -9518,6 +9519,15 @@ class Runtime:
         previous = _read_text(self.paths.handoff(st.name))
         return Ledger.parse(previous) if previous else None
 
+    def _with_streamed(self, st: "_RunState", entries: list[dict]) -> list[dict]:
+        """The retiring session's ``entries`` and, after them, its answers the stream showed this run
+        but the store does not hold (unreachable at the handoff, or the CLI could not write its
+        transcript): a degraded ledger must list every call that ran, or the successor redoes it."""
+        known = {e["uuid"] for e in entries if isinstance(e.get("uuid"), str)}
+        seen = [m for sid, m in st.streamed if sid == st.sid]
+        st.streamed = [(sid, m) for sid, m in st.streamed if sid != st.sid]
+        return entries + stream_entries(seen, st.sid, newest_uuid(entries), known)
+
     def _carried_on(self, st: "_RunState", entries: list[dict]) -> Ledger | None:
         """What the sessions before the current one did, for its degraded ledger: the ledger it was
         started from in this run, else the one its first prompt carried (the step's document when
@@ -9543,6 +9553,7 @@ class Runtime:
             entries = await self.store.load_outline({"project_key": self.project_key, "session_id": old}) or []
         except Exception:  # nothing blocks the handover: the carry is built from what there is
             entries = []
+        entries = self._with_streamed(st, entries)
         ledger = None
         if ledger_text:
             ledger = Ledger.parse(ledger_text)
@@ -9611,6 +9622,7 @@ class _RunState:
     degraded_in_row: int = 0
     failed_in_row: int = 0   # failed connections since the model last made progress
     carried: Any = None      # (session id, Ledger) the current successor session was started from
+    streamed: list = field(default_factory=list)   # (session id, AssistantMessage) the stream showed this run
     start_prompt: str | None = None
     heard: float = 0.0       # time.monotonic() of the CLI's last message
     pending: Any = None      # the main thread's tool calls still running (a set, while a turn is read)

@@ -13,6 +13,7 @@ import asyncio
 import os
 import tempfile
 import unittest
+import uuid
 from unittest import mock
 
 import flower
@@ -125,6 +126,34 @@ class ThroughAFailedDocument(unittest.TestCase):
 
         with mock.patch.object(fakesdk.ClaudeSDKClient, "_mirror", no_carry):
             self.test_the_successor_of_a_degraded_handoff_is_told_what_the_sessions_before_did()
+
+    def test_a_degraded_ledger_lists_what_ran_when_the_store_holds_none_of_the_session(self):
+        from tests.test_stream_record import AssistantMessage
+        mirror = fakesdk.ClaudeSDKClient._mirror
+        full = [False]
+
+        async def home_full(client, entry):   # the CLI can write nothing of session 2
+            if not full[0]:
+                await mirror(client, entry)
+
+        def streamed(content, model, **kw):
+            return AssistantMessage(content, model, uuid=str(uuid.uuid4()), **kw)
+
+        def session_two(prompt, options, loaded):
+            full[0] = True
+            return [("tool", "Bash", {"command": 'echo "step 18" >> steps.log'}, "wrote", 100_000),
+                    ("error", "API Error: 400 prompt is too long", 400, "prompt_too_long")]
+
+        with mock.patch.object(fakesdk.ClaudeSDKClient, "_mirror", home_full), \
+                mock.patch.object(fakesdk, "AssistantMessage", streamed):
+            result = self.run_turns([
+                [("tool", "Bash", {"command": 'echo "step 17" >> steps.log'}, "wrote", 151_000)],
+                [("text", DONE, 151_000)], session_two, [("text", "finished", 1000)]])
+        self.assertEqual(result.generations, 2, result.error)
+        third = FAKE.calls[-1]["prompt"]
+        self.assertIn("[degraded: context overflow]", third)
+        self.assertIn('- ran: `echo "step 18" >> steps.log`', third)
+        self.assertIn("DONE-STEPS: 1-17", third)
 
     def state(self, sid: str, carried=None):
         return flower._RunState("work", 200_000, 150_000, 140_000, True, lambda e: None, sid=sid, carried=carried)
