@@ -6025,6 +6025,20 @@ def missing_runs(lines: Iterable[str], known: set) -> list[tuple[list[dict], str
     return runs
 
 
+def chained(run: list[dict], known: set) -> list[dict]:
+    """The entries of a recovered ``run`` whose parent is in ``known`` (stored, or a stand-in the
+    prune makes again), recovered before them, or none: an entry whose parent the CLI never wrote
+    (its disk was full) would leave the session's newest leaf on a broken chain, and the CLI then
+    resumes from an older leaf, dropping every turn after it."""
+    have, out = set(known), []
+    for entry in run:
+        parent = entry.get("parentUuid")
+        if parent is None or parent in have:
+            out.append(entry)
+            have.add(entry["uuid"])
+    return out
+
+
 def load_store_factory(spec: str) -> Any:
     """Build a user's SessionStore from ``module:factory`` (e.g. ``mystores:make_pg``). The factory
     is called with no arguments. Errors become one-line FlowerErrors (exit 3)."""
@@ -9099,8 +9113,16 @@ class Runtime:
                          if isinstance(e.get("uuid"), str)}
             for path in files:
                 with open(path, encoding="utf-8", errors="replace") as fh:
-                    runs = missing_runs(fh, known)
+                    lines = fh.readlines()
+                runs = missing_runs(lines, known)
+                # a parent only the transcript holds (a resume's healed stand-in, which the prune makes
+                # again) is on the chain; one the CLI never wrote is not
+                written = {uid for line in lines for uid in _UUID_KEY.findall(line)}
+                written -= {e["uuid"] for extra, _ in runs for e in extra}
                 for extra, before in runs:
+                    extra = chained(extra, known | written)
+                    if not extra:
+                        continue
                     self._append_waiting(key, extra, before)
                     known.update(e["uuid"] for e in extra)
                     recovered += len(extra)
