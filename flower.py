@@ -8422,15 +8422,13 @@ def stream_entries(seen: list, sid: str, parent: str | None, known: set[str]) ->
     """Transcript entries for the messages of ``seen`` (the SDK's main-thread AssistantMessage and
     tool-result UserMessage objects, in stream order) whose uuid ``known`` lacks: a CLI killed, or
     unable to write its transcript, after streaming them never recorded them, and a model that
-    trusts its history does again a call it does not see. Each is chained after the message before
-    it in the stream (the first after ``parent``, the session's newest stored entry). Pure."""
+    trusts its history does again a call it does not see. They are chained in stream order after
+    ``parent``, the session's newest stored entry: what the CLI recorded after the last message it
+    kept (attachments, a last-prompt naming them) is on the chain the CLI resumes. Pure."""
     out: list[dict] = []
     for msg in seen:
         uid = getattr(msg, "uuid", None)
-        if not isinstance(uid, str):
-            continue
-        if uid in known:
-            parent = uid
+        if not isinstance(uid, str) or uid in known:
             continue
         entry = _stream_entry(msg, sid, parent)
         if entry is not None:

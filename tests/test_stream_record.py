@@ -38,9 +38,10 @@ class Pure(unittest.TestCase):
         text = answer(TextBlock("doing step 3"), uid="a1")
         call = answer(ThinkingBlock("hm", "sig"), ToolUseBlock("toolu_3", "Bash", {"command": "echo 3"}), uid="a2")
         result = UserMessage([ToolResultBlock("toolu_3", "wrote 3", False)], uuid="u3")
-        out = stream_entries([text, call, result], "sid", "stored-leaf", {"a1"})
+        # a1 is stored, and after it an attachment the CLI wrote (the newest stored entry): the chain goes on there
+        out = stream_entries([text, call, result], "sid", "attachment-after-a1", {"a1"})
         self.assertEqual([(e["uuid"], e["parentUuid"], e["type"]) for e in out],
-                         [("a2", "a1", "assistant"), ("u3", "a2", "user")])
+                         [("a2", "attachment-after-a1", "assistant"), ("u3", "a2", "user")])
         self.assertEqual(out[0]["message"]["content"],   # the unsigned thinking block is left out
                          [{"type": "tool_use", "id": "toolu_3", "name": "Bash", "input": {"command": "echo 3"}}])
         self.assertEqual(out[1]["message"]["content"][0]["content"], "wrote 3")
