@@ -415,7 +415,8 @@ TEXTS: dict[str, dict[str, str]] = {
         "info_notes_restored": "{n} note(s) restored from {where}",
         "info_state_unreadable": "the {what} in {where} was unreadable; ignored",
         "ui_spooled": "{n} transcript entr(y/ies) only in the local spool {path}; the next run writes them",
-        "disk_full": "disk full: {path} cannot take what flower writes there (no space left on device); free some space there",
+        "disk_full": ("disk full: {path} cannot take what flower writes there (no space left on device); "
+                      "free some space there"),
         "info_from_stream": ("stored {n} message(s) of session {sid} that the CLI streamed but never recorded "
                              "(it was stopped or could not write its transcript)"),
     },
@@ -633,8 +634,10 @@ TEXTS: dict[str, dict[str, str]] = {
         "info_notes_restored": "从 {where} 恢复了 {n} 份笔记",
         "info_state_unreadable": "{where} 中的 {what} 无法读取;已忽略",
         "ui_spooled": "{n} 条会话记录只在本地暂存 {path} 中;下次运行会写入",
-        "disk_full": "磁盘已满:{path} 写不下 flower 要写的内容(No space left on device);请在那里腾出空间",
-        "info_from_stream": "存入了会话 {sid} 中 CLI 已经流式发出但没有记下的 {n} 条消息(它被停下了,或写不了会话记录)",
+        "disk_full": ("磁盘已满:{path} 写不下 flower 要写的内容(No space left on device);"
+                      "请在那里腾出空间"),
+        "info_from_stream": ("存入了会话 {sid} 中 CLI 已经流式发出但没有记下的 {n} 条消息"
+                             "(它被停下了,或写不了会话记录)"),
     },
 }
 
