@@ -14,8 +14,8 @@ Sections, low layers first:
     text tables (en/zh) -> utilities -> redaction -> process guard -> resilience -> usage limits
     -> transcript logic (pure) -> stored facts -> notes (pure parsers) -> session stores -> lineage and
     manifest -> handoff -> journal -> state backends (the interface, local files) -> PostgreSQL state
-    -> delegation -> project settings -> job budget -> workspace snapshots -> agent runtime -> judge
-    sandbox -> workflow -> report -> job continuity -> CLI
+    -> delegation -> project settings -> job budget -> workspace snapshots -> stream record -> agent
+    runtime -> judge sandbox -> workflow -> report -> job continuity -> CLI
 """
 
 from __future__ import annotations
@@ -544,6 +544,10 @@ TEXTS: dict[str, dict[str, str]] = {
         "st_goal_text": "goal is",
         "snapshot_aside_prompt": ("Some of the job's earlier changes were not applied over local edits; they "
                                   "are set aside in {path} (changes.patch and files/)."),
+        "disk_full": ("disk full: {path} cannot take what flower writes there (no space left on device); "
+                      "free some space there"),
+        "info_from_stream": ("stored {n} message(s) of session {sid} that the CLI streamed but never recorded "
+                             "(it was stopped or could not write its transcript)"),
     },
     "zh": {
         "resume_prompt": "上一轮在完成之前被中断了。先看看磁盘上已经有什么,从中断处继续,不要从头开始。",
@@ -868,6 +872,10 @@ TEXTS: dict[str, dict[str, str]] = {
         "st_driver_none": "当前没有 flower 在运行",
         "st_goal_text": "目标内容",
         "snapshot_aside_prompt": "本任务早先的部分修改没有覆盖本地修改,已另存到 {path}(changes.patch 和 files/)。",
+        "disk_full": ("磁盘已满:{path} 写不下 flower 要写的内容(No space left on device);"
+                      "请在那里腾出空间"),
+        "info_from_stream": ("存入了会话 {sid} 中 CLI 已经流式发出但没有记下的 {n} 条消息"
+                             "(它被停下了,或写不了会话记录)"),
     },
 }
 
@@ -919,10 +927,30 @@ def atomic_write(path: str, data: str | bytes, mode: int = 0o600) -> None:
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
+        if isinstance(exc, OSError) and not exc.filename:
+            raise named_error(exc, path) from exc
         raise
+
+
+def named_error(exc: OSError, path: str) -> OSError:
+    """``exc`` naming ``path`` when it names no file (a failed ``write()`` or ``fsync()`` does not), so
+    the line that reports it can say where the disk was full."""
+    if exc.filename or exc.errno is None:
+        return exc
+    return OSError(exc.errno, exc.strerror or str(exc), path)
+
+
+def os_error_line(exc: OSError, lang: str = "en", where: str | None = None) -> str:
+    """One line for an OS error: a full disk says so and names the directory flower was writing
+    (the error's file's, else ``where``); any other error is its text and its file."""
+    path = exc.filename or where
+    if exc.errno == errno.ENOSPC:
+        directory = str(path) if path and os.path.isdir(path) else os.path.dirname(str(path or "")) or "?"
+        return text("disk_full", lang, path=directory)
+    return f"{exc.strerror or exc}{': ' + str(path) if path else ''}"
 
 
 def append_lines(path: str, data: bytes, mode: int = 0o600) -> None:
@@ -935,6 +963,8 @@ def append_lines(path: str, data: bytes, mode: int = 0o600) -> None:
             data = b"\n" + data
         os.write(fd, data)
         os.fsync(fd)
+    except OSError as exc:
+        raise named_error(exc, path) from None
     finally:
         os.close(fd)
 
@@ -2440,6 +2470,7 @@ async def reachable(host: str, port: int, timeout: float = 5.0) -> bool:
 
 
 FATAL, TRANSIENT, OVERFLOW, UNKNOWN = "fatal", "transient", "overflow", "unknown"
+DISK_FULL = "disk-full"   # a local disk (the CLI's config dir, the temp dir, the run dir) has no room
 AUTH, OFFLINE = "auth", "offline"  # how a step ended, beyond classify(): credentials rejected, network gone
 
 _OVERFLOW_TEXT = _lazy_re(r"(?i)prompt is too long|context (?:window|length) exceeded|too many tokens")
@@ -2451,6 +2482,8 @@ _FATAL_TEXT = _lazy_re(
     r"cannot be used with root|not logged in|please run /login|organization has been disabled|"
     r"error: (?:unknown )?option|argument '[^'\n]*' is invalid|invalid permission mode"
 )
+_DISK_FULL_TEXT = _lazy_re(r"(?i)no space left on device|\bENOSPC\b|\[Errno 28\]|database or disk is full|"
+                           r"^disk full\b")
 _TRANSIENT_TEXT = _lazy_re(
     r"(?i)connection|ECONNREFUSED|ECONNRESET|ETIMEDOUT|ENOTFOUND|EAI_AGAIN|EHOSTUNREACH|ENETUNREACH|"
     r"socket hang up|timed? ?out|overloaded|\b529\b|\b5\d\d\b|rate limit|\b429\b|\b408\b|\b409\b|"
@@ -2460,7 +2493,7 @@ _TRANSIENT_TEXT = _lazy_re(
 
 
 def classify(message: str | None, *, status: int | None = None, terminal_reason: str | None = None) -> str:
-    """Classify a failure as ``"fatal"``, ``"transient"``, ``"overflow"`` or ``"unknown"``.
+    """Classify a failure as ``"fatal"``, ``"transient"``, ``"overflow"``, ``"disk-full"`` or ``"unknown"``.
 
     Structured fields decide first (``terminal_reason``, then the HTTP ``status``); the text is read
     only when they say nothing, with overflow and fatal patterns checked before transient ones (a
@@ -2480,6 +2513,8 @@ def classify(message: str | None, *, status: int | None = None, terminal_reason:
             return TRANSIENT
     if _OVERFLOW_TEXT.search(body):
         return OVERFLOW
+    if _DISK_FULL_TEXT.search(body):
+        return DISK_FULL
     if _FATAL_TEXT.search(body):
         return FATAL
     if _TRANSIENT_TEXT.search(body):
@@ -2614,7 +2649,8 @@ class Resilience:
 
     def should_retry(self, kind: str) -> bool:
         """Whether a failure of this kind is worth another attempt."""
-        return kind == TRANSIENT or (kind == UNKNOWN and self.retry_unknown)
+        # a disk filled by something passing (a temp file, a log) frees up: worth the bounded retries
+        return kind in (TRANSIENT, DISK_FULL) or (kind == UNKNOWN and self.retry_unknown)
 
     async def wait_online(self, notify: Callable[[str], None] | None = None, *,
                           target: tuple[str, int] | None = None,
@@ -6383,6 +6419,20 @@ def missing_runs(lines: Iterable[str], known: set) -> list[tuple[list[dict], str
     return runs
 
 
+def chained(run: list[dict], known: set) -> list[dict]:
+    """The entries of a recovered ``run`` whose parent is in ``known`` (stored, or a stand-in the
+    prune makes again), recovered before them, or none: an entry whose parent the CLI never wrote
+    (its disk was full) would leave the session's newest leaf on a broken chain, and the CLI then
+    resumes from an older leaf, dropping every turn after it."""
+    have, out = set(known), []
+    for entry in run:
+        parent = entry.get("parentUuid")
+        if parent is None or parent in have:
+            out.append(entry)
+            have.add(entry["uuid"])
+    return out
+
+
 def load_store_factory(spec: str) -> Any:
     """Build a user's SessionStore from ``module:factory`` (e.g. ``mystores:make_pg``). The factory
     is called with no arguments. Errors become one-line FlowerErrors (exit 3)."""
@@ -7193,6 +7243,31 @@ def degraded_ledger(entries: list[dict], why: str, prompt: str = "", earlier: Le
     ledger = Ledger(_with_earlier(sections, earlier), degraded=why)
     ledger.sections = {k: redact(v) for k, v in ledger.sections.items()}
     return ledger
+
+
+def carried_ledger(entries: list[dict]) -> Ledger | None:
+    """The ledger a successor session was started with, read back from its first prompt when that is
+    a carry (its recent thread, pointers to files and closing line left out); None when the session
+    did not start from a carry. What its sessions before did, even when their handoff document could
+    not be written."""
+    first = next((p for p in _user_prompts([e for e in entries if not e.get("isSidechain")])), None)
+    if first is None or not any(first.startswith(text("carry_head", lang)) for lang in TEXTS):
+        return None
+    tails = {f"## {text(key, lang)}" for key in ("carry_thread", "carry_nav") for lang in TEXTS}
+    lines = first.splitlines()
+    end = next((i for i, line in enumerate(lines) if line.strip() in tails), len(lines))
+    ledger = Ledger.parse("\n".join(lines[:end]))
+    return ledger if ledger.sections else None
+
+
+def same_handoff(carried: Ledger, document: Ledger) -> bool:
+    """Whether ``document`` is the handoff document ``carried`` (a carry, maybe trimmed) was made from:
+    each carried section, without its trim marker, begins the document's."""
+    for key, body in carried.sections.items():
+        lines = [line for line in body.splitlines() if not line.startswith("[... ")]
+        if document.get(key).splitlines()[:len(lines)] != lines:
+            return False
+    return bool(carried.sections)
 
 
 def slim_transcript(entries: list[dict], session_id: str) -> str:
@@ -8043,11 +8118,14 @@ class StateSpool:
         with self.lock():
             fresh = not os.path.exists(self.path)
             fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-            with os.fdopen(fd, "ab") as fh:
-                head = json.dumps({"spool": uuid.uuid4().hex}) + "\n" if fresh else ""
-                fh.write((head + json.dumps(op, separators=(",", ":")) + "\n").encode("ascii"))
-                fh.flush()
-                os.fsync(fh.fileno())
+            try:
+                with os.fdopen(fd, "ab") as fh:
+                    head = json.dumps({"spool": uuid.uuid4().hex}) + "\n" if fresh else ""
+                    fh.write((head + json.dumps(op, separators=(",", ":")) + "\n").encode("ascii"))
+                    fh.flush()
+                    os.fsync(fh.fileno())
+            except OSError as exc:
+                raise named_error(exc, self.path) from None
 
     def read(self) -> tuple[str | None, list[dict]]:
         """``(spool id, operations)`` (a torn last line of a crashed writer is left out)."""
@@ -9909,6 +9987,65 @@ def restore_note(rt: "Runtime", prompt: str) -> str:
     return f"{note}\n\n{prompt}"
 
 
+# --- Stream record: what the CLI streamed but never recorded, stored so no call is done twice ---
+
+
+def _stream_block(block: Any) -> dict | None:
+    """A transcript content block for one SDK content block (None for a thinking block: its
+    signature is not on the stream, and the API refuses an unsigned one)."""
+    kind = type(block).__name__
+    if kind == "TextBlock":
+        return {"type": "text", "text": block.text}
+    if kind == "ToolUseBlock":
+        return {"type": "tool_use", "id": block.id, "name": block.name, "input": block.input}
+    if kind == "ToolResultBlock":
+        return {"type": "tool_result", "tool_use_id": block.tool_use_id, "content": block.content,
+                "is_error": bool(block.is_error)}
+    return None
+
+
+def _stream_entry(msg: Any, sid: str, parent: str | None) -> dict | None:
+    """The transcript entry of one streamed main-thread message, chained after ``parent``."""
+    content = msg.content if isinstance(msg.content, list) else []
+    blocks = [b for b in map(_stream_block, content) if b is not None]
+    if not blocks:
+        return None
+    entry = {"parentUuid": parent, "isSidechain": False, "sessionId": sid, "uuid": msg.uuid,
+             "timestamp": iso_now(), "flowerFromStream": True}
+    if type(msg).__name__ == "AssistantMessage":
+        return {**entry, "type": "assistant", "message": {
+            "id": msg.message_id, "type": "message", "role": "assistant", "model": msg.model, "content": blocks,
+            "stop_reason": getattr(msg, "stop_reason", None), "usage": msg.usage or {}}}
+    return {**entry, "type": "user", "message": {"role": "user", "content": blocks}}
+
+
+def stream_entries(seen: list, sid: str, parent: str | None, known: set[str]) -> list[dict]:
+    """Transcript entries for the messages of ``seen`` (the SDK's main-thread AssistantMessage and
+    tool-result UserMessage objects, in stream order) whose uuid ``known`` lacks: a CLI killed, or
+    unable to write its transcript, after streaming them never recorded them, and a model that
+    trusts its history does again a call it does not see. They are chained in stream order after
+    ``parent``, the session's newest stored entry: what the CLI recorded after the last message it
+    kept (attachments, a last-prompt naming them) is on the chain the CLI resumes. Pure."""
+    out: list[dict] = []
+    for msg in seen:
+        uid = getattr(msg, "uuid", None)
+        if not isinstance(uid, str) or uid in known:
+            continue
+        entry = _stream_entry(msg, sid, parent)
+        if entry is not None:
+            out.append(entry)
+            parent = uid
+    return out
+
+
+def newest_uuid(entries: list[dict]) -> str | None:
+    """The uuid of the newest main-thread entry of a stored session (None when it has none)."""
+    for entry in reversed(entries):
+        if isinstance(entry.get("uuid"), str) and not entry.get("isSidechain"):
+            return entry["uuid"]
+    return None
+
+
 # --- Agent runtime: specs, events, results, one step on the SDK with its four exits ---
 
 @record
@@ -10041,6 +10178,7 @@ class _Turn:
     answers: int = 0   # the model's own answers on the main thread (not synthetic)
     answer_ids: list[str] = field(default_factory=list)   # their uuids (the transcript entries' own)
     stored_ids: set = field(default_factory=set)          # uuids of this session the store took meanwhile
+    seen: list = field(default_factory=list)   # main-thread answers and tool results, as streamed
     mirror_failed: bool = False
     human: bool = False
     handoff: bool = False
@@ -10632,8 +10770,16 @@ class Runtime:
                          if isinstance(e.get("uuid"), str)}
             for path in files:
                 with open(path, encoding="utf-8", errors="replace") as fh:
-                    runs = missing_runs(fh, known)
+                    lines = fh.readlines()
+                runs = missing_runs(lines, known)
+                # a parent only the transcript holds (a resume's healed stand-in, which the prune makes
+                # again) is on the chain; one the CLI never wrote is not
+                written = {uid for line in lines for uid in _UUID_KEY.findall(line)}
+                written -= {e["uuid"] for extra, _ in runs for e in extra}
                 for extra, before in runs:
+                    extra = chained(extra, known | written)
+                    if not extra:
+                        continue
                     self._append_waiting(key, extra, before)
                     known.update(e["uuid"] for e in extra)
                     recovered += len(extra)
@@ -10673,6 +10819,30 @@ class Runtime:
                 if not re.search(r"(?i)locked|busy", str(exc)) or time.monotonic() > deadline:
                     raise
                 time.sleep(0.5)
+
+    def _store_dir(self) -> str:
+        """Where the session store writes: its file's directory, or the database it names."""
+        path = getattr(self.raw_store, "path", None)
+        return os.path.dirname(os.path.abspath(path)) if isinstance(path, str) else self.state.describe()
+
+    def store_unrecorded(self, sid: str, seen: list) -> int:
+        """After a turn the CLI did not finish, and the salvage of its transcript: store the streamed
+        messages (``seen``) that neither the mirror nor the CLI's transcript kept, chained after the
+        session's newest stored entry, so a resume shows a call that ran (with its result when the
+        stream had it; without, the prune says the kill stopped it). Returns how many. Blocking."""
+        key = {"project_key": self.project_key, "session_id": sid}
+        if not any(isinstance(getattr(m, "uuid", None), str) for m in seen):
+            return 0
+        if hasattr(self.raw_store, "load_sync"):
+            stored = self.raw_store.load_sync(key) or []
+        else:
+            stored = _run_sync(self.raw_store.load(key)) or []
+        known = {e["uuid"] for e in stored if isinstance(e.get("uuid"), str)}
+        extra = stream_entries(seen, sid, newest_uuid(stored), known)
+        if extra:
+            self._append_waiting(key, extra)
+            self._info(text("info_from_stream", self.lang, n=len(extra), sid=sid))
+        return len(extra)
 
     async def _fits(self, sid: str, st: "_RunState") -> bool:
         """Whether the resumed session, pruned (and trimmed harder if need be), stays under the
@@ -10728,10 +10898,13 @@ class Runtime:
         client = sdk.ClaudeSDKClient(options=options)
         watcher = None
         stall_watch = None
+        writing: str | None = None
         self._watched = (st.sid, turn)
         try:
-            with resume_copies_in(own_tempdir()):
+            writing = own_tempdir()   # the SDK writes its copy of a resumed session there
+            with resume_copies_in(writing):
                 await client.connect()
+            writing = None
             await client.query(prompt)
             watcher = asyncio.create_task(self._watch_human(client, turn))
             st.heard, st.pending = time.monotonic(), set()
@@ -10754,7 +10927,9 @@ class Runtime:
         except Exception as exc:
             turn.exception = exc
             tail = " | ".join(line for line in self._stderr[-3:] if line)
-            turn.error_text = f"{type(exc).__name__}: {exc}" + (f" ({tail})" if tail else "")
+            said = os_error_line(exc, self.lang, writing) if getattr(exc, "errno", None) == errno.ENOSPC else \
+                f"{type(exc).__name__}: {exc}"
+            turn.error_text = said + (f" ({tail})" if tail else "")
         finally:
             if stall_watch is not None:
                 stall_watch.cancel()
@@ -10770,6 +10945,9 @@ class Runtime:
                 # disconnect() deletes: take it into the store first
                 with contextlib.suppress(Exception):
                     await asyncio.to_thread(self.salvage, st.sid, keep_copies=True)
+                with contextlib.suppress(Exception):
+                    await asyncio.to_thread(self.store_unrecorded, st.sid, turn.seen)
+            st.streamed += [(st.sid, m) for m in turn.seen if type(m).__name__ == "AssistantMessage"]
             with contextlib.suppress(BaseException):
                 await asyncio.wait_for(client.disconnect(), 15)
         return turn
@@ -10851,7 +11029,7 @@ class Runtime:
             elif kind == "AssistantMessage":
                 self._on_answer(msg, st, turn, emit, pending_tools, ritual)
             elif kind == "UserMessage":
-                results_in = self._on_results(msg, st, emit, pending_tools)
+                results_in = self._on_results(msg, st, turn, emit, pending_tools)
             elif kind == "ResultMessage":
                 self._on_result(msg, st, turn, emit)
             if turn.handoff and results_in and not st.interrupt_sent and not ritual and \
@@ -10878,7 +11056,10 @@ class Runtime:
             # the store missed a batch: taken from the CLI's transcript before disconnect
             if store_damage(str(data.get("error"))):   # no later batch will fare better
                 raise FlowerError(str(data.get("error")), EXIT_SETUP)
-            line = text("info_mirror_error", self.lang, error=redact(str(data.get("error"))))
+            error = str(data.get("error"))
+            if classify(error) == DISK_FULL:   # say which disk: the store's
+                error = text("disk_full", self.lang, path=self._store_dir())
+            line = text("info_mirror_error", self.lang, error=redact(error))
             if line not in self.degraded:
                 self.degraded.append(line)
                 st.emit(Event("info", session_id=st.sid, data={"message": line}))
@@ -10893,6 +11074,7 @@ class Runtime:
         answer = getattr(msg, "message_id", None)
         calls: list[str] = []
         if main and not synthetic:
+            turn.seen.append(msg)
             turn.late = turn.late or (turn.handoff and answer != turn.crossed_in)
             turn.answers += 1
             if isinstance(getattr(msg, "uuid", None), str):
@@ -10923,11 +11105,14 @@ class Runtime:
             st.calls_seen.update(calls)
             st.call_seen.set()
 
-    def _on_results(self, msg: Any, st: "_RunState", emit: Callable[[Event], None], pending_tools: set) -> bool:
+    def _on_results(self, msg: Any, st: "_RunState", turn: _Turn, emit: Callable[[Event], None],
+                    pending_tools: set) -> bool:
         """A user message's tool results as events; True when it had results and no main-thread call
         is left open."""
         results_in = False
         content = msg.content if isinstance(msg.content, list) else []
+        if getattr(msg, "parent_tool_use_id", None) is None:
+            turn.seen.append(msg)
         for block in content:
             if type(block).__name__ == "ToolResultBlock":
                 pending_tools.discard(block.tool_use_id)
@@ -11038,6 +11223,28 @@ class Runtime:
         previous = _read_text(self.paths.handoff(st.name))
         return Ledger.parse(previous) if previous else None
 
+    def _with_streamed(self, st: "_RunState", entries: list[dict]) -> list[dict]:
+        """The retiring session's ``entries`` and, after them, its answers the stream showed this run
+        but the store does not hold (unreachable at the handoff, or the CLI could not write its
+        transcript): a degraded ledger must list every call that ran, or the successor redoes it."""
+        known = {e["uuid"] for e in entries if isinstance(e.get("uuid"), str)}
+        seen = [m for sid, m in st.streamed if sid == st.sid]
+        st.streamed = [(sid, m) for sid, m in st.streamed if sid != st.sid]
+        return entries + stream_entries(seen, st.sid, newest_uuid(entries), known)
+
+    def _carried_on(self, st: "_RunState", entries: list[dict]) -> Ledger | None:
+        """What the sessions before the current one did, for its degraded ledger: the ledger it was
+        started from in this run, else the one its first prompt carried (the step's document when
+        that is the same, whole where the carry was trimmed), else the step's document. The document
+        alone breaks the chain when a handoff could not write it (a full disk, a broken notes dir)."""
+        if st.carried is not None and st.carried[0] == st.sid:
+            return st.carried[1]
+        document = self._earlier_ledger(st)
+        carried = carried_ledger(entries)
+        if carried is None or document is not None and same_handoff(carried, document):
+            return document
+        return carried
+
     async def _hand_over(self, st: "_RunState", result: StepResult, step_prompt: str,
                          ledger_text: str | None, why: str | None) -> str | None:
         """Retire the current session: write the handoff document and slim transcript, pick a fresh
@@ -11050,6 +11257,7 @@ class Runtime:
             entries = await self.store.load_outline({"project_key": self.project_key, "session_id": old}) or []
         except Exception:  # nothing blocks the handover: the carry is built from what there is
             entries = []
+        entries = self._with_streamed(st, entries)
         ledger = None
         if ledger_text:
             ledger = Ledger.parse(ledger_text)
@@ -11058,7 +11266,7 @@ class Runtime:
                 why, ledger = "incomplete: " + "; ".join(problems), None
         if ledger is None:
             ledger = degraded_ledger(entries, why or "no handoff document", step_prompt,
-                                     earlier=self._earlier_ledger(st))
+                                     earlier=self._carried_on(st, entries))
             st.degraded_in_row += 1
         else:
             st.degraded_in_row = 0
@@ -11087,6 +11295,7 @@ class Runtime:
                                budget_chars=self.handoff.budget_chars, lang=self.lang,
                                full_text=doc if "handoff document" in nav else "-")
         st.sid = str(uuid.uuid4())
+        st.carried = (st.sid, ledger)
         st.generation = generation
         st.level = 0
         st.near_sent = False
@@ -11116,6 +11325,8 @@ class _RunState:
     generation: int = 0
     degraded_in_row: int = 0
     failed_in_row: int = 0   # failed connections since the model last made progress
+    carried: Any = None      # (session id, Ledger) the current successor session was started from
+    streamed: list = field(default_factory=list)   # (session id, AssistantMessage) the stream showed this run
     start_prompt: str | None = None
     heard: float = 0.0       # time.monotonic() of the CLI's last message
     pending: Any = None      # the main thread's tool calls still running (a set, while a turn is read)
@@ -13291,7 +13502,7 @@ def _exit_code(rt: Runtime, message: str) -> int:
     if over_budget(rt):
         return EXIT_BUDGET
     kinds = {r.get("error_kind") for r in rt.manifest.rows if not r.get("ok")}
-    if AUTH in kinds:
+    if AUTH in kinds or DISK_FULL in kinds:
         return EXIT_SETUP
     if OFFLINE in kinds or "network down" in message:
         return EXIT_OFFLINE
@@ -13822,8 +14033,7 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:
         return EXIT_OK
     except OSError as exc:
-        print(f"flower: {exc.strerror or exc}{': ' + exc.filename if getattr(exc, 'filename', None) else ''}",
-              file=sys.stderr)
+        print(f"flower: {os_error_line(exc, reporter.lang)}", file=sys.stderr)
         return EXIT_SETUP
     except Exception as exc:  # the last line of defence: one line, no traceback
         damage = store_damage(exc)

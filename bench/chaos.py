@@ -1155,7 +1155,11 @@ class Chaos:
             earlier = first.setdefault(line.step, [])
             if earlier:
                 why = self._why_redo(line, earlier, by_sig, bodies, spans, read_as)
-                apart = {tm.KILLED_SAID: killed_said, tm.DISK_FULL: disk_full}.get(why, dup)
+                # apart also when a handoff document carried that reading on ("handoff:disk-full": the model
+                # listed as not done what the CLI said failed on a full disk); a lost history is not apart
+                carried = why.split(":")[0] in ("handoff", "degraded-handoff")
+                apart = {tm.KILLED_SAID: killed_said, tm.DISK_FULL: disk_full}.get(
+                    why.rsplit(":", 1)[-1] if carried else why, dup)
                 apart.append({"step": line.step, "tool": line.tool_id, "after": [e.tool_id for e in earlier],
                               "why": why})
             earlier.append(line)

@@ -64,6 +64,8 @@ class AssistantMessage:
     usage: dict | None = None
     message_id: str | None = None
     session_id: str | None = None
+    uuid: str | None = None          # the real SDK's: the uuid of its transcript entry
+    stop_reason: str | None = None
 
 
 @dataclass

@@ -1,0 +1,63 @@
+"""Salvage never stores an entry whose parent the CLI never wrote (issue 36). With HOME's disk full the
+CLI wrote a killed call's result but not the call; stored, that result was the session's newest leaf on
+a broken chain, and the real CLI resumed from an older leaf, dropping three stored turns whose steps the
+trusting model then redid (trusting chaos local seed 1: steps 24-25 "lost:ok")."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import unittest
+from unittest import mock
+
+import flower
+from tests import fakesdk
+
+
+def entry(uid, parent, text="x"):
+    return {"type": "user", "uuid": uid, "parentUuid": parent, "message": {"role": "user", "content": text}}
+
+
+class Chained(unittest.TestCase):
+    def test_only_entries_that_hang_on_the_chain(self):
+        run = [entry("c", "b"), entry("d", "c"), entry("x", "never-written"), entry("y", "x"), entry("r", None)]
+        self.assertEqual([e["uuid"] for e in flower.chained(run, {"a", "b"})], ["c", "d", "r"])
+        self.assertEqual(flower.chained([entry("x", "gone")], {"a"}), [])
+
+
+class Salvage(fakesdk.FakeWorkspace, unittest.TestCase):
+    def test_an_orphan_the_cli_left_on_a_full_disk_is_not_stored(self):
+        with tempfile.TemporaryDirectory() as config, mock.patch.dict(os.environ, {"CLAUDE_CONFIG_DIR": config}):
+            rt = flower.Runtime(workspace=self.ws, run_dir=self.run_dir, resilience=flower.Resilience(probe=False))
+            self.addCleanup(rt.close)
+            key = {"project_key": rt.project_key, "session_id": "33333333-3333-3333-3333-333333333333"}
+            rt.raw_store.append_sync(key, [entry("a", None), entry("b", "a")])
+            own = os.path.join(config, "projects", rt.project_key)
+            os.makedirs(own)
+            with open(os.path.join(own, key["session_id"] + ".jsonl"), "w") as fh:
+                for e in (entry("a", None), entry("b", "a"), entry("c", "b"),
+                          entry("result", "call-never-written", "Exit code 137"), entry("att", "result")):
+                    fh.write(json.dumps(e) + "\n")
+            self.assertEqual(rt.salvage(key["session_id"]), 1)
+            stored = rt.raw_store.load_sync(key)
+            self.assertEqual([e["uuid"] for e in stored], ["a", "b", "c"])
+            self.assertEqual(flower.newest_uuid(stored), "c")   # the newest leaf stays on an intact chain
+
+    def test_an_entry_after_a_healed_stand_in_of_a_resume_is_stored(self):
+        with tempfile.TemporaryDirectory() as config, mock.patch.dict(os.environ, {"CLAUDE_CONFIG_DIR": config}):
+            rt = flower.Runtime(workspace=self.ws, run_dir=self.run_dir, resilience=flower.Resilience(probe=False))
+            self.addCleanup(rt.close)
+            key = {"project_key": rt.project_key, "session_id": "44444444-4444-4444-4444-444444444444"}
+            rt.raw_store.append_sync(key, [entry("a", None)])
+            own = os.path.join(config, "projects", rt.project_key)
+            os.makedirs(own)
+            with open(os.path.join(own, key["session_id"] + ".jsonl"), "w") as fh:
+                for e in (entry("a", None), dict(entry("heal", "a"), flowerHealed=True), entry("next", "heal")):
+                    fh.write(json.dumps(e) + "\n")
+            self.assertEqual(rt.salvage(key["session_id"]), 1)
+            self.assertEqual([e["uuid"] for e in rt.raw_store.load_sync(key)], ["a", "next"])
+
+
+if __name__ == "__main__":
+    unittest.main()
