@@ -21,7 +21,7 @@ class Economy(E2ECase, unittest.TestCase):
         before = len(self.roles.bodies("work"))
         self.flower("--no-trim", "--window", "200000", "now summarise")
         first = self.roles.bodies("work")[before]
-        self.assertEqual(last_user_text(first).strip().splitlines()[-1], "now summarise")
+        self.assertEqual(last_user_text(first).strip().splitlines()[0], "now summarise")   # then the new goal
         self.assertEqual(self.lineage()["steps"]["work"], work_sid)           # the same session, resumed
         sent = len(json.dumps(first["messages"], ensure_ascii=False))
         self.assertGreater(40 * 20000, 150_000 * 3.5)                          # the stored one would not fit
