@@ -415,6 +415,15 @@ TEXTS: dict[str, dict[str, str]] = {
         "info_notes_restored": "{n} note(s) restored from {where}",
         "info_state_unreadable": "the {what} in {where} was unreadable; ignored",
         "ui_spooled": "{n} transcript entr(y/ies) only in the local spool {path}; the next run writes them",
+        "mail_heading": "Mail received",
+        "mail_context": (
+            "[mail {id}] The human wrote this while you worked ({when}). It interrupts nothing: finish what "
+            "you are doing as you see fit, and take it into account from now on. It is also appended to the "
+            "brief.\n\n{words}"
+        ),
+        "ui_mail": "mail {id} handed to the work agent: {words}",
+        "ui_mail_posted": "mail {id} left in {path}: the running work agent gets it at its next tool boundary (or the next run does)",
+        "ui_mail_empty": "nothing to say: give the words as an argument, or '-' to read them from stdin",
     },
     "zh": {
         "resume_prompt": "上一轮在完成之前被中断了。先看看磁盘上已经有什么,从中断处继续,不要从头开始。",
@@ -630,6 +639,14 @@ TEXTS: dict[str, dict[str, str]] = {
         "info_notes_restored": "从 {where} 恢复了 {n} 份笔记",
         "info_state_unreadable": "{where} 中的 {what} 无法读取;已忽略",
         "ui_spooled": "{n} 条会话记录只在本地暂存 {path} 中;下次运行会写入",
+        "mail_heading": "收到的消息",
+        "mail_context": (
+            "[mail {id}] 人类在你工作时写了这段话({when})。它不打断任何事:按你的判断完成手头的事,从现在起把它考虑进去。"
+            "它也已追加到简报里。\n\n{words}"
+        ),
+        "ui_mail": "消息 {id} 已交给工作代理:{words}",
+        "ui_mail_posted": "消息 {id} 已放入 {path}:正在运行的工作代理会在下一个工具边界收到它(或由下次运行收到)",
+        "ui_mail_empty": "没有要说的话:把话作为参数给出,或用 '-' 从标准输入读取",
     },
 }
 
@@ -8405,7 +8422,8 @@ class StepResult:
 JSON_VERSION = 1  # the "v" of every --json line; bumped only when a field changes meaning or goes away
 
 EVENT_KINDS = ("text", "thinking", "tool_call", "tool_result", "result", "error", "retry", "resume",
-               "step", "handoff", "ask", "system", "info", "summary", "lock", "offline", "online")
+               "step", "handoff", "ask", "system", "info", "summary", "lock", "offline", "online",
+               "mail", "heartbeat")
 
 
 @record
@@ -9802,6 +9820,203 @@ def starter_flow(ask: str | None, *, rt: Runtime, rounds: int = 3, use_goal: boo
     return Workflow(steps)
 
 
+# --- Inbox: mail, questions and side questions for a running job ---
+
+MAIL_TAG = re.compile(r"\[mail ([0-9]{19}-[0-9a-f]{8}|[A-Za-z0-9._-]{1,80})\]")
+
+
+@record
+class Mail:
+    """One message for the running work agent: ``id`` (its file name in the inbox), the words
+    (redacted) and when it was sent (epoch seconds)."""
+
+    id: str
+    words: str
+    sent: float
+
+
+def inbox_dir(paths: Paths) -> str:
+    """``<workspace>/.flower/inbox``: where ``say`` writes and a person may drop a text file."""
+    return os.path.join(paths.flower_dir, "inbox")
+
+
+def _inbox_name(name: str) -> bool:
+    """A file of the inbox that is mail: not hidden, not a temp file, not one set aside."""
+    return not name.startswith(".") and not name.endswith((".tmp", "~")) and ".corrupt-" not in name
+
+
+class Inbox:
+    """Mail waiting for the work agent, one file each in ``directory`` (0700, files 0600). A mail is
+    removed only once the store has recorded a request that carried it (:meth:`done`)."""
+
+    def __init__(self, directory: str, notify: Callable[[str], None] | None = None, lang: str = "en"):
+        self.directory = directory
+        self.notify = notify
+        self.lang = lang
+
+    def post(self, words: str) -> str:
+        """Write one mail atomically (0600); returns its id. Ids sort in the order they were sent."""
+        ensure_private_dir(self.directory)
+        mail_id = f"{time.time_ns():019d}-{uuid.uuid4().hex[:8]}"
+        atomic_write(os.path.join(self.directory, mail_id), redact(words).strip() + "\n")
+        return mail_id
+
+    def pending(self) -> list[Mail]:
+        """Every mail not yet delivered, oldest first; an unreadable file is set aside (one line)."""
+        try:
+            names = [n for n in os.listdir(self.directory) if _inbox_name(n)]
+        except OSError:
+            return []
+        found: list[tuple[int, str, Mail]] = []
+        for name in names:
+            path = os.path.join(self.directory, name)
+            try:
+                stat = os.stat(path)
+                with open_regular(path) as fh:
+                    words = fh.read(MAX_PROMPT_BYTES + 1).decode("utf-8")
+            except FileNotFoundError:
+                continue
+            except (OSError, UnicodeDecodeError):
+                check_text_file(path, self.notify, self.lang)
+                continue
+            words = redact(words).strip()
+            if not words:
+                continue
+            found.append((stat.st_mtime_ns, name, Mail(name, words[:MAX_PROMPT_BYTES], stat.st_mtime)))
+        return [mail for _, _, mail in sorted(found, key=lambda item: (item[0], item[1]))]
+
+    def done(self, mail_id: str) -> None:
+        """Forget a delivered mail."""
+        with contextlib.suppress(OSError):
+            os.unlink(os.path.join(self.directory, mail_id))
+
+
+def mail_context(mails: list[Mail], lang: str = "en") -> str:
+    """What the model is sent for ``mails`` at a tool boundary: each tagged with its id (the store's
+    record of the request is found by the tag) and the time it was sent."""
+    return "\n\n".join(text("mail_context", lang, id=m.id, words=m.words,
+                            when=time.strftime("%Y-%m-%d %H:%M", time.localtime(m.sent))) for m in mails)
+
+
+def mails_recorded(entries: list[dict]) -> set[str]:
+    """The ids of mail whose delivery these stored entries record (a hook's additional context)."""
+    ids: set[str] = set()
+    for entry in entries:
+        if not isinstance(entry, dict) or entry.get("type") != "attachment":
+            continue
+        attachment = entry.get("attachment")
+        if isinstance(attachment, dict) and attachment.get("type") == "hook_additional_context":
+            ids.update(MAIL_TAG.findall(json.dumps(attachment.get("content"), ensure_ascii=False)))
+    return ids
+
+
+def append_to_brief(rt: Runtime, heading: str, sentences: list[str]) -> None:
+    """Append the sentences the brief does not hold yet under ``### heading <date>`` (like the
+    sentences of a wake), so the goal can be re-derived from the brief on the next wake."""
+    brief = _read_text(rt.paths.brief) or ""
+    missing = [s.strip() for s in sentences if s.strip() and s.strip() not in brief]
+    if missing:
+        addition = f"\n\n### {heading} {time.strftime('%Y-%m-%d %H:%M')}\n" + "\n\n".join(missing) + "\n"
+        rt.soft(rt.paths.brief, lambda: rt.write_note(rt.paths.brief, brief.rstrip() + addition))
+
+
+class MailDesk:
+    """Delivers the inbox to the work agent without interrupting it: at each tool boundary (the
+    ``PostToolBatch`` hook) and when it would stop (the ``Stop`` hook: it then goes on), the mail
+    waiting is handed over as the hook's additional context, which the CLI sends with the next
+    request. A mail is appended to the brief and shown (``mail`` event) when handed over, and removed
+    from the inbox only once the store recorded it; a connection that ends before that hands it over
+    again, and so does the next run."""
+
+    def __init__(self, rt: Runtime, inbox: Inbox, steps: Iterable[str] = ("work",)):
+        self.rt = rt
+        self.inbox = inbox
+        self.steps = set(steps)
+        self.offered: dict[str, Mail] = {}   # handed to the current connection, not yet recorded
+        self.lock = threading.Lock()
+        rt.hook_sources.append(self.hooks)
+        rt.on_stored(self.stored)
+
+    def hooks(self, spec: AgentSpec) -> dict:
+        """The SDK hooks for one connection (called once per connection)."""
+        if spec.name not in self.steps:
+            return {}
+        with self.lock:
+            self.offered.clear()   # what an ended connection was handed but never recorded goes again
+        return {"PostToolBatch": [(None, self._hook("PostToolBatch"))], "Stop": [(None, self._hook("Stop"))]}
+
+    def _hook(self, event: str) -> Callable[[dict, Any, Any], Awaitable[dict]]:
+        async def hook(data: dict, tool_use_id: Any, context: Any) -> dict:
+            if isinstance(data, dict) and data.get("agent_id"):
+                return {}   # a subagent's boundary: the mail is for the main thread
+            words = self.take()
+            if not words:
+                return {}
+            return {"hookSpecificOutput": {"hookEventName": event, "additionalContext": words}}
+        return hook
+
+    def take(self) -> str:
+        """The mail to hand over now (each once per connection), appended to the brief and shown."""
+        with self.lock:
+            new = [m for m in self.inbox.pending() if m.id not in self.offered]
+            for mail in new:
+                self.offered[mail.id] = mail
+        if not new:
+            return ""
+        append_to_brief(self.rt, text("mail_heading", self.rt.lang), [m.words for m in new])
+        for mail in new:
+            self.rt.emit(Event("mail", step="work", data={
+                "id": mail.id, "words": mail.words,
+                "message": text("ui_mail", self.rt.lang, id=mail.id, words=sanitize(mail.words)[:200])}))
+        return mail_context(new, self.rt.lang)
+
+    def stored(self, key: dict, entries: list[dict]) -> None:
+        """A store hook: mail whose request the store recorded leaves the inbox."""
+        if key.get("subpath"):
+            return
+        for mail_id in mails_recorded(entries):
+            with self.lock:
+                if self.offered.pop(mail_id, None) is None:
+                    continue
+            self.inbox.done(mail_id)
+
+
+def _say_words(args: argparse.Namespace) -> str:
+    words = args.words if args.words != "-" else sys.stdin.read()
+    words = (_check_text(words, "the words") or "").strip()
+    if not words:
+        raise FlowerError(text("ui_mail_empty", _lang(args)), EXIT_USAGE)
+    return words
+
+
+def cmd_say(args: argparse.Namespace, reporter: Reporter) -> int:
+    """Leave words for the running work agent (or the next run): it gets them at its next tool
+    boundary, without being interrupted. No lock is taken."""
+    words = _say_words(args)
+    paths = _paths(args, reporter)
+    paths.prepare()
+    inbox = Inbox(inbox_dir(paths), lang=_lang(args))
+    mail_id = inbox.post(words)
+    reporter.say(text("ui_mail_posted", _lang(args), id=mail_id, path=_tilde(inbox.directory)), always=True)
+    reporter.event(Event("mail", data={"id": mail_id, "phase": "posted"}))
+    return EXIT_OK
+
+
+def attach_inbox(rt: Runtime) -> MailDesk:
+    """What ``go`` adds so a person can talk to the running job."""
+    return MailDesk(rt, Inbox(inbox_dir(rt.paths), notify=rt._info, lang=rt.lang))
+
+
+INBOX_COMMANDS = {"say": cmd_say}
+
+
+def _inbox_commands(command: Callable[[str], argparse.ArgumentParser]) -> None:
+    """The sub-commands that talk to a running job."""
+    say = command("say")
+    say.add_argument("words", help="what the running work agent should hear ('-' reads it from stdin)")
+    _global_options(say)
+
+
 # --- CLI: go, once, status, doctor, sessions, show; progress, signals, exit codes ---
 
 MAX_PROMPT_BYTES = 256 * 1024
@@ -9812,6 +10027,7 @@ COMMAND_SUMMARIES = {
     "doctor": "check Python, SDK, CLI, credentials, settings, network, state",
     "sessions": "list stored sessions",
     "show": "a session as the model would be sent it on resume (pruned)",
+    "say": "leave words for the running work agent: it gets them at its next tool boundary",
 }
 SUBCOMMANDS = tuple(COMMAND_SUMMARIES)
 
@@ -10000,6 +10216,8 @@ class Reporter:
             elif data.get("verdict"):
                 failed = t("ui_verdict_failed", n=len(data["failed"])) if data.get("failed") else ""
                 self.say(f"  {event.step}: {t('verdict_' + data['verdict'])}{failed}")
+        elif kind in ("mail", "heartbeat", "ask") and data.get("message"):
+            self.say(f"  {data['message']}", always=kind == "ask")
         elif kind == "result":
             self.total_cost += float(data.get("cost_usd") or 0)
             self.cost = 0.0
@@ -10198,6 +10416,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     show.add_argument("sid", help="session id (a unique prefix is enough)")
     show.add_argument("--raw", action="store_true", help="every entry exactly as stored (one JSON object a line)")
     _global_options(show)
+    _inbox_commands(command)
     return parser
 
 
@@ -10730,6 +10949,7 @@ def _go_run(args: argparse.Namespace, reporter: Reporter, rt: Runtime, used: boo
     if rt.lineage.achieved:
         rt.soft(rt.lineage.path, lambda: rt.lineage.mark_achieved(None))   # new work: judged again
     human = _TerminalHuman(reporter) if interactive else None
+    attach_inbox(rt)
     flow = starter_flow(None if used else ask, rt=rt, rounds=args.rounds, use_goal=not args.no_goal,
                         human=human, wake_sentence=ask if used else None, model=args.model,
                         permission_mode=args.permission_mode)
@@ -11180,6 +11400,7 @@ def cmd_show(args: argparse.Namespace, reporter: Reporter) -> int:
 
 COMMANDS = {"go": cmd_go, "once": cmd_once, "status": cmd_status, "doctor": cmd_doctor,
             "sessions": cmd_sessions, "show": cmd_show}
+COMMANDS.update(INBOX_COMMANDS)
 
 
 def usable_std_streams() -> None:

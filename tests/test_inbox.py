@@ -1,0 +1,142 @@
+"""Talking to a running job (issue 41): the inbox, questions without a terminal, signs of life, side
+questions, handing off on purpose. Core tier: the pure parts. Real tier: the real SDK and CLI driven
+through ``flower.py`` against the fake API (tests/fakeapi.py), with ``say``/``answer``/``ask``/``handoff``
+run as separate processes while ``go`` runs."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import unittest
+
+import flower
+from tests import test_e2e as base
+from tests.fakeapi import FakeAnthropic, Reply, text, tool
+from tests.test_e2e import FLOWER, HAVE_SDK, SKIP, role_of
+
+
+def mail_ids(body):
+    """The mail tags a request carries, in order, each as often as it appears."""
+    return re.findall(r"\[mail ([0-9]{19}-[0-9a-f]{8})\]", FakeAnthropic.messages_text(body))
+
+
+class InboxFiles(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.addCleanup(self.tmp.cleanup)
+        self.inbox = flower.Inbox(os.path.join(self.tmp.name, "inbox"))
+
+    def test_post_is_private_ordered_and_redacted(self):
+        first = self.inbox.post("one")
+        second = self.inbox.post("two sk-ant-api03-" + "x" * 40)
+        self.assertEqual(os.stat(self.inbox.directory).st_mode & 0o777, 0o700)
+        self.assertEqual(os.stat(os.path.join(self.inbox.directory, first)).st_mode & 0o777, 0o600)
+        mails = self.inbox.pending()
+        self.assertEqual([m.id for m in mails], [first, second])
+        self.assertNotIn("x" * 40, mails[1].words)
+
+    def test_a_dropped_file_is_mail_and_a_bad_one_is_set_aside(self):
+        with open(os.path.join(self.tmp.name, "x"), "w"):
+            pass
+        os.makedirs(self.inbox.directory)
+        with open(os.path.join(self.inbox.directory, "note.txt"), "w") as fh:
+            fh.write("dropped words\n")
+        with open(os.path.join(self.inbox.directory, "bad.txt"), "wb") as fh:
+            fh.write(b"\xff\xfe\x00bad")
+        with open(os.path.join(self.inbox.directory, ".hidden.tmp"), "w") as fh:
+            fh.write("half written")
+        said = []
+        self.inbox.notify = said.append
+        self.assertEqual([m.words for m in self.inbox.pending()], ["dropped words"])
+        self.assertTrue(any(n.startswith("bad.txt.corrupt-") for n in os.listdir(self.inbox.directory)))
+        self.assertEqual(len(said), 1)
+
+    def test_recorded_mail_is_found_in_a_hook_attachment_only(self):
+        mail_id = self.inbox.post("hi")
+        context = flower.mail_context(self.inbox.pending())
+        attachment = {"type": "attachment", "attachment": {"type": "hook_additional_context", "content": [context]}}
+        said_by_user = {"type": "user", "message": {"role": "user", "content": context}}
+        self.assertEqual(flower.mails_recorded([said_by_user]), set())
+        self.assertEqual(flower.mails_recorded([attachment]), {mail_id})
+
+
+@unittest.skipUnless(HAVE_SDK, SKIP)
+class InboxLive(unittest.TestCase):
+    E = base.EndToEnd
+    setUp, tearDown, flower, spawn, read, wait_for = E.setUp, E.tearDown, E.flower, E.spawn, E.read, E.wait_for
+    del E
+
+    def say(self, words):
+        p = subprocess.run([sys.executable, FLOWER, "say", words], cwd=self.ws, env=self.env,
+                           capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        return re.search(r"mail (\S+) left", p.stderr).group(1)
+
+    def inbox(self):
+        directory = os.path.join(self.ws, ".flower", "inbox")
+        return sorted(n for n in os.listdir(directory) if not n.startswith(".")) if os.path.isdir(directory) else []
+
+    def test_three_mails_during_a_ten_tool_job_reach_the_next_request_in_order_once(self):
+        sent = {}   # work request index (0-based) during which a mail was sent -> its id
+
+        def step(k):
+            def answer(body):
+                if k in (2, 5, 8):
+                    sent[k] = self.say(f"MAIL-{k} please also keep a log")
+                return tool("Bash", {"command": f"echo tool-{k}"})
+            return answer
+        self.roles.work = [step(k) for k in range(10)] + [text("all done")]
+        p = self.flower("write hello", "--json")
+        work = self.roles.bodies("work")
+        self.assertEqual(len(work), 11)
+        for k, mail_id in sent.items():
+            # not in the request during which it was sent, in the next one, and exactly once there
+            self.assertNotIn(mail_id, mail_ids(work[k]))
+            self.assertEqual(mail_ids(work[k + 1]).count(mail_id), 1, k)
+        self.assertEqual(mail_ids(work[-1]), [sent[2], sent[5], sent[8]])   # in order, once each
+        last = FakeAnthropic.messages_text(work[-1])
+        for k in range(10):   # every tool ran to its end: none was interrupted
+            self.assertIn(f"tool-{k}", last)
+        self.assertNotIn("interrupted", last.lower())
+        brief = self.read(".flower", "notes", "brief.md")
+        self.assertLess(brief.index("MAIL-2"), brief.index("MAIL-5"))
+        self.assertLess(brief.index("MAIL-5"), brief.index("MAIL-8"))
+        self.assertIn("### Mail received", brief)
+        events = [json.loads(line) for line in p.stdout.splitlines() if line.startswith("{")]
+        self.assertEqual([e["data"]["id"] for e in events if e["kind"] == "mail"], [sent[2], sent[5], sent[8]])
+        self.assertEqual(self.inbox(), [])
+
+    def test_mail_of_a_killed_run_is_delivered_on_the_next_run(self):
+        state = {}
+        killed = threading.Event()
+
+        def say_then_die(body):
+            state["mail"] = self.say("MAIL-KILLED carry on")
+            os.kill(state["proc"].pid, signal.SIGKILL)
+            killed.set()
+            return Reply(stall=5)
+        self.roles.work = [tool("Bash", {"command": "echo before"}), say_then_die]
+        proc = self.spawn("write hello")
+        state["proc"] = proc
+        self.addCleanup(lambda: (proc.poll() is None and proc.kill(), proc.wait(), proc.stdout.close(),
+                                 proc.stderr.close()))
+        self.wait_for(killed.is_set, timeout=120, what="the kill")
+        proc.wait(timeout=60)
+        self.assertEqual(self.inbox(), [state["mail"]])   # not delivered: still waiting
+        before = len(self.roles.bodies("work"))
+        self.roles.work = [tool("Bash", {"command": "echo after"}), text("done")]
+        self.flower()
+        later = self.roles.bodies("work")[before:]
+        self.assertEqual(mail_ids(later[-1]).count(state["mail"]), 1)
+        self.assertEqual(self.inbox(), [])
+        self.assertEqual(self.read(".flower", "notes", "brief.md").count("MAIL-KILLED"), 1)
+
+
+if __name__ == "__main__":
+    unittest.main()
