@@ -9971,13 +9971,13 @@ class MailDesk:
         return mail_context(new, self.rt.lang)
 
     def stored(self, key: dict, entries: list[dict]) -> None:
-        """A store hook: mail whose request the store recorded leaves the inbox."""
+        """A store hook: mail whose request the store recorded leaves the inbox (also when it is
+        recovered from a killed run's transcript: the session holds it, it is not sent twice)."""
         if key.get("subpath"):
             return
         for mail_id in mails_recorded(entries):
             with self.lock:
-                if self.offered.pop(mail_id, None) is None:
-                    continue
+                self.offered.pop(mail_id, None)
             self.inbox.done(mail_id)
 
 

@@ -66,6 +66,51 @@ class InboxFiles(unittest.TestCase):
         self.assertEqual(flower.mails_recorded([attachment]), {mail_id})
 
 
+class Desk(unittest.TestCase):
+    """The desk hands mail over at a boundary and lets it go only once the store recorded it."""
+
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.addCleanup(self.tmp.cleanup)
+        self.rt = flower.Runtime(workspace=self.tmp.name)
+        self.addCleanup(self.rt.close)
+        self.events = []
+        self.rt.on_event = self.events.append
+        self.desk = flower.attach_inbox(self.rt)
+
+    def boundary(self, spec_name="work", data=None):
+        import asyncio
+        hooks = self.desk.hooks(flower.AgentSpec(spec_name))
+        if not hooks:
+            return {}
+        return asyncio.run(hooks["PostToolBatch"][0][1](data or {}, None, None))
+
+    def test_handed_over_once_and_kept_until_recorded(self):
+        mail_id = self.desk.inbox.post("use tabs")
+        first = self.boundary()
+        context = first["hookSpecificOutput"]["additionalContext"]
+        self.assertIn(f"[mail {mail_id}]", context)
+        self.assertIn("use tabs", context)
+        import asyncio
+        again = asyncio.run(self.desk._hook("PostToolBatch")({}, None, None))
+        self.assertEqual(again, {})   # handed over already on this connection
+        self.assertEqual([m.id for m in self.desk.inbox.pending()], [mail_id])   # not recorded yet: kept
+        self.assertIn("use tabs", flower._read_text(self.rt.paths.brief))
+        self.assertEqual([e.data["id"] for e in self.events if e.kind == "mail"], [mail_id])
+        # a new connection (the last one ended before the store took it) gets it again
+        self.assertIn(mail_id, self.boundary()["hookSpecificOutput"]["additionalContext"])
+        self.rt._stored({"project_key": "p", "session_id": "s"}, [
+            {"type": "attachment", "attachment": {"type": "hook_additional_context", "content": [context]}}])
+        self.assertEqual(self.desk.inbox.pending(), [])
+        self.assertEqual(flower._read_text(self.rt.paths.brief).count("use tabs"), 1)
+
+    def test_not_for_subagents_nor_other_steps(self):
+        self.desk.inbox.post("hello")
+        self.assertEqual(self.boundary("judge"), {})
+        self.assertEqual(self.boundary(data={"agent_id": "a1"}), {})
+        self.assertEqual(len(self.desk.inbox.pending()), 1)
+
+
 @unittest.skipUnless(HAVE_SDK, SKIP)
 class InboxLive(unittest.TestCase):
     E = base.EndToEnd
@@ -136,6 +181,34 @@ class InboxLive(unittest.TestCase):
         self.assertEqual(mail_ids(later[-1]).count(state["mail"]), 1)
         self.assertEqual(self.inbox(), [])
         self.assertEqual(self.read(".flower", "notes", "brief.md").count("MAIL-KILLED"), 1)
+
+    def test_mail_handed_over_when_the_run_is_killed_is_in_the_session_once(self):
+        state = {}
+        killed = threading.Event()
+
+        def say_then_tool(body):
+            state["mail"] = self.say("MAIL-INFLIGHT carry on")
+            return tool("Bash", {"command": "echo during"})
+
+        def die_on_delivery(body):   # the request carrying the mail: the hook has handed it over
+            state["carried"] = mail_ids(body)
+            os.kill(state["proc"].pid, signal.SIGKILL)
+            killed.set()
+            return Reply(stall=5)
+        self.roles.work = [say_then_tool, die_on_delivery]
+        proc = self.spawn("write hello")
+        state["proc"] = proc
+        self.addCleanup(lambda: (proc.poll() is None and proc.kill(), proc.wait(), proc.stdout.close(),
+                                 proc.stderr.close()))
+        self.wait_for(killed.is_set, timeout=120, what="the kill")
+        proc.wait(timeout=60)
+        self.assertEqual(state["carried"], [state["mail"]])
+        before = len(self.roles.bodies("work"))
+        self.roles.work = [tool("Bash", {"command": "echo after"}), text("done")]
+        self.flower()
+        later = self.roles.bodies("work")[before:]
+        self.assertEqual(mail_ids(later[-1]), [state["mail"]])   # in the session once: never sent twice
+        self.assertEqual(self.inbox(), [])
 
 
 if __name__ == "__main__":
