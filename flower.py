@@ -424,6 +424,7 @@ TEXTS: dict[str, dict[str, str]] = {
         "ui_mail": "mail {id} handed to the work agent: {words}",
         "ui_mail_posted": "mail {id} left in {path}: the running work agent gets it at its next tool boundary (or the next run does)",
         "ui_mail_empty": "nothing to say: give the words as an argument, or '-' to read them from stdin",
+        "ui_mail_typed": "mail {id} queued: the work agent gets it at its next tool boundary",
     },
     "zh": {
         "resume_prompt": "上一轮在完成之前被中断了。先看看磁盘上已经有什么,从中断处继续,不要从头开始。",
@@ -647,6 +648,7 @@ TEXTS: dict[str, dict[str, str]] = {
         "ui_mail": "消息 {id} 已交给工作代理:{words}",
         "ui_mail_posted": "消息 {id} 已放入 {path}:正在运行的工作代理会在下一个工具边界收到它(或由下次运行收到)",
         "ui_mail_empty": "没有要说的话:把话作为参数给出,或用 '-' 从标准输入读取",
+        "ui_mail_typed": "消息 {id} 已排队:工作代理会在下一个工具边界收到它",
     },
 }
 
@@ -9934,6 +9936,7 @@ class MailDesk:
         self.steps = set(steps)
         self.offered: dict[str, Mail] = {}   # handed to the current connection, not yet recorded
         self.lock = threading.Lock()
+        self.on_side: Callable[[str], Any] | None = None   # a side question typed on the terminal
         rt.hook_sources.append(self.hooks)
         rt.on_stored(self.stored)
 
@@ -9979,6 +9982,80 @@ class MailDesk:
             with self.lock:
                 self.offered.pop(mail_id, None)
             self.inbox.done(mail_id)
+
+
+class TerminalLines:
+    """The terminal's input while ``go`` runs, read by one daemon thread: a line is the answer to the
+    question being asked (:func:`read_line`), else a side question when it starts with ``?`` or
+    ``？``, else mail for the work agent. Nothing typed needs Ctrl-C, and nothing is interrupted."""
+
+    def __init__(self, on_mail: Callable[[str], None], on_side: Callable[[str], Any] | None = None,
+                 stream: Any = None):
+        import asyncio
+        self.loop = asyncio.get_running_loop()
+        self.on_mail, self.on_side = on_mail, on_side
+        self.stream = stream or sys.stdin
+        self.waiters: list[Any] = []
+        self.closed = False
+
+    def __enter__(self) -> "TerminalLines":
+        _TERMINAL[0] = self
+        threading.Thread(target=self._pump, daemon=True).start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.closed = True
+        _TERMINAL[0] = None
+
+    def _pump(self) -> None:
+        while not self.closed:
+            try:
+                line = self.stream.readline()
+            except (OSError, ValueError):
+                line = ""
+            if not line or self.closed:
+                return
+            with contextlib.suppress(RuntimeError):   # the loop is closed: the run is over
+                self.loop.call_soon_threadsafe(self._route, line.rstrip("\r\n"))
+
+    def _route(self, line: str) -> None:
+        while self.waiters:
+            waiter = self.waiters.pop(0)
+            if not waiter.done():
+                waiter.set_result(line)
+                return
+        words = line.strip()
+        if not words:
+            return
+        if words[0] in "?？" and self.on_side is not None:
+            self.on_side(words[1:].strip())
+        else:
+            self.on_mail(words)
+
+    async def read(self, prompt: str) -> str:
+        """The next line typed (an answer), after ``prompt``."""
+        with contextlib.suppress(OSError, ValueError):
+            sys.stderr.write(prompt)
+            sys.stderr.flush()
+        waiter = self.loop.create_future()
+        self.waiters.append(waiter)
+        return await waiter
+
+
+_TERMINAL: list[TerminalLines | None] = [None]   # the router while go runs at a terminal
+
+
+async def listening(rt: Runtime, reporter: Reporter, desk: MailDesk, interactive: bool,
+                    body: Callable[[], Awaitable[Any]]) -> Any:
+    """Run ``body`` while lines typed on the terminal reach the job (when there is a terminal)."""
+    if not interactive:
+        return await body()
+
+    def mail(words: str) -> None:
+        mail_id = desk.inbox.post(words)
+        reporter.say(text("ui_mail_typed", rt.lang, id=mail_id), always=True)
+    with TerminalLines(mail, desk.on_side):
+        return await body()
 
 
 def _say_words(args: argparse.Namespace) -> str:
@@ -10690,6 +10767,8 @@ class _TerminalHuman(Human):
 async def read_line(prompt: str) -> str:
     """``input()`` without blocking the event loop (daemon thread, so quitting never waits on it)."""
     import asyncio
+    if _TERMINAL[0] is not None:   # one reader owns the terminal while go runs
+        return await _TERMINAL[0].read(prompt)
     loop = asyncio.get_running_loop()
     future: asyncio.Future = loop.create_future()
 
@@ -10949,12 +11028,13 @@ def _go_run(args: argparse.Namespace, reporter: Reporter, rt: Runtime, used: boo
     if rt.lineage.achieved:
         rt.soft(rt.lineage.path, lambda: rt.lineage.mark_achieved(None))   # new work: judged again
     human = _TerminalHuman(reporter) if interactive else None
-    attach_inbox(rt)
+    desk = attach_inbox(rt)
     flow = starter_flow(None if used else ask, rt=rt, rounds=args.rounds, use_goal=not args.no_goal,
                         human=human, wake_sentence=ask if used else None, model=args.model,
                         permission_mode=args.permission_mode)
     try:
-        ctx = asyncio.run(_run_with_signals(rt, reporter, lambda: flow.run(rt), interactive))
+        ctx = asyncio.run(_run_with_signals(rt, reporter, lambda: listening(
+            rt, reporter, desk, interactive, lambda: flow.run(rt)), interactive))
         rt.soft(rt.lineage.path, lambda: rt.lineage.settle_wake(goal=True, sentences=True))   # carried through
     except StepAbort as exc:
         message = str(exc)

@@ -211,5 +211,74 @@ class InboxLive(unittest.TestCase):
         self.assertEqual(self.inbox(), [])
 
 
+class Pty:
+    """``flower.py ARGS`` on a pseudo-terminal; a thread keeps reading the screen."""
+
+    def __init__(self, ws, env, *args):
+        import pty
+        pid, fd = pty.fork()
+        if pid == 0:
+            os.chdir(ws)
+            os.execve(sys.executable, [sys.executable, FLOWER, *args], env)
+        self.pid, self.fd, self.screen = pid, fd, b""
+        self.thread = threading.Thread(target=self._read, daemon=True)
+        self.thread.start()
+
+    def _read(self):
+        while True:
+            try:
+                chunk = os.read(self.fd, 4096)
+            except OSError:
+                return
+            if not chunk:
+                return
+            self.screen += chunk
+
+    def send(self, data):
+        os.write(self.fd, data.encode())
+
+    def wait(self, timeout=180):
+        import time
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                self.thread.join(5)
+                return os.waitstatus_to_exitcode(status)
+            time.sleep(0.1)
+        os.kill(self.pid, signal.SIGKILL)
+        os.waitpid(self.pid, 0)
+        raise AssertionError("timed out: " + self.screen.decode("utf-8", "replace")[-2000:])
+
+    def text(self):
+        return self.screen.decode("utf-8", "replace")
+
+
+@unittest.skipUnless(HAVE_SDK, SKIP)
+class TerminalLive(unittest.TestCase):
+    E = base.EndToEnd
+    setUp, tearDown, read, wait_for = E.setUp, E.tearDown, E.read, E.wait_for
+    del E
+
+    def inbox_count(self):
+        directory = os.path.join(self.ws, ".flower", "inbox")
+        return len(os.listdir(directory)) if os.path.isdir(directory) else 0
+
+    def test_a_line_typed_while_work_runs_is_mail(self):
+        def type_line(body):
+            self.term.send("MAIL-TYPED use tabs\n")
+            self.wait_for(lambda: self.inbox_count() == 1, timeout=60, what="the typed mail in the inbox")
+            return tool("Bash", {"command": "echo typed"})
+        self.roles.work = [type_line, text("done")]
+        self.term = Pty(self.ws, self.env, "write hello")
+        self.assertEqual(self.term.wait(), 0, self.term.text()[-3000:])
+        work = self.roles.bodies("work")
+        self.assertNotIn("MAIL-TYPED", FakeAnthropic.messages_text(work[0]))
+        self.assertEqual(len(mail_ids(work[1])), 1)
+        self.assertIn("MAIL-TYPED use tabs", FakeAnthropic.messages_text(work[1]))
+        self.assertIn("MAIL-TYPED", self.read(".flower", "notes", "brief.md"))
+        self.assertIn("queued", self.term.text())
+
+
 if __name__ == "__main__":
     unittest.main()
