@@ -425,6 +425,20 @@ TEXTS: dict[str, dict[str, str]] = {
         "ui_mail_posted": "mail {id} left in {path}: the running work agent gets it at its next tool boundary (or the next run does)",
         "ui_mail_empty": "nothing to say: give the words as an argument, or '-' to read them from stdin",
         "ui_mail_typed": "mail {id} queued: the work agent gets it at its next tool boundary",
+        "ui_question": "? [{id}] {question}\n  answer here, or from any shell: {prog} answer {id} \"...\" (waits {wait})",
+        "ui_question_timeout": "question {id}: no answer within {wait}; the agent chooses and records its assumption",
+        "ask_timeout": (
+            "No answer came within {wait}. Choose what seems most reasonable yourself and go on; record the "
+            "assumption and why you made it under \"Unknowns and assumptions\" in the brief ({path})."
+        ),
+        "ask_nobody": (
+            "No human can answer here (no terminal, a CI job). Choose what seems most reasonable yourself and go "
+            "on; record the assumption and why you made it under \"Unknowns and assumptions\" in the brief ({path})."
+        ),
+        "qa_title": "Questions and answers",
+        "ui_answered": "answer to {id} left: the agent gets it now",
+        "ui_answer_empty": "no answer given: give the words as an argument, or '-' to read them from stdin",
+        "ui_no_question": "no question {id} waits for an answer in this workspace (waiting: {open})",
     },
     "zh": {
         "resume_prompt": "上一轮在完成之前被中断了。先看看磁盘上已经有什么,从中断处继续,不要从头开始。",
@@ -649,6 +663,14 @@ TEXTS: dict[str, dict[str, str]] = {
         "ui_mail_posted": "消息 {id} 已放入 {path}:正在运行的工作代理会在下一个工具边界收到它(或由下次运行收到)",
         "ui_mail_empty": "没有要说的话:把话作为参数给出,或用 '-' 从标准输入读取",
         "ui_mail_typed": "消息 {id} 已排队:工作代理会在下一个工具边界收到它",
+        "ui_question": "? [{id}] {question}\n  在这里回答,或在任何终端运行:{prog} answer {id} \"...\"(等待 {wait})",
+        "ui_question_timeout": "问题 {id}:{wait} 内没有回答;代理自行选择并记下它的假设",
+        "ask_timeout": "{wait} 内没有收到回答。自己选择看起来最合理的做法并继续;把这个假设及理由记在简报({path})的“未知与假设”下。",
+        "ask_nobody": "这里没有人能回答(没有终端,CI 任务)。自己选择看起来最合理的做法并继续;把这个假设及理由记在简报({path})的“未知与假设”下。",
+        "qa_title": "问题与回答",
+        "ui_answered": "已留下对 {id} 的回答:代理现在就会收到",
+        "ui_answer_empty": "没有给出回答:把话作为参数给出,或用 '-' 从标准输入读取",
+        "ui_no_question": "这个工作区里没有等待回答的问题 {id}(正在等待的:{open})",
     },
 }
 
@@ -9984,6 +10006,127 @@ class MailDesk:
             self.inbox.done(mail_id)
 
 
+ASK_TIMEOUT = 1800.0   # seconds a question waits for its answer (FLOWER_ASK_TIMEOUT)
+ASK_POLL = 0.5         # how often an answer file is looked for
+
+
+def questions_dir(paths: Paths) -> str:
+    """``<workspace>/.flower/questions``: one open question each, and the answers ``answer`` leaves."""
+    return os.path.join(paths.flower_dir, "questions")
+
+
+def qa_entry(qid: str, question: str, answer: str, source: str, lang: str = "en") -> str:
+    """One question and its answer as a section of ``qa.md`` (redacted)."""
+    stamp = time.strftime("%Y-%m-%d %H:%M")
+    return redact(f"\n## {qid} · {stamp}\n\n**Q:** {question.strip()}\n\n**A** ({source}): {answer.strip()}\n")
+
+
+class QuestionDesk:
+    """The agents' ``ask`` tool in every mode: the question is shown (an ``ask`` event), and the first
+    answer wins, typed at the terminal or left by ``answer ID`` from any shell; past the timeout, or at
+    once when no human can answer, the agent is told to choose and record the assumption. Every
+    question and answer goes to ``notes/qa.md``."""
+
+    def __init__(self, rt: Runtime, *, interactive: bool, timeout: float | None = None):
+        self.rt = rt
+        self.interactive = interactive
+        self.timeout = env_number("FLOWER_ASK_TIMEOUT", ASK_TIMEOUT, rt.notify) if timeout is None else timeout
+        self.directory = questions_dir(rt.paths)
+
+    @property
+    def nobody(self) -> bool:
+        """No human can answer: the timeout is 0, or a CI job without a terminal."""
+        return self.timeout <= 0 or (not self.interactive and bool(os.environ.get("CI")))
+
+    async def ask(self, question: str) -> str:
+        """Ask the human; returns the answer, or what the agent should do without one."""
+        lang, question = self.rt.lang, redact(question)
+        qid = uuid.uuid4().hex[:6]
+        wait = _minutes(int(self.timeout))
+        brief = self.rt.paths.brief
+        if self.nobody:
+            self._log(qid, question, "(nobody can answer here)", "flower")
+            return text("ask_nobody", lang, path=brief)
+        ensure_private_dir(self.directory)
+        write_json(os.path.join(self.directory, f"{qid}.json"), {"id": qid, "question": question, "asked": iso_now()})
+        self.rt.emit(Event("ask", data={"id": qid, "question": question, "timeout_s": int(self.timeout),
+                                        "message": text("ui_question", lang, id=qid, question=sanitize(question),
+                                                        prog=program_name(), wait=wait)}))
+        try:
+            answer, source = await self._answer(qid)
+        finally:
+            for name in (f"{qid}.json", f"{qid}.answer"):
+                with contextlib.suppress(OSError):
+                    os.unlink(os.path.join(self.directory, name))
+        if answer is None:
+            self._log(qid, question, f"(no answer within {wait})", "timeout")
+            self.rt.emit(Event("ask", data={"id": qid, "phase": "timeout",
+                                            "message": text("ui_question_timeout", lang, id=qid, wait=wait)}))
+            return text("ask_timeout", lang, wait=wait, path=brief)
+        answer = redact(answer)
+        self._log(qid, question, answer, source)
+        self.rt.emit(Event("ask", data={"id": qid, "phase": "answered", "source": source}))
+        return answer
+
+    async def _answer(self, qid: str) -> tuple[str | None, str]:
+        """The first answer: typed at the terminal, or left in ``<id>.answer``; None past the timeout."""
+        import asyncio
+        typed = asyncio.ensure_future(read_line("> ")) if self.interactive else None
+        path = os.path.join(self.directory, f"{qid}.answer")
+        deadline = time.monotonic() + self.timeout
+        try:
+            while time.monotonic() < deadline:
+                if typed is not None and typed.done():
+                    return typed.result(), "terminal"
+                left = _read_text(path)
+                if left is not None and left.strip():
+                    return left.strip(), "answer"
+                await asyncio.sleep(min(ASK_POLL, max(0.0, deadline - time.monotonic())))
+            return None, "timeout"
+        finally:
+            if typed is not None and not typed.done():
+                typed.cancel()
+
+    def _log(self, qid: str, question: str, answer: str, source: str) -> None:
+        path = os.path.join(self.rt.paths.notes_dir, "qa.md")
+        body = _read_text(path) or f"# {text('qa_title', self.rt.lang)}\n"
+        entry = qa_entry(qid, question, answer, source, self.rt.lang)
+        self.rt.soft(path, lambda: self.rt.write_note(path, body.rstrip("\n") + "\n" + entry))
+
+
+def attach_questions(flow: "Workflow", rt: Runtime, interactive: bool, steps: Iterable[str] = ("clarify", "work")) -> QuestionDesk:
+    """Give the agents of ``steps`` the ``ask`` tool, answered through a :class:`QuestionDesk`."""
+    desk = QuestionDesk(rt, interactive=interactive)
+    for step in flow.steps:
+        if step.name in steps:
+            step.spec.ask = desk.ask
+    return desk
+
+
+def open_questions(paths: Paths) -> list[str]:
+    """The ids of the questions waiting for an answer in this workspace."""
+    try:
+        return sorted(n[:-5] for n in os.listdir(questions_dir(paths)) if n.endswith(".json"))
+    except OSError:
+        return []
+
+
+def cmd_answer(args: argparse.Namespace, reporter: Reporter) -> int:
+    """Answer a question an agent asked (from any shell); exit 2 when no such question waits."""
+    lang = _lang(args)
+    words = (_check_text(args.words if args.words != "-" else sys.stdin.read(), "the answer") or "").strip()
+    if not words:
+        raise FlowerError(text("ui_answer_empty", lang), EXIT_USAGE)
+    paths = _paths(args, reporter)
+    waiting = open_questions(paths)
+    if args.id not in waiting:
+        raise FlowerError(text("ui_no_question", lang, id=sanitize(args.id)[:40], open=", ".join(waiting) or "-"),
+                          EXIT_USAGE)
+    atomic_write(os.path.join(questions_dir(paths), f"{args.id}.answer"), redact(words) + "\n")
+    reporter.say(text("ui_answered", lang, id=args.id), always=True)
+    return EXIT_OK
+
+
 class TerminalLines:
     """The terminal's input while ``go`` runs, read by one daemon thread: a line is the answer to the
     question being asked (:func:`read_line`), else a side question when it starts with ``?`` or
@@ -10084,7 +10227,7 @@ def attach_inbox(rt: Runtime) -> MailDesk:
     return MailDesk(rt, Inbox(inbox_dir(rt.paths), notify=rt._info, lang=rt.lang))
 
 
-INBOX_COMMANDS = {"say": cmd_say}
+INBOX_COMMANDS = {"say": cmd_say, "answer": cmd_answer}
 
 
 def _inbox_commands(command: Callable[[str], argparse.ArgumentParser]) -> None:
@@ -10092,6 +10235,10 @@ def _inbox_commands(command: Callable[[str], argparse.ArgumentParser]) -> None:
     say = command("say")
     say.add_argument("words", help="what the running work agent should hear ('-' reads it from stdin)")
     _global_options(say)
+    answer = command("answer")
+    answer.add_argument("id", help="the question's id, as shown when it was asked")
+    answer.add_argument("words", help="the answer ('-' reads it from stdin)")
+    _global_options(answer)
 
 
 # --- CLI: go, once, status, doctor, sessions, show; progress, signals, exit codes ---
@@ -10105,6 +10252,7 @@ COMMAND_SUMMARIES = {
     "sessions": "list stored sessions",
     "show": "a session as the model would be sent it on resume (pruned)",
     "say": "leave words for the running work agent: it gets them at its next tool boundary",
+    "answer": "answer a question an agent asked (ID as shown with it)",
 }
 SUBCOMMANDS = tuple(COMMAND_SUMMARIES)
 
@@ -11032,6 +11180,7 @@ def _go_run(args: argparse.Namespace, reporter: Reporter, rt: Runtime, used: boo
     flow = starter_flow(None if used else ask, rt=rt, rounds=args.rounds, use_goal=not args.no_goal,
                         human=human, wake_sentence=ask if used else None, model=args.model,
                         permission_mode=args.permission_mode)
+    attach_questions(flow, rt, interactive)
     try:
         ctx = asyncio.run(_run_with_signals(rt, reporter, lambda: listening(
             rt, reporter, desk, interactive, lambda: flow.run(rt)), interactive))

@@ -211,6 +211,61 @@ class InboxLive(unittest.TestCase):
         self.assertEqual(self.inbox(), [])
 
 
+@unittest.skipUnless(HAVE_SDK, SKIP)
+class QuestionsLive(unittest.TestCase):
+    E = base.EndToEnd
+    setUp, tearDown, flower, read, wait_for = E.setUp, E.tearDown, E.flower, E.read, E.wait_for
+    del E
+
+    def asking(self):
+        return [tool("mcp__flower__ask", {"question": "QUESTION-MARK tabs or spaces?"}), text("done")]
+
+    def test_unanswered_question_times_out_and_the_agent_is_told_to_assume(self):
+        self.roles.work = self.asking()
+        p = self.flower("write hello", "--json", env={"FLOWER_ASK_TIMEOUT": "2"})
+        after = FakeAnthropic.messages_text(self.roles.bodies("work")[1])
+        self.assertIn("No answer came within", after)
+        self.assertIn("Unknowns and assumptions", after)
+        asks = [json.loads(line) for line in p.stdout.splitlines() if '"kind": "ask"' in line]
+        self.assertTrue(any(e["data"].get("id") and "answer" in e["data"].get("message", "") for e in asks), asks)
+        qa = self.read(".flower", "notes", "qa.md")
+        self.assertIn("QUESTION-MARK tabs or spaces?", qa)
+        self.assertIn("no answer within", qa)
+
+    def test_answer_from_another_process(self):
+        self.roles.work = self.asking()
+        qdir = os.path.join(self.ws, ".flower", "questions")
+        answered = {}
+
+        def answer_it():
+            self.wait_for(lambda: os.path.isdir(qdir) and any(n.endswith(".json") for n in os.listdir(qdir)),
+                          timeout=120, what="the question")
+            qid = [n for n in os.listdir(qdir) if n.endswith(".json")][0][:-5]
+            answered["p"] = subprocess.run([sys.executable, FLOWER, "answer", qid, "ANSWER-MARK spaces"],
+                                           cwd=self.ws, env=self.env, capture_output=True, text=True, timeout=60)
+        helper = threading.Thread(target=answer_it)
+        helper.start()
+        self.flower("write hello", env={"FLOWER_ASK_TIMEOUT": "600"})
+        helper.join()
+        self.assertEqual(answered["p"].returncode, 0, answered["p"].stderr)
+        self.assertIn("ANSWER-MARK spaces", FakeAnthropic.messages_text(self.roles.bodies("work")[1]))
+        qa = self.read(".flower", "notes", "qa.md")
+        self.assertIn("QUESTION-MARK", qa)
+        self.assertIn("ANSWER-MARK spaces", qa)
+        self.assertEqual(os.listdir(qdir), [])
+
+    def test_no_human_possible_is_told_at_once(self):
+        self.roles.work = self.asking()
+        self.flower("write hello", env={"CI": "1", "FLOWER_ASK_TIMEOUT": "600"}, timeout=120)
+        self.assertIn("No human can answer here", FakeAnthropic.messages_text(self.roles.bodies("work")[1]))
+
+    def test_answer_to_no_such_question_is_a_usage_error(self):
+        p = self.flower("answer", "abc123", "hi", check=False)
+        self.assertEqual(p.returncode, 2)
+        self.assertIn("no question abc123", p.stderr)
+        self.assertNotIn("Traceback", p.stderr)
+
+
 class Pty:
     """``flower.py ARGS`` on a pseudo-terminal; a thread keeps reading the screen."""
 
