@@ -436,6 +436,8 @@ TEXTS: dict[str, dict[str, str]] = {
             "on; record the assumption and why you made it under \"Unknowns and assumptions\" in the brief ({path})."
         ),
         "qa_title": "Questions and answers",
+        "ui_heartbeat_tool": "{step} · still running {tool} · {waited}",
+        "ui_heartbeat_model": "{step} · still waiting for the model · {waited}",
         "ui_answered": "answer to {id} left: the agent gets it now",
         "ui_answer_empty": "no answer given: give the words as an argument, or '-' to read them from stdin",
         "ui_no_question": "no question {id} waits for an answer in this workspace (waiting: {open})",
@@ -668,6 +670,8 @@ TEXTS: dict[str, dict[str, str]] = {
         "ask_timeout": "{wait} 内没有收到回答。自己选择看起来最合理的做法并继续;把这个假设及理由记在简报({path})的“未知与假设”下。",
         "ask_nobody": "这里没有人能回答(没有终端,CI 任务)。自己选择看起来最合理的做法并继续;把这个假设及理由记在简报({path})的“未知与假设”下。",
         "qa_title": "问题与回答",
+        "ui_heartbeat_tool": "{step} · 仍在运行 {tool} · {waited}",
+        "ui_heartbeat_model": "{step} · 仍在等模型回答 · {waited}",
         "ui_answered": "已留下对 {id} 的回答:代理现在就会收到",
         "ui_answer_empty": "没有给出回答:把话作为参数给出,或用 '-' 从标准输入读取",
         "ui_no_question": "这个工作区里没有等待回答的问题 {id}(正在等待的:{open})",
@@ -10187,18 +10191,87 @@ class TerminalLines:
 
 _TERMINAL: list[TerminalLines | None] = [None]   # the router while go runs at a terminal
 
+HEARTBEAT = 60.0   # seconds of silence per line in a log (FLOWER_HEARTBEAT)
+_QUIET_KINDS = ("info", "heartbeat", "offline", "online", "ask", "summary", "lock")   # not the agent's work
+
+
+def heartbeat_line(step: str, tool: str | None, quiet: float, lang: str = "en") -> str:
+    """``work · still running Bash · 2m`` (or waiting for the model when no tool runs)."""
+    waited = _minutes(int(quiet))
+    if tool:
+        return text("ui_heartbeat_tool", lang, step=step, tool=tool, waited=waited)
+    return text("ui_heartbeat_model", lang, step=step, waited=waited)
+
+
+class Heartbeat:
+    """Signs of life for a log without a terminal: after every ``period`` of silence from the agent (a
+    long tool, a stalled stream, a question waiting) one ``heartbeat`` event, shown as a line unless
+    the stall watch said the same in that period."""
+
+    def __init__(self, rt: Runtime, period: float):
+        self.rt = rt
+        self.period = period
+        self.heard = time.monotonic()
+        self.said = 0.0              # when the stall watch last said the CLI is quiet
+        self.step = ""
+        self.tools: dict[str, str] = {}   # open tool calls: id -> name
+        self.listener = rt.on_event
+        rt.on_event = self.hear
+
+    def hear(self, event: Event) -> None:
+        """Every event of the run passes here on its way to the reporter."""
+        if event.kind not in _QUIET_KINDS:
+            self.heard = time.monotonic()
+            self.step = event.step or self.step
+        if event.kind == "tool_call":
+            self.tools[str(event.data.get("id"))] = str(event.data.get("name"))
+        elif event.kind in ("tool_result", "result"):
+            self.tools.pop(str(event.data.get("id")), None) if event.kind == "tool_result" else self.tools.clear()
+        elif event.kind == "info" and "quiet_s" in event.data:
+            self.said = time.monotonic()
+        if self.listener is not None:
+            self.listener(event)
+
+    async def beat(self) -> None:
+        """Run until cancelled."""
+        import asyncio
+        last = 0.0
+        while True:
+            await asyncio.sleep(self.period / 4)
+            now = time.monotonic()
+            quiet = now - self.heard
+            if quiet < self.period or now - last < self.period:
+                continue
+            last = now
+            tool = next(reversed(self.tools.values()), None) if self.tools else None
+            line = heartbeat_line(self.step or "flower", tool, quiet, self.rt.lang)
+            data = {"quiet_s": int(quiet), "tool": tool}
+            if now - self.said >= self.period:
+                data["message"] = line
+            self.rt.emit(Event("heartbeat", step=self.step, data=data))
+
 
 async def listening(rt: Runtime, reporter: Reporter, desk: MailDesk, interactive: bool,
                     body: Callable[[], Awaitable[Any]]) -> Any:
-    """Run ``body`` while lines typed on the terminal reach the job (when there is a terminal)."""
-    if not interactive:
-        return await body()
+    """Run ``body`` while lines typed on the terminal reach the job (when there is a terminal), with a
+    heartbeat in a log (when there is none)."""
+    import asyncio
+    beat = None
+    if not reporter.tty or reporter.json_mode:   # a terminal's status line ticks by itself
+        period = max(0.5, env_number("FLOWER_HEARTBEAT", HEARTBEAT, rt.notify) or HEARTBEAT)
+        beat = asyncio.ensure_future(Heartbeat(rt, period).beat())
+    try:
+        if not interactive:
+            return await body()
 
-    def mail(words: str) -> None:
-        mail_id = desk.inbox.post(words)
-        reporter.say(text("ui_mail_typed", rt.lang, id=mail_id), always=True)
-    with TerminalLines(mail, desk.on_side):
-        return await body()
+        def mail(words: str) -> None:
+            mail_id = desk.inbox.post(words)
+            reporter.say(text("ui_mail_typed", rt.lang, id=mail_id), always=True)
+        with TerminalLines(mail, desk.on_side):
+            return await body()
+    finally:
+        if beat is not None:
+            beat.cancel()
 
 
 def _say_words(args: argparse.Namespace) -> str:

@@ -266,6 +266,63 @@ class QuestionsLive(unittest.TestCase):
         self.assertNotIn("Traceback", p.stderr)
 
 
+@unittest.skipUnless(HAVE_SDK, SKIP)
+class HeartbeatLive(unittest.TestCase):
+    """Without a terminal, silence gets a line per period (1 s here): the tool and the stalled answer
+    each last until the test has seen two such lines, so nothing depends on how fast the machine is."""
+    E = base.EndToEnd
+    tearDown, spawn, wait_for = E.tearDown, E.spawn, E.wait_for
+    del E
+
+    def setUp(self):
+        base.EndToEnd.setUp(self)
+        self.enough = threading.Event()
+
+    def run_watching(self, needle):
+        proc = self.spawn("write hello", "--json", env={"FLOWER_HEARTBEAT": "1"})
+        self.addCleanup(lambda: (proc.poll() is None and proc.kill(), proc.wait()))
+        self.beats = []
+
+        def read():
+            for line in proc.stdout:
+                if '"kind": "heartbeat"' in line:
+                    event = json.loads(line)
+                    self.beats.append(event)
+                    if needle in event["data"].get("message", "") and \
+                            sum(needle in b["data"].get("message", "") for b in self.beats) >= 2:
+                        self.enough.set()
+        reader = threading.Thread(target=read, daemon=True)
+        reader.start()
+        err = proc.stderr.read()
+        proc.wait(timeout=180)
+        reader.join(10)
+        self.assertEqual(proc.returncode, 0, err[-3000:])
+        return err
+
+    def test_a_long_tool_gets_a_line_per_period(self):
+        flag = os.path.join(self.tmp.name, "go-on")
+        wait = f"python3 -c \"import os,time\nwhile not os.path.exists('{flag}'): time.sleep(0.1)\""
+
+        def release_after_beats():
+            self.enough.wait(120)
+            open(flag, "w").close()
+        threading.Thread(target=release_after_beats, daemon=True).start()
+        self.roles.work = [tool("Bash", {"command": wait}), text("done")]
+        err = self.run_watching("still running Bash")
+        self.assertTrue(self.enough.is_set())
+        self.assertGreaterEqual(err.count("work · still running Bash · "), 2, err[-3000:])
+        self.assertTrue(all(b["step"] == "work" for b in self.beats if "Bash" in b["data"].get("message", "")))
+
+    def test_a_stalled_answer_gets_a_line_per_period(self):
+        def stall(body):
+            self.enough.wait(120)
+            return text("done late")
+        self.roles.work = [stall]
+        err = self.run_watching("still waiting for the model")
+        self.assertTrue(self.enough.is_set())
+        self.assertGreaterEqual(err.count("work · still waiting for the model · "), 2, err[-3000:])
+
+
 class Pty:
     """``flower.py ARGS`` on a pseudo-terminal; a thread keeps reading the screen."""
 
