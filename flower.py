@@ -438,6 +438,19 @@ TEXTS: dict[str, dict[str, str]] = {
         "qa_title": "Questions and answers",
         "ui_heartbeat_tool": "{step} · still running {tool} · {waited}",
         "ui_heartbeat_model": "{step} · still waiting for the model · {waited}",
+        "side_instructions": (
+            "You answer a person's side question about the work in this conversation. You are a read-only fork: "
+            "the work goes on elsewhere. Do not change anything; Read, Glob and Grep are yours if you need to look."
+        ),
+        "side_prompt": (
+            "A side question from the person. You are a read-only fork of this conversation: the work goes on "
+            "elsewhere. Answer briefly from what you know and what you can Read, change nothing, then stop; do "
+            "not continue the work.\n\nThe question: {question}"
+        ),
+        "ui_side_cost": "side question answered from a fork of work session {sid} · ${cost:.4f} · kept in {path} as its own step",
+        "ui_side_none": "no work session in this workspace yet: nothing to ask about",
+        "ui_side_empty": "no side question given",
+        "ui_side_started": "side question asked: its answer follows when it comes (the work goes on)",
         "ui_answered": "answer to {id} left: the agent gets it now",
         "ui_answer_empty": "no answer given: give the words as an argument, or '-' to read them from stdin",
         "ui_no_question": "no question {id} waits for an answer in this workspace (waiting: {open})",
@@ -672,6 +685,12 @@ TEXTS: dict[str, dict[str, str]] = {
         "qa_title": "问题与回答",
         "ui_heartbeat_tool": "{step} · 仍在运行 {tool} · {waited}",
         "ui_heartbeat_model": "{step} · 仍在等模型回答 · {waited}",
+        "side_instructions": "你回答一个人关于这次对话中工作的旁路问题。你是只读的分叉:工作在别处继续。不要改动任何东西;需要查看时可以用 Read、Glob 和 Grep。",
+        "side_prompt": "这个人的一个旁路问题。你是这次对话的只读分叉:工作在别处继续。根据你知道的和能 Read 到的简短回答,不要改动任何东西,然后停止;不要继续工作。\n\n问题:{question}",
+        "ui_side_cost": "旁路问题已由工作会话 {sid} 的分叉回答 · ${cost:.4f} · 作为单独的一步记在 {path}",
+        "ui_side_none": "这个工作区还没有工作会话:没什么可问的",
+        "ui_side_empty": "没有给出旁路问题",
+        "ui_side_started": "旁路问题已提出:回答到了就会显示(工作继续)",
         "ui_answered": "已留下对 {id} 的回答:代理现在就会收到",
         "ui_answer_empty": "没有给出回答:把话作为参数给出,或用 '-' 从标准输入读取",
         "ui_no_question": "这个工作区里没有等待回答的问题 {id}(正在等待的:{open})",
@@ -10131,6 +10150,98 @@ def cmd_answer(args: argparse.Namespace, reporter: Reporter) -> int:
     return EXIT_OK
 
 
+SIDE_TOOLS = ["Read", "Glob", "Grep"]
+SIDE_STEP = "side-question"   # its manifest rows, apart from the job's steps
+
+
+class SideRuntime(Runtime):
+    """A runtime for side questions: it forks the work session even while another flower drives it.
+    A fork only reads the session it comes from (the SDK loads it in this process, into this
+    process's own temp copy), so the live run, its copy and the lineage are left as they are."""
+
+    side_of: str | None = None
+
+    def _refuse_if_driven(self, sid: str) -> None:
+        if sid != self.side_of:
+            super()._refuse_if_driven(sid)
+
+
+def side_spec(lang: str, model: str | None = None) -> AgentSpec:
+    """The read-only agent that answers a side question from a fork of the work session."""
+    return AgentSpec(SIDE_STEP, instructions=text("side_instructions", lang), tools=list(SIDE_TOOLS),
+                     allowed_tools=list(SIDE_TOOLS), disallowed_tools=["Write", "Edit", "Bash", "NotebookEdit"],
+                     permission_mode="default", handoff=False, model=model)
+
+
+def cmd_ask(args: argparse.Namespace, reporter: Reporter) -> int:
+    """A side question, answered from a read-only fork of the work session (running or not): no lock
+    is taken; the answer goes to stdout, its cost to stderr and to the manifest as its own step."""
+    import asyncio
+    lang = _lang(args)
+    question = _check_task(args.question, "the question")
+    if not question or not question.strip():
+        raise FlowerError(text("ui_side_empty", lang), EXIT_USAGE)
+    _check_settings()
+    paths = _paths(args, reporter)
+    paths.prepare()
+    backend = _open_state(args, paths, say=lambda m: reporter.say(m, always=True))
+    try:
+        steps = backend.peek_lineage().get("steps") or {}
+        sid = steps.get("work") if isinstance(steps, dict) else None
+        if not isinstance(sid, str):
+            raise FlowerError(text("ui_side_none", lang), EXIT_USAGE)
+        _require_sdk()
+        _require_credentials()
+        _require_cli_dirs(lang)
+        _quiet_sdk_logs(args.verbose)
+        reporter.show_text = False   # the answer is printed once, on stdout
+        rt = SideRuntime(workspace=paths.workspace, run_dir=paths.run_dir, state=backend, lang=lang,
+                         model=args.model, on_event=reporter.event, notify=lambda m: reporter.say(m, always=True))
+        rt.side_of = sid
+        try:
+            result = asyncio.run(rt.run(side_spec(lang, args.model), text("side_prompt", lang, question=redact(question)),
+                                        step_name=SIDE_STEP, resume=sid, fork=True))
+            rt.record(result)
+            reporter.close()
+            if result.ok and not args.json:
+                _print_answer(result.text, reporter)
+            reporter.say(text("ui_side_cost", lang, sid=sid[:8], cost=result.cost_usd, path=_tilde(rt.manifest.path)),
+                         always=True)
+            if not result.ok:
+                reporter.say(f"flower: {result.error}", always=True)
+                return _exit_code(rt, result.error or "")
+            return EXIT_OK
+        finally:
+            rt.close()
+    finally:
+        backend.close()
+
+
+def side_question_in_background(rt: Runtime, reporter: Reporter) -> Callable[[str], None]:
+    """``?`` typed on the terminal: the side question runs as ``ask`` in a process of its own (its own
+    temp copies, never the live run's), and its answer is printed when it comes."""
+    import asyncio
+
+    async def run(question: str) -> None:
+        argv = [sys.executable, os.path.abspath(__file__), "ask", question, "-w", rt.paths.workspace,
+                "-r", rt.paths.run_dir, "--lang", rt.lang]
+        proc = await asyncio.create_subprocess_exec(*argv, stdin=asyncio.subprocess.DEVNULL,
+                                                    stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        out, err = await proc.communicate()
+        for line in (out.decode("utf-8", "replace") + err.decode("utf-8", "replace")).strip().splitlines():
+            reporter.say("  ? " + sanitize(line), always=True)
+
+    running: set = set()   # held until done (a task nobody holds may be collected mid-run)
+
+    def ask(question: str) -> None:
+        if question:
+            reporter.say(text("ui_side_started", rt.lang), always=True)
+            task = asyncio.ensure_future(run(question))
+            running.add(task)
+            task.add_done_callback(running.discard)
+    return ask
+
+
 class TerminalLines:
     """The terminal's input while ``go`` runs, read by one daemon thread: a line is the answer to the
     question being asked (:func:`read_line`), else a side question when it starts with ``?`` or
@@ -10267,7 +10378,7 @@ async def listening(rt: Runtime, reporter: Reporter, desk: MailDesk, interactive
         def mail(words: str) -> None:
             mail_id = desk.inbox.post(words)
             reporter.say(text("ui_mail_typed", rt.lang, id=mail_id), always=True)
-        with TerminalLines(mail, desk.on_side):
+        with TerminalLines(mail, desk.on_side or side_question_in_background(rt, reporter)):
             return await body()
     finally:
         if beat is not None:
@@ -10300,7 +10411,7 @@ def attach_inbox(rt: Runtime) -> MailDesk:
     return MailDesk(rt, Inbox(inbox_dir(rt.paths), notify=rt._info, lang=rt.lang))
 
 
-INBOX_COMMANDS = {"say": cmd_say, "answer": cmd_answer}
+INBOX_COMMANDS = {"say": cmd_say, "answer": cmd_answer, "ask": cmd_ask}
 
 
 def _inbox_commands(command: Callable[[str], argparse.ArgumentParser]) -> None:
@@ -10312,6 +10423,10 @@ def _inbox_commands(command: Callable[[str], argparse.ArgumentParser]) -> None:
     answer.add_argument("id", help="the question's id, as shown when it was asked")
     answer.add_argument("words", help="the answer ('-' reads it from stdin)")
     _global_options(answer)
+    ask = command("ask")
+    ask.add_argument("question", help="a side question about the work ('-' reads it from stdin)")
+    ask.add_argument("--model", default=None, help="model of the side question")
+    _global_options(ask)
 
 
 # --- CLI: go, once, status, doctor, sessions, show; progress, signals, exit codes ---
@@ -10326,6 +10441,7 @@ COMMAND_SUMMARIES = {
     "show": "a session as the model would be sent it on resume (pruned)",
     "say": "leave words for the running work agent: it gets them at its next tool boundary",
     "answer": "answer a question an agent asked (ID as shown with it)",
+    "ask": "a side question, answered from a read-only fork of the work session (running or not)",
 }
 SUBCOMMANDS = tuple(COMMAND_SUMMARIES)
 

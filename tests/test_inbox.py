@@ -18,7 +18,7 @@ import unittest
 import flower
 from tests import test_e2e as base
 from tests.fakeapi import FakeAnthropic, Reply, text, tool
-from tests.test_e2e import FLOWER, HAVE_SDK, SKIP, role_of
+from tests.test_e2e import FLOWER, HAVE_SDK, SKIP, last_user_text
 
 
 def mail_ids(body):
@@ -321,6 +321,74 @@ class HeartbeatLive(unittest.TestCase):
         err = self.run_watching("still waiting for the model")
         self.assertTrue(self.enough.is_set())
         self.assertGreaterEqual(err.count("work · still waiting for the model · "), 2, err[-3000:])
+
+
+@unittest.skipUnless(HAVE_SDK, SKIP)
+class SideQuestionLive(unittest.TestCase):
+    E = base.EndToEnd
+    setUp, tearDown, flower, spawn, read, wait_for, lineage, stored = (
+        E.setUp, E.tearDown, E.flower, E.spawn, E.read, E.wait_for, E.lineage, E.stored)
+    del E
+
+    def test_ask_while_go_runs_forks_the_live_session_and_leaves_it_alone(self):
+        from tests.test_e2e_continuity import resume_copies
+        self.roles.work = [tool("Bash", {"command": "echo FIRST-RUN-MARK"}), text("done")]
+        self.flower("write hello")
+        work_sid = self.lineage()["steps"]["work"]
+        arrived, release = threading.Event(), threading.Event()
+        self.addCleanup(release.set)
+        side, roles = [], self.roles
+
+        def responder(body):   # the held work answer never holds the roles' lock
+            if "A side question from the person" in last_user_text(body):
+                side.append(body)
+                return text("SIDE-ANSWER-MARK it writes hello")
+            if base.role_of(body) == "work" and not arrived.is_set():
+                arrived.set()
+                reply = text("LIVE-ANSWER-MARK")
+                reply.held = True   # held in _answer, outside the server's lock
+                return reply
+            if base.role_of(body) in ("work", "clarify", "goal", "judge", "ritual"):
+                return roles(body)
+            return text("ok")
+        self.api.responder = responder
+        answer = self.api._answer
+        self.api._answer = lambda handler, body, reply: (
+            getattr(reply, "held", False) and release.wait(120), answer(handler, body, reply))[1]
+        go = self.spawn("also say bye")   # a wake: the work step resumes its stored session
+        self.addCleanup(lambda: (go.poll() is None and go.kill(), go.wait(), go.stdout.close(), go.stderr.close()))
+        self.wait_for(arrived.is_set, what="the live go's resumed work request")
+        copies = resume_copies(work_sid)
+        self.assertTrue(copies)
+        entries = self.stored(work_sid)
+        lineage = self.read(".flower", "lineage.json")
+        p = self.flower("ask", "what are you doing and why?")
+        self.assertFalse(release.is_set())
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn("SIDE-ANSWER-MARK", p.stdout)
+        self.assertIn("side question answered from a fork of work session", p.stderr)
+        self.assertEqual(len(side), 1)
+        asked = FakeAnthropic.messages_text(side[0])
+        self.assertIn("FIRST-RUN-MARK", asked)                 # it saw the work session's history
+        self.assertIn("what are you doing and why?", asked)
+        self.assertEqual(resume_copies(work_sid), copies)      # the live go's temp copy untouched
+        self.assertEqual(self.stored(work_sid), entries)       # and its stored entries
+        self.assertEqual(self.read(".flower", "lineage.json"), lineage)
+        rows = flower.Manifest.read(os.path.join(self.ws, ".flower"))
+        rows_side = [r for r in rows if r["step"] == flower.SIDE_STEP]
+        self.assertEqual(len(rows_side), 1)
+        self.assertNotEqual(rows_side[0]["session_id"], work_sid)
+        release.set()
+        out, err = go.communicate(timeout=180)
+        self.assertEqual(go.returncode, 0, err[-3000:])
+        self.assertIn("LIVE-ANSWER-MARK", json.dumps(self.stored(work_sid)))
+        self.assertNotIn("SIDE-ANSWER-MARK", json.dumps(self.stored(work_sid)))
+        self.assertEqual(self.lineage()["steps"]["work"], work_sid)
+
+    def test_ask_without_a_work_session_is_a_usage_error(self):
+        p = self.flower("ask", "anything?", check=False)
+        self.assertEqual(p.returncode, 2)
+        self.assertIn("no work session", p.stderr)
 
 
 class Pty:
