@@ -10248,12 +10248,14 @@ class TerminalLines:
     ``？``, else mail for the work agent. Nothing typed needs Ctrl-C, and nothing is interrupted."""
 
     def __init__(self, on_mail: Callable[[str], None], on_side: Callable[[str], Any] | None = None,
-                 stream: Any = None):
+                 stream: Any = None, expecting: Callable[[], bool] | None = None):
         import asyncio
         self.loop = asyncio.get_running_loop()
         self.on_mail, self.on_side = on_mail, on_side
         self.stream = stream or sys.stdin
+        self.expecting = expecting or (lambda: False)   # a question was put and its reader is on its way
         self.waiters: list[Any] = []
+        self.early: list[str] = []   # lines typed for such a question before its reader came
         self.closed = False
 
     def __enter__(self) -> "TerminalLines":
@@ -10282,6 +10284,9 @@ class TerminalLines:
             if not waiter.done():
                 waiter.set_result(line)
                 return
+        if self.expecting():
+            self.early.append(line)
+            return
         words = line.strip()
         if not words:
             return
@@ -10292,6 +10297,8 @@ class TerminalLines:
 
     async def read(self, prompt: str) -> str:
         """The next line typed (an answer), after ``prompt``."""
+        if self.early:
+            return self.early.pop(0)
         with contextlib.suppress(OSError, ValueError):
             sys.stderr.write(prompt)
             sys.stderr.flush()
@@ -10378,7 +10385,9 @@ async def listening(rt: Runtime, reporter: Reporter, desk: MailDesk, interactive
         def mail(words: str) -> None:
             mail_id = desk.inbox.post(words)
             reporter.say(text("ui_mail_typed", rt.lang, id=mail_id), always=True)
-        with TerminalLines(mail, desk.on_side or side_question_in_background(rt, reporter)):
+        def interrupted() -> bool:   # Ctrl-C asked what to tell the agent: the next line is the answer
+            return rt._human_event is not None and rt._human_event.is_set()
+        with TerminalLines(mail, desk.on_side or side_question_in_background(rt, reporter), expecting=interrupted):
             return await body()
     finally:
         if beat is not None:
