@@ -308,7 +308,7 @@ class HeartbeatLive(unittest.TestCase):
             open(flag, "w").close()
         threading.Thread(target=release_after_beats, daemon=True).start()
         self.roles.work = [tool("Bash", {"command": wait}), text("done")]
-        err = self.run_watching("still running Bash")
+        err = self.run_watching("work · still running Bash")
         self.assertTrue(self.enough.is_set())
         self.assertGreaterEqual(err.count("work · still running Bash · "), 2, err[-3000:])
         self.assertTrue(all(b["step"] == "work" for b in self.beats if "Bash" in b["data"].get("message", "")))
@@ -318,7 +318,7 @@ class HeartbeatLive(unittest.TestCase):
             self.enough.wait(120)
             return text("done late")
         self.roles.work = [stall]
-        err = self.run_watching("still waiting for the model")
+        err = self.run_watching("work · still waiting for the model")
         self.assertTrue(self.enough.is_set())
         self.assertGreaterEqual(err.count("work · still waiting for the model · "), 2, err[-3000:])
 
@@ -360,6 +360,8 @@ class SideQuestionLive(unittest.TestCase):
         self.wait_for(arrived.is_set, what="the live go's resumed work request")
         copies = resume_copies(work_sid)
         self.assertTrue(copies)
+        # the live go settles its wake once the store holds the sentence: its own change, not the question's
+        self.wait_for(lambda: self.lineage().get("wake") is None, what="the live go's wake settled")
         entries = self.stored(work_sid)
         lineage = self.read(".flower", "lineage.json")
         p = self.flower("ask", "what are you doing and why?")
