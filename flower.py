@@ -15,7 +15,7 @@ Sections, low layers first:
     -> transcript logic (pure) -> stored facts -> notes (pure parsers) -> session stores -> lineage and
     manifest -> handoff -> journal -> state backends (the interface, local files) -> PostgreSQL state
     -> delegation -> project settings -> job budget -> workspace snapshots -> stream record -> agent
-    runtime -> judge sandbox -> workflow -> report -> job continuity -> CLI
+    runtime -> judge sandbox -> workflow -> report -> job continuity -> inbox -> CLI
 """
 
 from __future__ import annotations
@@ -548,6 +548,45 @@ TEXTS: dict[str, dict[str, str]] = {
                       "free some space there"),
         "info_from_stream": ("stored {n} message(s) of session {sid} that the CLI streamed but never recorded "
                              "(it was stopped or could not write its transcript)"),
+        "mail_heading": "Mail received",
+        "mail_context": (
+            "[mail {id}] The human wrote this while you worked ({when}). It interrupts nothing: finish what "
+            "you are doing as you see fit, and take it into account from now on. It is also appended to the "
+            "brief.\n\n{words}"
+        ),
+        "ui_mail": "mail {id} handed to the work agent: {words}",
+        "ui_mail_posted": "mail {id} left in {path}: the running work agent gets it at its next tool boundary (or the next run does)",
+        "ui_mail_empty": "nothing to say: give the words as an argument, or '-' to read them from stdin",
+        "ui_mail_typed": "mail {id} queued: the work agent gets it at its next tool boundary",
+        "ui_question": "? [{id}] {question}\n  answer here, or from any shell: {prog} answer {id} \"...\" (waits {wait})",
+        "ui_question_timeout": "question {id}: no answer within {wait}; the agent chooses and records its assumption",
+        "ask_timeout": (
+            "No answer came within {wait}. Choose what seems most reasonable yourself and go on; record the "
+            "assumption and why you made it under \"Unknowns and assumptions\" in the brief ({path})."
+        ),
+        "ask_nobody": (
+            "No human can answer here (no terminal, a CI job). Choose what seems most reasonable yourself and go "
+            "on; record the assumption and why you made it under \"Unknowns and assumptions\" in the brief ({path})."
+        ),
+        "qa_title": "Questions and answers",
+        "ui_heartbeat_tool": "{step} · still running {tool} · {waited}",
+        "ui_heartbeat_model": "{step} · still waiting for the model · {waited}",
+        "side_instructions": (
+            "You answer a person's side question about the work in this conversation. You are a read-only fork: "
+            "the work goes on elsewhere. Do not change anything; Read, Glob and Grep are yours if you need to look."
+        ),
+        "side_prompt": (
+            "A side question from the person. You are a read-only fork of this conversation: the work goes on "
+            "elsewhere. Answer briefly from what you know and what you can Read, change nothing, then stop; do "
+            "not continue the work.\n\nThe question: {question}"
+        ),
+        "ui_side_cost": "side question answered from a fork of work session {sid} · ${cost:.4f} · kept in {path} as its own step",
+        "ui_side_none": "no work session in this workspace yet: nothing to ask about",
+        "ui_side_empty": "no side question given",
+        "ui_side_started": "side question asked: its answer follows when it comes (the work goes on)",
+        "ui_answered": "answer to {id} left: the agent gets it now",
+        "ui_answer_empty": "no answer given: give the words as an argument, or '-' to read them from stdin",
+        "ui_no_question": "no question {id} waits for an answer in this workspace (waiting: {open})",
     },
     "zh": {
         "resume_prompt": "上一轮在完成之前被中断了。先看看磁盘上已经有什么,从中断处继续,不要从头开始。",
@@ -876,6 +915,31 @@ TEXTS: dict[str, dict[str, str]] = {
                       "请在那里腾出空间"),
         "info_from_stream": ("存入了会话 {sid} 中 CLI 已经流式发出但没有记下的 {n} 条消息"
                              "(它被停下了,或写不了会话记录)"),
+        "mail_heading": "收到的消息",
+        "mail_context": (
+            "[mail {id}] 人类在你工作时写了这段话({when})。它不打断任何事:按你的判断完成手头的事,从现在起把它考虑进去。"
+            "它也已追加到简报里。\n\n{words}"
+        ),
+        "ui_mail": "消息 {id} 已交给工作代理:{words}",
+        "ui_mail_posted": "消息 {id} 已放入 {path}:正在运行的工作代理会在下一个工具边界收到它(或由下次运行收到)",
+        "ui_mail_empty": "没有要说的话:把话作为参数给出,或用 '-' 从标准输入读取",
+        "ui_mail_typed": "消息 {id} 已排队:工作代理会在下一个工具边界收到它",
+        "ui_question": "? [{id}] {question}\n  在这里回答,或在任何终端运行:{prog} answer {id} \"...\"(等待 {wait})",
+        "ui_question_timeout": "问题 {id}:{wait} 内没有回答;代理自行选择并记下它的假设",
+        "ask_timeout": "{wait} 内没有收到回答。自己选择看起来最合理的做法并继续;把这个假设及理由记在简报({path})的“未知与假设”下。",
+        "ask_nobody": "这里没有人能回答(没有终端,CI 任务)。自己选择看起来最合理的做法并继续;把这个假设及理由记在简报({path})的“未知与假设”下。",
+        "qa_title": "问题与回答",
+        "ui_heartbeat_tool": "{step} · 仍在运行 {tool} · {waited}",
+        "ui_heartbeat_model": "{step} · 仍在等模型回答 · {waited}",
+        "side_instructions": "你回答一个人关于这次对话中工作的旁路问题。你是只读的分叉:工作在别处继续。不要改动任何东西;需要查看时可以用 Read、Glob 和 Grep。",
+        "side_prompt": "这个人的一个旁路问题。你是这次对话的只读分叉:工作在别处继续。根据你知道的和能 Read 到的简短回答,不要改动任何东西,然后停止;不要继续工作。\n\n问题:{question}",
+        "ui_side_cost": "旁路问题已由工作会话 {sid} 的分叉回答 · ${cost:.4f} · 作为单独的一步记在 {path}",
+        "ui_side_none": "这个工作区还没有工作会话:没什么可问的",
+        "ui_side_empty": "没有给出旁路问题",
+        "ui_side_started": "旁路问题已提出:回答到了就会显示(工作继续)",
+        "ui_answered": "已留下对 {id} 的回答:代理现在就会收到",
+        "ui_answer_empty": "没有给出回答:把话作为参数给出,或用 '-' 从标准输入读取",
+        "ui_no_question": "这个工作区里没有等待回答的问题 {id}(正在等待的:{open})",
     },
 }
 
@@ -1177,6 +1241,18 @@ def _human_tokens(n: int | None) -> str:
 def _lang(args: argparse.Namespace) -> str:
     lang = args.lang or os.environ.get("FLOWER_LANG", "en") or "en"
     return lang if lang in TEXTS else "en"
+
+
+MAX_PROMPT_BYTES = 256 * 1024
+
+
+_CONTROL = _lazy_re(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[@-Z\\-_])|[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def sanitize(value: str) -> str:
+    """Model text made safe for a terminal: escape sequences (cursor moves, colours, window titles)
+    and control characters other than newline and tab are removed."""
+    return _CONTROL.sub("", value) if value else value
 
 
 # --- Redaction: one rule for every place text leaves flower's memory ---
@@ -12446,9 +12522,452 @@ def _driver_pairs(data: dict, lang: str) -> list[tuple[str, str]]:
     return pairs + [("st_driver", line)]
 
 
+# --- Inbox: mail, questions and side questions for a running job ---
+
+MAIL_TAG = re.compile(r"\[mail ([0-9]{19}-[0-9a-f]{8}|[A-Za-z0-9._-]{1,80})\]")
+
+
+@record
+class Mail:
+    """One message for the running work agent: ``id`` (its file name in the inbox), the words
+    (redacted) and when it was sent (epoch seconds)."""
+
+    id: str
+    words: str
+    sent: float
+
+
+def inbox_dir(paths: Paths) -> str:
+    """``<workspace>/.flower/inbox``: where ``say`` writes and a person may drop a text file."""
+    return os.path.join(paths.flower_dir, "inbox")
+
+
+def _inbox_name(name: str) -> bool:
+    """A file of the inbox that is mail: not hidden, not a temp file, not one set aside."""
+    return not name.startswith(".") and not name.endswith((".tmp", "~")) and ".corrupt-" not in name
+
+
+class Inbox:
+    """Mail waiting for the work agent, one file each in ``directory`` (0700, files 0600). A mail is
+    removed only once the store has recorded a request that carried it (:meth:`done`)."""
+
+    def __init__(self, directory: str, notify: Callable[[str], None] | None = None, lang: str = "en"):
+        self.directory = directory
+        self.notify = notify
+        self.lang = lang
+
+    def post(self, words: str) -> str:
+        """Write one mail atomically (0600); returns its id. Ids sort in the order they were sent."""
+        ensure_private_dir(self.directory)
+        mail_id = f"{time.time_ns():019d}-{uuid.uuid4().hex[:8]}"
+        atomic_write(os.path.join(self.directory, mail_id), redact(words).strip() + "\n")
+        return mail_id
+
+    def pending(self) -> list[Mail]:
+        """Every mail not yet delivered, oldest first; an unreadable file is set aside (one line)."""
+        try:
+            names = [n for n in os.listdir(self.directory) if _inbox_name(n)]
+        except OSError:
+            return []
+        found: list[tuple[int, str, Mail]] = []
+        for name in names:
+            path = os.path.join(self.directory, name)
+            try:
+                stat = os.stat(path)
+                with open_regular(path) as fh:
+                    words = fh.read(MAX_PROMPT_BYTES + 1).decode("utf-8")
+            except FileNotFoundError:
+                continue
+            except (OSError, UnicodeDecodeError):
+                check_text_file(path, self.notify, self.lang)
+                continue
+            words = redact(words).strip()
+            if not words:
+                continue
+            found.append((stat.st_mtime_ns, name, Mail(name, words[:MAX_PROMPT_BYTES], stat.st_mtime)))
+        return [mail for _, _, mail in sorted(found, key=lambda item: (item[0], item[1]))]
+
+    def done(self, mail_id: str) -> None:
+        """Forget a delivered mail."""
+        with contextlib.suppress(OSError):
+            os.unlink(os.path.join(self.directory, mail_id))
+
+
+def mail_context(mails: list[Mail], lang: str = "en") -> str:
+    """What the model is sent for ``mails`` at a tool boundary: each tagged with its id (the store's
+    record of the request is found by the tag) and the time it was sent."""
+    return "\n\n".join(text("mail_context", lang, id=m.id, words=m.words,
+                            when=time.strftime("%Y-%m-%d %H:%M", time.localtime(m.sent))) for m in mails)
+
+
+def mails_recorded(entries: list[dict]) -> set[str]:
+    """The ids of mail whose delivery these stored entries record (a hook's additional context)."""
+    ids: set[str] = set()
+    for entry in entries:
+        if not isinstance(entry, dict) or entry.get("type") != "attachment":
+            continue
+        attachment = entry.get("attachment")
+        if isinstance(attachment, dict) and attachment.get("type") == "hook_additional_context":
+            ids.update(MAIL_TAG.findall(json.dumps(attachment.get("content"), ensure_ascii=False)))
+    return ids
+
+
+def append_to_brief(rt: Runtime, heading: str, sentences: list[str]) -> None:
+    """Append the sentences the brief does not hold yet under ``### heading <date>`` (like the
+    sentences of a wake), so the goal can be re-derived from the brief on the next wake."""
+    brief = _read_text(rt.paths.brief) or ""
+    missing = [s.strip() for s in sentences if s.strip() and s.strip() not in brief]
+    if missing:
+        addition = f"\n\n### {heading} {time.strftime('%Y-%m-%d %H:%M')}\n" + "\n\n".join(missing) + "\n"
+        rt.soft(rt.paths.brief, lambda: rt.write_note(rt.paths.brief, brief.rstrip() + addition))
+
+
+class MailDesk:
+    """Delivers the inbox to the work agent without interrupting it: at each tool boundary (the
+    ``PostToolBatch`` hook) and when it would stop (the ``Stop`` hook: it then goes on), the mail
+    waiting is handed over as the hook's additional context, which the CLI sends with the next
+    request. A mail is appended to the brief and shown (``mail`` event) when handed over, and removed
+    from the inbox only once the store recorded it; a connection that ends before that hands it over
+    again, and so does the next run."""
+
+    def __init__(self, rt: Runtime, inbox: Inbox, steps: Iterable[str] = ("work",)):
+        self.rt = rt
+        self.inbox = inbox
+        self.steps = set(steps)
+        self.offered: dict[str, Mail] = {}   # handed to the current connection, not yet recorded
+        self.lock = threading.Lock()
+        self.on_side: Callable[[str], Any] | None = None   # a side question typed on the terminal
+        rt.hook_sources.append(self.hooks)
+        rt.on_stored(self.stored)
+
+    def hooks(self, spec: AgentSpec) -> dict:
+        """The SDK hooks for one connection (called once per connection)."""
+        if spec.name not in self.steps:
+            return {}
+        with self.lock:
+            self.offered.clear()   # what an ended connection was handed but never recorded goes again
+        return {"PostToolBatch": [(None, self._hook("PostToolBatch"))], "Stop": [(None, self._hook("Stop"))]}
+
+    def _hook(self, event: str) -> Callable[[dict, Any, Any], Awaitable[dict]]:
+        async def hook(data: dict, tool_use_id: Any, context: Any) -> dict:
+            if isinstance(data, dict) and data.get("agent_id"):
+                return {}   # a subagent's boundary: the mail is for the main thread
+            words = self.take()
+            if not words:
+                return {}
+            return {"hookSpecificOutput": {"hookEventName": event, "additionalContext": words}}
+        return hook
+
+    def take(self) -> str:
+        """The mail to hand over now (each once per connection), appended to the brief and shown."""
+        with self.lock:
+            new = [m for m in self.inbox.pending() if m.id not in self.offered]
+            for mail in new:
+                self.offered[mail.id] = mail
+        if not new:
+            return ""
+        append_to_brief(self.rt, text("mail_heading", self.rt.lang), [m.words for m in new])
+        for mail in new:
+            self.rt.emit(Event("mail", step="work", data={
+                "id": mail.id, "words": mail.words,
+                "message": text("ui_mail", self.rt.lang, id=mail.id, words=sanitize(mail.words)[:200])}))
+        return mail_context(new, self.rt.lang)
+
+    def stored(self, key: dict, entries: list[dict]) -> None:
+        """A store hook: mail whose request the store recorded leaves the inbox (also when it is
+        recovered from a killed run's transcript: the session holds it, it is not sent twice)."""
+        if key.get("subpath"):
+            return
+        for mail_id in mails_recorded(entries):
+            with self.lock:
+                self.offered.pop(mail_id, None)
+            self.inbox.done(mail_id)
+
+
+ASK_TIMEOUT = 1800.0   # seconds a question waits for its answer (FLOWER_ASK_TIMEOUT)
+ASK_POLL = 0.5         # how often an answer file is looked for
+
+
+def questions_dir(paths: Paths) -> str:
+    """``<workspace>/.flower/questions``: one open question each, and the answers ``answer`` leaves."""
+    return os.path.join(paths.flower_dir, "questions")
+
+
+def qa_entry(qid: str, question: str, answer: str, source: str, lang: str = "en") -> str:
+    """One question and its answer as a section of ``qa.md`` (redacted)."""
+    stamp = time.strftime("%Y-%m-%d %H:%M")
+    return redact(f"\n## {qid} · {stamp}\n\n**Q:** {question.strip()}\n\n**A** ({source}): {answer.strip()}\n")
+
+
+class QuestionDesk:
+    """The agents' ``ask`` tool in every mode: the question is shown (an ``ask`` event), and the first
+    answer wins, typed at the terminal or left by ``answer ID`` from any shell; past the timeout, or at
+    once when no human can answer, the agent is told to choose and record the assumption. Every
+    question and answer goes to ``notes/qa.md``."""
+
+    def __init__(self, rt: Runtime, *, interactive: bool, timeout: float | None = None):
+        self.rt = rt
+        self.interactive = interactive
+        self.timeout = env_number("FLOWER_ASK_TIMEOUT", ASK_TIMEOUT, rt.notify) if timeout is None else timeout
+        self.directory = questions_dir(rt.paths)
+
+    @property
+    def nobody(self) -> bool:
+        """No human can answer: the timeout is 0, or a CI job without a terminal."""
+        return self.timeout <= 0 or (not self.interactive and bool(os.environ.get("CI")))
+
+    async def ask(self, question: str) -> str:
+        """Ask the human; returns the answer, or what the agent should do without one."""
+        lang, question = self.rt.lang, redact(question)
+        qid = uuid.uuid4().hex[:6]
+        wait = _minutes(int(self.timeout))
+        brief = self.rt.paths.brief
+        if self.nobody:
+            self._log(qid, question, "(nobody can answer here)", "flower")
+            return text("ask_nobody", lang, path=brief)
+        ensure_private_dir(self.directory)
+        write_json(os.path.join(self.directory, f"{qid}.json"), {"id": qid, "question": question, "asked": iso_now()})
+        self.rt.emit(Event("ask", data={"id": qid, "question": question, "timeout_s": int(self.timeout),
+                                        "message": text("ui_question", lang, id=qid, question=sanitize(question),
+                                                        prog=program_name(), wait=wait)}))
+        try:
+            answer, source = await self._answer(qid)
+        finally:
+            for name in (f"{qid}.json", f"{qid}.answer"):
+                with contextlib.suppress(OSError):
+                    os.unlink(os.path.join(self.directory, name))
+        if answer is None:
+            self._log(qid, question, f"(no answer within {wait})", "timeout")
+            self.rt.emit(Event("ask", data={"id": qid, "phase": "timeout",
+                                            "message": text("ui_question_timeout", lang, id=qid, wait=wait)}))
+            return text("ask_timeout", lang, wait=wait, path=brief)
+        answer = redact(answer)
+        self._log(qid, question, answer, source)
+        self.rt.emit(Event("ask", data={"id": qid, "phase": "answered", "source": source}))
+        return answer
+
+    async def _answer(self, qid: str) -> tuple[str | None, str]:
+        """The first answer: typed at the terminal, or left in ``<id>.answer``; None past the timeout."""
+        import asyncio
+        typed = asyncio.ensure_future(read_line("> ")) if self.interactive else None
+        path = os.path.join(self.directory, f"{qid}.answer")
+        deadline = time.monotonic() + self.timeout
+        try:
+            while time.monotonic() < deadline:
+                if typed is not None and typed.done():
+                    return typed.result(), "terminal"
+                left = _read_text(path)
+                if left is not None and left.strip():
+                    return left.strip(), "answer"
+                await asyncio.sleep(min(ASK_POLL, max(0.0, deadline - time.monotonic())))
+            return None, "timeout"
+        finally:
+            if typed is not None and not typed.done():
+                typed.cancel()
+
+    def _log(self, qid: str, question: str, answer: str, source: str) -> None:
+        path = os.path.join(self.rt.paths.notes_dir, "qa.md")
+        body = _read_text(path) or f"# {text('qa_title', self.rt.lang)}\n"
+        entry = qa_entry(qid, question, answer, source, self.rt.lang)
+        self.rt.soft(path, lambda: self.rt.write_note(path, body.rstrip("\n") + "\n" + entry))
+
+
+def attach_questions(flow: "Workflow", rt: Runtime, interactive: bool, steps: Iterable[str] = ("clarify", "work")) -> QuestionDesk:
+    """Give the agents of ``steps`` the ``ask`` tool, answered through a :class:`QuestionDesk`."""
+    desk = QuestionDesk(rt, interactive=interactive)
+    for step in flow.steps:
+        if step.name in steps:
+            step.spec.ask = desk.ask
+    return desk
+
+
+def open_questions(paths: Paths) -> list[str]:
+    """The ids of the questions waiting for an answer in this workspace."""
+    try:
+        return sorted(n[:-5] for n in os.listdir(questions_dir(paths)) if n.endswith(".json"))
+    except OSError:
+        return []
+
+
+SIDE_TOOLS = ["Read", "Glob", "Grep"]
+SIDE_STEP = "side-question"   # its manifest rows, apart from the job's steps
+
+
+class SideRuntime(Runtime):
+    """A runtime for side questions: it forks the work session even while another flower drives it.
+    A fork only reads the session it comes from (the SDK loads it in this process, into this
+    process's own temp copy), so the live run, its copy and the lineage are left as they are."""
+
+    side_of: str | None = None
+
+    def _refuse_if_driven(self, sid: str) -> None:
+        if sid != self.side_of:
+            super()._refuse_if_driven(sid)
+
+
+def side_spec(lang: str, model: str | None = None) -> AgentSpec:
+    """The read-only agent that answers a side question from a fork of the work session."""
+    return AgentSpec(SIDE_STEP, instructions=text("side_instructions", lang), tools=list(SIDE_TOOLS),
+                     allowed_tools=list(SIDE_TOOLS), disallowed_tools=["Write", "Edit", "Bash", "NotebookEdit"],
+                     permission_mode="default", handoff=False, model=model)
+
+
+async def read_line(prompt: str) -> str:
+    """``input()`` without blocking the event loop (daemon thread, so quitting never waits on it)."""
+    import asyncio
+    if _TERMINAL[0] is not None:   # one reader owns the terminal while go runs
+        return await _TERMINAL[0].read(prompt)
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future = loop.create_future()
+
+    def worker() -> None:
+        try:
+            value = input(prompt)
+        except (EOFError, OSError):
+            value = ""
+        except BaseException as exc:  # pragma: no cover
+            loop.call_soon_threadsafe(lambda error=exc: future.done() or future.set_exception(error))
+            return
+        loop.call_soon_threadsafe(lambda: future.done() or future.set_result(value))
+
+    threading.Thread(target=worker, daemon=True).start()
+    return await future
+
+
+class TerminalLines:
+    """The terminal's input while ``go`` runs, read by one daemon thread: a line is the answer to the
+    question being asked (:func:`read_line`), else a side question when it starts with ``?`` or
+    ``？``, else mail for the work agent. Nothing typed needs Ctrl-C, and nothing is interrupted."""
+
+    def __init__(self, on_mail: Callable[[str], None], on_side: Callable[[str], Any] | None = None,
+                 stream: Any = None, expecting: Callable[[], bool] | None = None):
+        import asyncio
+        self.loop = asyncio.get_running_loop()
+        self.on_mail, self.on_side = on_mail, on_side
+        self.stream = stream or sys.stdin
+        self.expecting = expecting or (lambda: False)   # a question was put and its reader is on its way
+        self.waiters: list[Any] = []
+        self.early: list[str] = []   # lines typed for such a question before its reader came
+        self.closed = False
+
+    def __enter__(self) -> "TerminalLines":
+        _TERMINAL[0] = self
+        threading.Thread(target=self._pump, daemon=True).start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.closed = True
+        _TERMINAL[0] = None
+
+    def _pump(self) -> None:
+        while not self.closed:
+            try:
+                line = self.stream.readline()
+            except (OSError, ValueError):
+                line = ""
+            if not line or self.closed:
+                return
+            with contextlib.suppress(RuntimeError):   # the loop is closed: the run is over
+                self.loop.call_soon_threadsafe(self._route, line.rstrip("\r\n"))
+
+    def _route(self, line: str) -> None:
+        while self.waiters:
+            waiter = self.waiters.pop(0)
+            if not waiter.done():
+                waiter.set_result(line)
+                return
+        if self.expecting():
+            self.early.append(line)
+            return
+        words = line.strip()
+        if not words:
+            return
+        if words[0] in "?？" and self.on_side is not None:
+            self.on_side(words[1:].strip())
+        else:
+            self.on_mail(words)
+
+    async def read(self, prompt: str) -> str:
+        """The next line typed (an answer), after ``prompt``."""
+        if self.early:
+            return self.early.pop(0)
+        with contextlib.suppress(OSError, ValueError):
+            sys.stderr.write(prompt)
+            sys.stderr.flush()
+        waiter = self.loop.create_future()
+        self.waiters.append(waiter)
+        return await waiter
+
+
+_TERMINAL: list[TerminalLines | None] = [None]   # the router while go runs at a terminal
+
+HEARTBEAT = 60.0   # seconds of silence per line in a log (FLOWER_HEARTBEAT)
+_QUIET_KINDS = ("info", "heartbeat", "offline", "online", "ask", "summary", "lock")   # not the agent's work
+
+
+def heartbeat_line(step: str, tool: str | None, quiet: float, lang: str = "en") -> str:
+    """``work · still running Bash · 2m`` (or waiting for the model when no tool runs)."""
+    waited = _minutes(int(quiet))
+    if tool:
+        return text("ui_heartbeat_tool", lang, step=step, tool=tool, waited=waited)
+    return text("ui_heartbeat_model", lang, step=step, waited=waited)
+
+
+class Heartbeat:
+    """Signs of life for a log without a terminal: after every ``period`` of silence from the agent (a
+    long tool, a stalled stream, a question waiting) one ``heartbeat`` event, shown as a line unless
+    the stall watch said the same in that period."""
+
+    def __init__(self, rt: Runtime, period: float):
+        self.rt = rt
+        self.period = period
+        self.heard = time.monotonic()
+        self.said = 0.0              # when the stall watch last said the CLI is quiet
+        self.step = ""
+        self.tools: dict[str, str] = {}   # open tool calls: id -> name
+        self.listener = rt.on_event
+        rt.on_event = self.hear
+
+    def hear(self, event: Event) -> None:
+        """Every event of the run passes here on its way to the reporter."""
+        if event.kind not in _QUIET_KINDS:
+            self.heard = time.monotonic()
+            self.step = event.step or self.step
+        if event.kind == "tool_call":
+            self.tools[str(event.data.get("id"))] = str(event.data.get("name"))
+        elif event.kind in ("tool_result", "result"):
+            self.tools.pop(str(event.data.get("id")), None) if event.kind == "tool_result" else self.tools.clear()
+        elif event.kind == "info" and "quiet_s" in event.data:
+            self.said = time.monotonic()
+        if self.listener is not None:
+            self.listener(event)
+
+    async def beat(self) -> None:
+        """Run until cancelled."""
+        import asyncio
+        last = 0.0
+        while True:
+            await asyncio.sleep(self.period / 4)
+            now = time.monotonic()
+            quiet = now - self.heard
+            if quiet < self.period or now - last < self.period:
+                continue
+            last = now
+            tool = next(reversed(self.tools.values()), None) if self.tools else None
+            line = heartbeat_line(self.step or "flower", tool, quiet, self.rt.lang)
+            data = {"quiet_s": int(quiet), "tool": tool}
+            if now - self.said >= self.period:
+                data["message"] = line
+            self.rt.emit(Event("heartbeat", step=self.step, data=data))
+
+
+def attach_inbox(rt: Runtime) -> MailDesk:
+    """What ``go`` adds so a person can talk to the running job."""
+    return MailDesk(rt, Inbox(inbox_dir(rt.paths), notify=rt._info, lang=rt.lang))
+
+
 # --- CLI: go, once, status, doctor, sessions, show; progress, signals, exit codes ---
 
-MAX_PROMPT_BYTES = 256 * 1024
 COMMAND_SUMMARIES = {
     "go": "run the job (the default command): clarify -> goal -> work, judged",
     "once": "one ad-hoc session (no lineage)",
@@ -12457,20 +12976,14 @@ COMMAND_SUMMARIES = {
     "sessions": "list stored sessions",
     "show": "a session as the model would be sent it on resume (pruned)",
     "report": "one self-contained HTML page of the job: timeline, context, cost, tools, goal",
+    "say": "leave words for the running work agent: it gets them at its next tool boundary",
+    "answer": "answer a question an agent asked (ID as shown with it)",
+    "ask": "a side question, answered from a read-only fork of the work session (running or not)",
 }
 SUBCOMMANDS = tuple(COMMAND_SUMMARIES)
 
 
 # -- terminal output: widths, progress lines, the reporter --
-
-
-_CONTROL = _lazy_re(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[@-Z\\-_])|[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-
-
-def sanitize(value: str) -> str:
-    """Model text made safe for a terminal: escape sequences (cursor moves, colours, window titles)
-    and control characters other than newline and tab are removed."""
-    return _CONTROL.sub("", value) if value else value
 
 
 def n_turns(n: int, lang: str = "en") -> str:
@@ -12640,6 +13153,8 @@ class Reporter:
             elif data.get("verdict"):
                 failed = t("ui_verdict_failed", n=len(data["failed"])) if data.get("failed") else ""
                 self.say(f"  {event.step}: {t('verdict_' + data['verdict'])}{failed}")
+        elif kind in ("mail", "heartbeat", "ask") and data.get("message"):
+            self.say(f"  {data['message']}", always=kind == "ask")
         elif kind == "result":
             self.total_cost += float(data.get("cost_usd") or 0)
             self.cost = 0.0
@@ -12890,6 +13405,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     show.add_argument("--raw", action="store_true", help="every entry exactly as stored (one JSON object a line)")
     _global_options(show)
     _report_options(command)
+    _inbox_commands(command)
     return parser
 
 
@@ -13192,26 +13708,6 @@ class _TerminalHuman(Human):
                     return answer
 
 
-async def read_line(prompt: str) -> str:
-    """``input()`` without blocking the event loop (daemon thread, so quitting never waits on it)."""
-    import asyncio
-    loop = asyncio.get_running_loop()
-    future: asyncio.Future = loop.create_future()
-
-    def worker() -> None:
-        try:
-            value = input(prompt)
-        except (EOFError, OSError):
-            value = ""
-        except BaseException as exc:  # pragma: no cover
-            loop.call_soon_threadsafe(lambda error=exc: future.done() or future.set_exception(error))
-            return
-        loop.call_soon_threadsafe(lambda: future.done() or future.set_result(value))
-
-    threading.Thread(target=worker, daemon=True).start()
-    return await future
-
-
 def wake_banner(paths: Paths, state: dict, context: int | None, lang: str = "en") -> str:
     """``<- resuming in ~/proj  brief confirmed · goal 15 checks · work context 80.2K · wake #3``."""
     parts = []
@@ -13470,12 +13966,15 @@ def _go_run(args: argparse.Namespace, reporter: Reporter, rt: Runtime, used: boo
     if rt.lineage.achieved:
         rt.soft(rt.lineage.where, lambda: rt.lineage.mark_achieved(None))   # new work: judged again
     human = _TerminalHuman(reporter) if interactive else None
+    desk = attach_inbox(rt)
     flow = starter_flow(None if used else ask, rt=rt, rounds=args.rounds, use_goal=not args.no_goal,
                         human=human, wake_sentence=ask if used else None, model=args.model,
-                        permission_mode=args.permission_mode, delegate=not args.no_delegate,
+                         permission_mode=args.permission_mode, delegate=not args.no_delegate,
                         worker_model=args.worker_model)
+    attach_questions(flow, rt, interactive)
     try:
-        ctx = asyncio.run(_run_with_signals(rt, reporter, lambda: flow.run(rt), interactive))
+        ctx = asyncio.run(_run_with_signals(rt, reporter, lambda: listening(
+            rt, reporter, desk, interactive, lambda: flow.run(rt)), interactive))
         rt.soft(rt.lineage.where, lambda: rt.lineage.settle_wake(goal=True, sentences=True))   # carried through
     except StepAbort as exc:
         message = over_budget(rt) or str(exc)
@@ -13969,10 +14468,159 @@ def _report_options(command: Callable[[str], argparse.ArgumentParser]) -> None:
     _global_options(report)
 
 
+# -- talking to a running job: say, answer, ask --
+
+def cmd_answer(args: argparse.Namespace, reporter: Reporter) -> int:
+    """Answer a question an agent asked (from any shell); exit 2 when no such question waits."""
+    lang = _lang(args)
+    words = (_check_text(args.words if args.words != "-" else sys.stdin.read(), "the answer") or "").strip()
+    if not words:
+        raise FlowerError(text("ui_answer_empty", lang), EXIT_USAGE)
+    paths = _paths(args, reporter)
+    waiting = open_questions(paths)
+    if args.id not in waiting:
+        raise FlowerError(text("ui_no_question", lang, id=sanitize(args.id)[:40], open=", ".join(waiting) or "-"),
+                          EXIT_USAGE)
+    atomic_write(os.path.join(questions_dir(paths), f"{args.id}.answer"), redact(words) + "\n")
+    reporter.say(text("ui_answered", lang, id=args.id), always=True)
+    return EXIT_OK
+
+
+def cmd_ask(args: argparse.Namespace, reporter: Reporter) -> int:
+    """A side question, answered from a read-only fork of the work session (running or not): no lock
+    is taken; the answer goes to stdout, its cost to stderr and to the manifest as its own step."""
+    import asyncio
+    lang = _lang(args)
+    question = _check_task(args.question, "the question")
+    if not question or not question.strip():
+        raise FlowerError(text("ui_side_empty", lang), EXIT_USAGE)
+    _check_settings()
+    paths = _paths(args, reporter)
+    paths.prepare()
+    backend = _open_state(args, paths, say=lambda m: reporter.say(m, always=True))
+    try:
+        steps = backend.peek_lineage().get("steps") or {}
+        sid = steps.get("work") if isinstance(steps, dict) else None
+        if not isinstance(sid, str):
+            raise FlowerError(text("ui_side_none", lang), EXIT_USAGE)
+        _require_sdk()
+        _require_credentials()
+        _require_cli_dirs(lang)
+        _quiet_sdk_logs(args.verbose)
+        reporter.show_text = False   # the answer is printed once, on stdout
+        rt = SideRuntime(workspace=paths.workspace, run_dir=paths.run_dir, state=backend, lang=lang,
+                         model=args.model, on_event=reporter.event, notify=lambda m: reporter.say(m, always=True))
+        rt.side_of = sid
+        try:
+            result = asyncio.run(rt.run(side_spec(lang, args.model), text("side_prompt", lang, question=redact(question)),
+                                        step_name=SIDE_STEP, resume=sid, fork=True))
+            rt.record(result)
+            reporter.close()
+            if result.ok and not args.json:
+                _print_answer(result.text, reporter)
+            reporter.say(text("ui_side_cost", lang, sid=sid[:8], cost=result.cost_usd, path=_tilde(rt.manifest.path)),
+                         always=True)
+            if not result.ok:
+                reporter.say(f"flower: {result.error}", always=True)
+                return _exit_code(rt, result.error or "")
+            return EXIT_OK
+        finally:
+            rt.close()
+    finally:
+        backend.close()
+
+
+def side_question_in_background(rt: Runtime, reporter: Reporter) -> Callable[[str], None]:
+    """``?`` typed on the terminal: the side question runs as ``ask`` in a process of its own (its own
+    temp copies, never the live run's), and its answer is printed when it comes."""
+    import asyncio
+
+    async def run(question: str) -> None:
+        argv = [sys.executable, os.path.abspath(__file__), "ask", question, "-w", rt.paths.workspace,
+                "-r", rt.paths.run_dir, "--lang", rt.lang]
+        proc = await asyncio.create_subprocess_exec(*argv, stdin=asyncio.subprocess.DEVNULL,
+                                                    stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        out, err = await proc.communicate()
+        for line in (out.decode("utf-8", "replace") + err.decode("utf-8", "replace")).strip().splitlines():
+            reporter.say("  ? " + sanitize(line), always=True)
+
+    running: set = set()   # held until done (a task nobody holds may be collected mid-run)
+
+    def ask(question: str) -> None:
+        if question:
+            reporter.say(text("ui_side_started", rt.lang), always=True)
+            task = asyncio.ensure_future(run(question))
+            running.add(task)
+            task.add_done_callback(running.discard)
+    return ask
+
+
+async def listening(rt: Runtime, reporter: Reporter, desk: MailDesk, interactive: bool,
+                    body: Callable[[], Awaitable[Any]]) -> Any:
+    """Run ``body`` while lines typed on the terminal reach the job (when there is a terminal), with a
+    heartbeat in a log (when there is none)."""
+    import asyncio
+    beat = None
+    if not reporter.tty or reporter.json_mode:   # a terminal's status line ticks by itself
+        period = max(0.5, env_number("FLOWER_HEARTBEAT", HEARTBEAT, rt.notify) or HEARTBEAT)
+        beat = asyncio.ensure_future(Heartbeat(rt, period).beat())
+    try:
+        if not interactive:
+            return await body()
+
+        def mail(words: str) -> None:
+            mail_id = desk.inbox.post(words)
+            reporter.say(text("ui_mail_typed", rt.lang, id=mail_id), always=True)
+        def interrupted() -> bool:   # Ctrl-C asked what to tell the agent: the next line is the answer
+            return rt._human_event is not None and rt._human_event.is_set()
+        with TerminalLines(mail, desk.on_side or side_question_in_background(rt, reporter), expecting=interrupted):
+            return await body()
+    finally:
+        if beat is not None:
+            beat.cancel()
+
+
+def _say_words(args: argparse.Namespace) -> str:
+    words = args.words if args.words != "-" else sys.stdin.read()
+    words = (_check_text(words, "the words") or "").strip()
+    if not words:
+        raise FlowerError(text("ui_mail_empty", _lang(args)), EXIT_USAGE)
+    return words
+
+
+def cmd_say(args: argparse.Namespace, reporter: Reporter) -> int:
+    """Leave words for the running work agent (or the next run): it gets them at its next tool
+    boundary, without being interrupted. No lock is taken."""
+    words = _say_words(args)
+    paths = _paths(args, reporter)
+    paths.prepare()
+    inbox = Inbox(inbox_dir(paths), lang=_lang(args))
+    mail_id = inbox.post(words)
+    reporter.say(text("ui_mail_posted", _lang(args), id=mail_id, path=_tilde(inbox.directory)), always=True)
+    reporter.event(Event("mail", data={"id": mail_id, "phase": "posted"}))
+    return EXIT_OK
+
+
+def _inbox_commands(command: Callable[[str], argparse.ArgumentParser]) -> None:
+    """The sub-commands that talk to a running job."""
+    say = command("say")
+    say.add_argument("words", help="what the running work agent should hear ('-' reads it from stdin)")
+    _global_options(say)
+    answer = command("answer")
+    answer.add_argument("id", help="the question's id, as shown when it was asked")
+    answer.add_argument("words", help="the answer ('-' reads it from stdin)")
+    _global_options(answer)
+    ask = command("ask")
+    ask.add_argument("question", help="a side question about the work ('-' reads it from stdin)")
+    ask.add_argument("--model", default=None, help="model of the side question")
+    _global_options(ask)
+
+
 # -- entry point --
 
 COMMANDS = {"go": cmd_go, "once": cmd_once, "status": cmd_status, "doctor": cmd_doctor,
-            "sessions": cmd_sessions, "show": cmd_show, "report": cmd_report}
+            "sessions": cmd_sessions, "show": cmd_show, "report": cmd_report, "say": cmd_say,
+            "answer": cmd_answer, "ask": cmd_ask}
 
 
 def usable_std_streams() -> None:

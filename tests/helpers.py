@@ -4,6 +4,7 @@ one database); and the texts several tiers check. Test modules import from here,
 
 from __future__ import annotations
 
+import glob
 import importlib.util
 import json
 import os
@@ -198,6 +199,18 @@ def git(cwd, *args):
     """Run git in ``cwd`` with a fixed identity; its output."""
     return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True,
                           env=dict(os.environ, **GIT_ENV)).stdout
+
+
+def resume_copies(sid: str) -> list[str]:
+    """Every file of the SDK's temp copies of session ``sid`` (a live resume's transcript and config)."""
+    found = []
+    for owner in ("", "flower-*"):
+        pattern = os.path.join(glob.escape(tempfile.gettempdir()), owner, "claude-resume-*", "projects", "*",
+                               f"{sid}.jsonl")
+        for transcript in glob.glob(pattern):
+            root = transcript.split(os.sep + "projects" + os.sep)[0]
+            found += [os.path.join(d, f) for d, _, files in os.walk(root) for f in files]
+    return sorted(found)
 
 
 # -- texts several tiers check --

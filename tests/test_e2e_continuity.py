@@ -12,30 +12,16 @@ Every kill lands at a phase (a request held at the fake API, a marker on disk), 
 from __future__ import annotations
 
 import contextlib
-import glob
 import json
 import os
 import signal
 import subprocess
-import tempfile
 import threading
 import unittest
 
 import flower
 from tests.fakeapi import FakeAnthropic, text, tool, last_user_text
-from tests.helpers import E2ECase, HAVE_SDK, ROOT, SKIP, role_of
-
-
-def resume_copies(sid: str) -> list[str]:
-    """Every file of the SDK's temp copies of session ``sid`` (a live resume's transcript and config)."""
-    found = []
-    for owner in ("", "flower-*"):
-        pattern = os.path.join(glob.escape(tempfile.gettempdir()), owner, "claude-resume-*", "projects", "*",
-                               f"{sid}.jsonl")
-        for transcript in glob.glob(pattern):
-            root = transcript.split(os.sep + "projects" + os.sep)[0]
-            found += [os.path.join(d, f) for d, _, files in os.walk(root) for f in files]
-    return sorted(found)
+from tests.helpers import E2ECase, HAVE_SDK, ROOT, SKIP, resume_copies, role_of
 
 
 class _Base(E2ECase, unittest.TestCase):
