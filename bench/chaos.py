@@ -517,7 +517,8 @@ class Chaos:
         if mark:
             env["ANTHROPIC_BASE_URL"] = f"{self.api.base_url}/{mark}"
         env.update(FLOWER_PROBE_INTERVAL="0.5", FLOWER_BASE_DELAY="0.2", FLOWER_MAX_DELAY="1",
-                   FLOWER_MAX_OFFLINE_WAIT="120", NO_COLOR="1", TMPDIR=tmp or self.tmp)
+                   FLOWER_MAX_OFFLINE_WAIT="120", NO_COLOR="1", TMPDIR=tmp or self.tmp,
+                   FLOWER_NO_DELEGATE="1")   # the fake models here work alone: no coordinator mode yet
         if self.pg is not None:   # one job's identity on every machine (a second one has another path)
             env["FLOWER_WORKSPACE_ID"] = "chaos-job"
         return env

@@ -53,7 +53,7 @@ class StoppedByTheBudget(unittest.TestCase):
         self.env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "CLAUDE_", "FLOWER_"))}
         self.env.update(fakeapi.cli_env(self.api, self.tmp.name))
         self.env.update(FLOWER_PROBE_INTERVAL="0.5", FLOWER_BASE_DELAY="0.2", FLOWER_MAX_DELAY="1",
-                        FLOWER_MAX_OFFLINE_WAIT="120", NO_COLOR="1", PYTHONPATH=ROOT)
+                        FLOWER_MAX_OFFLINE_WAIT="120", NO_COLOR="1", PYTHONPATH=ROOT, FLOWER_NO_DELEGATE="1")
 
     def tearDown(self):
         self.api.stop()
