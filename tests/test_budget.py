@@ -9,13 +9,12 @@ import re
 import os
 import subprocess
 import sys
-import tempfile
 import unittest
 
 import flower
 from tests import fakeapi
-from tests.fakeapi import FakeAnthropic, tool
-from tests.helpers import FLOWER, HAVE_SDK, ROOT, Roles, SKIP
+from tests.fakeapi import tool
+from tests.helpers import E2ECase, FLOWER, HAVE_SDK, SKIP
 
 
 
@@ -42,23 +41,7 @@ class Spend(unittest.TestCase):
 
 
 @unittest.skipUnless(HAVE_SDK, SKIP)
-class StoppedByTheBudget(unittest.TestCase):
-    def setUp(self):
-        self.tmp = tempfile.TemporaryDirectory()
-        self.ws = os.path.join(self.tmp.name, "ws")
-        os.makedirs(self.ws)
-        self.api = FakeAnthropic().start()
-        self.roles = Roles()
-        self.api.responder = self.roles
-        self.env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "CLAUDE_", "FLOWER_"))}
-        self.env.update(fakeapi.cli_env(self.api, self.tmp.name))
-        self.env.update(FLOWER_PROBE_INTERVAL="0.5", FLOWER_BASE_DELAY="0.2", FLOWER_MAX_DELAY="1",
-                        FLOWER_MAX_OFFLINE_WAIT="120", NO_COLOR="1", PYTHONPATH=ROOT, FLOWER_NO_DELEGATE="1")
-
-    def tearDown(self):
-        self.api.stop()
-        self.tmp.cleanup()
-
+class StoppedByTheBudget(E2ECase, unittest.TestCase):
     def flower(self, *args, env=None):
         return subprocess.run([sys.executable, FLOWER, *args], cwd=self.ws, env=dict(self.env, **(env or {})),
                               capture_output=True, text=True, timeout=240, stdin=subprocess.DEVNULL)

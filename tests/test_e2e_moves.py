@@ -17,29 +17,13 @@ import flower
 from tests import fakeapi
 from tests.fakeapi import FakeAnthropic, text, tool
 from tests.pgserver import HAVE_PG, SKIP as PG_SKIP, PgServer
-from tests.helpers import FLOWER, HAVE_SDK, ROOT, Roles, SKIP, git
+from tests.helpers import E2ECase, FLOWER, HAVE_SDK, ROOT, Roles, SKIP, git
 from tests.fakeapi import last_user_text
 
 
 
 @unittest.skipUnless(HAVE_SDK, SKIP)
-class CiReRuns(unittest.TestCase):
-    def setUp(self):
-        self.tmp = tempfile.TemporaryDirectory()
-        self.ws = os.path.join(self.tmp.name, "ws")
-        os.makedirs(self.ws)
-        self.api = FakeAnthropic().start()
-        self.roles = Roles()
-        self.api.responder = self.roles
-        self.env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "CLAUDE_", "FLOWER_"))}
-        self.env.update(fakeapi.cli_env(self.api, self.tmp.name))
-        self.env.update(FLOWER_PROBE_INTERVAL="0.5", FLOWER_BASE_DELAY="0.2", FLOWER_MAX_DELAY="1",
-                        FLOWER_MAX_OFFLINE_WAIT="120", NO_COLOR="1", PYTHONPATH=ROOT, FLOWER_NO_DELEGATE="1")
-
-    def tearDown(self):
-        self.api.stop()
-        self.tmp.cleanup()
-
+class CiReRuns(E2ECase, unittest.TestCase):
     def ci(self, *args):
         """README's CI line: ``python3 flower.py --json "build X" > events.jsonl``."""
         return subprocess.run([sys.executable, FLOWER, "--json", *args, "build X"], cwd=self.ws, env=self.env,
