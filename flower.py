@@ -455,6 +455,7 @@ TEXTS: dict[str, dict[str, str]] = {
         "rp_step": "step",
         "rp_tool_calls": "tool calls",
         "rp_top_tools": "most used",
+        "rp_worker_calls": "workers' calls",
         "rp_saved": "prune, trim, spill saved",
         "rp_verdict": "last verdict",
         "rp_wrote": "report written to {path}",
@@ -838,6 +839,7 @@ TEXTS: dict[str, dict[str, str]] = {
         "rp_step": "步骤",
         "rp_tool_calls": "工具调用",
         "rp_top_tools": "最常用",
+        "rp_worker_calls": "工作者的调用",
         "rp_saved": "修剪、截断、外存节省",
         "rp_verdict": "最近判定",
         "rp_wrote": "报告已写入 {path}",
@@ -7605,12 +7607,17 @@ def _journal(rt: "Runtime", kind: str, step: str, sid: str | None, fields: dict)
 
 def journal_answer(rt: "Runtime", st: Any, msg: Any) -> None:
     """Journal one answer of a main thread: the context level it left, the window, the handoff
-    threshold and the tools it called (fail-soft)."""
-    if getattr(msg, "parent_tool_use_id", None) is not None or getattr(msg, "model", None) == SYNTHETIC_MODEL:
+    threshold and the tools it called; of a worker (a subagent's answer), only the tools it called
+    (fail-soft)."""
+    if getattr(msg, "model", None) == SYNTHETIC_MODEL:
         return
-    fields: dict = {"lv": st.level, "w": st.window, "at": st.at}
     tools = [getattr(block, "name", "") for block in getattr(msg, "content", None) or []
              if type(block).__name__ == "ToolUseBlock"]
+    if getattr(msg, "parent_tool_use_id", None) is not None:
+        if tools:
+            _journal(rt, "wturn", st.name, st.sid, {"tools": tools})
+        return
+    fields: dict = {"lv": st.level, "w": st.window, "at": st.at}
     if tools:
         fields["tools"] = tools
     _journal(rt, "turn", st.name, st.sid, fields)
@@ -11942,7 +11949,7 @@ def _report_steps(rows: list[dict], records: list[dict], hosts: dict[str, str], 
                 "cost": float(row.get("cost_usd") or 0), "turns": int(row.get("num_turns") or 0),
                 "attempts": int(row.get("attempts") or 1), "generations": int(row.get("generations") or 0),
                 "error": row.get("error"), "session_id": row.get("session_id"), "tools": 0, "tool_names": {},
-                "saved": {}}
+                "worker_tools": 0, "saved": {}}
         if row.get("error") in ("killed-by-signal", "interrupted"):
             step["status"] = "killed"
         steps.append(step)
@@ -11961,7 +11968,7 @@ def _report_steps(rows: list[dict], records: list[dict], hosts: dict[str, str], 
             step = {"label": label, "step": _base_step(label), "run": run, "host": hosts.get(run, ""),
                     "start": rec["t"], "end": rec["t"], "status": status, "cost": 0.0, "turns": 0, "attempts": 1,
                     "generations": 0, "error": None, "session_id": rec.get("sid"), "tools": 0,
-                    "tool_names": {}, "saved": {}, "open": True}
+                    "tool_names": {}, "worker_tools": 0, "saved": {}, "open": True}
             steps.append(step)
             by_key[(run, label)] = [step]
         if step is None:
@@ -11978,6 +11985,8 @@ def _report_steps(rows: list[dict], records: list[dict], hosts: dict[str, str], 
             for name in rec.get("tools") or []:
                 step["tools"] += 1
                 step["tool_names"][str(name)] = step["tool_names"].get(str(name), 0) + 1
+        elif rec["k"] == "wturn":   # a worker's calls: counted apart (the coordinator's are "tools")
+            step["worker_tools"] += len(rec.get("tools") or [])
         elif rec["k"] == "resume" and isinstance(rec.get("pruned"), dict):
             for key, value in rec["pruned"].items():
                 if isinstance(value, int) and not isinstance(value, bool):
@@ -12416,13 +12425,16 @@ def _tools_table(steps: list[dict], t: Callable[[str], str]) -> str:
         return f'<p class="muted">{_esc(t("rp_none"))}</p>'
     peak = max([1] + [s["tools"] for s in steps])
     rows = [f'<div class="wrap"><table><tr><th>{_esc(t("rp_step"))}</th><th>{_esc(t("rp_tool_calls"))}</th>'
-            f'<th>{_esc(t("rp_top_tools"))}</th><th>{_esc(t("rp_saved"))}</th></tr>']
+            f'<th>{_esc(t("rp_worker_calls"))}</th><th>{_esc(t("rp_top_tools"))}</th>'
+            f'<th>{_esc(t("rp_saved"))}</th></tr>']
     for step in steps:
         top = sorted(step["tool_names"].items(), key=lambda kv: -kv[1])[:4]
         saved = step["saved"]
         said = ", ".join(f"{k} {v}" for k, v in saved.items() if v) or "-"
+        workers = step.get("worker_tools", 0)
         rows.append(f'<tr><td>{_esc(step["label"])}</td><td class="n">{step["tools"]} '
                     f'<span class="bar" style="width:{round(60 * step["tools"] / peak)}px"></span></td>'
+                    f'<td class="n" data-kind="worker-calls">{workers or "-"}</td>'
                     f'<td>{_esc(", ".join(f"{k} {v}" for k, v in top) or "-")}</td><td>{_esc(said)}</td></tr>')
     rows.append("</table></div>")
     return "".join(rows)

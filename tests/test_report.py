@@ -14,6 +14,7 @@ import subprocess
 import sys
 import tempfile
 import unittest
+import unittest.mock
 from html.parser import HTMLParser
 
 import flower
@@ -191,6 +192,34 @@ class Pure(unittest.TestCase):
         self.assertEqual(wait["end"] - wait["t"], 3)
         self.assertEqual(data["sessions"][0]["points"], [[1001.0, 10], [1002.0, 80]])
         self.assertEqual((data["sessions"][0]["threshold"], data["sessions"][0]["window"]), (75, 100))
+
+    def test_workers_calls_are_counted_apart_per_step(self):
+        records = self.records() + [{"k": "wturn", "t": 1002.5, "r": "r1", "s": "work", "sid": "s1",
+                                     "tools": ["Write", "Bash"]},
+                                    {"k": "wturn", "t": 1002.6, "r": "r1", "s": "work", "sid": "s1", "tools": ["Edit"]}]
+        data = flower.report_data(self.rows(), records, brief=None, goal=None, running=False, now=2000.0)
+        work = data["steps"][0]
+        self.assertEqual((work["tools"], work["worker_tools"]), (3, 3))   # the coordinator's and the workers'
+        self.assertEqual(data["sessions"][0]["points"], [[1001.0, 10], [1002.0, 80]])   # no level of a worker
+        page = Page(flower.render_report(data))
+        cells = [k for k in page.kinds if k.get("data-kind") == "worker-calls"]
+        self.assertEqual(len(cells), len(data["steps"]))
+        self.assertIn(">3</td>", flower.render_report(data).split('data-kind="worker-calls"')[1][:10])
+
+    def test_a_workers_answer_is_journaled_with_its_tools_only(self):
+        from tests.fakesdk import AssistantMessage, TextBlock, ToolUseBlock
+        seen = []
+
+        class St:
+            name, sid, level, window, at = "work", "s1", 5, 100, 75
+        with unittest.mock.patch.object(flower, "_journal", lambda rt, kind, step, sid, fields: seen.append((kind, fields))):
+            flower.journal_answer(None, St, AssistantMessage([ToolUseBlock("t1", "Write", {})], "m",
+                                                             parent_tool_use_id="agent-call"))
+            flower.journal_answer(None, St, AssistantMessage([TextBlock("thinking aloud")], "m",
+                                                             parent_tool_use_id="agent-call"))
+            flower.journal_answer(None, St, AssistantMessage([ToolUseBlock("t2", "Agent", {})], "m"))
+        self.assertEqual(seen, [("wturn", {"tools": ["Write"]}),
+                                ("turn", {"lv": 5, "w": 100, "at": 75, "tools": ["Agent"]})])
 
     def test_page_of_the_data(self):
         data = flower.report_data(self.rows(), self.records(), brief="<b>brief</b>", goal=None, running=False,
