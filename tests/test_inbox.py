@@ -66,7 +66,7 @@ class InboxFiles(unittest.TestCase):
         self.assertEqual(flower.mails_recorded([attachment]), {mail_id})
 
 
-class Desk(E2ECase, unittest.TestCase):
+class Desk(unittest.TestCase):
     """The desk hands mail over at a boundary and lets it go only once the store recorded it."""
 
     def setUp(self):

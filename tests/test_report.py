@@ -443,7 +443,8 @@ class Postgres(unittest.TestCase):
         self.assertEqual(sum(page.levels.values()), 8)
         import psycopg
         with psycopg.connect(self.dsn) as conn:
-            self.assertEqual(conn.execute("SELECT max(version) FROM flower.schema_version").fetchone()[0], 3)
+            found = conn.execute("SELECT max(version) FROM flower.schema_version").fetchone()[0]
+            self.assertEqual(found, flower.PG_SCHEMA_VERSION)
         env = {k: v for k, v in os.environ.items() if not k.startswith(("FLOWER_", "ANTHROPIC_"))}
         env.update(PYTHONPATH=ROOT)
         p = subprocess.run([sys.executable, FLOWER, "report", "--json", "--state", self.dsn, "--workspace-id", "job-1"],
