@@ -7282,10 +7282,12 @@ def _is_aside(body: str) -> bool:
     return body.startswith("(") and body.endswith(")") and "\n" not in body
 
 
-def degraded_ledger(entries: list[dict], why: str, prompt: str = "", earlier: Ledger | None = None) -> Ledger:
+def degraded_ledger(entries: list[dict], why: str, prompt: str = "", earlier: Ledger | None = None,
+                    workbench: Sequence[str] = ()) -> Ledger:
     """A ledger built mechanically from a transcript when the ritual failed: the latest TodoWrite
     list, the last three assistant texts, files written or edited, the shell commands that ran (as many
     of the newest as fit :data:`DEGRADED_RAN_CHARS`) and the step's prompt. Marked ``degraded`` with ``why``.
+    ``workbench``: pointer lines for the workbench's files, so a successor knows what already exists.
     ``earlier``: the step's previous handoff document, whose sessions this transcript does not show: its
     status, decisions, dead ends and pointers follow this session's (each cut to :data:`EARLIER_CHARS`),
     so a successor that trusts its history does not redo what the sessions before this one did."""
@@ -7314,7 +7316,7 @@ def degraded_ledger(entries: list[dict], why: str, prompt: str = "", earlier: Le
         short_prompt = short_prompt[:1500] + "…"
     next_step = (f"Continue with the first open item: {open_todo}" if open_todo else
                  "Check the files below against the task, then continue the task:\n" + short_prompt)
-    pointers = [f"- edited: {p}" for p in files[-20:]] + _ran_lines(commands)
+    pointers = [f"- edited: {p}" for p in files[-20:]] + _ran_lines(commands) + list(workbench)
     sections = {
         "status": "\n".join(status_lines) or "(the transcript holds no assistant text yet)",
         "decisions": "(not recorded: degraded handoff)",
@@ -9491,6 +9493,23 @@ def workbench_carry(paths: "Paths", lang: str = "en") -> str:
     return "\n" + workbench_prompt(paths, lang)
 
 
+def workbench_pointers(paths: "Paths", limit: int = 30) -> list[str]:
+    """Pointer lines for a degraded ledger: the workbench's INDEX.md and its files (at most ``limit``,
+    the rest counted); [] when this workspace has no workbench."""
+    if not os.path.isdir(paths.workbench_dir):
+        return []
+    try:
+        refresh_workbench(paths)
+        files = sorted(_workbench_files(paths.workbench_dir))
+    except (OSError, FlowerError):
+        return []
+    lines = [f"- workbench index: {paths.workbench_index}"]
+    lines += [f"- workbench: {os.path.join(paths.workbench_dir, name)}" for name in files[:limit]]
+    if len(files) > limit:
+        lines.append(f"- workbench: {len(files) - limit} more files, listed in the index")
+    return lines
+
+
 def worker(*, lang: str = "en", model: str | None = None, tools: list[str] | None = None) -> WorkerAgent:
     """The worker: an SDK subagent with hands (Read, Write, Edit, Bash, Glob, Grep), the coordinator's
     model unless ``model``, told to report briefly and leave long outputs in the workbench."""
@@ -11353,7 +11372,7 @@ class Runtime:
                 why, ledger = "incomplete: " + "; ".join(problems), None
         if ledger is None:
             ledger = degraded_ledger(entries, why or "no handoff document", step_prompt,
-                                     earlier=self._carried_on(st, entries))
+                                     earlier=self._carried_on(st, entries), workbench=workbench_pointers(self.paths))
             st.degraded_in_row += 1
         else:
             st.degraded_in_row = 0
