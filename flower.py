@@ -588,6 +588,7 @@ TEXTS: dict[str, dict[str, str]] = {
         "ui_answered": "answer to {id} left: the agent gets it now",
         "ui_answer_empty": "no answer given: give the words as an argument, or '-' to read them from stdin",
         "ui_no_question": "no question {id} waits for an answer in this workspace (waiting: {open})",
+        "st_driver_now_at": "pid {pid} on {host} in {path}, since {since}, step {step}",
     },
     "zh": {
         "resume_prompt": "上一轮在完成之前被中断了。先看看磁盘上已经有什么,从中断处继续,不要从头开始。",
@@ -942,6 +943,7 @@ TEXTS: dict[str, dict[str, str]] = {
         "ui_answered": "已留下对 {id} 的回答:代理现在就会收到",
         "ui_answer_empty": "没有给出回答:把话作为参数给出,或用 '-' 从标准输入读取",
         "ui_no_question": "这个工作区里没有等待回答的问题 {id}(正在等待的:{open})",
+        "st_driver_now_at": "{host} 上 {path} 中的 pid {pid},自 {since},步骤 {step}",
     },
 }
 
@@ -1110,14 +1112,15 @@ class DriverLock:
     """One driver at a time: an exclusive, non-blocking ``flock`` held for as long as the holder lives.
 
     The kernel drops the lock when the holder's process dies, however it dies, so a stale lock never
-    needs cleaning up. The file holds the holder's description (pid, host, since, what, step) for the
-    one line a second flower prints. The descriptor is not inherited by child processes, so the
-    CLI child can never keep the lock alive.
+    needs cleaning up. The file holds the holder's description (pid, host, its own workspace path,
+    since, what, step) for the one line a second flower prints. The descriptor is not inherited by
+    child processes, so the CLI child can never keep the lock alive.
     """
 
-    def __init__(self, path: str, what: str):
+    def __init__(self, path: str, what: str, workspace: str = ""):
         self.path = path
         self.what = what
+        self.workspace = workspace
         self._fd: int | None = None
         self.info: dict = {}
 
@@ -1138,8 +1141,8 @@ class DriverLock:
                 holder = self.holder()
                 raise Busy(self.busy_line(holder), holder) from None
         self._fd = fd
-        self.info = {"pid": os.getpid(), "host": socket.gethostname(), "since": iso_now(), "what": self.what,
-                     "step": step}
+        self.info = {"pid": os.getpid(), "host": socket.gethostname(), "path": self.workspace, "since": iso_now(),
+                     "what": self.what, "step": step}
         self._write()
         return self
 
@@ -1175,6 +1178,7 @@ class DriverLock:
             who = "its holder left no record and cannot be named"
         else:
             who = f"pid {holder['pid']}" + (f" on {holder['host']}" if holder.get("host") else "")
+            who += f" in {holder['path']}" if holder.get("path") else ""
             who += f", since {holder['since']}" if holder.get("since") else ", start time unknown"
             who += f", step {holder['step']}" if holder.get("step") else ""
         return f"another flower drives {self.what} ({who}); wait for it or stop it first"
@@ -7278,10 +7282,12 @@ def _is_aside(body: str) -> bool:
     return body.startswith("(") and body.endswith(")") and "\n" not in body
 
 
-def degraded_ledger(entries: list[dict], why: str, prompt: str = "", earlier: Ledger | None = None) -> Ledger:
+def degraded_ledger(entries: list[dict], why: str, prompt: str = "", earlier: Ledger | None = None,
+                    workbench: Sequence[str] = ()) -> Ledger:
     """A ledger built mechanically from a transcript when the ritual failed: the latest TodoWrite
     list, the last three assistant texts, files written or edited, the shell commands that ran (as many
     of the newest as fit :data:`DEGRADED_RAN_CHARS`) and the step's prompt. Marked ``degraded`` with ``why``.
+    ``workbench``: pointer lines for the workbench's files, so a successor knows what already exists.
     ``earlier``: the step's previous handoff document, whose sessions this transcript does not show: its
     status, decisions, dead ends and pointers follow this session's (each cut to :data:`EARLIER_CHARS`),
     so a successor that trusts its history does not redo what the sessions before this one did."""
@@ -7310,7 +7316,7 @@ def degraded_ledger(entries: list[dict], why: str, prompt: str = "", earlier: Le
         short_prompt = short_prompt[:1500] + "…"
     next_step = (f"Continue with the first open item: {open_todo}" if open_todo else
                  "Check the files below against the task, then continue the task:\n" + short_prompt)
-    pointers = [f"- edited: {p}" for p in files[-20:]] + _ran_lines(commands)
+    pointers = [f"- edited: {p}" for p in files[-20:]] + _ran_lines(commands) + list(workbench)
     sections = {
         "status": "\n".join(status_lines) or "(the transcript holds no assistant text yet)",
         "decisions": "(not recorded: degraded handoff)",
@@ -7928,9 +7934,9 @@ class LocalState(StateBackend):
     def lock(self, name: str, what: str) -> DriverLock:
         """``flower.lock`` for the workspace, ``locks/<name>.lock`` for a step."""
         if name == "workspace":  # the workspace's own .flower/, whatever -r says: one go per workspace
-            return DriverLock(os.path.join(self.paths.flower_dir, "flower.lock"), what)
+            return DriverLock(os.path.join(self.paths.flower_dir, "flower.lock"), what, self.paths.workspace)
         locks = ensure_private_dir(self.paths.run("locks"))
-        return DriverLock(os.path.join(locks, f"{safe_name(name)}.lock"), what)
+        return DriverLock(os.path.join(locks, f"{safe_name(name)}.lock"), what, self.paths.workspace)
 
     def put_snapshot(self, data: bytes) -> None:
         """``snapshots/<time>-<n>.snap`` in run_dir (atomic, 0600); older than the newest few removed."""
@@ -9173,7 +9179,7 @@ class PgLock(DriverLock):
     as the local lock."""
 
     def __init__(self, state: PostgresState, name: str, what: str):
-        super().__init__(state.describe(name), what)
+        super().__init__(state.describe(name), what, state.paths.workspace)
         self.state = state
         self.name = name
         self._held = False
@@ -9181,8 +9187,8 @@ class PgLock(DriverLock):
     def acquire(self, step: str = "") -> "PgLock":
         """Take the lock or raise :class:`Busy` naming the holder (after waiting, with one line, for
         a lease whose holder lost its connection to be renewed or to lapse)."""
-        info = {"pid": os.getpid(), "host": socket.gethostname(), "since": iso_now(), "what": self.what,
-                "step": step, "node": node_id()}
+        info = {"pid": os.getpid(), "host": socket.gethostname(), "path": self.workspace, "since": iso_now(),
+                "what": self.what, "step": step, "node": node_id()}
         first: dict = {}
         deadline = 0.0
         while True:
@@ -9485,6 +9491,23 @@ def workbench_carry(paths: "Paths", lang: str = "en") -> str:
     if not os.path.isdir(paths.workbench_dir):
         return ""
     return "\n" + workbench_prompt(paths, lang)
+
+
+def workbench_pointers(paths: "Paths", limit: int = 30) -> list[str]:
+    """Pointer lines for a degraded ledger: the workbench's INDEX.md and its files (at most ``limit``,
+    the rest counted); [] when this workspace has no workbench."""
+    if not os.path.isdir(paths.workbench_dir):
+        return []
+    try:
+        refresh_workbench(paths)
+        files = sorted(_workbench_files(paths.workbench_dir))
+    except (OSError, FlowerError):
+        return []
+    lines = [f"- workbench index: {paths.workbench_index}"]
+    lines += [f"- workbench: {os.path.join(paths.workbench_dir, name)}" for name in files[:limit]]
+    if len(files) > limit:
+        lines.append(f"- workbench: {len(files) - limit} more files, listed in the index")
+    return lines
 
 
 def worker(*, lang: str = "en", model: str | None = None, tools: list[str] | None = None) -> WorkerAgent:
@@ -11349,7 +11372,7 @@ class Runtime:
                 why, ledger = "incomplete: " + "; ".join(problems), None
         if ledger is None:
             ledger = degraded_ledger(entries, why or "no handoff document", step_prompt,
-                                     earlier=self._carried_on(st, entries))
+                                     earlier=self._carried_on(st, entries), workbench=workbench_pointers(self.paths))
             st.degraded_in_row += 1
         else:
             st.degraded_in_row = 0
@@ -12528,7 +12551,8 @@ def _driver_pairs(data: dict, lang: str) -> list[tuple[str, str]]:
     driver = data.get("driver")
     if not data["wake"]["waking"] and not driver:
         return pairs
-    line = text("st_driver_now", lang, pid=driver.get("pid"), host=driver.get("host", "?"),
+    key = "st_driver_now_at" if driver and driver.get("path") else "st_driver_now"
+    line = text(key, lang, pid=driver.get("pid"), host=driver.get("host", "?"), path=driver.get("path"),
                 since=driver.get("since", "?"), step=driver.get("step") or "-") if driver else \
         text("st_driver_none", lang)
     return pairs + [("st_driver", line)]
