@@ -67,12 +67,14 @@ class AskedHandoff(FakeRuntime, unittest.TestCase):
         FAKE.turns = [[("text", "first run", 10_000)]]
         first = asyncio.run(self.rt.run(flower.AgentSpec("work"), "do it", lineage_key="work"))
         flower.ask_handoff(self.rt.paths)
+        before = len(FAKE.calls)
         FAKE.turns = [[("text", "carried on", 3_000)]]
         second = asyncio.run(self.rt.run(flower.AgentSpec("work"), "go on", resume=first.session_id,
                                          lineage_key="work"))
         self.assertTrue(second.ok, second.error)
         self.assertEqual(second.retired, [first.session_id])
-        self.assertIsNone(FAKE.calls[-1]["options"].resume)       # not the old session
+        self.assertEqual(len(FAKE.calls) - before, 1)             # the old session is not resumed at all
+        self.assertIsNone(FAKE.calls[-1]["options"].resume)
         self.assertIn("first run", FAKE.calls[-1]["prompt"])      # the carry's recent thread
         self.assertFalse(os.path.exists(self.flag))
 
