@@ -1,13 +1,17 @@
 """Hand off on purpose: ``flower.py handoff`` makes the work step hand over at its next boundary."""
 
 import asyncio
+import json
 import os
+import subprocess
+import sys
 import unittest
 
 import flower
 from flower import HandoffPolicy
+from tests.fakeapi import FakeAnthropic, text, tool
 from tests.fakesdk import FAKE
-from tests.helpers import FakeRuntime, LEDGER_EN
+from tests.helpers import E2ECase, FakeRuntime, FLOWER, HAVE_SDK, LEDGER_EN, SKIP
 
 
 class AskedHandoff(FakeRuntime, unittest.TestCase):
@@ -77,6 +81,39 @@ class AskedHandoff(FakeRuntime, unittest.TestCase):
         self.assertIsNone(FAKE.calls[-1]["options"].resume)
         self.assertIn("first run", FAKE.calls[-1]["prompt"])      # the carry's recent thread
         self.assertFalse(os.path.exists(self.flag))
+
+
+@unittest.skipUnless(HAVE_SDK, SKIP)
+class AskedHandoffLive(E2ECase, unittest.TestCase):
+    """``flower.py handoff`` from another process while ``go`` runs a multi-tool work step."""
+
+    def handoff(self):
+        p = subprocess.run([sys.executable, FLOWER, "handoff"], cwd=self.ws, env=self.env,
+                           capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+        self.assertEqual(p.returncode, 0, p.stderr)
+
+    def test_handoff_from_another_shell_hands_over_at_the_next_boundary(self):
+        def ask_then_tool(body):
+            self.handoff()   # while the model "thinks": the answer that follows is the last of the session
+            return tool("Bash", {"command": "echo tool-1"})
+        self.roles.work = [tool("Bash", {"command": "echo tool-0"}), ask_then_tool,
+                           tool("Bash", {"command": "echo tool-2"}), text("all done")]
+        p = self.flower("write hello", "--json")
+        order = [role for role, _ in self.roles.log if role in ("work", "ritual")]
+        self.assertEqual(order, ["work", "work", "ritual", "work", "work"])
+        ritual = next(body for role, body in self.roles.log if role == "ritual")
+        self.assertIn("tool-1", FakeAnthropic.messages_text(ritual))   # the tool in flight ran to its end
+        successor = self.roles.bodies("work")[2]
+        sent = FakeAnthropic.messages_text(successor)
+        self.assertIn("You take over unfinished work", sent)             # a fresh session started from
+        self.assertIn("NEXT-STEP-MARK", sent)                            # the ledger of the ritual
+        self.assertNotIn("tool_result", sent)                            # not the old transcript
+        self.assertNotIn("echo tool-0", sent)
+        events = [json.loads(line) for line in p.stdout.splitlines() if line.startswith("{")]
+        asked = [e for e in events if e["kind"] == "handoff" and e["data"].get("phase") == "asked"]
+        self.assertEqual([e["data"]["reason"] for e in asked], ["asked"])
+        self.assertEqual(len([e for e in events if e["kind"] == "handoff" and e["data"].get("phase") == "done"]), 1)
+        self.assertFalse(os.path.exists(os.path.join(self.ws, ".flower", "handoff")))
 
 
 if __name__ == "__main__":
