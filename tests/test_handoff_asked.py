@@ -115,6 +115,20 @@ class AskedHandoffLive(E2ECase, unittest.TestCase):
         self.assertEqual(len([e for e in events if e["kind"] == "handoff" and e["data"].get("phase") == "done"]), 1)
         self.assertFalse(os.path.exists(os.path.join(self.ws, ".flower", "handoff")))
 
+    def test_go_handoff_on_a_wake_starts_the_work_step_from_a_carry(self):
+        self.roles.work = [tool("Bash", {"command": "echo OLD-RUN-MARK"}), text("first run done")]
+        self.flower("write hello")
+        before = len(self.roles.bodies("work"))
+        self.roles.work = [text("carried on")]
+        self.flower("also add a footer", "--handoff")
+        later = self.roles.bodies("work")[before:]
+        self.assertTrue(later)
+        sent = FakeAnthropic.messages_text(later[0])
+        self.assertIn("You take over unfinished work", sent)   # a carry, not the old session resumed
+        self.assertNotIn("tool_result", sent)
+        self.assertEqual(self.roles.bodies("ritual"), [])       # no live session to ask: the carry is built
+        self.assertFalse(os.path.exists(os.path.join(self.ws, ".flower", "handoff")))
+
 
 if __name__ == "__main__":
     unittest.main()
