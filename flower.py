@@ -589,6 +589,8 @@ TEXTS: dict[str, dict[str, str]] = {
         "ui_answer_empty": "no answer given: give the words as an argument, or '-' to read them from stdin",
         "ui_no_question": "no question {id} waits for an answer in this workspace (waiting: {open})",
         "st_driver_now_at": "pid {pid} on {host} in {path}, since {since}, step {step}",
+        "info_handoff_asked": "handoff asked for: the work step hands over at its next boundary",
+        "ui_handoff_posted": "handoff asked for ({path}): the running work step hands over at its next boundary (or the next run starts it from a carry)",
     },
     "zh": {
         "resume_prompt": "上一轮在完成之前被中断了。先看看磁盘上已经有什么,从中断处继续,不要从头开始。",
@@ -944,6 +946,8 @@ TEXTS: dict[str, dict[str, str]] = {
         "ui_answer_empty": "没有给出回答:把话作为参数给出,或用 '-' 从标准输入读取",
         "ui_no_question": "这个工作区里没有等待回答的问题 {id}(正在等待的:{open})",
         "st_driver_now_at": "{host} 上 {path} 中的 pid {pid},自 {since},步骤 {step}",
+        "info_handoff_asked": "已请求交接:工作步骤会在下一个边界交接",
+        "ui_handoff_posted": "已请求交接({path}):正在运行的工作步骤会在下一个边界交接(或由下次运行从交接内容开始)",
     },
 }
 
@@ -7471,6 +7475,19 @@ def assemble_carry(ledger: Ledger, *, nav: dict[str, str], thread: list[tuple[st
     return Carry(result, [k for k in CARRY_PRIORITY if k in trimmed], dropped)
 
 
+def handoff_flag(paths: "Paths") -> str:
+    """``<workspace>/.flower/handoff``: present while a person asked the work step to hand over."""
+    return os.path.join(paths.flower_dir, "handoff")
+
+
+def ask_handoff(paths: "Paths") -> str:
+    """Ask the running work step to hand over at its next boundary (the flag, atomic, 0600)."""
+    ensure_private_dir(paths.flower_dir)
+    flag = handoff_flag(paths)
+    atomic_write(flag, f"{time.time():.0f}\n")
+    return flag
+
+
 # --- Journal: what the report draws, recorded cheaply as the job runs ---
 #
 # One compact line per answer (its context level and tool calls), per connection's cost, per handoff,
@@ -10694,6 +10711,9 @@ class Runtime:
         if st.resuming and not st.fork and st.manage and not await self._fits(st.resuming, st):
             if not await self._handed_over(st, result, None, "the stored session does not fit the window"):
                 return False
+        elif st.resuming and not st.fork and st.manage and self._handoff_asked(st):
+            if not await self._handed_over(st, result, None, "a handoff was asked for"):
+                return False
         if st.resuming is None:
             st.start_prompt = st.prompt  # what this fresh session is started with
         turn = await self._one_connection(sdk, spec, st, result)
@@ -10759,6 +10779,10 @@ class Runtime:
         carry = await self._hand_over(st, result, st.step_prompt, ledger_text, why)
         if carry is None:
             return False
+        if st.asked:   # handed over: the request is done (kept until now so a crash loses nothing)
+            st.asked = False
+            with contextlib.suppress(OSError):
+                os.unlink(handoff_flag(self.paths))
         st.prompt, st.resuming = carry, None
         return True
 
@@ -11256,9 +11280,18 @@ class Runtime:
             st.emit(Event("handoff", session_id=st.sid, level=st.level, window=st.window,
                           data={"phase": "near", "context": st.level, "window": st.window, "at": st.at,
                                 "window_source": st.window_source}))
-        if st.level >= st.at and not turn.handoff:
+        if (st.level >= st.at or self._handoff_asked(st)) and not turn.handoff:
             turn.handoff = st.stop_batches = True
             turn.crossed_in = answer
+
+    def _handoff_asked(self, st: "_RunState") -> bool:
+        """A person asked the work step to hand over (``flower.py handoff``): said once, like a crossing."""
+        if st.name != "work" or st.asked or not os.path.exists(handoff_flag(self.paths)):
+            return False
+        st.asked = True
+        st.emit(Event("handoff", session_id=st.sid, level=st.level, window=st.window,
+                      data={"phase": "asked", "reason": "asked", "message": text("info_handoff_asked", self.lang)}))
+        return True
 
     async def _ritual(self, client: Any, st: "_RunState", turn: _Turn) -> None:
         """Ask the retiring session for its handoff document on the same live client (fail-soft)."""
@@ -11446,6 +11479,7 @@ class _RunState:
     resuming: str | None = None   # the stored session the next connection resumes (None: a fresh one)
     fork: bool = False            # the next connection forks ``resuming`` under ``sid``
     lineage_key: str | None = None   # the lineage entry the step keeps current
+    asked: bool = False           # this handoff was asked for (``flower.py handoff``): its flag goes after it
 
     async def shown(self, ids: Iterable[str], timeout: float) -> None:
         """Wait until the stream has shown every call of ``ids`` (their answer's level is then known),
@@ -13015,6 +13049,7 @@ COMMAND_SUMMARIES = {
     "say": "leave words for the running work agent: it gets them at its next tool boundary",
     "answer": "answer a question an agent asked (ID as shown with it)",
     "ask": "a side question, answered from a read-only fork of the work session (running or not)",
+    "handoff": "make the running work step hand over to a fresh session at its next boundary",
 }
 SUBCOMMANDS = tuple(COMMAND_SUMMARIES)
 
@@ -13160,6 +13195,8 @@ class Reporter:
             if phase == "near":
                 self.say("  " + t("ui_near", context=_human_tokens(data.get("context")),
                                   window=_human_tokens(data.get("window"))))
+            elif phase == "asked":
+                self.say("  " + t("info_handoff_asked"))
             elif phase == "writing":
                 self.say("  " + t("ui_writing"))
             elif phase == "done":
@@ -13417,6 +13454,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     go.add_argument("--model", default=None, help="model for every agent")
     _delegation_options(go)
     _budget_option(go)
+    _handoff_option(go)
     _global_options(go)
 
     once = command("once")
@@ -14003,6 +14041,8 @@ def _go_run(args: argparse.Namespace, reporter: Reporter, rt: Runtime, used: boo
         rt.soft(rt.lineage.where, lambda: rt.lineage.mark_achieved(None))   # new work: judged again
     human = _TerminalHuman(reporter) if interactive else None
     desk = attach_inbox(rt)
+    if args.handoff and used:
+        ask_handoff(rt.paths)
     flow = starter_flow(None if used else ask, rt=rt, rounds=args.rounds, use_goal=not args.no_goal,
                         human=human, wake_sentence=ask if used else None, model=args.model,
                          permission_mode=args.permission_mode, delegate=not args.no_delegate,
@@ -14637,6 +14677,23 @@ def cmd_say(args: argparse.Namespace, reporter: Reporter) -> int:
     return EXIT_OK
 
 
+def cmd_handoff(args: argparse.Namespace, reporter: Reporter) -> int:
+    """Ask the running work step to hand over at its next boundary (or the next run to start it from a
+    carry). No lock is taken."""
+    paths = _paths(args, reporter)
+    paths.prepare()
+    flag = ask_handoff(paths)
+    reporter.say(text("ui_handoff_posted", _lang(args), path=_tilde(flag)), always=True)
+    reporter.event(Event("handoff", data={"phase": "posted", "reason": "asked"}))
+    return EXIT_OK
+
+
+def _handoff_option(go: argparse.ArgumentParser) -> None:
+    """``go --handoff``: on a wake the work step starts from a carry, not the old session."""
+    go.add_argument("--handoff", action="store_true",
+                    help="on a wake, start the work step from a carry instead of resuming its session")
+
+
 def _inbox_commands(command: Callable[[str], argparse.ArgumentParser]) -> None:
     """The sub-commands that talk to a running job."""
     say = command("say")
@@ -14650,13 +14707,14 @@ def _inbox_commands(command: Callable[[str], argparse.ArgumentParser]) -> None:
     ask.add_argument("question", help="a side question about the work ('-' reads it from stdin)")
     ask.add_argument("--model", default=None, help="model of the side question")
     _global_options(ask)
+    _global_options(command("handoff"))
 
 
 # -- entry point --
 
 COMMANDS = {"go": cmd_go, "once": cmd_once, "status": cmd_status, "doctor": cmd_doctor,
             "sessions": cmd_sessions, "show": cmd_show, "report": cmd_report, "say": cmd_say,
-            "answer": cmd_answer, "ask": cmd_ask}
+            "answer": cmd_answer, "ask": cmd_ask, "handoff": cmd_handoff}
 
 
 def usable_std_streams() -> None:
