@@ -1099,7 +1099,7 @@ TEXTS: dict[str, dict[str, str]] = {
         "er_not_utf8": "{what}不是有效的 UTF-8",
         "er_too_large": "{what}超过 {kb} KB;请把它放进工作区里的文件,再引用那个文件",
         "er_nul_byte": "{what}含有 NUL 字节",
-        "er_no_sdk": "没有安装 claude-agent-sdk(pip install claude-agent-sdk);status、doctor 和会话库不需要它",
+        "er_no_sdk": "没有安装 claude-agent-sdk(用 'pip install claude-agent-sdk' 安装);status、doctor 和会话库不需要它",
         "er_no_credentials": "没有凭据:请设置 ANTHROPIC_API_KEY(或 ANTHROPIC_AUTH_TOKEN),或用 claude 命令行登录",
         "er_workspace_id": "--workspace-id 必须是非空的一行,最多 1000 个字符",
         "er_state_spec": "--state 需要一个 postgresql://... 连接串(或者不给:用本地文件)",
