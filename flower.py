@@ -591,6 +591,90 @@ TEXTS: dict[str, dict[str, str]] = {
         "st_driver_now_at": "pid {pid} on {host} in {path}, since {since}, step {step}",
         "info_handoff_asked": "handoff asked for: the work step hands over at its next boundary",
         "ui_handoff_posted": "handoff asked for ({path}): the running work step hands over at its next boundary (or the next run starts it from a carry)",
+        "hp_help": "show this help message and exit",
+        "hp_version": "show program's version number and exit",
+        "hp_workspace": "the agents' working directory; it must exist (default .)",
+        "hp_run_dir": "where the run files go (sessions.db, lineage, manifest); default <workspace>/.flower",
+        "hp_verbose": "show every text and tool call (and SDK logs)",
+        "hp_quiet": "only errors and the closing line",
+        "hp_json": "JSON lines on stdout for CI (human text on stderr)",
+        "hp_lang": "language of prompts, notes and messages (default FLOWER_LANG or en)",
+        "hp_store": "use your own SessionStore (a factory called with no arguments) instead of sessions.db",
+        "hp_state": "keep all state in one PostgreSQL database, for many machines (default FLOWER_STATE, else the local files; needs psycopg)",
+        "hp_workspace_id": "the workspace's identity in --state (default FLOWER_WORKSPACE_ID, else git remote#branch[:subdir], else the path)",
+        "hp_settings": "project: the agents read the workspace's CLAUDE.md and project/local settings (default, FLOWER_SETTINGS); none: isolated",
+        "hp_go_ask": "what should be done; in a used directory: something to add ('-' reads it from stdin)",
+        "hp_go_new": "archive lineage, brief and goal; start a new task",
+        "hp_go_rounds": "judge rounds for the work step, at least 1 (default 3)",
+        "hp_go_no_trim": "do not archive old big tool results on resume",
+        "hp_go_no_handoff": "never hand over to a fresh session",
+        "hp_go_window": "context window in tokens (at least {min_window})",
+        "hp_go_no_goal": "no goal step and no judge",
+        "hp_go_permission_mode": "permission mode of the worker (default acceptEdits)",
+        "hp_go_model": "model for every agent",
+        "hp_go_no_delegate": "one worker does everything, no coordinator and workers (also FLOWER_NO_DELEGATE=1)",
+        "hp_go_worker_model": "model of the workers (default: the coordinator's)",
+        "hp_go_no_snapshot": "take no workspace snapshots (the files then do not travel with the state)",
+        "hp_go_max_cost": "the whole job's budget in USD, across runs and machines (default {max_cost_env}, else the one given before); spent: exit {exit_budget}, a higher one continues",
+        "hp_once_prompt": "the prompt ('-' reads it from stdin)",
+        "hp_once_tools": "comma-separated tools, available and auto-approved (default Read,Glob,Grep)",
+        "hp_once_permission_mode": "permission mode (default default)",
+        "hp_once_budget": "budget cap in USD (> 0)",
+        "hp_once_resume": "continue this session (a unique id prefix)",
+        "hp_once_fork": "with --resume: branch into a new session",
+        "hp_once_model": "model of the session",
+        "hp_sessions_all": "every workspace, not just this one",
+        "hp_show_sid": "session id (a unique prefix is enough)",
+        "hp_show_raw": "every entry exactly as stored (one JSON object a line)",
+        "hp_report_output": "where to write the page (default: report.html in the run dir)",
+        "hp_say_words": "what the running work agent should hear ('-' reads it from stdin)",
+        "hp_answer_id": "the question's id, as shown when it was asked",
+        "hp_answer_words": "the answer ('-' reads it from stdin)",
+        "hp_ask_question": "a side question about the work ('-' reads it from stdin)",
+        "hp_ask_model": "model of the side question",
+        "hp_cmd_go": "run the job (the default command): clarify -> goal -> work, judged",
+        "hp_cmd_once": "one ad-hoc session (no lineage)",
+        "hp_cmd_status": "wake state, last steps, sessions (no SDK needed)",
+        "hp_cmd_doctor": "check Python, SDK, CLI, credentials, settings, network, state",
+        "hp_cmd_sessions": "list stored sessions",
+        "hp_cmd_show": "a session as the model would be sent it on resume (pruned)",
+        "hp_cmd_report": "one self-contained HTML page of the job: timeline, context, cost, tools, goal",
+        "hp_cmd_say": "leave words for the running work agent: it gets them at its next tool boundary",
+        "hp_cmd_answer": "answer a question an agent asked (ID as shown with it)",
+        "hp_cmd_ask": "a side question, answered from a read-only fork of the work session (running or not)",
+        "hp_description": "Keep a long agent job going with Claude. Run it again in the same directory and it carries on.",
+        "hp_usage": "{prog} [\"what should be done\"]        (= go)\n       {prog} COMMAND [options] ...      (COMMAND --help for its options)",
+        "hp_commands": "commands (COMMAND --help for its options):",
+        "hp_exit_codes": "exit codes: 0 done · 1 a step failed · 2 usage error · 3 setup problem or credentials rejected · 4 network down past the wait · 5 another flower drives this workspace · 6 a usage limit resets past FLOWER_MAX_LIMIT_WAIT · 7 the job's budget spent · 130 interrupted · 128+N stopped by signal N",
+        "hp_usage_prefix": "usage: ",
+        "hp_positionals": "positional arguments",
+        "hp_optionals": "options",
+        "hp_global_options": "global options (every command)",
+        "er_workspace_not_dir": "workspace {path} is not a directory",
+        "er_empty": "{what} is empty{hint}",
+        "er_empty_task_hint": ": say what should be done, or give no argument to carry on",
+        "er_what_the_task": "the task",
+        "er_what_the_question": "the question",
+        "er_what_the_prompt": "the prompt",
+        "er_what_the_answer": "the answer",
+        "er_what_the_words": "the words",
+        "er_what_an_argument": "an argument",
+        "er_stdin_too_large": "{what} from stdin is larger than {kb} KB; put it in a file in the workspace and refer to it",
+        "er_stdin_not_utf8": "{what} from stdin is not valid UTF-8",
+        "er_not_utf8": "{what} is not valid UTF-8",
+        "er_too_large": "{what} is larger than {kb} KB; put it in a file in the workspace and refer to it",
+        "er_nul_byte": "{what} contains a NUL byte",
+        "er_no_sdk": "claude-agent-sdk is not installed (pip install claude-agent-sdk); status, doctor and the store work without it",
+        "er_no_credentials": "no credentials: set ANTHROPIC_API_KEY (or ANTHROPIC_AUTH_TOKEN), or log in with the claude CLI",
+        "er_workspace_id": "--workspace-id must be a non-empty line of at most 1000 characters",
+        "er_state_spec": "--state expects a postgresql://... connection string (or nothing: the local files)",
+        "er_fork_needs_resume": "--fork needs --resume SID",
+        "er_no_unique_session": "no unique stored session starts with {prefix} in this workspace",
+        "er_run_dir_not_dir": "run dir {path} is not a directory",
+        "er_setting_whole": "{setting} must be a whole number >= {low}",
+        "er_setting_number": "{setting} must be a number >= {low}",
+        "er_setting_one_of": "{setting} must be one of {allowed}",
+        "er_settings_more": " (and {n} more: {prog} doctor)",
     },
     "zh": {
         "resume_prompt": "上一轮在完成之前被中断了。先看看磁盘上已经有什么,从中断处继续,不要从头开始。",
@@ -948,6 +1032,90 @@ TEXTS: dict[str, dict[str, str]] = {
         "st_driver_now_at": "{host} 上 {path} 中的 pid {pid},自 {since},步骤 {step}",
         "info_handoff_asked": "已请求交接:工作步骤会在下一个边界交接",
         "ui_handoff_posted": "已请求交接({path}):正在运行的工作步骤会在下一个边界交接(或由下次运行从交接内容开始)",
+        "hp_help": "显示这份帮助后退出",
+        "hp_version": "显示程序的版本号后退出",
+        "hp_workspace": "代理的工作目录;它必须已经存在(默认 .)",
+        "hp_run_dir": "运行文件(会话库、谱系、清单)放在哪里;默认 <workspace>/.flower",
+        "hp_verbose": "显示每段文字和每次工具调用(以及 SDK 日志)",
+        "hp_quiet": "只显示错误和最后一行",
+        "hp_json": "在标准输出上给 CI 输出 JSON 行(给人看的文字在标准错误上)",
+        "hp_lang": "提示、笔记和消息的语言(默认 FLOWER_LANG,否则 en)",
+        "hp_store": "用你自己的 SessionStore(一个不带参数调用的工厂)代替 sessions.db",
+        "hp_state": "把全部状态放在一个 PostgreSQL 数据库里,供多台机器使用(默认 FLOWER_STATE,否则用本地文件;需要 psycopg)",
+        "hp_workspace_id": "工作区在 --state 里的标识(默认 FLOWER_WORKSPACE_ID,否则 git 远端#分支[:子目录],否则路径)",
+        "hp_settings": "project:代理读取工作区的 CLAUDE.md 和项目/本地设置(默认,FLOWER_SETTINGS);none:隔离",
+        "hp_go_ask": "要做什么;在用过的目录里:要补充的话('-' 从标准输入读取)",
+        "hp_go_new": "归档谱系、简报和目标;开始一个新任务",
+        "hp_go_rounds": "工作步骤的评判轮数,至少 1(默认 3)",
+        "hp_go_no_trim": "续接时不归档旧的大工具结果",
+        "hp_go_no_handoff": "从不交接给新的会话",
+        "hp_go_window": "上下文窗口的词元数(至少 {min_window})",
+        "hp_go_no_goal": "没有目标步骤,也没有评判",
+        "hp_go_permission_mode": "工作者的权限模式(默认 acceptEdits)",
+        "hp_go_model": "所有代理使用的模型",
+        "hp_go_no_delegate": "一个工作者做完所有事,没有协调者和多个工作者(也可用 FLOWER_NO_DELEGATE=1)",
+        "hp_go_worker_model": "工作者的模型(默认:与协调者相同)",
+        "hp_go_no_snapshot": "不做工作区快照(文件就不随状态一起迁移)",
+        "hp_go_max_cost": "整个任务的预算(美元),跨多次运行和多台机器(默认 {max_cost_env},否则沿用之前给的);花完:退出码 {exit_budget},给更高的预算就继续",
+        "hp_once_prompt": "提示('-' 从标准输入读取)",
+        "hp_once_tools": "逗号分隔的工具,可用且自动批准(默认 Read,Glob,Grep)",
+        "hp_once_permission_mode": "权限模式(默认 default)",
+        "hp_once_budget": "预算上限,单位美元(> 0)",
+        "hp_once_resume": "继续这个会话(唯一的 id 前缀即可)",
+        "hp_once_fork": "与 --resume 一起用:分叉成一个新会话",
+        "hp_once_model": "会话的模型",
+        "hp_sessions_all": "所有工作区,而不只是这一个",
+        "hp_show_sid": "会话 id(唯一的前缀即可)",
+        "hp_show_raw": "每一条都按存储的原样输出(每行一个 JSON 对象)",
+        "hp_report_output": "页面写到哪里(默认:运行目录里的 report.html)",
+        "hp_say_words": "正在运行的工作代理应当听到的话('-' 从标准输入读取)",
+        "hp_answer_id": "问题的 id,即提问时显示的那个",
+        "hp_answer_words": "回答('-' 从标准输入读取)",
+        "hp_ask_question": "关于这项工作的旁路问题('-' 从标准输入读取)",
+        "hp_ask_model": "旁路问题的模型",
+        "hp_cmd_go": "运行任务(默认命令):澄清 -> 目标 -> 工作,并经评判",
+        "hp_cmd_once": "一次临时会话(没有谱系)",
+        "hp_cmd_status": "唤醒状态、最近的步骤、会话(不需要 SDK)",
+        "hp_cmd_doctor": "检查 Python、SDK、CLI、凭据、设置、网络、状态",
+        "hp_cmd_sessions": "列出存储的会话",
+        "hp_cmd_show": "续接时模型会收到的会话样子(已修剪)",
+        "hp_cmd_report": "任务的一个自包含 HTML 页面:时间线、上下文、花费、工具、目标",
+        "hp_cmd_say": "给正在运行的工作代理留话:它在下一个工具边界收到",
+        "hp_cmd_answer": "回答代理提出的问题(ID 与问题一同显示)",
+        "hp_cmd_ask": "旁路问题,由工作会话的只读分叉回答(无论工作是否在运行)",
+        "hp_description": "让一项长时间的代理任务与 Claude 一起持续进行。在同一目录再次运行,它就接着做。",
+        "hp_usage": "{prog} [\"要做什么\"]        (= go)\n       {prog} COMMAND [选项] ...      (COMMAND --help 查看它的选项)",
+        "hp_commands": "命令(COMMAND --help 查看它的选项):",
+        "hp_exit_codes": "退出码:0 完成 · 1 某一步失败 · 2 用法错误 · 3 配置问题或凭据被拒 · 4 网络中断超过等待时间 · 5 另一个 flower 正在驱动这个工作区 · 6 用量限制的重置时间超过 FLOWER_MAX_LIMIT_WAIT · 7 任务预算已花完 · 130 被中断 · 128+N 被信号 N 停止",
+        "hp_usage_prefix": "用法:",
+        "hp_positionals": "位置参数",
+        "hp_optionals": "选项",
+        "hp_global_options": "全局选项(每个命令都有)",
+        "er_workspace_not_dir": "工作区 {path} 不是一个目录",
+        "er_empty": "{what}是空的{hint}",
+        "er_empty_task_hint": ":说明要做什么,或者不带参数以继续",
+        "er_what_the_task": "任务",
+        "er_what_the_question": "问题",
+        "er_what_the_prompt": "提示",
+        "er_what_the_answer": "回答",
+        "er_what_the_words": "留言",
+        "er_what_an_argument": "参数",
+        "er_stdin_too_large": "从标准输入读到的{what}超过 {kb} KB;请把它放进工作区里的文件,再引用那个文件",
+        "er_stdin_not_utf8": "从标准输入读到的{what}不是有效的 UTF-8",
+        "er_not_utf8": "{what}不是有效的 UTF-8",
+        "er_too_large": "{what}超过 {kb} KB;请把它放进工作区里的文件,再引用那个文件",
+        "er_nul_byte": "{what}含有 NUL 字节",
+        "er_no_sdk": "没有安装 claude-agent-sdk(用 'pip install claude-agent-sdk' 安装);status、doctor 和会话库不需要它",
+        "er_no_credentials": "没有凭据:请设置 ANTHROPIC_API_KEY(或 ANTHROPIC_AUTH_TOKEN),或用 claude 命令行登录",
+        "er_workspace_id": "--workspace-id 必须是非空的一行,最多 1000 个字符",
+        "er_state_spec": "--state 需要一个 postgresql://... 连接串(或者不给:用本地文件)",
+        "er_fork_needs_resume": "--fork 需要与 --resume SID 一起用",
+        "er_no_unique_session": "这个工作区里没有唯一一个以 {prefix} 开头的已存会话",
+        "er_run_dir_not_dir": "运行目录 {path} 不是一个目录",
+        "er_setting_whole": "{setting} 必须是 >= {low} 的整数",
+        "er_setting_number": "{setting} 必须是 >= {low} 的数",
+        "er_setting_one_of": "{setting} 必须是以下之一:{allowed}",
+        "er_settings_more": "(还有 {n} 个:{prog} doctor)",
     },
 }
 
@@ -2655,7 +2823,7 @@ def _url_problem(name: str, url: str, schemes: tuple[str, ...]) -> str | None:
     return None
 
 
-def settings_problems(env: dict[str, str] | None = None) -> list[str]:
+def settings_problems(env: dict[str, str] | None = None, lang: str = "en") -> list[str]:
     """Every FLOWER_* setting, ANTHROPIC_BASE_URL and proxy that is set but unusable, one line each
     naming the setting and what is allowed (pure: reads only ``env``)."""
     env = os.environ if env is None else env
@@ -2670,15 +2838,14 @@ def settings_problems(env: dict[str, str] | None = None) -> list[str]:
         except ValueError:
             ok = False
         if not ok:
-            kind = "a whole number" if whole else "a number"
-            problems.append(f"{name}={raw!r} must be {kind} >= {low}")
+            problems.append(text("er_setting_whole" if whole else "er_setting_number", lang, setting=f"{name}={raw!r}", low=low))
     flags = {"FLOWER_NO_PROBE": ("", "0", "1", "true", "false", "yes", "no")}
     for name, allowed in flags.items():
         if (env.get(name) or "").strip().lower() not in allowed:
-            problems.append(f"{name}={env[name]!r} must be one of 0, 1, true, false, yes, no")
-    lang = (env.get("FLOWER_LANG") or "").strip()
+            problems.append(text("er_setting_one_of", lang, setting=f"{name}={env[name]!r}", allowed="0, 1, true, false, yes, no"))
+    lang_said, lang = lang, (env.get("FLOWER_LANG") or "").strip()
     if lang and lang not in TEXTS:
-        problems.append(f"FLOWER_LANG={lang!r} must be one of {', '.join(TEXTS)}")
+        problems.append(text("er_setting_one_of", lang_said, setting=f"FLOWER_LANG={lang!r}", allowed=", ".join(TEXTS)))
     if (env.get("ANTHROPIC_BASE_URL") or "").strip():
         problems.append(_url_problem("ANTHROPIC_BASE_URL", env["ANTHROPIC_BASE_URL"].strip(), ("https", "http")))
     for name in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy"):
@@ -13295,6 +13462,13 @@ def step_title(name: str, lang: str) -> str:
 
 
 class _ArgParser(argparse.ArgumentParser):
+    usage_prefix: str | None = None
+
+    def _get_formatter(self) -> Any:
+        formatter = super()._get_formatter()
+        formatter.usage_prefix = self.usage_prefix
+        return formatter
+
     def error(self, message: str) -> Any:  # one line, exit 2, no usage dump
         lang = argv_lang(sys.argv[1:])
         raise FlowerError(text("ui_usage_error", lang, message=argparse_message(message, lang), prog=program_name()),
@@ -13397,21 +13571,27 @@ def _help_width() -> int:
 class _HelpFormatter(argparse.HelpFormatter):
     """argparse's formatter, sized by :func:`_help_width`."""
 
+    usage_prefix: str | None = None   # "usage: " in the help's language; None: argparse's own
+
     def __init__(self, prog: str, indent_increment: int = 2, max_help_position: int = 24, width: int | None = None):
         super().__init__(prog, indent_increment, max_help_position, _help_width() if width is None else width)
+
+    def add_usage(self, usage: Any, actions: Any, groups: Any, prefix: str | None = None) -> None:
+        """argparse's usage line, with the prefix in the help's language."""
+        super().add_usage(usage, actions, groups, prefix or self.usage_prefix)
 
 
 class _RawHelpFormatter(argparse.RawDescriptionHelpFormatter, _HelpFormatter):
     """The same, with the description and epilog kept as written (the top-level command table)."""
 
 
-def _top_epilog() -> str:
+def _top_epilog(lang: str = "en") -> str:
     import textwrap
     width = max(_help_width(), 40)
-    rows = [textwrap.fill(summary, width, initial_indent=f"  {name:<10}", subsequent_indent=" " * 12)
-            for name, summary in COMMAND_SUMMARIES.items()]
-    return "\n".join(["commands (COMMAND --help for its options):", *rows, "",
-                      textwrap.fill(EXIT_CODES_HELP, width, subsequent_indent="  ")])
+    rows = [textwrap.fill(text(f"hp_cmd_{name}", lang), width, initial_indent=f"  {name:<10}", subsequent_indent=" " * 12)
+            for name in COMMAND_SUMMARIES]
+    return "\n".join([text("hp_commands", lang), *rows, "",
+                      textwrap.fill(text("hp_exit_codes", lang), width, subsequent_indent="  ")])
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
@@ -13500,6 +13680,34 @@ class _Unbuilt:
     add_argument_group = add_mutually_exclusive_group = lambda self, *a, **k: self
 
 
+def localize_parser(parser: argparse.ArgumentParser, lang: str) -> None:
+    """Say the help of ``parser`` and of its built commands in ``lang``: every help string, summary,
+    heading and the usage line come from the text tables (``hp_CMD_DEST``, else ``hp_DEST``)."""
+    values = {"min_window": MIN_WINDOW, "max_cost_env": MAX_COST_ENV, "exit_budget": EXIT_BUDGET}
+    titles = {"positional arguments": "hp_positionals", "options": "hp_optionals",
+              "global options (every command)": "hp_global_options"}
+
+    def localize(one: argparse.ArgumentParser, name: str | None) -> None:
+        for action in one._actions:
+            for key in (f"hp_{name}_{action.dest}", f"hp_{action.dest}"):
+                if action.help not in (None, argparse.SUPPRESS) and key in TEXTS["en"]:
+                    action.help = text(key, lang, **values)
+                    break
+            if isinstance(action, argparse._SubParsersAction):
+                for sub_name, sub in action.choices.items():
+                    sub.description = text(f"hp_cmd_{sub_name}", lang)
+                    sub.epilog = text("hp_exit_codes", lang)
+                    localize(sub, sub_name)
+        if lang != "en":
+            one.usage_prefix = text("hp_usage_prefix", lang)
+            for group in one._action_groups:
+                group.title = text(titles[group.title], lang) if group.title in titles else group.title
+    parser.description = text("hp_description", lang)
+    parser.usage = text("hp_usage", lang, prog=parser.prog)
+    parser.epilog = _top_epilog(lang)
+    localize(parser, None)
+
+
 _TAKES_VALUE = {"-w", "--workspace", "-r", "--run-dir", "--lang", "--store", "--rounds", "--window",
                 "--permission-mode", "--model", "-t", "--tools", "-p", "-b", "--budget", "--resume", "--state",
                 "--workspace-id", "--settings"}
@@ -13555,9 +13763,10 @@ def _split_command(argv: list[str]) -> list[str]:
 
 def _check_settings() -> None:
     """Before anything is paid: an unusable setting is a setup problem (exit 3), named in one line."""
-    problems = settings_problems()
+    lang = argv_lang(sys.argv[1:])
+    problems = settings_problems(lang=lang)
     if problems:
-        more = f" (and {len(problems) - 1} more: {program_name()} doctor)" if len(problems) > 1 else ""
+        more = text("er_settings_more", lang, n=len(problems) - 1, prog=program_name()) if len(problems) > 1 else ""
         raise FlowerError(problems[0] + more, EXIT_SETUP)
 
 
@@ -13565,32 +13774,35 @@ def _check_task(value: str | None, what: str) -> str | None:
     """A task or wake sentence given on the command line: UTF-8, not huge, and not blank."""
     value = _check_text(value, what)
     if value is not None and not value.strip():
-        hint = ": say what should be done, or give no argument to carry on" if what == "the task" else ""
-        raise FlowerError(f"{what} is empty{hint}", EXIT_USAGE)
+        lang = argv_lang(sys.argv[1:])
+        hint = text("er_empty_task_hint", lang) if what == "the task" else ""
+        said = text(f"er_what_{what.replace(' ', '_')}", lang) if f"er_what_{what.replace(' ', '_')}" in TEXTS["en"] else what
+        raise FlowerError(text("er_empty", lang, what=said, hint=hint), EXIT_USAGE)
     return value.strip() if value is not None else None
 
 
 def _check_text(value: str | None, what: str) -> str | None:
     if value is None:
         return None
+    lang = argv_lang(sys.argv[1:])
+    key = f"er_what_{what.replace(' ', '_')}"
+    what = text(key, lang) if key in TEXTS["en"] else what
     if value == "-":
         data = sys.stdin.buffer.read(MAX_PROMPT_BYTES + 1)
         if len(data) > MAX_PROMPT_BYTES:
-            raise FlowerError(f"{what} from stdin is larger than {MAX_PROMPT_BYTES // 1024} KB; put it in a "
-                              f"file in the workspace and refer to it", EXIT_USAGE)
+            raise FlowerError(text("er_stdin_too_large", lang, what=what, kb=MAX_PROMPT_BYTES // 1024), EXIT_USAGE)
         try:
             value = data.decode("utf-8")
         except UnicodeDecodeError:
-            raise FlowerError(f"{what} from stdin is not valid UTF-8", EXIT_USAGE) from None
+            raise FlowerError(text("er_stdin_not_utf8", lang, what=what), EXIT_USAGE) from None
     try:
         encoded = value.encode("utf-8")
     except UnicodeEncodeError:
-        raise FlowerError(f"{what} is not valid UTF-8", EXIT_USAGE) from None
+        raise FlowerError(text("er_not_utf8", lang, what=what), EXIT_USAGE) from None
     if len(encoded) > MAX_PROMPT_BYTES:
-        raise FlowerError(f"{what} is larger than {MAX_PROMPT_BYTES // 1024} KB; put it in a file in the "
-                          f"workspace and refer to it", EXIT_USAGE)
+        raise FlowerError(text("er_too_large", lang, what=what, kb=MAX_PROMPT_BYTES // 1024), EXIT_USAGE)
     if "\x00" in value:
-        raise FlowerError(f"{what} contains a NUL byte", EXIT_USAGE)
+        raise FlowerError(text("er_nul_byte", lang, what=what), EXIT_USAGE)
     return value
 
 
@@ -13654,14 +13866,12 @@ def _require_sdk() -> Any:
     try:
         return importlib.import_module(_SDK_MODULE)
     except ImportError:
-        raise FlowerError("claude-agent-sdk is not installed (pip install claude-agent-sdk); "
-                          "status, doctor and the store work without it", EXIT_SETUP) from None
+        raise FlowerError(text("er_no_sdk", argv_lang(sys.argv[1:])), EXIT_SETUP) from None
 
 
 def _require_credentials() -> None:
     if _credentials() is None:
-        raise FlowerError("no credentials: set ANTHROPIC_API_KEY (or ANTHROPIC_AUTH_TOKEN), or log in with "
-                          "the claude CLI", EXIT_SETUP)
+        raise FlowerError(text("er_no_credentials", argv_lang(sys.argv[1:])), EXIT_SETUP)
 
 
 def _require_cli_dirs(lang: str) -> None:
@@ -13693,7 +13903,7 @@ def _paths(args: argparse.Namespace, reporter: Reporter) -> Paths:
     state dir. Without ``-r``, a flower ``./runs`` of the old default that belongs to this workspace is
     still used, with one line suggesting the move into ``.flower/``."""
     if not os.path.isdir(args.workspace):
-        raise FlowerError(f"workspace {args.workspace} is not a directory", EXIT_USAGE)
+        raise FlowerError(text("er_workspace_not_dir", _lang(args), path=args.workspace), EXIT_USAGE)
     run_dir = args.run_dir
     if run_dir is None:
         legacy = os.path.abspath("runs")
@@ -13715,12 +13925,11 @@ def _open_state(args: argparse.Namespace, paths: Paths, *, wait: bool = True,
     spec = args.state if args.state is not None else os.environ.get(STATE_ENV, "")
     ident = args.workspace_id or os.environ.get(WORKSPACE_ID_ENV) or None
     if ident is not None and (not ident.strip() or "\x00" in ident or len(ident) > 1000):
-        raise FlowerError("--workspace-id must be a non-empty line of at most 1000 characters", EXIT_USAGE)
+        raise FlowerError(text("er_workspace_id", _lang(args)), EXIT_USAGE)
     if not spec or spec == "local":
         return LocalState(paths, store_spec=args.store, workspace_id=ident)
     if not spec.startswith(("postgresql://", "postgres://")):
-        raise FlowerError("--state expects a postgresql://... connection string (or nothing: the local files)",
-                          EXIT_USAGE)
+        raise FlowerError(text("er_state_spec", _lang(args)), EXIT_USAGE)
     state = PostgresState(paths, spec, ident or workspace_identity(paths.workspace), store_spec=args.store)
     state.notify = say
     if state.ready():
@@ -14115,7 +14324,7 @@ def cmd_once(args: argparse.Namespace, reporter: Reporter) -> int:
     prompt = _check_task(args.prompt, "the prompt") or ""
     _check_settings()
     if args.fork and not args.resume:
-        raise FlowerError("--fork needs --resume SID", EXIT_USAGE)
+        raise FlowerError(text("er_fork_needs_resume", _lang(args)), EXIT_USAGE)
     tools = list(args.tools)
     spec = AgentSpec("once", tools=tools, allowed_tools=tools, permission_mode=args.permission_mode,
                      max_budget_usd=args.budget, model=args.model)
@@ -14141,7 +14350,7 @@ def cmd_once(args: argparse.Namespace, reporter: Reporter) -> int:
             matches = [s["session_id"] for s in rt.raw_store.sessions(rt.project_key)
                        if s["session_id"].startswith(resume)] if hasattr(rt.raw_store, "sessions") else [resume]
             if len(matches) != 1:
-                raise FlowerError(f"no unique stored session starts with {resume!r} in this workspace", EXIT_USAGE)
+                raise FlowerError(text("er_no_unique_session", _lang(args), prefix=repr(resume)), EXIT_USAGE)
             resume = matches[0]
         result = asyncio.run(_run_with_signals(rt, reporter, lambda: rt.run(
             spec, prompt, step_name="once", resume=resume, fork=args.fork), sys.stdin.isatty()))
@@ -14237,7 +14446,7 @@ def cmd_status(args: argparse.Namespace, reporter: Reporter) -> int:
     """Wake state, the last manifest rows and the stored sessions; never needs the SDK."""
     paths = _paths(args, reporter)
     if os.path.exists(paths.run_dir) and not os.path.isdir(paths.run_dir):
-        raise FlowerError(f"run dir {paths.run_dir} is not a directory", EXIT_SETUP)
+        raise FlowerError(text("er_run_dir_not_dir", _lang(args), path=paths.run_dir), EXIT_SETUP)
     backend = _open_state(args, paths, wait=False)
     try:
         data = status_data(paths, backend)
@@ -14516,7 +14725,7 @@ def cmd_report(args: argparse.Namespace, reporter: Reporter) -> int:
     """Write the report page (``-o``, default ``<run_dir>/report.html``) or, with ``--json``, print its data."""
     paths = _paths(args, reporter)
     if os.path.exists(paths.run_dir) and not os.path.isdir(paths.run_dir):
-        raise FlowerError(f"run dir {paths.run_dir} is not a directory", EXIT_SETUP)
+        raise FlowerError(text("er_run_dir_not_dir", _lang(args), path=paths.run_dir), EXIT_SETUP)
     backend = _open_state(args, paths, wait=False)
     try:
         data = gather_report(paths, backend)
@@ -14750,6 +14959,7 @@ def main(argv: list[str] | None = None) -> int:
             _check_text(value if value != "-" else "", "an argument")
         argv = _split_command(argv)
         parser = build_parser(argv[0] if argv and argv[0] in SUBCOMMANDS else "")
+        localize_parser(parser, argv_lang(argv))
         args = parser.parse_args(argv)
         reporter = Reporter(json_mode=args.json, verbose=args.verbose, quiet=args.quiet, lang=_lang(args),
                             show_text=args.command != "once")

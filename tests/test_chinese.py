@@ -87,5 +87,82 @@ class Walk(unittest.TestCase):
         self.assertEqual(flower.step_title("clarify", "en"), "clarify")
 
 
+OPTION_SYNTAX = re.compile(r"\{[^}]*\}|\b[A-Z][A-Z_:]+\b|\w+(?:,\w+)+")   # choices, metavars, name lists
+
+
+def help_english_lines(output: str) -> list[str]:
+    """english_lines of a help page, once its option syntax (choice lists, metavars, lists of names
+    such as ``Read,Glob,Grep``) is taken out: those are what the user types, in any language."""
+    return english_lines(OPTION_SYNTAX.sub("", output))
+
+
+# (arguments, extra environment, stdin, exit code): error paths said from the text tables
+ERROR_PATHS = [
+    (["status", "-w", "nope"], {}, b"", 2),
+    (["go", "   "], {}, b"", 2),
+    (["go", "-"], {}, b"\xff", 2),
+    (["go", "-"], {}, b"x" * (flower.MAX_PROMPT_BYTES + 1), 2),
+    (["once", "--fork", "hi"], {}, b"", 2),
+    (["status", "--workspace-id", " "], {}, b"", 2),
+    (["status", "--state", "mysql://x"], {}, b"", 2),
+    (["status", "-r", "afile"], {}, b"", 3),
+    (["go", "hi"], {"FLOWER_WINDOW": "5", "FLOWER_NO_PROBE": "x"}, b"", 3),
+    (["go", "hi"], {"ANTHROPIC_API_KEY": ""}, b"", 3),
+    (["go", "hi"], {"NO_SDK": "1"}, b"", 3),
+]
+
+
+class HelpAndErrors(unittest.TestCase):
+    """--help, every COMMAND --help and the common error paths, in Chinese and in English."""
+
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.ws = os.path.join(self.tmp.name, "ws")
+        os.makedirs(self.ws)
+        with open(os.path.join(self.ws, "afile"), "w") as f:
+            f.write("x")
+        self.env = dict(base_env(self.tmp.name), ANTHROPIC_API_KEY="sk-test")
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def run_cli(self, args, lang, extra=None, stdin=b""):
+        extra = dict(extra or {})
+        cmd = [sys.executable, "-c", NO_SDK] if extra.pop("NO_SDK", None) else [sys.executable, FLOWER]
+        env = dict(self.env, FLOWER_LANG=lang, COLUMNS="100", **extra)
+        p = subprocess.run(cmd + list(args), cwd=self.ws, env=env, input=stdin, capture_output=True, timeout=120)
+        return p.returncode, p.stdout.decode("utf-8") + p.stderr.decode("utf-8")
+
+    def test_help_of_every_command_in_chinese_and_in_english(self):
+        for command in ["", *flower.SUBCOMMANDS]:
+            args = [command, "--help"] if command else ["--help"]
+            with self.subTest(command=command):
+                code, zh = self.run_cli(args, "zh")
+                self.assertEqual(code, 0, zh)
+                self.assertEqual(help_english_lines(zh), [])
+                self.assertIn("用法:", zh)
+                self.assertNotRegex(zh, r"(?m)^(usage|options|positional arguments|global options)\b")
+                self.assertIn(flower.text("hp_exit_codes", "zh")[:20], zh.replace("\n", ""))
+                code, en = self.run_cli(args, "en")
+                self.assertEqual(code, 0, en)
+                self.assertFalse(CJK.search(en), en)
+                self.assertRegex(en, r"(?m)^usage: ")
+                self.assertIn("show this help message and exit", en)
+        code, zh = self.run_cli(["--lang", "zh", "go", "--help"], "en")   # --lang on the line wins
+        self.assertIn(flower.text("hp_go_rounds", "zh"), zh.replace("\n", "").replace(" " * 24, ""))
+
+    def test_error_paths_in_chinese_and_in_english(self):
+        for args, extra, stdin, expected in ERROR_PATHS:
+            with self.subTest(args=args, extra=extra):
+                code, zh = self.run_cli(args, "zh", extra, stdin)
+                self.assertEqual(code, expected, zh)
+                self.assertTrue(CJK.search(zh), zh)
+                self.assertEqual(english_lines(zh), [])
+                code, en = self.run_cli(args, "en", extra, stdin)
+                self.assertEqual(code, expected, en)
+                self.assertFalse(CJK.search(en), en)
+                self.assertRegex(en, r"\b[a-z]{2,} [a-z]{2,}\b")
+
+
 if __name__ == "__main__":
     unittest.main()
