@@ -642,6 +642,8 @@ TEXTS: dict[str, dict[str, str]] = {
         "hp_cmd_say": "leave words for the running work agent: it gets them at its next tool boundary",
         "hp_cmd_answer": "answer a question an agent asked (ID as shown with it)",
         "hp_cmd_ask": "a side question, answered from a read-only fork of the work session (running or not)",
+        "hp_cmd_handoff": "make the running work step hand over to a fresh session at its next boundary",
+        "hp_handoff": "on a wake, start the work step from a carry instead of resuming its session",
         "hp_description": "Keep a long agent job going with Claude. Run it again in the same directory and it carries on.",
         "hp_usage": "{prog} [\"what should be done\"]        (= go)\n       {prog} COMMAND [options] ...      (COMMAND --help for its options)",
         "hp_commands": "commands (COMMAND --help for its options):",
@@ -1083,6 +1085,8 @@ TEXTS: dict[str, dict[str, str]] = {
         "hp_cmd_say": "给正在运行的工作代理留话:它在下一个工具边界收到",
         "hp_cmd_answer": "回答代理提出的问题(ID 与问题一同显示)",
         "hp_cmd_ask": "旁路问题,由工作会话的只读分叉回答(无论工作是否在运行)",
+        "hp_cmd_handoff": "让正在运行的工作步骤在下一个边界交接给一个新会话",
+        "hp_handoff": "唤醒时,工作步骤从交接内容开始,而不是恢复原来的会话",
         "hp_description": "让一项长时间的代理任务与 Claude 一起持续进行。在同一目录再次运行,它就接着做。",
         "hp_usage": "{prog} [\"要做什么\"]        (= go)\n       {prog} COMMAND [选项] ...      (COMMAND --help 查看它的选项)",
         "hp_commands": "命令(COMMAND --help 查看它的选项):",
@@ -13695,7 +13699,8 @@ def localize_parser(parser: argparse.ArgumentParser, lang: str) -> None:
                     break
             if isinstance(action, argparse._SubParsersAction):
                 for sub_name, sub in action.choices.items():
-                    sub.description = text(f"hp_cmd_{sub_name}", lang)
+                    if f"hp_cmd_{sub_name}" in TEXTS["en"]:   # a command without one keeps its own words
+                        sub.description = text(f"hp_cmd_{sub_name}", lang)
                     sub.epilog = text("hp_exit_codes", lang)
                     localize(sub, sub_name)
         if lang != "en":
@@ -13710,10 +13715,7 @@ def localize_parser(parser: argparse.ArgumentParser, lang: str) -> None:
 
 _TAKES_VALUE = {"-w", "--workspace", "-r", "--run-dir", "--lang", "--store", "--rounds", "--window",
                 "--permission-mode", "--model", "-t", "--tools", "-p", "-b", "--budget", "--resume", "--state",
-                "--workspace-id", "--settings"}
-
-
-_TAKES_VALUE.add("--max-cost")
+                "--workspace-id", "--settings", "--max-cost"}
 
 
 def _positionals(argv: list[str]) -> int:
