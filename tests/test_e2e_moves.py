@@ -4,6 +4,7 @@ API. A CI job runs one command every time: the same words again are a continue, 
 from __future__ import annotations
 
 import json
+import re
 import os
 import shutil
 import signal
@@ -250,7 +251,8 @@ class TheWorkMovesThroughPostgres(TheWorkMovesWithTheJob):
             self.assertEqual((data["driver"]["pid"], data["driver"]["step"]), (proc.pid, "work"))
             shown = subprocess.run([sys.executable, FLOWER, "--state", self.dsn, "status"], cwd=b,
                                    env=self.env(home_b), capture_output=True, text=True, timeout=120).stdout
-            self.assertRegex(shown, rf"driven by +pid {proc.pid} on \S+, since \S+, step work")
+            self.assertRegex(shown, rf"driven by +pid {proc.pid} on \S+ in {re.escape(os.path.realpath(a))}, "
+                                    rf"since \S+, step work")   # A's own host and path
             self.assertRegex(shown, r"brief +confirmed")
             self.assertFalse(os.path.exists(os.path.join(b, ".flower", "notes", "brief.md")))
         self.killed_on_a(a, home_a, before_kill=status_on_b)
