@@ -12765,7 +12765,7 @@ def _driver_pairs(data: dict, lang: str) -> list[tuple[str, str]]:
 
 # --- Inbox: mail, questions and side questions for a running job ---
 
-MAIL_TAG = re.compile(r"\[mail ([0-9]{19}-[0-9a-f]{8}|[A-Za-z0-9._-]{1,80})\]")
+MAIL_TAG = _lazy_re(r"\[mail ([0-9]{19}-[0-9a-f]{8}|[A-Za-z0-9._-]{1,80})\]")
 
 
 @record
@@ -14444,16 +14444,22 @@ def _budget_pairs(budget: dict | None, lang: str) -> list[tuple[str, str]]:
              else text("st_spend_only", lang, spent=budget["spent_usd"]))]
 
 
-def cmd_status(args: argparse.Namespace, reporter: Reporter) -> int:
-    """Wake state, the last manifest rows and the stored sessions; never needs the SDK."""
-    paths = _paths(args, reporter)
+def _read_state(args: argparse.Namespace, paths: Paths, read: Callable[[Paths, StateBackend], dict]) -> dict:
+    """What ``read`` gathers from the state backend, opened without waiting and closed afterwards
+    (``status`` and ``report``: they only read, so a run dir that is not a directory is a setup error)."""
     if os.path.exists(paths.run_dir) and not os.path.isdir(paths.run_dir):
         raise FlowerError(text("er_run_dir_not_dir", _lang(args), path=paths.run_dir), EXIT_SETUP)
     backend = _open_state(args, paths, wait=False)
     try:
-        data = status_data(paths, backend)
+        return read(paths, backend)
     finally:
         backend.close()
+
+
+def cmd_status(args: argparse.Namespace, reporter: Reporter) -> int:
+    """Wake state, the last manifest rows and the stored sessions; never needs the SDK."""
+    paths = _paths(args, reporter)
+    data = _read_state(args, paths, status_data)
     data["settings"] = settings_line(paths.workspace, settings_choice(args), paths.lang)
     if args.json:
         print(json.dumps({"v": JSON_VERSION, "kind": "status", **data}, ensure_ascii=False))
@@ -14726,13 +14732,7 @@ def cmd_show(args: argparse.Namespace, reporter: Reporter) -> int:
 def cmd_report(args: argparse.Namespace, reporter: Reporter) -> int:
     """Write the report page (``-o``, default ``<run_dir>/report.html``) or, with ``--json``, print its data."""
     paths = _paths(args, reporter)
-    if os.path.exists(paths.run_dir) and not os.path.isdir(paths.run_dir):
-        raise FlowerError(text("er_run_dir_not_dir", _lang(args), path=paths.run_dir), EXIT_SETUP)
-    backend = _open_state(args, paths, wait=False)
-    try:
-        data = gather_report(paths, backend)
-    finally:
-        backend.close()
+    data = _read_state(args, paths, gather_report)
     if args.json:
         print(json.dumps(data, ensure_ascii=False))
         return EXIT_OK
