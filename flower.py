@@ -677,6 +677,72 @@ TEXTS: dict[str, dict[str, str]] = {
         "er_setting_number": "{setting} must be a number >= {low}",
         "er_setting_one_of": "{setting} must be one of {allowed}",
         "er_settings_more": " (and {n} more: {prog} doctor)",
+        "er_not_a_directory": "{path} exists and is not a directory",
+        "er_cannot_create_dir": "cannot create directory {path}: {error}",
+        "er_lock_unwritable": "{path} cannot be written: read-only or permission denied ({error})",
+        "er_json_is_dir": "{path} is a directory, expected a JSON file",
+        "er_cannot_read": "cannot read {path}: {error}",
+        "er_sqlite_is_dir": "{path} is a directory, expected a SQLite file",
+        "er_store_unwritable": "{path} cannot be written: read-only or permission denied ({error}); it was left untouched",
+        "er_store_busy": "{path} is busy or locked ({error}); it was left untouched",
+        "er_store_unusable": "{path} is not a usable session store ({error}); it was left untouched: move it aside or use another --run-dir",
+        "er_store_unreadable": "{path} cannot be read: read-only or permission denied ({error})",
+        "er_store_spec": "--store expects module:factory, got {spec}",
+        "er_store_factory": "--store {spec}: {kind}: {error}",
+        "er_store_not_a_store": "--store {spec}: the factory did not return a SessionStore (append/load)",
+        "er_cannot_write_in": "cannot write in {path}: {error}",
+        "er_no_psycopg": "--state postgresql://... needs psycopg 3: pip install \"psycopg[binary]\"",
+        "er_state_conninfo": "--state: not a valid postgresql:// connection string",
+        "er_db_refused_connection": "the state database {where} refused the connection: {problem}; check --state / {var}",
+        "er_db_unreachable_detail": "the state database {where} is unreachable: {detail}",
+        "er_db_unreachable": "the state database {where} is unreachable",
+        "er_db_refused": "the state database refused it: {kind}: {error}",
+        "er_db_schema_newer": "the state database holds flower schema version {found}; this flower.py knows up to {known}: use a newer flower.py",
+        "er_usd_above_zero": "{where} must be a number of USD above 0, got {got}",
+        "er_permission_mode": "permission mode {mode} is not one of {allowed}",
+        "er_spec_budget": "budget {budget} must be a positive number of USD",
+        "er_spec_max_turns": "max turns {n} must be at least 1",
+        "er_bypass_as_root": "bypassPermissions is refused by the CLI when running as root (set IS_SANDBOX=1 inside a sandbox)",
+        "er_sdk_missing": "claude-agent-sdk is not installed: pip install claude-agent-sdk",
+        "er_step_name": "invalid step name {name}",
+        "er_step_on_fail": "step {name}: on_fail must be one of {allowed}",
+        "er_network_down_db": "network down past {seconds}s (database {host}:{port})",
+        "er_interrupted": "interrupted",
+        "er_stopped_by_signal": "stopped by signal {signum}",
+        "er_unexpected": "unexpected {kind}: {error}",
+        "er_once_failed": "once failed: {error}",
+        "er_judge_unreachable": "the judge says the goal is unreachable: {reason}",
+        "busy_line": "another flower drives {what} ({who}); wait for it or stop it first",
+        "busy_session": "another flower drives session {sid} (pid {pid}, its CLI pid {cli}); wait for it or stop it first",
+        "busy_nobody_named": "its holder left no record and cannot be named",
+        "busy_pid": "pid {pid}",
+        "busy_host": " on {host}",
+        "busy_path": " in {path}",
+        "busy_since": ", since {since}",
+        "busy_since_unknown": ", start time unknown",
+        "busy_step": ", step {step}",
+        "lock_what_workspace": "workspace {name}",
+        "lock_what_step": "step {name}",
+        "er_url_unusable": "{name}={url} is not a usable URL ({error})",
+        "er_url_want": "{name}={url} is not a usable URL (want {schemes}://host[:port])",
+        "er_url_port": "{name}={url}: port {port} is out of range",
+        "warn_not_a_number": "ignoring {name}={raw}: not a non-negative number",
+        "ap_unknown_tool_close": "argument {arg}: unknown tool {what}; did you mean {close}?",
+        "ap_unknown_tool": "argument {arg}: unknown tool {what}; known: {known}",
+        "ui_resume_pruned": "resume: pruned {what}",
+        "os_EACCES": "Permission denied",
+        "os_EPERM": "Operation not permitted",
+        "os_EROFS": "Read-only file system",
+        "os_ENOENT": "No such file or directory",
+        "os_ENOTDIR": "Not a directory",
+        "os_EISDIR": "Is a directory",
+        "os_EEXIST": "File exists",
+        "os_ELOOP": "Too many levels of symbolic links",
+        "os_ENAMETOOLONG": "File name too long",
+        "os_EIO": "Input/output error",
+        "os_EDQUOT": "Disk quota exceeded",
+        "er_step_failed": "{label} failed: {error}",
+        "er_store_no_module": "--store {spec}: no module named {module}",
     },
     "zh": {
         "resume_prompt": "上一轮在完成之前被中断了。先看看磁盘上已经有什么,从中断处继续,不要从头开始。",
@@ -1120,15 +1186,108 @@ TEXTS: dict[str, dict[str, str]] = {
         "er_setting_number": "{setting} 必须是 >= {low} 的数",
         "er_setting_one_of": "{setting} 必须是以下之一:{allowed}",
         "er_settings_more": "(还有 {n} 个:{prog} doctor)",
+        "er_not_a_directory": "{path} 已经存在,但不是目录",
+        "er_cannot_create_dir": "无法创建目录 {path}:{error}",
+        "er_lock_unwritable": "{path} 无法写入:只读或没有权限({error})",
+        "er_json_is_dir": "{path} 是一个目录,这里应当是 JSON 文件",
+        "er_cannot_read": "无法读取 {path}:{error}",
+        "er_sqlite_is_dir": "{path} 是一个目录,这里应当是 SQLite 文件",
+        "er_store_unwritable": "{path} 无法写入:只读或没有权限({error});它原样未动",
+        "er_store_busy": "{path} 正忙或已被锁定({error});它原样未动",
+        "er_store_unusable": "{path} 不是可用的会话库({error});它原样未动:把它移到一边,或换一个 --run-dir",
+        "er_store_unreadable": "{path} 无法读取:只读或没有权限({error})",
+        "er_store_spec": "--store 需要 module:factory 的形式,得到的是 {spec}",
+        "er_store_factory": "--store {spec}:工厂函数出错,{kind}:{error}",
+        "er_store_not_a_store": "--store {spec}:工厂函数返回的不是 SessionStore(需要 append/load)",
+        "er_cannot_write_in": "无法在 {path} 中写入:{error}",
+        "er_no_psycopg": "--state postgresql://... 需要 psycopg 3:pip install \"psycopg[binary]\"",
+        "er_state_conninfo": "--state:不是有效的 postgresql:// 连接串",
+        "er_db_refused_connection": "状态数据库 {where} 拒绝了连接:{problem};请检查 --state / {var}",
+        "er_db_unreachable_detail": "连不上状态数据库 {where}:{detail}",
+        "er_db_unreachable": "连不上状态数据库 {where}",
+        "er_db_refused": "状态数据库拒绝了这个操作:{kind}:{error}",
+        "er_db_schema_newer": "状态数据库里 flower 的表结构版本是 {found};这个 flower.py 只认识到 {known}:请换用更新的 flower.py",
+        "er_usd_above_zero": "{where} 必须是大于 0 的美元数,得到的是 {got}",
+        "er_permission_mode": "权限模式 {mode} 不是以下之一:{allowed}",
+        "er_spec_budget": "预算 {budget} 必须是正的美元数",
+        "er_spec_max_turns": "最大轮数 {n} 至少为 1",
+        "er_bypass_as_root": "以 root 身份运行时,CLI 拒绝 bypassPermissions(在沙箱里请设置 IS_SANDBOX=1)",
+        "er_sdk_missing": "没有安装 claude-agent-sdk:pip install claude-agent-sdk",
+        "er_step_name": "无效的步骤名 {name}",
+        "er_step_on_fail": "步骤 {name}:on_fail 必须是以下之一:{allowed}",
+        "er_network_down_db": "网络中断超过了 {seconds} 秒(数据库 {host}:{port})",
+        "er_interrupted": "已中断",
+        "er_stopped_by_signal": "被信号 {signum} 停止",
+        "er_unexpected": "意外的错误 {kind}:{error}",
+        "er_once_failed": "once 失败:{error}",
+        "er_judge_unreachable": "评判认为目标无法达成:{reason}",
+        "busy_line": "另一个 flower 正在驱动{what}({who});请等它结束,或先停掉它",
+        "busy_session": "另一个 flower 正在驱动会话 {sid}(pid {pid},它的 CLI 的 pid {cli});请等它结束,或先停掉它",
+        "busy_nobody_named": "持有者没有留下记录,无法指明是谁",
+        "busy_pid": "pid {pid}",
+        "busy_host": ",在 {host} 上",
+        "busy_path": ",位于 {path}",
+        "busy_since": ",自 {since} 起",
+        "busy_since_unknown": ",开始时间不明",
+        "busy_step": ",步骤 {step}",
+        "lock_what_workspace": "工作区 {name}",
+        "lock_what_step": "步骤 {name}",
+        "er_url_unusable": "{name}={url} 不是可用的 URL({error})",
+        "er_url_want": "{name}={url} 不是可用的 URL(应为 {schemes}://host[:port])",
+        "er_url_port": "{name}={url}:端口 {port} 超出范围",
+        "warn_not_a_number": "忽略 {name}={raw}:不是非负数",
+        "ap_unknown_tool_close": "参数 {arg}:未知的工具 {what};你是想用 {close} 吗?",
+        "ap_unknown_tool": "参数 {arg}:未知的工具 {what};已知的工具:{known}",
+        "ui_resume_pruned": "续接:已修剪 {what}",
+        "os_EACCES": "没有权限",
+        "os_EPERM": "不允许的操作",
+        "os_EROFS": "只读文件系统",
+        "os_ENOENT": "没有这个文件或目录",
+        "os_ENOTDIR": "不是目录",
+        "os_EISDIR": "是一个目录",
+        "os_EEXIST": "文件已存在",
+        "os_ELOOP": "符号链接的层数过多",
+        "os_ENAMETOOLONG": "文件名太长",
+        "os_EIO": "输入/输出错误",
+        "os_EDQUOT": "超出了磁盘配额",
+        "er_step_failed": "{label} 失败:{error}",
+        "er_store_no_module": "--store {spec}:找不到模块 {module}",
     },
 }
 
 
 def text(key: str, lang: str = "en", **fmt: Any) -> str:
-    """Return the user-facing string ``key`` in ``lang`` (falling back to English), formatted."""
+    """Return the user-facing string ``key`` in ``lang`` (falling back to English), formatted (a
+    :class:`Said` field in ``lang`` too)."""
     table = TEXTS.get(lang) or TEXTS["en"]
     template = table.get(key, TEXTS["en"][key])
-    return template.format(**fmt) if fmt else template
+    return template.format(**{k: in_lang(v, lang) for k, v in fmt.items()}) if fmt else template
+
+
+class Said(str):
+    """A line from the text tables whose language is chosen later: it reads as the English line, and
+    ``in_lang`` says it in another. An error raised where no language is known carries one; the
+    command line says it in the user's language."""
+
+    def __new__(cls, render: Callable[[str], str]) -> "Said":
+        line = super().__new__(cls, render("en"))
+        line.render = render
+        return line
+
+    def in_lang(self, lang: str) -> str:
+        """This line in ``lang``."""
+        return self.render(lang)
+
+
+def said(key: str, **fmt: Any) -> Said:
+    """``text(key, lang, **fmt)`` for a ``lang`` chosen when the line is shown; a field that is itself
+    :class:`Said` is said in the same language."""
+    return Said(lambda lang: text(key, lang, **fmt))
+
+
+def in_lang(value: Any, lang: str) -> Any:
+    """``value`` said in ``lang`` when it is :class:`Said`, else ``value`` itself."""
+    return value.in_lang(lang) if isinstance(value, Said) else value
 
 
 # --- Utilities: errors, atomic write, file lock, safe names, redaction, JSON state ---
@@ -1144,15 +1303,19 @@ class FlowerError(Exception):
         super().__init__(message)
         self.exit_code = exit_code
 
+    def said(self, lang: str) -> str:
+        """The message in ``lang`` (one from the text tables is said in it; any other as it is)."""
+        return str(in_lang(self.args[0], lang)) if self.args else ""
+
 
 def ensure_private_dir(path: str) -> str:
     """Create ``path`` (and parents) with mode 0700 if missing; raise FlowerError if it is a file."""
     if os.path.exists(path) and not os.path.isdir(path):
-        raise FlowerError(f"{path} exists and is not a directory", EXIT_SETUP)
+        raise FlowerError(said("er_not_a_directory", path=path), EXIT_SETUP)
     try:
         os.makedirs(path, mode=0o700, exist_ok=True)
     except OSError as exc:
-        raise FlowerError(f"cannot create directory {path}: {exc.strerror or exc}", EXIT_SETUP) from None
+        raise FlowerError(said("er_cannot_create_dir", path=path, error=os_reason(exc)), EXIT_SETUP) from None
     return path
 
 
@@ -1194,7 +1357,14 @@ def os_error_line(exc: OSError, lang: str = "en", where: str | None = None) -> s
     if exc.errno == errno.ENOSPC:
         directory = str(path) if path and os.path.isdir(path) else os.path.dirname(str(path or "")) or "?"
         return text("disk_full", lang, path=directory)
-    return f"{exc.strerror or exc}{': ' + str(path) if path else ''}"
+    return f"{in_lang(os_reason(exc), lang)}{': ' + str(path) if path else ''}"
+
+
+def os_reason(exc: OSError) -> str:
+    """The system's reason for ``exc`` (``Permission denied``), said in the user's language when the
+    text tables know its errno."""
+    key = f"os_{errno.errorcode.get(exc.errno or 0, '')}"
+    return said(key) if key in TEXTS["en"] else str(exc.strerror or exc)
 
 
 def append_lines(path: str, data: bytes, mode: int = 0o600) -> None:
@@ -1284,6 +1454,25 @@ class Busy(FlowerError):
         self.holder = holder
 
 
+def lock_what(what: str) -> str:
+    """What a lock guards (``workspace ~/x``, ``step work``), said in the reader's language."""
+    head, _, name = what.partition(" ")
+    key = f"lock_what_{head}"
+    return said(key, name=name) if name and key in TEXTS["en"] else what
+
+
+def holder_words(holder: dict, lang: str) -> str:
+    """A lock's holder as far as it is known (pid, host, path, since, step), in ``lang``."""
+    if holder.get("pid") is None:
+        return text("busy_nobody_named", lang)
+    parts = [text("busy_pid", lang, pid=holder["pid"])]
+    parts += [text(f"busy_{field}", lang, **{field: holder[field]}) for field in ("host", "path", "since")
+              if holder.get(field)]
+    parts += [] if holder.get("since") else [text("busy_since_unknown", lang)]
+    parts += [text("busy_step", lang, step=holder["step"])] if holder.get("step") else []
+    return "".join(parts)
+
+
 class DriverLock:
     """One driver at a time: an exclusive, non-blocking ``flock`` held for as long as the holder lives.
 
@@ -1307,7 +1496,7 @@ class DriverLock:
         except OSError as exc:
             if exc.errno not in (errno.EROFS, errno.EACCES, errno.EPERM):
                 raise
-            raise FlowerError(f"{self.path} cannot be written: read-only or permission denied ({exc.strerror})",
+            raise FlowerError(said("er_lock_unwritable", path=self.path, error=os_reason(exc)),
                               EXIT_SETUP) from None
         if fcntl is not None:
             try:
@@ -1348,16 +1537,9 @@ class DriverLock:
         pid = flock_holder(self.path)
         return {"pid": pid, "host": socket.gethostname()} if pid is not None else {}
 
-    def busy_line(self, holder: dict) -> str:
+    def busy_line(self, holder: dict) -> Said:
         """The one line a second flower prints: the holder as far as it is known, the rest in words."""
-        if holder.get("pid") is None:
-            who = "its holder left no record and cannot be named"
-        else:
-            who = f"pid {holder['pid']}" + (f" on {holder['host']}" if holder.get("host") else "")
-            who += f" in {holder['path']}" if holder.get("path") else ""
-            who += f", since {holder['since']}" if holder.get("since") else ", start time unknown"
-            who += f", step {holder['step']}" if holder.get("step") else ""
-        return f"another flower drives {self.what} ({who}); wait for it or stop it first"
+        return said("busy_line", what=lock_what(self.what), who=Said(lambda lang: holder_words(holder, lang)))
 
     def release(self) -> None:
         """Let go (idempotent); the kernel does the same when the process dies."""
@@ -2189,11 +2371,11 @@ def read_json(path: str, default: Any, *, expect: type | None = None,
     except FileNotFoundError:
         return default
     except IsADirectoryError:
-        raise FlowerError(f"{path} is a directory, expected a JSON file", EXIT_SETUP) from None
+        raise FlowerError(said("er_json_is_dir", path=path), EXIT_SETUP) from None
     except NotRegularFile:
         raw = None
     except OSError as exc:
-        raise FlowerError(f"cannot read {path}: {exc.strerror or exc}", EXIT_SETUP) from None
+        raise FlowerError(said("er_cannot_read", path=path, error=os_reason(exc)), EXIT_SETUP) from None
     try:
         if raw is None:
             raise ValueError("not a regular file")
@@ -2263,7 +2445,7 @@ def env_number(name: str, default: float, warn: Callable[[str], None] | None = N
         return value
     except ValueError:
         if warn:
-            warn(f"ignoring {name}={raw!r}: not a non-negative number")
+            warn(said("warn_not_a_number", name=name, raw=repr(raw)))
         return default
 
 
@@ -2819,11 +3001,11 @@ def _url_problem(name: str, url: str, schemes: tuple[str, ...]) -> str | None:
         parts = urllib.parse.urlsplit(url)
         port = parts.port
     except ValueError as exc:
-        return f"{name}={redact(url)!r} is not a usable URL ({exc})"
+        return said("er_url_unusable", name=name, url=repr(redact(url)), error=exc)
     if parts.scheme not in schemes or not re.fullmatch(r"[A-Za-z0-9._\-]+|[0-9a-fA-F:.]+", parts.hostname or ""):
-        return f"{name}={redact(url)!r} is not a usable URL (want {'/'.join(schemes)}://host[:port])"
+        return said("er_url_want", name=name, url=repr(redact(url)), schemes="/".join(schemes))
     if port is not None and not 0 < port < 65536:
-        return f"{name}={redact(url)!r}: port {port} is out of range"
+        return said("er_url_port", name=name, url=repr(redact(url)), port=port)
     return None
 
 
@@ -2855,7 +3037,7 @@ def settings_problems(env: dict[str, str] | None = None, lang: str = "en") -> li
     for name in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy"):
         if (env.get(name) or "").strip():
             problems.append(_url_problem(name, env[name].strip(), ("http", "https", "socks5", "socks5h")))
-    return [p for p in problems if p]
+    return [in_lang(p, lang) for p in problems if p]
 
 
 PROGRESS_ANSWERS = 2   # a failed connection with this many answers of the model made progress
@@ -5562,7 +5744,7 @@ class SqliteSessionStore:
             if not os.path.isdir(directory):
                 ensure_private_dir(directory)
             if os.path.isdir(path):
-                raise FlowerError(f"{path} is a directory, expected a SQLite file", EXIT_SETUP)
+                raise FlowerError(said("er_sqlite_is_dir", path=path), EXIT_SETUP)
             if not os.path.exists(path):
                 with contextlib.suppress(FileExistsError):
                     os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
@@ -5582,12 +5764,12 @@ class SqliteSessionStore:
                     if reader:
                         self._db = self._connect_read_only(path, busy_timeout)
                         break
-                    raise FlowerError(f"{path} cannot be written: read-only or permission denied ({exc}); it was "
-                                      f"left untouched", EXIT_SETUP) from None
-                raise FlowerError(f"{path} is busy or locked ({exc}); it was left untouched", EXIT_SETUP) from None
+                    raise FlowerError(said("er_store_unwritable", path=path, error=exc),
+                                      EXIT_SETUP) from None
+                raise FlowerError(said("er_store_busy", path=path, error=exc), EXIT_SETUP) from None
             except sqlite3.DatabaseError as exc:
-                raise FlowerError(f"{path} is not a usable session store ({exc}); it was left untouched: "
-                                  f"move it aside or use another --run-dir", EXIT_SETUP) from None
+                raise FlowerError(said("er_store_unusable", path=path, error=exc),
+                                  EXIT_SETUP) from None
         # A table made without AUTOINCREMENT (by hand) may give a new row a lower seq than an old one
         # (past the largest rowid, SQLite picks free ones at random): its batches take the careful way
         schema = self._db.execute(SQL_ENTRIES_TABLE).fetchone()
@@ -5617,7 +5799,7 @@ class SqliteSessionStore:
                 return db
             except sqlite3.OperationalError as exc:
                 error = exc
-        raise FlowerError(f"{path} cannot be read: read-only or permission denied ({error})", EXIT_SETUP)
+        raise FlowerError(said("er_store_unreadable", path=path, error=error), EXIT_SETUP)
 
     @staticmethod
     def _connect(path: str, busy_timeout: float) -> sqlite3.Connection:
@@ -6695,15 +6877,17 @@ def load_store_factory(spec: str) -> Any:
     is called with no arguments. Errors become one-line FlowerErrors (exit 3)."""
     module_name, _, attr = spec.partition(":")
     if not module_name or not attr:
-        raise FlowerError(f"--store expects module:factory, got {spec!r}", EXIT_USAGE)
+        raise FlowerError(said("er_store_spec", spec=repr(spec)), EXIT_USAGE)
     try:
         module = importlib.import_module(module_name)
         factory = getattr(module, attr)
         store = factory()
+    except ModuleNotFoundError as exc:
+        raise FlowerError(said("er_store_no_module", spec=spec, module=exc.name), EXIT_SETUP) from None
     except Exception as exc:
-        raise FlowerError(f"--store {spec}: {type(exc).__name__}: {exc}", EXIT_SETUP) from None
+        raise FlowerError(said("er_store_factory", spec=spec, kind=type(exc).__name__, error=exc), EXIT_SETUP) from None
     if not (hasattr(store, "append") and hasattr(store, "load")):
-        raise FlowerError(f"--store {spec}: the factory did not return a SessionStore (append/load)", EXIT_SETUP)
+        raise FlowerError(said("er_store_not_a_store", spec=spec), EXIT_SETUP)
     return store
 
 
@@ -6794,7 +6978,7 @@ class Paths:
                 try:
                     atomic_write(ignore, "*\n", mode=0o644)
                 except OSError as exc:
-                    raise FlowerError(f"cannot write in {directory}: {exc.strerror or exc}", EXIT_SETUP) from None
+                    raise FlowerError(said("er_cannot_write_in", path=directory, error=os_reason(exc)), EXIT_SETUP) from None
 
 
 def _valid_lineage(data: Any) -> bool:
@@ -8289,7 +8473,7 @@ def _psycopg() -> Any:
     try:
         return importlib.import_module("psycopg")
     except ImportError:
-        raise FlowerError('--state postgresql://... needs psycopg 3: pip install "psycopg[binary]"',
+        raise FlowerError(said("er_no_psycopg"),
                           EXIT_SETUP) from None
 
 
@@ -8489,7 +8673,7 @@ class PostgresState(StateBackend):
         try:
             self.params = self.pg.conninfo.conninfo_to_dict(conninfo)
         except self.pg.Error:
-            raise FlowerError("--state: not a valid postgresql:// connection string", EXIT_SETUP) from None
+            raise FlowerError(said("er_state_conninfo"), EXIT_SETUP) from None
         self.conninfo = conninfo
         self.connect_timeout = connect_timeout
         self.lease_ttl = max(1.0, lease_ttl or env_number("FLOWER_LEASE_TTL", PG_LEASE_TTL))
@@ -8563,21 +8747,21 @@ class PostgresState(StateBackend):
         except self.pg.Error as exc:
             problem = pg_setup_problem(str(exc))
             if problem:
-                raise FlowerError(f"the state database {self.where()} refused the connection: {problem}; "
-                                  f"check --state / {STATE_ENV}", EXIT_SETUP) from None
+                raise FlowerError(said("er_db_refused_connection", where=self.where(), problem=problem, var=STATE_ENV),
+                                  EXIT_SETUP) from None
             self._retry_at = time.monotonic() + 1.0
             raise Offline(self._offline_line(exc)) from None
 
     def _offline_line(self, exc: Exception) -> str:
         detail = redact(str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__)
-        return f"the state database {self.where()} is unreachable: {detail[:200]}"
+        return said("er_db_unreachable_detail", where=self.where(), detail=detail[:200])
 
     def _connection(self) -> Any:
         conn = self._conn
         if conn is not None and not conn.closed and not conn.broken:
             return conn
         if time.monotonic() < self._retry_at:
-            raise Offline(f"the state database {self.where()} is unreachable")
+            raise Offline(said("er_db_unreachable", where=self.where()))
         conn = self._connect()
         if not self._schema_ok:
             self._ensure_schema(conn)
@@ -8604,8 +8788,8 @@ class PostgresState(StateBackend):
                 self._retry_at = time.monotonic() + 1.0
                 raise Offline(self._offline_line(exc)) from None
             except self.pg.Error as exc:
-                raise FlowerError(f"the state database refused it: {type(exc).__name__}: "
-                                  f"{redact(str(exc))[:200]}", EXIT_SETUP) from None
+                raise FlowerError(said("er_db_refused", kind=type(exc).__name__, error=redact(str(exc))[:200]),
+                                  EXIT_SETUP) from None
 
     def _ensure_schema(self, conn: Any) -> None:
         """Create the tables on first use; a schema newer than this flower knows is exit 3."""
@@ -8615,8 +8799,8 @@ class PostgresState(StateBackend):
             if cur.execute(PG_SCHEMA_EXISTS).fetchone()[0]:
                 found = cur.execute(PG_SCHEMA_FOUND).fetchone()[0]
             if found is not None and found > PG_SCHEMA_VERSION:
-                raise FlowerError(f"the state database holds flower schema version {found}; this flower.py "
-                                  f"knows up to {PG_SCHEMA_VERSION}: use a newer flower.py", EXIT_SETUP)
+                raise FlowerError(said("er_db_schema_newer", found=found, known=PG_SCHEMA_VERSION),
+                                  EXIT_SETUP)
             if found != PG_SCHEMA_VERSION:
                 cur.execute(PG_CREATE)
                 cur.execute(PG_SCHEMA_MARK, (PG_SCHEMA_VERSION,))
@@ -9744,9 +9928,7 @@ def settings_line(workspace: str, choice: str, lang: str) -> str:
 
 
 def _settings_option(group: Any) -> None:
-    group.add_argument("--settings", default=None, choices=SETTINGS_CHOICES,
-                       help="project: the agents read the workspace's CLAUDE.md and project/local settings "
-                            "(default, FLOWER_SETTINGS); none: isolated")
+    group.add_argument("--settings", default=None, choices=SETTINGS_CHOICES)
 
 
 # --- Job budget: the spend of the whole job, from the manifest rows, and its cap ---
@@ -9823,7 +10005,7 @@ def parse_max_cost(raw: str | None, where: str, code: int = EXIT_USAGE) -> float
     except ValueError:
         value = -1.0
     if not (value > 0 and value != float("inf")):
-        raise FlowerError(f"{where} must be a number of USD above 0, got {str(raw)[:40]!r}", code)
+        raise FlowerError(said("er_usd_above_zero", where=where, got=repr(str(raw)[:40])), code)
     return value
 
 
@@ -10377,16 +10559,15 @@ def check_spec(spec: AgentSpec) -> None:
     every retry): an unknown permission mode, a budget or turn limit that is not positive, and
     ``bypassPermissions`` as root outside a sandbox (the CLI refuses it there)."""
     if spec.permission_mode not in PERMISSION_MODES:
-        raise FlowerError(f"permission mode {spec.permission_mode!r} is not one of {', '.join(PERMISSION_MODES)}",
+        raise FlowerError(said("er_permission_mode", mode=repr(spec.permission_mode), allowed=", ".join(PERMISSION_MODES)),
                           EXIT_USAGE)
     if spec.max_budget_usd is not None and not spec.max_budget_usd > 0:
-        raise FlowerError(f"budget {spec.max_budget_usd} must be a positive number of USD", EXIT_USAGE)
+        raise FlowerError(said("er_spec_budget", budget=spec.max_budget_usd), EXIT_USAGE)
     if spec.max_turns is not None and spec.max_turns < 1:
-        raise FlowerError(f"max turns {spec.max_turns} must be at least 1", EXIT_USAGE)
+        raise FlowerError(said("er_spec_max_turns", n=spec.max_turns), EXIT_USAGE)
     if (spec.permission_mode == "bypassPermissions" and hasattr(os, "geteuid") and os.geteuid() == 0
             and not (os.environ.get("IS_SANDBOX") or spec.env.get("IS_SANDBOX"))):
-        raise FlowerError("bypassPermissions is refused by the CLI when running as root (set IS_SANDBOX=1 "
-                          "inside a sandbox)", EXIT_USAGE)
+        raise FlowerError(said("er_bypass_as_root"), EXIT_USAGE)
 
 
 @record
@@ -10595,7 +10776,7 @@ class Runtime:
             write()
             return True
         except (OSError, FlowerError) as exc:
-            why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            why = in_lang(os_reason(exc), self.lang) if isinstance(exc, OSError) else exc.said(self.lang)
             if path not in self._warned:
                 self._warned.add(path)
                 line = text("info_write_failed", self.lang, path=path, error=why)
@@ -10690,7 +10871,7 @@ class Runtime:
         try:
             return importlib.import_module(_SDK_MODULE)
         except ImportError:
-            raise FlowerError("claude-agent-sdk is not installed: pip install claude-agent-sdk", EXIT_SETUP) from None
+            raise FlowerError(said("er_sdk_missing"), EXIT_SETUP) from None
 
     def build_options(self, sdk: Any, spec: AgentSpec, *, session_id: str | None, resume: str | None,
                       fork: bool, manage_context: bool, after_batch: Callable | None = None) -> Any:
@@ -11184,8 +11365,8 @@ class Runtime:
         session (a salvage, a temp copy), so a side question never harms the live run."""
         other = live_driver(self.paths.run_dir, sid)
         if other is not None:
-            raise Busy(f"another flower drives session {sid} (pid {other.get('parent')}, its CLI pid "
-                       f"{other.get('pid')}); wait for it or stop it first", {"pid": other.get("parent")})
+            raise Busy(said("busy_session", sid=sid, pid=other.get('parent'), cli=other.get('pid')),
+                       {"pid": other.get("parent")})
 
     async def _connect_and_drive(self, sdk: Any, options: Any, prompt: str, st: "_RunState") -> _Turn:
         import asyncio
@@ -11356,7 +11537,8 @@ class Runtime:
             turn.mirror_failed = True
             # the store missed a batch: taken from the CLI's transcript before disconnect
             if store_damage(str(data.get("error"))):   # no later batch will fare better
-                raise FlowerError(str(data.get("error")), EXIT_SETUP)
+                raise FlowerError(text("store_damaged", self.lang, path=getattr(self.raw_store, "path", None) or self.state.describe(),
+                                       error=redact(str(data.get("error"))), prog=program_name()), EXIT_SETUP)
             error = str(data.get("error"))
             if classify(error) == DISK_FULL:   # say which disk: the store's
                 error = text("disk_full", self.lang, path=self._store_dir())
@@ -11803,9 +11985,9 @@ class Workflow:
     def __init__(self, steps: list[Step], *, continuous: bool = True):
         for step in steps:
             if not step.name or "\x00" in step.name or len(step.name) > 200:
-                raise FlowerError(f"invalid step name {step.name[:40]!r}", EXIT_USAGE)
+                raise FlowerError(said("er_step_name", name=repr(step.name[:40])), EXIT_USAGE)
             if step.on_fail not in ON_FAIL:
-                raise FlowerError(f"step {step.name[:40]!r}: on_fail must be one of {', '.join(ON_FAIL)}", EXIT_USAGE)
+                raise FlowerError(said("er_step_on_fail", name=repr(step.name[:40]), allowed=", ".join(ON_FAIL)), EXIT_USAGE)
         self.steps = steps
         self.continuous = continuous
 
@@ -11859,7 +12041,7 @@ class Workflow:
                     continue
                 if step.on_fail != "stop":
                     return _give_up(step, ctx)
-                raise StepAbort(f"{label} failed: {result.error}")
+                raise StepAbort(said("er_step_failed", label=label, error=result.error))
             verdict = await _maybe_await(step.gate(ctx, result)) if step.gate else True
             if verdict is True or verdict is None:
                 ctx[step.name] = step.reduce(ctx, result) if step.reduce else result.text
@@ -12085,7 +12267,7 @@ def starter_flow(ask: str | None, *, rt: Runtime, rounds: int = 3, use_goal: boo
             return True
         if verdict.status == "unreachable" and verdict.clean:
             if human is None:
-                raise StepAbort(f"the judge says the goal is unreachable: {verdict.reason[:400]}")
+                raise StepAbort(said("er_judge_unreachable", reason=verdict.reason[:400]))
             accept, amend, keep, stop = (text(k, lang) for k in UNREACHABLE_CHOICES)
             choice = await human.choose(text("unreachable_question", lang, reason=verdict.reason[:400]),
                                         [accept, amend, keep, stop])
@@ -13289,7 +13471,7 @@ class Reporter:
         if self.quiet and not always:
             return
         self._clear_status()
-        print_line(redact(message), self.err)
+        print_line(redact(in_lang(message, self.lang)), self.err)
 
     def _clear_status(self) -> None:
         if self._status_shown:
@@ -13378,7 +13560,7 @@ class Reporter:
             if data.get("pruned") and self.verbose:
                 pruned = data["pruned"]
                 said = ", ".join(f"{k} {v}" for k, v in pruned.items()) if isinstance(pruned, dict) else str(pruned)
-                self.say(f"  resume: pruned {said}")
+                self.say("  " + t("ui_resume_pruned", what=said))
             elif data.get("reason") == "human":
                 self.say("  " + t("ui_words" if data.get("words") else "ui_continuing"))
         elif kind in ("offline", "online"):
@@ -13438,6 +13620,8 @@ _ARGPARSE_MESSAGES = (   # argparse's own words -> the text-table key that says 
     (r"argument (?P<arg>\S+): must be a whole number, got (?P<what>.*)", "ap_whole_number"),
     (r"argument (?P<arg>\S+): must be at least (?P<low>\S+), got (?P<what>.*)", "ap_at_least"),
     (r"argument (?P<arg>\S+): the budget must be (?:a number of USD|more than 0 USD), got (?P<what>.*)", "ap_budget"),
+    (r"argument (?P<arg>\S+): unknown tool (?P<what>'.*'); did you mean (?P<close>.*)\?", "ap_unknown_tool_close"),
+    (r"argument (?P<arg>\S+): unknown tool (?P<what>'.*'); known: (?P<known>.*)", "ap_unknown_tool"),
     (r"argument (?P<arg>\S+): (?P<what>.*)", "ap_argument"),
     (r"the following arguments are required: (?P<what>.*)", "ap_required"),
 )
@@ -13525,36 +13709,25 @@ def parse_tools(raw: str) -> list[str]:
 
 def _global_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("global options (every command)")
-    group.add_argument("-w", "--workspace", default=".", help="the agents' working directory; it must exist "
-                                                              "(default .)")
-    group.add_argument("-r", "--run-dir", default=None, help="where the run files go (sessions.db, lineage, "
-                                                             "manifest); default <workspace>/.flower")
-    group.add_argument("-v", "--verbose", action="store_true", help="show every text and tool call (and SDK logs)")
-    group.add_argument("-q", "--quiet", action="store_true", help="only errors and the closing line")
-    group.add_argument("--json", action="store_true", help="JSON lines on stdout for CI (human text on stderr)")
-    group.add_argument("--lang", choices=("en", "zh"), default=None, help="language of prompts, notes and "
-                                                                          "messages (default FLOWER_LANG or en)")
-    group.add_argument("--store", default=None, metavar="MODULE:FACTORY",
-                       help="use your own SessionStore (a factory called with no arguments) instead of sessions.db")
-    group.add_argument("--state", default=None, metavar="postgresql://...",
-                       help="keep all state in one PostgreSQL database, for many machines (default "
-                            "FLOWER_STATE, else the local files; needs psycopg)")
-    group.add_argument("--workspace-id", default=None, metavar="ID",
-                       help="the workspace's identity in --state (default FLOWER_WORKSPACE_ID, else git "
-                            "remote#branch[:subdir], else the path)")
+    group.add_argument("-w", "--workspace", default=".")
+    group.add_argument("-r", "--run-dir", default=None)
+    group.add_argument("-v", "--verbose", action="store_true")
+    group.add_argument("-q", "--quiet", action="store_true")
+    group.add_argument("--json", action="store_true")
+    group.add_argument("--lang", choices=("en", "zh"), default=None)
+    group.add_argument("--store", default=None, metavar="MODULE:FACTORY")
+    group.add_argument("--state", default=None, metavar="postgresql://...")
+    group.add_argument("--workspace-id", default=None, metavar="ID")
     _settings_option(group)
 
 
-EXIT_CODES_HELP = ("exit codes: 0 done · 1 a step failed · 2 usage error · 3 setup problem or credentials "
-                   "rejected · 4 network down past the wait · 5 another flower drives this workspace · "
-                   "6 a usage limit resets past FLOWER_MAX_LIMIT_WAIT · 7 the job's budget spent · 130 interrupted · 128+N stopped by signal N")
+EXIT_CODES_HELP = TEXTS["en"]["hp_exit_codes"]
 
 
 def _delegation_options(go: argparse.ArgumentParser) -> None:
     single = (os.environ.get("FLOWER_NO_DELEGATE") or "").strip().lower() in ("1", "true", "yes")
-    go.add_argument("--no-delegate", action="store_true", default=single,
-                    help="one worker does everything, no coordinator and workers (also FLOWER_NO_DELEGATE=1)")
-    go.add_argument("--worker-model", default=None, help="model of the workers (default: the coordinator's)")
+    go.add_argument("--no-delegate", action="store_true", default=single)
+    go.add_argument("--worker-model", default=None)
 
 
 def _help_width() -> int:
@@ -13598,19 +13771,17 @@ def _top_epilog(lang: str = "en") -> str:
                       textwrap.fill(text("hp_exit_codes", lang), width, subsequent_indent="  ")])
 
 
-def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+def build_parser(only: str | None = None, lang: str = "en") -> argparse.ArgumentParser:
     """The argument parser (``go`` is the default subcommand). With ``only`` (a command name), the
     parser of that one command alone is built; with ``only=""``, none (what ``--help`` and one command
-    need: less to build on every start). The top-level help lists the commands either way."""
+    need: less to build on every start). The top-level help lists the commands either way. Its words
+    (help, summaries, usage) come from the text tables, in ``lang``."""
     prog = program_name()
-    parser = _ArgParser(prog=prog, usage=(
-        f'{prog} ["what should be done"]        (= go)\n'
-        f"       {prog} COMMAND [options] ...      (COMMAND --help for its options)"),
-        description="Keep a long agent job going with Claude. Run it again in the same directory and it carries on.",
-        epilog=_top_epilog(), formatter_class=_RawHelpFormatter)
+    parser = _ArgParser(prog=prog, formatter_class=_RawHelpFormatter)   # its words: localize_parser
     parser.add_argument("--version", action="version", version=f"flower.py {__version__}")
     _global_options(parser)
     if only == "":
+        localize_parser(parser, lang)
         return parser
     sub = parser.add_subparsers(dest="command", parser_class=_ArgParser, prog=prog,
                                 help=argparse.SUPPRESS)
@@ -13623,56 +13794,48 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
                               formatter_class=_HelpFormatter)
 
     go = command("go")
-    go.add_argument("ask", nargs="?", help="what should be done; in a used directory: something to add "
-                                           "('-' reads it from stdin)")
-    go.add_argument("--new", action="store_true", help="archive lineage, brief and goal; start a new task")
-    go.add_argument("--rounds", type=_int_at_least(1), default=3,
-                    help="judge rounds for the work step, at least 1 (default 3)")
-    go.add_argument("--no-trim", action="store_true", help="do not archive old big tool results on resume")
-    go.add_argument("--no-handoff", action="store_true", help="never hand over to a fresh session")
-    go.add_argument("--window", type=_int_at_least(MIN_WINDOW), default=None,
-                    help=f"context window in tokens (at least {MIN_WINDOW})")
-    go.add_argument("--no-goal", action="store_true", help="no goal step and no judge")
-    go.add_argument("--permission-mode", default="acceptEdits", choices=PERMISSION_MODES,
-                    help="permission mode of the worker (default acceptEdits)")
-    go.add_argument("--model", default=None, help="model for every agent")
+    go.add_argument("ask", nargs="?")
+    go.add_argument("--new", action="store_true")
+    go.add_argument("--rounds", type=_int_at_least(1), default=3)
+    go.add_argument("--no-trim", action="store_true")
+    go.add_argument("--no-handoff", action="store_true")
+    go.add_argument("--window", type=_int_at_least(MIN_WINDOW), default=None)
+    go.add_argument("--no-goal", action="store_true")
+    go.add_argument("--permission-mode", default="acceptEdits", choices=PERMISSION_MODES)
+    go.add_argument("--model", default=None)
     _delegation_options(go)
     _budget_option(go)
     _handoff_option(go)
     _global_options(go)
 
     once = command("once")
-    once.add_argument("prompt", help="the prompt ('-' reads it from stdin)")
-    once.add_argument("-t", "--tools", type=parse_tools, default=["Read", "Glob", "Grep"],
-                      help="comma-separated tools, available and auto-approved (default Read,Glob,Grep)")
-    once.add_argument("-p", "--permission-mode", default="default", choices=PERMISSION_MODES,
-                      help="permission mode (default default)")
-    once.add_argument("-b", "--budget", type=_positive_usd, default=None, help="budget cap in USD (> 0)")
-    once.add_argument("--resume", default=None, metavar="SID", help="continue this session (a unique id prefix)")
-    once.add_argument("--fork", action="store_true", help="with --resume: branch into a new session")
-    once.add_argument("--model", default=None, help="model of the session")
+    once.add_argument("prompt")
+    once.add_argument("-t", "--tools", type=parse_tools, default=["Read", "Glob", "Grep"])
+    once.add_argument("-p", "--permission-mode", default="default", choices=PERMISSION_MODES)
+    once.add_argument("-b", "--budget", type=_positive_usd, default=None)
+    once.add_argument("--resume", default=None, metavar="SID")
+    once.add_argument("--fork", action="store_true")
+    once.add_argument("--model", default=None)
     _global_options(once)
 
     _global_options(command("status"))
     _global_options(command("doctor"))
     sessions = command("sessions")
-    sessions.add_argument("--all", action="store_true", help="every workspace, not just this one")
+    sessions.add_argument("--all", action="store_true")
     _global_options(sessions)
     show = command("show")
-    show.add_argument("sid", help="session id (a unique prefix is enough)")
-    show.add_argument("--raw", action="store_true", help="every entry exactly as stored (one JSON object a line)")
+    show.add_argument("sid")
+    show.add_argument("--raw", action="store_true")
     _global_options(show)
     _report_options(command)
     _inbox_commands(command)
+    localize_parser(parser, lang)
     return parser
 
 
 def _budget_option(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--no-snapshot", action="store_true",
-                        help="take no workspace snapshots (the files then do not travel with the state)")
-    parser.add_argument("--max-cost", type=_positive_usd, default=None, metavar="USD",
-                        help=f"the whole job's budget in USD, across runs and machines (default {MAX_COST_ENV}, "
-                             f"else the one given before); spent: exit {EXIT_BUDGET}, a higher one continues")
+    parser.add_argument("--no-snapshot", action="store_true")
+    parser.add_argument("--max-cost", type=_positive_usd, default=None, metavar="USD")
 
 
 class _Unbuilt:
@@ -13694,7 +13857,7 @@ def localize_parser(parser: argparse.ArgumentParser, lang: str) -> None:
     def localize(one: argparse.ArgumentParser, name: str | None) -> None:
         for action in one._actions:
             for key in (f"hp_{name}_{action.dest}", f"hp_{action.dest}"):
-                if action.help not in (None, argparse.SUPPRESS) and key in TEXTS["en"]:
+                if action.help is not argparse.SUPPRESS and key in TEXTS["en"]:
                     action.help = text(key, lang, **values)
                     break
             if isinstance(action, argparse._SubParsersAction):
@@ -13937,7 +14100,7 @@ def _open_state(args: argparse.Namespace, paths: Paths, *, wait: bool = True,
     if state.ready():
         return state
     if not wait:
-        raise Offline(f"the state database {state.where()} is unreachable")
+        raise Offline(said("er_db_unreachable", where=state.where()))
     _wait_for_database(state, paths.lang, say)
     return state
 
@@ -13951,7 +14114,7 @@ def _wait_for_database(state: StateBackend, lang: str, say: Callable[[str], None
     online = asyncio.run(resilience.wait_online(notify=say, target=(f"database {host}", port), lang=lang,
                                                 probe=lambda *_: asyncio.to_thread(state.ready)))
     if not online:
-        raise FlowerError(f"network down past {int(resilience.max_offline_wait)}s (database {host}:{port})",
+        raise FlowerError(said("er_network_down_db", seconds=int(resilience.max_offline_wait), host=host, port=port),
                           EXIT_OFFLINE)
 
 
@@ -14108,7 +14271,7 @@ async def _run_with_signals(rt: Runtime, reporter: Reporter, body: Callable[[], 
         return await task
     except asyncio.CancelledError:
         signum = state["signal"] or signal.SIGINT
-        raise FlowerError("interrupted" if signum == signal.SIGINT else f"stopped by signal {signum}",
+        raise FlowerError(said("er_interrupted") if signum == signal.SIGINT else said("er_stopped_by_signal", signum=signum),
                           EXIT_INTERRUPTED if signum == signal.SIGINT else 128 + int(signum)) from None
     finally:
         if clock is not None:
@@ -14193,7 +14356,7 @@ def _write_ahead_ask(backend: StateBackend, paths: Paths, used: bool, ask: str |
         lineage.add_wake(ask) if used else lineage.remember_task(ask)
     except (OSError, FlowerError) as exc:
         line = text("info_write_failed", paths.lang, path=lineage.where,
-                    error=exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc))
+                    error=in_lang(os_reason(exc), paths.lang) if isinstance(exc, OSError) else exc.said(paths.lang))
         say(line)
         return [(lineage.where, line)]
     return []
@@ -14264,8 +14427,8 @@ def _go_run(args: argparse.Namespace, reporter: Reporter, rt: Runtime, used: boo
             rt, reporter, desk, interactive, lambda: flow.run(rt)), interactive))
         rt.soft(rt.lineage.where, lambda: rt.lineage.settle_wake(goal=True, sentences=True))   # carried through
     except StepAbort as exc:
-        message = over_budget(rt) or str(exc)
-        reporter.say(f"flower: {message}", always=True)
+        message = over_budget(rt) or exc.args[0]
+        reporter.say(f"flower: {in_lang(message, rt.lang)}", always=True)
         return _finish(rt, reporter, _exit_code(rt, message), message)
     work = ctx.get("_results", {}).get("work")
     if work is not None and work.text and not args.json:
@@ -14363,7 +14526,7 @@ def cmd_once(args: argparse.Namespace, reporter: Reporter) -> int:
         reporter.say(text("ui_once", rt.lang, sid=result.session_id, cost=result.cost_usd, path=rt.manifest.where),
                      always=True)
         if not result.ok:
-            reporter.say(f"flower: once failed: {result.error}", always=True)
+            reporter.say("flower: " + text("er_once_failed", rt.lang, error=result.error), always=True)
             return _finish(rt, reporter, _exit_code(rt, result.error or ""), result.error or "failed", line=False)
         return _finish(rt, reporter, EXIT_OK, "done", line=False)
     finally:
@@ -14531,14 +14694,14 @@ def _doctor_state(args: argparse.Namespace, reporter: Reporter, lang: str) -> li
         atomic_write(probe, "ok")
         os.unlink(probe)
     except (FlowerError, OSError) as exc:
-        return [Check(False, t("dr_run_dir_broken", error=exc), t("dr_run_dir_fix"))]
+        return [Check(False, t("dr_run_dir_broken", error=exc.said(lang) if isinstance(exc, FlowerError) else exc), t("dr_run_dir_fix"))]
     checks = [Check(True, t("dr_run_dir", path=_tilde(paths.run_dir)))]
     db = paths.run("sessions.db")
     if os.path.exists(db):
         try:
             store = SqliteSessionStore(db)
         except FlowerError as exc:
-            return checks + [Check(False, str(exc), t("dr_aside_fix"))]
+            return checks + [Check(False, exc.said(lang), t("dr_aside_fix"))]
         try:
             checks += _doctor_store(store, lang)
         finally:
@@ -14588,7 +14751,7 @@ def _doctor_database(args: argparse.Namespace, lang: str) -> list[Check]:
     try:
         state = PostgresState(Paths(".", None, lang), spec, "doctor")
     except FlowerError as exc:
-        return checks + [Check(False, str(exc), t("dr_db_login_fix"))]
+        return checks + [Check(False, exc.said(lang), t("dr_db_login_fix"))]
     host, port = state.endpoint()
     verdict = _database_reach(host, port)
     said = t("dr_" + verdict.split(" (")[0].replace(" ", "_").lower()) + verdict[len(verdict.split(" (")[0]):]
@@ -14599,9 +14762,9 @@ def _doctor_database(args: argparse.Namespace, lang: str) -> list[Check]:
     try:
         conn = state._connect()
     except Offline as exc:
-        return checks + [Check(False, str(exc), t("dr_db_reach_fix"), kind="network")]
+        return checks + [Check(False, exc.said(lang), t("dr_db_reach_fix"), kind="network")]
     except FlowerError as exc:
-        return checks + [Check(False, str(exc), t("dr_db_login_fix"))]
+        return checks + [Check(False, exc.said(lang), t("dr_db_login_fix"))]
     checks.append(Check(True, t("dr_db_login", where=state.where())))
     try:
         with conn:
@@ -14750,8 +14913,7 @@ def cmd_report(args: argparse.Namespace, reporter: Reporter) -> int:
 def _report_options(command: Callable[[str], argparse.ArgumentParser]) -> None:
     """The ``report`` sub-command's options."""
     report = command("report")
-    report.add_argument("-o", "--output", default=None, metavar="FILE",
-                        help="where to write the page (default: report.html in the run dir)")
+    report.add_argument("-o", "--output", default=None, metavar="FILE")
     _global_options(report)
 
 
@@ -14901,22 +15063,21 @@ def cmd_handoff(args: argparse.Namespace, reporter: Reporter) -> int:
 
 def _handoff_option(go: argparse.ArgumentParser) -> None:
     """``go --handoff``: on a wake the work step starts from a carry, not the old session."""
-    go.add_argument("--handoff", action="store_true",
-                    help="on a wake, start the work step from a carry instead of resuming its session")
+    go.add_argument("--handoff", action="store_true")
 
 
 def _inbox_commands(command: Callable[[str], argparse.ArgumentParser]) -> None:
     """The sub-commands that talk to a running job."""
     say = command("say")
-    say.add_argument("words", help="what the running work agent should hear ('-' reads it from stdin)")
+    say.add_argument("words")
     _global_options(say)
     answer = command("answer")
-    answer.add_argument("id", help="the question's id, as shown when it was asked")
-    answer.add_argument("words", help="the answer ('-' reads it from stdin)")
+    answer.add_argument("id")
+    answer.add_argument("words")
     _global_options(answer)
     ask = command("ask")
-    ask.add_argument("question", help="a side question about the work ('-' reads it from stdin)")
-    ask.add_argument("--model", default=None, help="model of the side question")
+    ask.add_argument("question")
+    ask.add_argument("--model", default=None)
     _global_options(ask)
     _global_options(command("handoff"))
 
@@ -14955,13 +15116,12 @@ def main(argv: list[str] | None = None) -> int:
     """Run the command line; returns the exit code (never raises, never prints a traceback)."""
     usable_std_streams()
     argv = list(sys.argv[1:] if argv is None else argv)
-    reporter = Reporter(json_mode="--json" in argv, quiet="-q" in argv or "--quiet" in argv)
+    reporter = Reporter(json_mode="--json" in argv, quiet="-q" in argv or "--quiet" in argv, lang=argv_lang(argv))
     try:
         for value in argv:
             _check_text(value if value != "-" else "", "an argument")
         argv = _split_command(argv)
-        parser = build_parser(argv[0] if argv and argv[0] in SUBCOMMANDS else "")
-        localize_parser(parser, argv_lang(argv))
+        parser = build_parser(argv[0] if argv and argv[0] in SUBCOMMANDS else "", argv_lang(argv))
         args = parser.parse_args(argv)
         reporter = Reporter(json_mode=args.json, verbose=args.verbose, quiet=args.quiet, lang=_lang(args),
                             show_text=args.command != "once")
@@ -14970,9 +15130,9 @@ def main(argv: list[str] | None = None) -> int:
         return COMMANDS[args.command](args, reporter)
     except FlowerError as exc:
         reporter.close()
-        print(f"flower: {redact(str(exc))}", file=sys.stderr)
+        print(f"flower: {redact(exc.said(reporter.lang))}", file=sys.stderr)
         if reporter.json_mode:   # CI reads why from stdout too: one last JSON line
-            data = {"exit_code": exc.exit_code, "message": str(exc)}
+            data = {"exit_code": exc.exit_code, "message": redact(exc.said(reporter.lang))}
             if isinstance(exc, Busy):
                 data["holder"] = exc.holder
             print(Event("lock" if isinstance(exc, Busy) else "error", data=data).as_json(), file=reporter.out,
@@ -14980,7 +15140,7 @@ def main(argv: list[str] | None = None) -> int:
         return exc.exit_code
     except KeyboardInterrupt:
         reporter.close()
-        print("flower: interrupted", file=sys.stderr)
+        print(f"flower: {text('er_interrupted', reporter.lang)}", file=sys.stderr)
         return EXIT_INTERRUPTED
     except SystemExit as exc:  # argparse --help / --version
         return int(exc.code or 0) if isinstance(exc.code, int) else 0
@@ -14995,7 +15155,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"flower: {text('store_damaged', reporter.lang, path='the session store', error=damage, prog=program_name())}",
                   file=sys.stderr)
             return EXIT_SETUP
-        print(f"flower: unexpected {type(exc).__name__}: {redact(str(exc))[:300]}", file=sys.stderr)
+        print(f"flower: {text('er_unexpected', reporter.lang, kind=type(exc).__name__, error=redact(str(exc))[:300])}", file=sys.stderr)
         if os.environ.get("FLOWER_DEBUG"):
             raise
         return EXIT_STEP_FAILED
