@@ -743,6 +743,8 @@ TEXTS: dict[str, dict[str, str]] = {
         "os_EDQUOT": "Disk quota exceeded",
         "er_step_failed": "{label} failed: {error}",
         "er_store_no_module": "--store {spec}: no module named {module}",
+        "target_database": "database {host}",
+        "er_background": "background error",
     },
     "zh": {
         "resume_prompt": "上一轮在完成之前被中断了。先看看磁盘上已经有什么,从中断处继续,不要从头开始。",
@@ -1252,6 +1254,8 @@ TEXTS: dict[str, dict[str, str]] = {
         "os_EDQUOT": "超出了磁盘配额",
         "er_step_failed": "{label} 失败:{error}",
         "er_store_no_module": "--store {spec}:找不到模块 {module}",
+        "target_database": "数据库 {host}",
+        "er_background": "后台错误",
     },
 }
 
@@ -6774,11 +6778,11 @@ def dir_problem(path: str, min_free: int = CLI_MIN_FREE, lang: str = "en") -> st
             return text("setup_low_space", lang, kb=free // 1024)
         fd, probe = tempfile.mkstemp(prefix=".flower-probe-", dir=where)
     except OSError as exc:
-        return exc.strerror or str(exc)
+        return in_lang(os_reason(exc), lang)
     try:
         os.write(fd, b"\0" * 4096)
     except OSError as exc:
-        return exc.strerror or str(exc)
+        return in_lang(os_reason(exc), lang)
     finally:
         os.close(fd)
         with contextlib.suppress(OSError):
@@ -13790,7 +13794,7 @@ def build_parser(only: str | None = None, lang: str = "en") -> argparse.Argument
         if only is not None and only != name:
             return _Unbuilt()
         summary = COMMAND_SUMMARIES[name]
-        return sub.add_parser(name, help=summary, description=summary, epilog=EXIT_CODES_HELP,
+        return sub.add_parser(name, description=summary, epilog=EXIT_CODES_HELP,
                               formatter_class=_HelpFormatter)
 
     go = command("go")
@@ -14111,7 +14115,7 @@ def _wait_for_database(state: StateBackend, lang: str, say: Callable[[str], None
     import asyncio
     resilience = Resilience.from_env(warn=say)
     host, port = state.endpoint() or ("?", 0)
-    online = asyncio.run(resilience.wait_online(notify=say, target=(f"database {host}", port), lang=lang,
+    online = asyncio.run(resilience.wait_online(notify=say, target=(text("target_database", lang, host=host), port), lang=lang,
                                                 probe=lambda *_: asyncio.to_thread(state.ready)))
     if not online:
         raise FlowerError(said("er_network_down_db", seconds=int(resilience.max_offline_wait), host=host, port=port),
@@ -14200,7 +14204,7 @@ def _quiet_loop_errors(reporter: Reporter) -> Callable[[Any, dict], None]:
         if exc is not None and _sdk_stop_noise(exc):
             return
         what = f"{type(exc).__name__}: {exc}" if exc is not None else context.get("message", "")
-        reporter.say(redact(f"flower: {context.get('message', 'background error')}: {what}")[:500],
+        reporter.say(redact(f"flower: {context.get('message') or text('er_background', reporter.lang)}: {what}")[:500],
                      always=True)
     return handler
 
@@ -14905,7 +14909,7 @@ def cmd_report(args: argparse.Namespace, reporter: Reporter) -> int:
             paths.prepare()
         atomic_write(target, render_report(data, paths.lang), mode=0o600)
     except OSError as exc:
-        raise FlowerError(text("rp_cannot_write", paths.lang, path=target, error=exc.strerror or exc), EXIT_SETUP) from None
+        raise FlowerError(text("rp_cannot_write", paths.lang, path=target, error=in_lang(os_reason(exc), paths.lang)), EXIT_SETUP) from None
     print(text("rp_wrote", paths.lang, path=_tilde(target)))
     return EXIT_OK
 
