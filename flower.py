@@ -742,9 +742,16 @@ TEXTS: dict[str, dict[str, str]] = {
         "os_EIO": "Input/output error",
         "os_EDQUOT": "Disk quota exceeded",
         "er_step_failed": "{label} failed: {error}",
-        "er_store_no_module": "--store {spec}: no module named {module}",
+        "er_store_no_module": "--store {spec}: ModuleNotFoundError: no module named {module}",
         "target_database": "database {host}",
         "er_background": "background error",
+        "er_network_down": "network down past {seconds}s ({target})",
+        "er_stalled": "stream stalled: no message from the CLI for {seconds}s",
+        "er_handoff_timed_out": "the handoff document timed out after {seconds}s",
+        "er_handoff_failed": "the handoff document failed: {why}",
+        "er_handoff_failed_kind": "the handoff document failed ({kind})",
+        "er_generation_cap": "generation cap reached ({n} handoffs in one step)",
+        "er_degraded_twice": "two degraded handoffs in a row: window {window}, threshold {at}, level {level}; the threshold is probably below this step's floor (raise --window or FLOWER_WINDOW)",
     },
     "zh": {
         "resume_prompt": "上一轮在完成之前被中断了。先看看磁盘上已经有什么,从中断处继续,不要从头开始。",
@@ -1253,9 +1260,16 @@ TEXTS: dict[str, dict[str, str]] = {
         "os_EIO": "输入/输出错误",
         "os_EDQUOT": "超出了磁盘配额",
         "er_step_failed": "{label} 失败:{error}",
-        "er_store_no_module": "--store {spec}:找不到模块 {module}",
+        "er_store_no_module": "--store {spec}:找不到模块 {module}(ModuleNotFoundError)",
         "target_database": "数据库 {host}",
         "er_background": "后台错误",
+        "er_network_down": "网络中断超过了 {seconds} 秒({target})",
+        "er_stalled": "数据流卡住了:CLI 已有 {seconds} 秒没有消息",
+        "er_handoff_timed_out": "交接文档在 {seconds} 秒后超时",
+        "er_handoff_failed": "交接文档失败了:{why}",
+        "er_handoff_failed_kind": "交接文档失败了({kind})",
+        "er_generation_cap": "达到了交接代数的上限(一个步骤里交接了 {n} 次)",
+        "er_degraded_twice": "连续两次降级交接:窗口 {window},阈值 {at},水位 {level};阈值多半低于这个步骤的底线(请调高 --window 或 FLOWER_WINDOW)",
     },
 }
 
@@ -1281,6 +1295,15 @@ class Said(str):
     def in_lang(self, lang: str) -> str:
         """This line in ``lang``."""
         return self.render(lang)
+
+    def __copy__(self) -> "Said":
+        return self
+
+    def __deepcopy__(self, memo: dict) -> "Said":
+        return self
+
+    def __reduce__(self) -> tuple:
+        return str, (str(self),)   # pickled, it is the English line
 
 
 def said(key: str, **fmt: Any) -> Said:
@@ -11201,10 +11224,10 @@ class Runtime:
         if await self.wait_for_state():
             return True
         host, port = self.state.endpoint() or ("?", 0)
-        return self._offline(result, f"database {host}:{port}")
+        return self._offline(result, said("target_database", host=f"{host}:{port}"))
 
     def _offline(self, result: StepResult, target: str) -> bool:
-        result.error = f"network down past {int(self.resilience.max_offline_wait)}s ({target})"
+        result.error = said("er_network_down", seconds=int(self.resilience.max_offline_wait), target=target)
         result.error_kind = OFFLINE
         return False
 
@@ -11461,7 +11484,7 @@ class Runtime:
                 continue
             stopped = own_cli_stopped(self.paths.run_dir)
             if quiet >= bound and (stopped is not None or not st.pending):
-                turn.stalled = f"stream stalled: no message from the CLI for {int(quiet)}s"
+                turn.stalled = said("er_stalled", seconds=int(quiet))
                 if stopped is not None:   # continued, it takes the SIGTERM that follows and writes its transcript
                     with contextlib.suppress(OSError):
                         os.kill(stopped, signal.SIGCONT)
@@ -11680,9 +11703,9 @@ class Runtime:
         try:
             await asyncio.wait_for(ask(), self.handoff.ritual_timeout)
         except asyncio.TimeoutError:
-            turn.ritual_error = f"the handoff document timed out after {int(self.handoff.ritual_timeout)}s"
+            turn.ritual_error = said("er_handoff_timed_out", seconds=int(self.handoff.ritual_timeout))
         except Exception as exc:
-            turn.ritual_error = f"the handoff document failed: {type(exc).__name__}"
+            turn.ritual_error = said("er_handoff_failed", why=type(exc).__name__)
         turn.cost = max(turn.cost, sub.cost)
         turn.turns += sub.turns
         if docs:  # a document arrived; a failed or timed-out request to fix it leaves that one standing
@@ -11690,7 +11713,7 @@ class Runtime:
         elif turn.ritual_error is None:
             if sub.error_text:
                 kind = classify(sub.error_text, status=sub.status, terminal_reason=sub.terminal_reason)
-                turn.ritual_error = "context overflow" if kind == OVERFLOW else f"the handoff document failed ({kind})"
+                turn.ritual_error = "context overflow" if kind == OVERFLOW else said("er_handoff_failed_kind", kind=kind)
             else:
                 turn.ritual_text = "\n".join(sub.texts)
 
@@ -11746,7 +11769,7 @@ class Runtime:
         """Retire the current session: write the handoff document and slim transcript, pick a fresh
         session (lineage updated by the caller's loop) and return the carry; None = stop the step."""
         if self._capped(st):
-            result.error = f"generation cap reached ({self.handoff.max_generations} handoffs in one step)"
+            result.error = said("er_generation_cap", n=self.handoff.max_generations)
             return None
         old = st.sid
         try:
@@ -11778,8 +11801,7 @@ class Runtime:
         # a floor above the threshold shows as successors that fill up at once; two degraded handoffs
         # caused by passing faults (a failed ritual, a spurious overflow) in a fresh session do not
         if st.degraded_in_row >= 2 and level >= st.at // 2:
-            result.error = (f"two degraded handoffs in a row: window {st.window}, threshold {st.at}, level {level}; "
-                            f"the threshold is probably below this step's floor (raise --window or FLOWER_WINDOW)")
+            result.error = said("er_degraded_twice", window=st.window, at=st.at, level=level)
             return None
         # only files that exist: a document that could not be written is not a pointer to follow
         nav = {label: path for label, path in (("handoff document", doc), ("brief", self.paths.brief),

@@ -212,6 +212,22 @@ class FromTheTables(unittest.TestCase):
         self.assertEqual(exc.said("zh"), "无法读取 /x:没有权限")
         self.assertEqual(flower.text("ui_failed", "zh", error=flower.said("er_interrupted")), "失败:已中断")
 
+    def test_a_failed_step_and_a_busy_lock_said_in_chinese(self):
+        import io
+        err = io.StringIO()
+        reporter = flower.Reporter(lang="zh", err=err, tty=False)
+        reporter.event(flower.Event("result", step="work", data={"ok": False, "cost_usd": 0.0, "turns": 0, "attempts": 1,
+                                                                 "error": flower.said("er_stalled", seconds=300)}))
+        reporter.say(flower.said("warn_not_a_number", name="FLOWER_MAX_DELAY", raw="'x'"))
+        self.assertIn("CLI 已有 300 秒没有消息", err.getvalue())
+        self.assertIn("忽略 FLOWER_MAX_DELAY='x':不是非负数", err.getvalue())
+        self.assertEqual(english_lines(err.getvalue()), [])
+        lock = flower.DriverLock("/nonexistent", "step work")
+        self.assertEqual(lock.busy_line({}).in_lang("zh"), "另一个 flower 正在驱动步骤 work(持有者没有留下记录,无法指明是谁);"
+                                                           "请等它结束,或先停掉它")
+        self.assertEqual(str(lock.busy_line({"pid": 7})), "another flower drives step work (pid 7, start time unknown); "
+                                                          "wait for it or stop it first")
+
     def test_every_key_in_both_tables_with_the_same_fields(self):
         import string
         en, zh = flower.TEXTS["en"], flower.TEXTS["zh"]
