@@ -208,7 +208,7 @@ class FromAnotherMachine(MachinesCase, unittest.TestCase):
             answered["p"] = self.on_b("answer", qid, "ANSWER-MARK spaces")
         helper = threading.Thread(target=answer_it)
         helper.start()
-        env = dict(self.env(self.a), FLOWER_ASK_TIMEOUT="600")
+        env = dict(self.env(self.a), FLOWER_ASK_TIMEOUT="180")
         p = subprocess.run([sys.executable, FLOWER, "--state", self.dsn, "write hello"], cwd=self.a, env=env,
                            capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
         helper.join()
