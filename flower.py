@@ -7929,8 +7929,8 @@ SNAPSHOTS_KEPT = 3
 
 @record
 class Mail:
-    """One message for the running work agent: ``id`` (its file name in the inbox), the words
-    (redacted) and when it was sent (epoch seconds)."""
+    """One message for the running work agent: ``id`` (its file name in the inbox, or its key in a
+    remote backend), the words (redacted) and when it was sent (epoch seconds)."""
 
     id: str
     words: str
