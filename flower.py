@@ -8138,6 +8138,21 @@ def _sha(body: str) -> str:
 SNAPSHOTS_KEPT = 3
 
 
+@record
+class Mail:
+    """One message for the running work agent: ``id`` (its file name in the inbox, or its key in a
+    remote backend), the words (redacted) and when it was sent (epoch seconds)."""
+
+    id: str
+    words: str
+    sent: float
+
+
+def questions_dir(paths: Paths) -> str:
+    """``<workspace>/.flower/questions``: one open question each, and the answers ``answer`` leaves."""
+    return os.path.join(paths.flower_dir, "questions")
+
+
 class StateBackend:
     """Where flower keeps what outlives a run. Both backends implement every method; the local one
     is the reference. ``paths`` is this machine's view (the workspace and run_dir)."""
@@ -8264,6 +8279,53 @@ class StateBackend:
     def check_lease(self) -> None:
         """Raise :class:`Busy` when this process's driver lock was taken by another (remote backends)."""
 
+    # -- talking to the running job: mail, answers to its questions, a handoff asked for --
+
+    def mailbox(self, inbox: Any) -> Any:
+        """Where mail for the running job is left and found: ``inbox`` (the :class:`Inbox` of the
+        workspace's ``.flower/inbox`` files) itself; a remote backend adds the mail it keeps."""
+        return inbox
+
+    def post_question(self, qid: str, question: str) -> None:
+        """Show a question of the running job to whoever may answer it (``questions/<id>.json``)."""
+        folder = ensure_private_dir(questions_dir(self.paths))
+        write_json(os.path.join(folder, f"{qid}.json"), {"id": qid, "question": question, "asked": iso_now()})
+
+    def questions_waiting(self) -> list[str]:
+        """The ids of the questions waiting for an answer."""
+        try:
+            return sorted(n[:-5] for n in os.listdir(questions_dir(self.paths)) if n.endswith(".json"))
+        except OSError:
+            return []
+
+    def post_answer(self, qid: str, words: str) -> None:
+        """Leave the answer to question ``qid`` (``questions/<id>.answer``, redacted)."""
+        atomic_write(os.path.join(questions_dir(self.paths), f"{qid}.answer"), redact(words) + "\n")
+
+    def answer_waiting(self, qid: str) -> str | None:
+        """The answer left for question ``qid`` (None while there is none)."""
+        left = _read_text(os.path.join(questions_dir(self.paths), f"{qid}.answer"))
+        return left.strip() if left is not None and left.strip() else None
+
+    def close_question(self, qid: str) -> None:
+        """Forget question ``qid`` and its answer (it was answered, or it timed out)."""
+        for name in (f"{qid}.json", f"{qid}.answer"):
+            with contextlib.suppress(OSError):
+                os.unlink(os.path.join(questions_dir(self.paths), name))
+
+    def post_handoff(self) -> str:
+        """Ask the running work step to hand over (the ``handoff`` flag); returns where it was left."""
+        return ask_handoff(self.paths)
+
+    def handoff_waiting(self) -> bool:
+        """Whether a handoff was asked for and not yet done."""
+        return os.path.exists(handoff_flag(self.paths))
+
+    def handoff_done(self) -> None:
+        """The work step handed over: the request is done (kept until now so a crash loses nothing)."""
+        with contextlib.suppress(OSError):
+            os.unlink(handoff_flag(self.paths))
+
 
 class LocalState(StateBackend):
     """Files and SQLite in run_dir (SPEC §2): lineage.json, manifest.json, window.json, sessions.db
@@ -8374,7 +8436,7 @@ class LocalState(StateBackend):
 # its name (a NULL body is a deletion). Writes the database cannot take (it is down) go to a local
 # spool under run_dir and are written, in order and exactly once, when it is back.
 
-PG_SCHEMA_VERSION = 4     # 2: leases (a flower.py that knows only 1 does not renew them: it is refused); 3: journal; 4: snapshots
+PG_SCHEMA_VERSION = 5     # 2: leases (a flower.py that knows only 1 does not renew them: it is refused); 3: journal; 4: snapshots; 5: inbox
 PG_LOCK_CLASS = 0x464C57   # first key of flower's advisory locks ("FLW"); the second is hashtext(name)
 PG_LEASE_TTL = 90.0        # seconds a driver's lease lasts unrenewed (FLOWER_LEASE_TTL); renewed every sixth
 
@@ -8422,6 +8484,10 @@ CREATE INDEX IF NOT EXISTS journal_ws ON flower.journal (ws, id);
 CREATE TABLE IF NOT EXISTS flower.snapshots (
     id bigserial PRIMARY KEY, ws text NOT NULL, body bytea NOT NULL, at timestamptz NOT NULL DEFAULT now());
 CREATE INDEX IF NOT EXISTS snapshots_ws ON flower.snapshots (ws, id);
+CREATE TABLE IF NOT EXISTS flower.inbox (
+    id bigserial PRIMARY KEY, ws text NOT NULL, kind text NOT NULL, key text NOT NULL, body text NOT NULL,
+    at timestamptz NOT NULL DEFAULT clock_timestamp());
+CREATE UNIQUE INDEX IF NOT EXISTS inbox_key ON flower.inbox (ws, kind, key);
 """
 PG_SCHEMA_EXISTS = "SELECT to_regclass('flower.schema_version') IS NOT NULL"
 PG_SCHEMA_FOUND = "SELECT max(version) FROM flower.schema_version"
@@ -8493,6 +8559,14 @@ PG_SNAPSHOT_PRUNE = ("DELETE FROM flower.snapshots WHERE ws=%s AND id NOT IN "
 PG_SPOOL_CLAIM = "INSERT INTO flower.spooled (spool, ws) VALUES (%s, %s) ON CONFLICT DO NOTHING RETURNING 1"
 PG_JOURNAL_PUT = "INSERT INTO flower.journal (ws, run, lines) VALUES (%s, %s, %s)"
 PG_JOURNAL_ALL = "SELECT lines FROM flower.journal WHERE ws=%s ORDER BY id"
+# What is left for the running job from any machine: mail, a question and its answer (keyed by the
+# question's id), a handoff asked for (key ''). A row is deleted once it was acted on; the first wins.
+PG_INBOX_PUT = ("INSERT INTO flower.inbox (ws, kind, key, body) VALUES (%s, %s, %s, %s) "
+                "ON CONFLICT (ws, kind, key) DO NOTHING")
+PG_INBOX_LIST = ("SELECT key, body, extract(epoch FROM at)::float8 FROM flower.inbox WHERE ws=%s AND kind=%s "
+                 "ORDER BY id")
+PG_INBOX_GET = "SELECT body FROM flower.inbox WHERE ws=%s AND kind=%s AND key=%s"
+PG_INBOX_DROP = "DELETE FROM flower.inbox WHERE ws=%s AND kind=%s AND key=%s"
 
 
 def _psycopg() -> Any:
@@ -8995,6 +9069,10 @@ class PostgresState(StateBackend):
             cur.execute(PG_NOTE_PUT, (op["ws"], op["name"], op.get("body"), op.get("sha")))
         elif kind == "journal":
             cur.execute(PG_JOURNAL_PUT, (op["ws"], op["run"], op["lines"]))
+        elif kind == "inbox_put":
+            cur.execute(PG_INBOX_PUT, (op["ws"], op["what"], op["key"], op["body"]))
+        elif kind == "inbox_drop":
+            cur.execute(PG_INBOX_DROP, (op["ws"], op["what"], op["key"]))
 
     def _apply_entries(self, cur: Any, op: dict) -> None:
         """One batch: serialised per session (advisory transaction lock), summary folded, mtime
@@ -9327,6 +9405,78 @@ class PostgresState(StateBackend):
                 PostgresSessionStore(self, project_key(self.paths.workspace))
         return self._store
 
+    # -- talking to the running job from any machine: rows of flower.inbox, and the local files too --
+
+    def _leave(self, kind: str, key: str, body: str) -> None:
+        """Leave a row for the running job, straight in the database (:class:`Offline` when it is
+        away: a request left in this machine's spool would reach no other machine)."""
+        self._run(lambda cur: cur.execute(PG_INBOX_PUT, (self.workspace_id, kind, key, body)))
+
+    def _waiting(self, kind: str) -> list[tuple[str, str, float]]:
+        """``(key, body, sent)`` of the rows of ``kind``, oldest first, less those whose deletion waits
+        in the spool; [] when the database cannot tell now (the local files still speak)."""
+        try:
+            rows = self._read(PG_INBOX_LIST, (self.workspace_id, kind))
+        except FlowerError:
+            return []
+        dropped = {op["key"] for op in self._spooled("inbox_drop", ws=self.workspace_id, what=kind)}
+        return [(key, body, sent) for key, body, sent in rows if key not in dropped]
+
+    def _drop(self, kind: str, key: str) -> None:
+        """Delete a row that was acted on (spooled while the database is away, like every write)."""
+        with contextlib.suppress(FlowerError):
+            self.write({"t": "inbox_drop", "ws": self.workspace_id, "what": kind, "key": key})
+
+    def mailbox(self, inbox: Any) -> "PgMailbox":
+        """The inbox files and the mail ``say --state`` left in the database from any machine."""
+        return PgMailbox(self, inbox)
+
+    def post_question(self, qid: str, question: str) -> None:
+        """The question file, and a row so that ``answer --state`` on any machine finds it."""
+        super().post_question(qid, question)
+        with contextlib.suppress(FlowerError):
+            self.write({"t": "inbox_put", "ws": self.workspace_id, "what": "question", "key": qid,
+                        "body": json.dumps({"id": qid, "question": question, "asked": iso_now()}, ensure_ascii=False)})
+
+    def questions_waiting(self) -> list[str]:
+        """The questions of this machine's files and of the database."""
+        return sorted(set(super().questions_waiting()) | {key for key, _, _ in self._waiting("question")})
+
+    def post_answer(self, qid: str, words: str) -> None:
+        """A row with the answer (redacted); the asking flower may run on another machine."""
+        self._leave("answer", qid, redact(words))
+
+    def answer_waiting(self, qid: str) -> str | None:
+        """An answer file here, else the database's answer (None when neither has one)."""
+        left = super().answer_waiting(qid)
+        if left is not None:
+            return left
+        try:
+            rows = self._read(PG_INBOX_GET, (self.workspace_id, "answer", qid))
+        except FlowerError:
+            return None
+        return rows[0][0].strip() if rows and rows[0][0].strip() else None
+
+    def close_question(self, qid: str) -> None:
+        """The files and the rows of the question and its answer."""
+        super().close_question(qid)
+        self._drop("question", qid)
+        self._drop("answer", qid)
+
+    def post_handoff(self) -> str:
+        """A handoff row: the flower that drives this workspace on any machine hands over."""
+        self._leave("handoff", "", iso_now())
+        return self.describe("handoff")
+
+    def handoff_waiting(self) -> bool:
+        """The flag file here, or a handoff row."""
+        return super().handoff_waiting() or bool(self._waiting("handoff"))
+
+    def handoff_done(self) -> None:
+        """The flag file and the row."""
+        super().handoff_done()
+        self._drop("handoff", "")
+
 
 class PostgresSessionStore:
     """The SDK ``SessionStore`` protocol on :class:`PostgresState`, plus flower's sync extras.
@@ -9625,6 +9775,33 @@ class PgLock(DriverLock):
         if self._held:
             self._held = False
             self.state.unlock(self.name)
+
+
+class PgMailbox:
+    """Mail for the running job in the database as well as in the workspace's inbox files (an
+    :class:`Inbox`, passed in): ``say --state`` on any machine leaves a row, and the flower that
+    drives the workspace, on any machine, finds rows and files alike; a mail's row is deleted once
+    the store recorded the request that carried it, as its file is."""
+
+    def __init__(self, state: PostgresState, inbox: Any):
+        self.state = state
+        self.inbox = inbox
+
+    def post(self, words: str) -> str:
+        """Leave one mail in the database; returns its id (the form of an inbox file's name)."""
+        mail_id = f"{time.time_ns():019d}-{uuid.uuid4().hex[:8]}"
+        self.state._leave("mail", mail_id, redact(words).strip()[:MAX_PROMPT_BYTES])
+        return mail_id
+
+    def pending(self) -> list[Mail]:
+        """Every mail not yet delivered, files and rows, oldest first (rows in the database's order)."""
+        rows = [Mail(key, redact(body).strip(), sent) for key, body, sent in self.state._waiting("mail")]
+        return sorted(self.inbox.pending() + [m for m in rows if m.words], key=lambda m: m.sent)
+
+    def done(self, mail_id: str) -> None:
+        """Forget a delivered mail: its file, its row."""
+        self.inbox.done(mail_id)
+        self.state._drop("mail", mail_id)
 
 
 # --- Delegation: coordinator and workers, spill at write time, the workbench ---
@@ -11160,8 +11337,7 @@ class Runtime:
             return False
         if st.asked:   # handed over: the request is done (kept until now so a crash loses nothing)
             st.asked = False
-            with contextlib.suppress(OSError):
-                os.unlink(handoff_flag(self.paths))
+            self.state.handoff_done()
         st.prompt, st.resuming = carry, None
         return True
 
@@ -11666,7 +11842,7 @@ class Runtime:
 
     def _handoff_asked(self, st: "_RunState") -> bool:
         """A person asked the work step to hand over (``flower.py handoff``): said once, like a crossing."""
-        if st.name != "work" or st.asked or not os.path.exists(handoff_flag(self.paths)):
+        if st.name != "work" or st.asked or not self.state.handoff_waiting():
             return False
         st.asked = True
         st.emit(Event("handoff", session_id=st.sid, level=st.level, window=st.window,
@@ -12976,16 +13152,6 @@ def _driver_pairs(data: dict, lang: str) -> list[tuple[str, str]]:
 MAIL_TAG = _lazy_re(r"\[mail ([0-9]{19}-[0-9a-f]{8}|[A-Za-z0-9._-]{1,80})\]")
 
 
-@record
-class Mail:
-    """One message for the running work agent: ``id`` (its file name in the inbox), the words
-    (redacted) and when it was sent (epoch seconds)."""
-
-    id: str
-    words: str
-    sent: float
-
-
 def inbox_dir(paths: Paths) -> str:
     """``<workspace>/.flower/inbox``: where ``say`` writes and a person may drop a text file."""
     return os.path.join(paths.flower_dir, "inbox")
@@ -13082,6 +13248,7 @@ class MailDesk:
     def __init__(self, rt: Runtime, inbox: Inbox, steps: Iterable[str] = ("work",)):
         self.rt = rt
         self.inbox = inbox
+        self.mailbox = rt.state.mailbox(inbox)   # the inbox files, and the mail a remote backend keeps
         self.steps = set(steps)
         self.offered: dict[str, Mail] = {}   # handed to the current connection, not yet recorded
         self.lock = threading.Lock()
@@ -13110,7 +13277,7 @@ class MailDesk:
     def take(self) -> str:
         """The mail to hand over now (each once per connection), appended to the brief and shown."""
         with self.lock:
-            new = [m for m in self.inbox.pending() if m.id not in self.offered]
+            new = [m for m in self.mailbox.pending() if m.id not in self.offered]
             for mail in new:
                 self.offered[mail.id] = mail
         if not new:
@@ -13130,16 +13297,11 @@ class MailDesk:
         for mail_id in mails_recorded(entries):
             with self.lock:
                 self.offered.pop(mail_id, None)
-            self.inbox.done(mail_id)
+            self.mailbox.done(mail_id)
 
 
 ASK_TIMEOUT = 1800.0   # seconds a question waits for its answer (FLOWER_ASK_TIMEOUT)
 ASK_POLL = 0.5         # how often an answer file is looked for
-
-
-def questions_dir(paths: Paths) -> str:
-    """``<workspace>/.flower/questions``: one open question each, and the answers ``answer`` leaves."""
-    return os.path.join(paths.flower_dir, "questions")
 
 
 def qa_entry(qid: str, question: str, answer: str, source: str, lang: str = "en") -> str:
@@ -13158,7 +13320,6 @@ class QuestionDesk:
         self.rt = rt
         self.interactive = interactive
         self.timeout = env_number("FLOWER_ASK_TIMEOUT", ASK_TIMEOUT, rt.notify) if timeout is None else timeout
-        self.directory = questions_dir(rt.paths)
 
     @property
     def nobody(self) -> bool:
@@ -13174,17 +13335,14 @@ class QuestionDesk:
         if self.nobody:
             self._log(qid, question, "(nobody can answer here)", "flower")
             return text("ask_nobody", lang, path=brief)
-        ensure_private_dir(self.directory)
-        write_json(os.path.join(self.directory, f"{qid}.json"), {"id": qid, "question": question, "asked": iso_now()})
+        self.rt.state.post_question(qid, question)
         self.rt.emit(Event("ask", data={"id": qid, "question": question, "timeout_s": int(self.timeout),
                                         "message": text("ui_question", lang, id=qid, question=sanitize(question),
                                                         prog=program_name(), wait=wait)}))
         try:
             answer, source = await self._answer(qid)
         finally:
-            for name in (f"{qid}.json", f"{qid}.answer"):
-                with contextlib.suppress(OSError):
-                    os.unlink(os.path.join(self.directory, name))
+            self.rt.state.close_question(qid)
         if answer is None:
             self._log(qid, question, f"(no answer within {wait})", "timeout")
             self.rt.emit(Event("ask", data={"id": qid, "phase": "timeout",
@@ -13196,18 +13354,18 @@ class QuestionDesk:
         return answer
 
     async def _answer(self, qid: str) -> tuple[str | None, str]:
-        """The first answer: typed at the terminal, or left in ``<id>.answer``; None past the timeout."""
+        """The first answer: typed at the terminal, or left by ``answer`` (the state backend keeps it);
+        None past the timeout."""
         import asyncio
         typed = asyncio.ensure_future(read_line("> ")) if self.interactive else None
-        path = os.path.join(self.directory, f"{qid}.answer")
         deadline = time.monotonic() + self.timeout
         try:
             while time.monotonic() < deadline:
                 if typed is not None and typed.done():
                     return typed.result(), "terminal"
-                left = _read_text(path)
-                if left is not None and left.strip():
-                    return left.strip(), "answer"
+                left = await asyncio.to_thread(self.rt.state.answer_waiting, qid)
+                if left is not None:
+                    return left, "answer"
                 await asyncio.sleep(min(ASK_POLL, max(0.0, deadline - time.monotonic())))
             return None, "timeout"
         finally:
@@ -13228,14 +13386,6 @@ def attach_questions(flow: "Workflow", rt: Runtime, interactive: bool, steps: It
         if step.name in steps:
             step.spec.ask = desk.ask
     return desk
-
-
-def open_questions(paths: Paths) -> list[str]:
-    """The ids of the questions waiting for an answer in this workspace."""
-    try:
-        return sorted(n[:-5] for n in os.listdir(questions_dir(paths)) if n.endswith(".json"))
-    except OSError:
-        return []
 
 
 SIDE_TOOLS = ["Read", "Glob", "Grep"]
@@ -14952,11 +15102,15 @@ def cmd_answer(args: argparse.Namespace, reporter: Reporter) -> int:
     if not words:
         raise FlowerError(text("ui_answer_empty", lang), EXIT_USAGE)
     paths = _paths(args, reporter)
-    waiting = open_questions(paths)
-    if args.id not in waiting:
-        raise FlowerError(text("ui_no_question", lang, id=sanitize(args.id)[:40], open=", ".join(waiting) or "-"),
-                          EXIT_USAGE)
-    atomic_write(os.path.join(questions_dir(paths), f"{args.id}.answer"), redact(words) + "\n")
+    backend = _open_state(args, paths, say=lambda m: reporter.say(m, always=True))
+    try:
+        waiting = backend.questions_waiting()
+        if args.id not in waiting:
+            raise FlowerError(text("ui_no_question", lang, id=sanitize(args.id)[:40], open=", ".join(waiting) or "-"),
+                              EXIT_USAGE)
+        backend.post_answer(args.id, words)
+    finally:
+        backend.close()
     reporter.say(text("ui_answered", lang, id=args.id), always=True)
     return EXIT_OK
 
@@ -15070,8 +15224,13 @@ def cmd_say(args: argparse.Namespace, reporter: Reporter) -> int:
     paths = _paths(args, reporter)
     paths.prepare()
     inbox = Inbox(inbox_dir(paths), lang=_lang(args))
-    mail_id = inbox.post(words)
-    reporter.say(text("ui_mail_posted", _lang(args), id=mail_id, path=_tilde(inbox.directory)), always=True)
+    backend = _open_state(args, paths, say=lambda m: reporter.say(m, always=True))
+    try:
+        mail_id = backend.mailbox(inbox).post(words)
+        where = backend.where() or _tilde(inbox.directory)
+    finally:
+        backend.close()
+    reporter.say(text("ui_mail_posted", _lang(args), id=mail_id, path=where), always=True)
     reporter.event(Event("mail", data={"id": mail_id, "phase": "posted"}))
     return EXIT_OK
 
@@ -15081,8 +15240,12 @@ def cmd_handoff(args: argparse.Namespace, reporter: Reporter) -> int:
     carry). No lock is taken."""
     paths = _paths(args, reporter)
     paths.prepare()
-    flag = ask_handoff(paths)
-    reporter.say(text("ui_handoff_posted", _lang(args), path=_tilde(flag)), always=True)
+    backend = _open_state(args, paths, say=lambda m: reporter.say(m, always=True))
+    try:
+        where = backend.post_handoff()
+    finally:
+        backend.close()
+    reporter.say(text("ui_handoff_posted", _lang(args), path=_tilde(where)), always=True)
     reporter.event(Event("handoff", data={"phase": "posted", "reason": "asked"}))
     return EXIT_OK
 
