@@ -7425,6 +7425,46 @@ def _ran_lines(commands: list[str], budget: int = DEGRADED_RAN_CHARS) -> list[st
     return lines[::-1]
 
 
+# How much of a worker's report a degraded ledger quotes after its task, and of all such lines
+DELEGATED_REPORT_CHARS = 300
+DELEGATED_CHARS = 4000
+_REPORT_FRAME = "The report follows:"   # the CLI's preamble before a subagent's report
+
+
+def _report_of(result: str) -> str:
+    """A worker's report from its Agent call's result: after the CLI's frame, without its agentId and
+    usage tail, on one line."""
+    _, found, after = result.partition(_REPORT_FRAME)
+    report = (after if found else result).split("\nagentId:", 1)[0].split("<usage>", 1)[0]
+    return " ".join(report.split())
+
+
+def _delegated_lines(entries: list[dict], budget: int = DELEGATED_CHARS) -> list[str]:
+    """``- delegated: `task` -> report`` lines for a degraded ledger, one per Agent call of the transcript
+    (newest that fit ``budget``, in order): a coordinator's work is done by its workers, so what they
+    reported is what its successor must not delegate again. A call with no result says so."""
+    results = {b.get("tool_use_id"): block_text(b) for e in entries if e.get("type") == "user"
+               for b in blocks_of(e) if isinstance(b, dict) and b.get("type") == "tool_result"}
+    lines = []
+    for entry in entries:
+        if entry.get("type") != "assistant":
+            continue
+        for b in blocks_of(entry):
+            if isinstance(b, dict) and b.get("type") == "tool_use" and b.get("name") in AGENT_TOOLS:
+                args = b["input"] if isinstance(b.get("input"), dict) else {}
+                task = " ".join(str(args.get("description") or args.get("prompt") or "")[:200].split())
+                said = results.get(b.get("id"))
+                report = _report_of(said)[:DELEGATED_REPORT_CHARS] if said is not None else "(no report; check the disk for what it did)"
+                lines.append(f"- delegated: `{task}` -> {report}")
+    kept, used = [], 0
+    for line in reversed(lines):
+        if used + len(line) > budget:
+            return [f"- ({len(lines) - len(kept)} earlier delegation(s) not listed)"] + kept[::-1]
+        kept.append(line)
+        used += len(line) + 1
+    return kept[::-1]
+
+
 # How much of each section of the previous handoff document a degraded ledger carries on
 EARLIER_CHARS = 3000
 
@@ -7491,7 +7531,7 @@ def degraded_ledger(entries: list[dict], why: str, prompt: str = "", earlier: Le
         short_prompt = short_prompt[:1500] + "…"
     next_step = (f"Continue with the first open item: {open_todo}" if open_todo else
                  "Check the files below against the task, then continue the task:\n" + short_prompt)
-    pointers = [f"- edited: {p}" for p in files[-20:]] + _ran_lines(commands) + list(workbench)
+    pointers = [f"- edited: {p}" for p in files[-20:]] + _ran_lines(commands) + _delegated_lines(entries) + list(workbench)
     sections = {
         "status": "\n".join(status_lines) or "(the transcript holds no assistant text yet)",
         "decisions": "(not recorded: degraded handoff)",

@@ -1,0 +1,146 @@
+"""Delegation under chaos (issue 39): what bench/chaos.py --delegate found, and one seed of it.
+
+Core tier: a coordinator's degraded handoff document lists what its workers were given and what they
+reported (a coordinator runs no step itself, so a ledger of shell commands alone told its successor
+nothing was done: the whole job again); the fake coordinator of tests/delegating_model.py reads its
+conversation as a model would. Real tier: one seed of the chaos harness in delegation mode, kills waiting
+for their phase (a worker's tool running, between worker turns, right after an Agent call's result)."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import unittest
+
+import flower
+from tests import delegating_model as dm
+from tests import trusting_model as tm
+from tests.helpers import HAVE_SDK, SKIP, load_chaos
+
+FRAME = ("[Subagent hand-back] The text below is the final report of a subagent this session delegated to. "
+         "The report follows:\n  Conclusion: done. {report}\nagentId: a1\n<usage>subagent_tokens: 7005</usage>")
+
+
+def agent_use(uid, parent, tool_id, description):
+    return {"type": "assistant", "uuid": uid, "parentUuid": parent, "message": {"role": "assistant", "content": [
+        {"type": "text", "text": f"delegating {description}"},
+        {"type": "tool_use", "id": tool_id, "name": "Agent",
+         "input": {"description": description, "prompt": f"do {description}", "subagent_type": "worker"}}]}}
+
+
+def agent_result(uid, parent, tool_id, report):
+    return {"type": "user", "uuid": uid, "parentUuid": parent, "message": {"role": "user", "content": [
+        {"type": "tool_result", "tool_use_id": tool_id, "content": [{"type": "text", "text": FRAME.format(report=report)}]}]}}
+
+
+class DegradedLedgerOfACoordinator(unittest.TestCase):
+    def entries(self):
+        return [{"type": "user", "uuid": "u0", "parentUuid": None, "message": {"role": "user", "content": "go"}},
+                agent_use("a1", "u0", "t1", "steps 1-2"), agent_result("r1", "a1", "t1", "DONE-STEPS: 1-2."),
+                agent_use("a2", "r1", "t2", "steps 3-4"), agent_result("r2", "a2", "t2", "DONE-STEPS: 3-4."),
+                agent_use("a3", "r2", "t3", "steps 5-6")]   # killed while its worker ran: no result
+
+    def test_it_lists_each_delegated_task_with_its_report(self):
+        ledger = flower.degraded_ledger(self.entries(), "context overflow", "do the job")
+        pointers = ledger.sections["pointers"]
+        self.assertIn("- delegated: `steps 1-2` -> Conclusion: done. DONE-STEPS: 1-2.", pointers)
+        self.assertIn("- delegated: `steps 3-4` -> Conclusion: done. DONE-STEPS: 3-4.", pointers)
+        self.assertNotIn("agentId", pointers)
+        self.assertNotIn("Subagent hand-back", pointers)
+        self.assertIn("- delegated: `steps 5-6` -> (no report; check the disk for what it did)", pointers)
+
+    def test_a_successor_that_trusts_its_carry_delegates_only_what_was_not_done(self):
+        ledger = flower.degraded_ledger(self.entries(), "context overflow", "do the job")
+        carry = flower.assemble_carry(ledger, nav={}, thread=[], budget_chars=18000)
+        first = [{"role": "user", "content": [{"type": "text", "text": carry.text}]}]
+        done, must_glance, _ = dm.coordinator_view(first)
+        self.assertEqual(done, {1, 2, 3, 4})
+        self.assertTrue(must_glance)   # steps 5-6 may be partly done: look at the disk first
+
+    def test_the_newest_fit_the_budget(self):
+        entries = [{"type": "user", "uuid": "u0", "parentUuid": None, "message": {"role": "user", "content": "go"}}]
+        for k in range(200):
+            entries += [agent_use(f"a{k}", entries[-1]["uuid"], f"t{k}", f"steps {k}"),
+                        agent_result(f"r{k}", f"a{k}", f"t{k}", f"DONE-STEPS: {k}. " + "x" * 200)]
+        lines = flower._delegated_lines(entries)
+        self.assertLessEqual(sum(len(line) + 1 for line in lines[1:]), flower.DELEGATED_CHARS)
+        self.assertRegex(lines[0], r"^- \(\d+ earlier delegation\(s\) not listed\)$")
+        self.assertIn("`steps 199`", lines[-1])
+
+
+class FakeCoordinator(unittest.TestCase):
+    """tests/delegating_model.py reads its conversation as a model would."""
+
+    def test_a_stopped_worker_makes_it_look_at_the_disk_then_go_on(self):
+        task = [{"role": "user", "content": "go"}]
+        blocks, batch = dm.coordinator_blocks(task, 6, "c1", batch=2)
+        self.assertEqual((blocks[-1][1], batch), ("Agent", {1, 2}))
+        stopped = task + [{"role": "assistant", "content": [{"type": "tool_use", "id": "c1", "name": "Agent",
+                                                             "input": blocks[-1][2]}]},
+                          {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "c1",
+                                                        "content": flower.text("worker_stopped")}]}]
+        blocks, batch = dm.coordinator_blocks(stopped, 6, "c2", batch=2)
+        self.assertEqual(blocks[-1][2]["command"], dm.GLANCE)
+        self.assertTrue(flower.is_read_only_command(dm.GLANCE))   # the coordinator may run it
+        glanced = stopped + [{"role": "assistant", "content": [{"type": "tool_use", "id": "c2", "name": "Bash",
+                                                                "input": blocks[-1][2]}]},
+                             {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "c2",
+                                                           "content": "step 1\n"}]}]
+        blocks, batch = dm.coordinator_blocks(glanced, 6, "c3", batch=2)
+        self.assertEqual(batch, {2, 3})
+
+    def test_a_result_that_is_no_report_is_delegated_again(self):
+        for said in ("The tool result was not produced", "Tool call interrupted", "Error: failed"):
+            conv = [{"role": "user", "content": "go"},
+                    {"role": "assistant", "content": [{"type": "tool_use", "id": "c1", "name": "Agent",
+                                                       "input": {"prompt": f"{dm.BATCH_MARK} 1-2"}}]},
+                    {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "c1", "content": said}]}]
+            self.assertEqual(dm.coordinator_blocks(conv, 4, "c2", batch=2)[1], {1, 2}, said)
+
+    def test_a_worker_runs_its_batch_then_reports(self):
+        task = [{"role": "user", "content": f"Run steps. {dm.BATCH_MARK} 3-4 ({dm.CALL_MARK}c1)"}]
+        self.assertEqual(dm.call_of(dm.worker_task(task)), "c1")
+        blocks, k = dm.worker_blocks(task, "w1")
+        self.assertEqual(k, 3)
+        ran = task + [{"role": "assistant", "content": [{"type": "tool_use", "id": "w1", "name": "Bash",
+                                                         "input": blocks[-1][2]}]},
+                      {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "w1", "content": "wrote step 3"}]}]
+        self.assertEqual(dm.worker_blocks(ran, "w2")[1], 4)
+        done = ran + [{"role": "assistant", "content": [{"type": "tool_use", "id": "w2", "name": "Bash",
+                                                          "input": {"command": tm.step_command(4, "w2")}}]},
+                      {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "w2", "content": "wrote step 4"}]}]
+        blocks, k = dm.worker_blocks(done, "w3")
+        self.assertIsNone(k)
+        self.assertIn(f"{tm.DONE_MARK} 3-4", blocks[0][1])
+
+
+@unittest.skipUnless(HAVE_SDK, SKIP)
+class ChaosDelegatingSeed(unittest.TestCase):
+    """One seed of ``bench/chaos.py --delegate`` on a small job (real SDK + CLI, fake API)."""
+
+    def test_one_seed_of_a_delegating_job_under_faults(self):
+        chaos = load_chaos()
+        settings = chaos.Settings(job=chaos.Job(turns=12, handoffs=1), faults=5, outage=(2.0, 4.0),
+                                  dblock=(2.0, 4.0), timeout=240.0, trusting=True, delegate=True, tool_s=0.5)
+        base_dir = tempfile.mkdtemp(prefix="flower-chaos-deleg-")
+        keep = False
+        try:
+            base = chaos.undisturbed(settings, base_dir)
+            r = chaos.run_seed(settings, 1, base, base_dir)
+            story = "\n".join([chaos.TRUST_HEAD, chaos.trust_row(r)] + chaos.trust_explain(r) + [f"logs: {r['dir']}"])
+            keep = not r["ok"]
+            kills = [p for p in r["plan"] if p["kind"] in ("kill9", "sigterm", "kill_cli")]
+            self.assertTrue(kills and all(p.get("phase") in chaos.PHASES for p in kills), story)
+            self.assertTrue(any("fired" in p for p in kills), story)   # a kill met its phase
+            self.assertTrue(r["finished"], story)
+            self.assertEqual(r["dup"], [], story)
+            self.assertEqual(r["concurrent"], [], story)
+            self.assertEqual(r["false_np"], [], story)
+            self.assertTrue(r["ok"], story)
+        finally:
+            if not keep:
+                shutil.rmtree(base_dir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    unittest.main()
