@@ -8,14 +8,20 @@ for their phase (a worker's tool running, between worker turns, right after an A
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
+import subprocess
+import sys
 import tempfile
+import threading
 import unittest
 
 import flower
 from tests import delegating_model as dm
 from tests import trusting_model as tm
-from tests.helpers import HAVE_SDK, SKIP, load_chaos
+from tests.fakeapi import FakeAnthropic, text, tool
+from tests.helpers import E2ECase, FLOWER, HAVE_SDK, SKIP, load_chaos, system_of
 
 FRAME = ("[Subagent hand-back] The text below is the final report of a subagent this session delegated to. "
          "The report follows:\n  Conclusion: done. {report}\nagentId: a1\n<usage>subagent_tokens: 7005</usage>")
@@ -112,6 +118,58 @@ class FakeCoordinator(unittest.TestCase):
         blocks, k = dm.worker_blocks(done, "w3")
         self.assertIsNone(k)
         self.assertIn(f"{tm.DONE_MARK} 3-4", blocks[0][1])
+
+
+@unittest.skipUnless(HAVE_SDK, SKIP)
+class AskedHandoffDuringAWorker(E2ECase, unittest.TestCase):
+    """``flower.py handoff`` (issue 41) while a delegating ``go`` runs a worker: the hand-over waits for
+    the Agent call to end; the running call is never interrupted."""
+
+    def setUp(self):
+        super().setUp()
+        self.env.pop("FLOWER_NO_DELEGATE", None)
+
+    def test_the_handoff_waits_for_the_agent_call_to_end(self):
+        w1, w2 = os.path.join(self.ws, "w1.txt"), os.path.join(self.ws, "w2.txt")
+        worker_log = []
+        lock = threading.Lock()
+
+        def ask_then_run(body):
+            p = subprocess.run([sys.executable, FLOWER, "handoff"], cwd=self.ws, env=self.env, capture_output=True,
+                               text=True, timeout=60, stdin=subprocess.DEVNULL)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            return tool("Bash", {"command": f"echo one > {w1}"})
+        worker_q = [ask_then_run, tool("Bash", {"command": f"echo two > {w2}"}), text("WORKER-REPORT-MARK: wrote both")]
+        self.roles.work = [tool("Agent", {"description": "write two files", "prompt": "write w1 and w2",
+                                          "subagent_type": "worker"}), text("all done")]
+        roles = self.roles
+
+        def responder(body):
+            if flower.text("worker_instructions")[:30] in system_of(body):
+                with lock:
+                    worker_log.append(body)
+                    roles.log.append(("worker", body))
+                    item = worker_q.pop(0) if worker_q else text("worker ok")
+                return item(body) if callable(item) else item
+            return roles(body)
+        self.api.responder = responder
+        p = self.flower("write two files", "--json")
+        self.assertEqual((self.read("w1.txt"), self.read("w2.txt")), ("one\n", "two\n"))   # the worker ran on
+        self.assertEqual(len(worker_log), 3)
+        order = [role for role, _ in roles.log if role in ("work", "worker", "ritual")]
+        # the whole worker, then the coordinator's next answer (where flower reads the flag), then the ritual
+        self.assertEqual(order, ["work", "worker", "worker", "worker", "work", "ritual", "work"])
+        ritual = roles.bodies("ritual")[0]
+        sent = FakeAnthropic.messages_text(ritual)
+        self.assertIn("WORKER-REPORT-MARK", sent)             # the Agent call's result is the worker's report
+        self.assertNotIn(flower.text("worker_stopped")[:40], sent)
+        self.assertNotIn("interrupted", sent.lower())
+        successor = roles.bodies("work")[2]
+        self.assertIn("You take over unfinished work", FakeAnthropic.messages_text(successor))
+        events = [json.loads(line) for line in p.stdout.splitlines() if line.startswith("{")]
+        phases = [e["data"].get("phase") for e in events if e["kind"] == "handoff"]
+        self.assertEqual((phases.count("asked"), phases.count("done")), (1, 1))
+        self.assertFalse(os.path.exists(os.path.join(self.ws, ".flower", "handoff")))
 
 
 @unittest.skipUnless(HAVE_SDK, SKIP)
