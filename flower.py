@@ -677,6 +677,10 @@ TEXTS: dict[str, dict[str, str]] = {
         "er_setting_number": "{setting} must be a number >= {low}",
         "er_setting_one_of": "{setting} must be one of {allowed}",
         "er_settings_more": " (and {n} more: {prog} doctor)",
+        # a worker the CLI ended on an API error (issue 39, bench/chaos.py --delegate)
+        "worker_api_error": (
+            "[flower: the worker stopped on an API error before it reported; it may have done part of its "
+            "task. Check the workbench and the disk for what it did before delegating the rest again.]"),
     },
     "zh": {
         "resume_prompt": "上一轮在完成之前被中断了。先看看磁盘上已经有什么,从中断处继续,不要从头开始。",
@@ -1120,6 +1124,7 @@ TEXTS: dict[str, dict[str, str]] = {
         "er_setting_number": "{setting} 必须是 >= {low} 的数",
         "er_setting_one_of": "{setting} 必须是以下之一:{allowed}",
         "er_settings_more": "(还有 {n} 个:{prog} doctor)",
+        "worker_api_error": "[flower:工作者在汇报之前因 API 错误停下了;它可能已做了部分任务。再次分派剩下的工作之前,先检查工作台和磁盘上它已做了什么。]",
     },
 }
 
@@ -7443,8 +7448,8 @@ def _delegated_lines(entries: list[dict], budget: int = DELEGATED_CHARS) -> list
     """``- delegated: `task` -> report`` lines for a degraded ledger, one per Agent call of the transcript
     (newest that fit ``budget``, in order): a coordinator's work is done by its workers, so what they
     reported is what its successor must not delegate again. A call with no result says so."""
-    results = {b.get("tool_use_id"): block_text(b) for e in entries if e.get("type") == "user"
-               for b in blocks_of(e) if isinstance(b, dict) and b.get("type") == "tool_result"}
+    results = {b.get("tool_use_id"): (block_text(b), bool(b.get("is_error"))) for e in entries
+               if e.get("type") == "user" for b in blocks_of(e) if isinstance(b, dict) and b.get("type") == "tool_result"}
     lines = []
     for entry in entries:
         if entry.get("type") != "assistant":
@@ -7453,8 +7458,9 @@ def _delegated_lines(entries: list[dict], budget: int = DELEGATED_CHARS) -> list
             if isinstance(b, dict) and b.get("type") == "tool_use" and b.get("name") in AGENT_TOOLS:
                 args = b["input"] if isinstance(b.get("input"), dict) else {}
                 task = " ".join(str(args.get("description") or args.get("prompt") or "")[:200].split())
-                said = results.get(b.get("id"))
-                report = _report_of(said)[:DELEGATED_REPORT_CHARS] if said is not None else "(no report; check the disk for what it did)"
+                said, failed = results.get(b.get("id"), (None, True))
+                report = _report_of(said)[:DELEGATED_REPORT_CHARS] if not failed else \
+                    f"(no report{': ' + ' '.join(said.split())[:120] if said else ''}; check the disk for what it did)"
                 lines.append(f"- delegated: `{task}` -> {report}")
     kept, used = [], 0
     for line in reversed(lines):
@@ -9636,6 +9642,31 @@ def agent_call_hook(paths: "Paths", lang: str = "en") -> Callable[[dict, Any, An
         return {"hookSpecificOutput": {"hookEventName": "PreToolUse",
                                        "updatedInput": agent_call_input(data.get("tool_input"), rules)}}
     return on_agent
+
+
+WORKER_API_ERROR = "Agent terminated early due to an API error"   # the CLI's words when a worker's retries ran out
+
+
+def worker_error_hook(lang: str = "en") -> Callable[[dict, Any, Any], Awaitable[dict]]:
+    """PostToolUse and PostToolUseFailure on Agent: a worker the CLI ended on an API error (its own
+    retries spent) comes back as that error and the worker's last words ("doing step 3 now") although
+    its tools ran. The coordinator is told to look at the disk instead: a result with partial output
+    is replaced by flower's neutral one; a failed call keeps the CLI's error and gets it as context."""
+    async def on_result(data: dict, tool_use_id: Any, context: Any) -> dict:
+        if not isinstance(data, dict) or data.get("tool_name") not in AGENT_TOOLS:
+            return {}
+        said = text("worker_api_error", lang)
+        if data.get("hook_event_name") == "PostToolUseFailure":
+            if WORKER_API_ERROR not in str(data.get("error") or ""):
+                return {}
+            return {"hookSpecificOutput": {"hookEventName": "PostToolUseFailure", "additionalContext": said}}
+        response = data.get("tool_response")
+        content = response.get("content") if isinstance(response, dict) else None
+        if not (isinstance(content, list) and content and block_text(content[0]).lstrip().startswith(WORKER_API_ERROR)):
+            return {}
+        return {"hookSpecificOutput": {"hookEventName": "PostToolUse",
+                                       "updatedToolOutput": dict(response, content=[{"type": "text", "text": said}])}}
+    return on_result
 
 
 def workbench_refresh_hook(paths: "Paths") -> Callable[[dict, Any, Any], Awaitable[dict]]:
@@ -12015,7 +12046,9 @@ def coordinator(paths: "Paths", *, lang: str = "en", name: str = "work", instruc
         preset=True, tools=hands, allowed_tools=hands, model=model, permission_mode=permission_mode,
         agents={WORKER_NAME: worker(lang=lang, model=worker_model)},
         hooks={"PreToolUse": [(None, rules_hook(lang)), ("|".join(AGENT_TOOLS), agent_call_hook(paths, lang))],
-               "PostToolUse": [(SPILL_MATCHER, spill_hook(paths, lang)), ("Write|Edit", workbench_refresh_hook(paths))]})
+               "PostToolUse": [(SPILL_MATCHER, spill_hook(paths, lang)), ("Write|Edit", workbench_refresh_hook(paths)),
+                               ("|".join(AGENT_TOOLS), worker_error_hook(lang))],
+               "PostToolUseFailure": [("|".join(AGENT_TOOLS), worker_error_hook(lang))]})
 
 
 def starter_flow(ask: str | None, *, rt: Runtime, rounds: int = 3, use_goal: bool = True,

@@ -34,8 +34,11 @@ _BATCH = re.compile(re.escape(BATCH_MARK) + r" *([0-9,\- ]*)")
 _CALL = re.compile(re.escape(CALL_MARK) + r"(\w+)")
 _GLANCED_STEP = re.compile(r"^step (\d+)$", re.M)
 # flower's neutral result for a stopped worker, in English and Chinese
-NO_REPORT = "no report; check the disk"   # a degraded handoff document's line for a call with no result
-_STOPPED = re.compile(r"worker was stopped before it reported|工作者在汇报之前被停下")
+# a degraded handoff document's line for a call with no report
+_NO_REPORT = re.compile(r"\(no report[^\n]*check the disk")
+# flower's neutral results for a worker stopped by a kill or by an API error, in English and Chinese
+_STOPPED = re.compile(r"worker was stopped before it reported|worker stopped on an API error|"
+                      r"工作者在汇报之前被停下|工作者在汇报之前因 API 错误停下")
 AGENT_TOOLS = ("Agent", "Task")
 
 
@@ -81,12 +84,14 @@ def coordinator_view(messages: list[dict]) -> tuple[set[int], bool, dict[str, tu
         role = message.get("role")
         for block in tm._blocks(message):
             kind = block.get("type")
-            if kind == "text" and role == "user":
+            if kind == "text" and role == "system":   # a hook's added context
+                must_glance = must_glance or bool(_STOPPED.search(block.get("text", "")))
+            elif kind == "text" and role == "user":
                 said, missing = tm._said_in(block.get("text", ""))
                 done = (done | said) - missing
                 said_text = block.get("text", "")
                 must_glance = must_glance or CHECK_MARK in said_text or bool(_STOPPED.search(said_text)) \
-                    or NO_REPORT in said_text
+                    or bool(_NO_REPORT.search(said_text))
             elif kind == "tool_use" and role == "assistant":
                 if block.get("name") in AGENT_TOOLS:
                     calls[block.get("id", "")] = (batch_of(str((block.get("input") or {}).get("prompt", ""))),

@@ -8,6 +8,7 @@ for their phase (a worker's tool running, between worker turns, right after an A
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import shutil
@@ -20,7 +21,7 @@ import unittest
 import flower
 from tests import delegating_model as dm
 from tests import trusting_model as tm
-from tests.fakeapi import FakeAnthropic, text, tool
+from tests.fakeapi import FakeAnthropic, error, text, tool
 from tests.helpers import E2ECase, FLOWER, HAVE_SDK, SKIP, load_chaos, system_of
 
 FRAME = ("[Subagent hand-back] The text below is the final report of a subagent this session delegated to. "
@@ -72,6 +73,89 @@ class DegradedLedgerOfACoordinator(unittest.TestCase):
         self.assertLessEqual(sum(len(line) + 1 for line in lines[1:]), flower.DELEGATED_CHARS)
         self.assertRegex(lines[0], r"^- \(\d+ earlier delegation\(s\) not listed\)$")
         self.assertIn("`steps 199`", lines[-1])
+
+
+    def test_a_failed_call_is_no_report(self):
+        entries = self.entries()[:5] + [agent_use("a3", "r2", "t3", "steps 5-6"), {
+            "type": "user", "uuid": "r3", "parentUuid": "a3", "message": {"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": "t3", "is_error": True,
+                 "content": flower.WORKER_API_ERROR + ": API Error: 500 Internal server error"}]}}]
+        pointers = flower.degraded_ledger(entries, "context overflow", "do the job").sections["pointers"]
+        self.assertIn("- delegated: `steps 5-6` -> (no report: Agent terminated early", pointers)
+        self.assertIn("; check the disk for what it did)", pointers)
+
+
+PARTIAL = {"status": "completed", "agentId": "a1", "totalToolUseCount": 1, "content": [
+    {"type": "text", "text": flower.WORKER_API_ERROR + ": API Error: 500 boom.\n\nEverything below is PARTIAL output "
+                             "recovered from the agent before it was cut off."},
+    {"type": "text", "text": "Step 20 is not done yet; doing it now."}]}
+
+
+class WorkerErrorHook(unittest.TestCase):
+    """A worker the CLI ended on an API error reads as stopped, not as not done (the hook called directly)."""
+
+    def call(self, data):
+        return asyncio.run(flower.worker_error_hook()(data, "t1", None))
+
+    def test_a_partial_result_is_replaced_by_the_neutral_one_in_its_own_shape(self):
+        out = self.call({"hook_event_name": "PostToolUse", "tool_name": "Agent", "tool_response": PARTIAL})
+        new = out["hookSpecificOutput"]["updatedToolOutput"]
+        self.assertEqual(new["content"], [{"type": "text", "text": flower.text("worker_api_error")}])
+        self.assertEqual({k: v for k, v in new.items() if k != "content"},
+                         {k: v for k, v in PARTIAL.items() if k != "content"})
+
+    def test_a_failed_call_gets_the_neutral_words_as_context(self):
+        out = self.call({"hook_event_name": "PostToolUseFailure", "tool_name": "Agent",
+                         "error": flower.WORKER_API_ERROR + ": API Error: 529 Overloaded"})
+        self.assertEqual(out["hookSpecificOutput"], {"hookEventName": "PostToolUseFailure",
+                                                     "additionalContext": flower.text("worker_api_error")})
+
+    def test_anything_else_is_left_alone(self):
+        report = dict(PARTIAL, content=[{"type": "text", "text": "Conclusion: done."}])
+        self.assertEqual(self.call({"hook_event_name": "PostToolUse", "tool_name": "Agent", "tool_response": report}), {})
+        self.assertEqual(self.call({"hook_event_name": "PostToolUse", "tool_name": "Bash", "tool_response": PARTIAL}), {})
+        self.assertEqual(self.call({"hook_event_name": "PostToolUseFailure", "tool_name": "Agent",
+                                    "error": "Permission denied"}), {})
+
+    def test_the_coordinator_has_it(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            hooks = flower.coordinator(flower.Paths(tmp)).hooks
+        for event in ("PostToolUse", "PostToolUseFailure"):
+            self.assertTrue(any(matcher and "Agent" in matcher.split("|") for matcher, _ in hooks[event]), event)
+
+
+@unittest.skipUnless(HAVE_SDK, SKIP)
+class WorkerApiErrorLive(E2ECase, unittest.TestCase):
+    """On the real CLI: a worker whose API calls keep failing after its first tool ran."""
+
+    def run_case(self, say):
+        self.env.pop("FLOWER_NO_DELEGATE", None)
+        worker_q = [tool("Bash", {"command": "echo W1 > w1.txt"}, say=say)] + [error(500, "boom", "api_error")] * 12
+        main_log = []
+
+        def responder(body):
+            if flower.text("worker_instructions")[:30] in system_of(body):
+                return worker_q.pop(0) if worker_q else text("worker ok")
+            main_log.append(body)
+            return tool("Agent", {"description": "d", "prompt": "p", "subagent_type": "worker"}) \
+                if len(main_log) == 1 else text("coordinated")
+        self.api.responder = responder
+        rt = self._runtime()
+        result = asyncio.run(rt.run(flower.coordinator(rt.paths, instructions="You do the work."), "go"))
+        rt.close()
+        self.assertTrue(result.ok, result.error)
+        self.assertEqual(self.read("w1.txt"), "W1\n")   # the worker's tool ran
+        return FakeAnthropic.messages_text(main_log[-1])
+
+    def test_partial_output_reaches_the_coordinator_as_the_neutral_result(self):
+        sent = self.run_case(say="Writing w1 now.")
+        self.assertIn(json.dumps(flower.text("worker_api_error"))[1:-1], sent)
+        self.assertNotIn("Writing w1 now.", sent)
+        self.assertNotIn("boom", sent)
+
+    def test_a_failed_call_comes_with_the_neutral_words(self):
+        sent = self.run_case(say="")
+        self.assertIn(json.dumps(flower.text("worker_api_error"))[1:-1], sent)
 
 
 class FakeCoordinator(unittest.TestCase):
