@@ -256,29 +256,38 @@ class AskedHandoffDuringAWorker(E2ECase, unittest.TestCase):
         self.assertFalse(os.path.exists(os.path.join(self.ws, ".flower", "handoff")))
 
 
+# a fixed plan: each kill waits for its phase; a burst that spends a worker's retries; an outage
+PLAN = [{"kind": "kill9", "at": 3, "phase": "tool"},
+        {"kind": "burst", "at": 6, "statuses": [529, 529, 500, 529]},
+        {"kind": "kill_cli", "at": 9, "target": "cli", "phase": "between"},
+        {"kind": "outage", "at": 13, "seconds": 3.0},
+        {"kind": "sigterm", "at": 16, "phase": "agent-result"}]
+
+
 @unittest.skipUnless(HAVE_SDK, SKIP)
 class ChaosDelegatingSeed(unittest.TestCase):
-    """One seed of ``bench/chaos.py --delegate`` on a small job (real SDK + CLI, fake API)."""
+    """A small job of ``bench/chaos.py --delegate`` (real SDK + CLI, fake API) under a fixed plan."""
 
-    def test_one_seed_of_a_delegating_job_under_faults(self):
+    def test_a_delegating_job_under_kills_at_each_phase(self):
         chaos = load_chaos()
-        settings = chaos.Settings(job=chaos.Job(turns=12, handoffs=1), faults=5, outage=(2.0, 4.0),
-                                  dblock=(2.0, 4.0), timeout=240.0, trusting=True, delegate=True, tool_s=0.5)
+        settings = chaos.Settings(job=chaos.Job(turns=10, handoffs=1), timeout=300.0, trusting=True, delegate=True)
         base_dir = tempfile.mkdtemp(prefix="flower-chaos-deleg-")
+        plan = [dict(item, delay=0.0, restart=1.0) for item in PLAN]
         keep = False
         try:
-            base = chaos.undisturbed(settings, base_dir)
-            r = chaos.run_seed(settings, 1, base, base_dir)
-            story = "\n".join([chaos.TRUST_HEAD, chaos.trust_row(r)] + chaos.trust_explain(r) + [f"logs: {r['dir']}"])
-            keep = not r["ok"]
-            kills = [p for p in r["plan"] if p["kind"] in ("kill9", "sigterm", "kill_cli")]
-            self.assertTrue(kills and all(p.get("phase") in chaos.PHASES for p in kills), story)
-            self.assertTrue(any("fired" in p for p in kills), story)   # a kill met its phase
+            r = chaos.Chaos(settings, 1, base_dir).run(plan)
+            story = "\n".join([f"{k}: {r.get(k)}" for k in ("finished", "dup", "killed_said", "disk_full_said",
+                                                              "concurrent", "false_np", "silent_done", "skipped",
+                                                              "missing", "lost", "runs")] + [f"logs: {r['dir']}"])
+            keep = True
+            self.assertEqual([p["kind"] for p in plan if "fired" in p], [p["kind"] for p in plan], story)
             self.assertTrue(r["finished"], story)
-            self.assertEqual(r["dup"], [], story)
+            self.assertTrue(r["expected_ok"], story)     # every step in steps.log
+            self.assertEqual(r["dup"], [], story)        # none of them twice
             self.assertEqual(r["concurrent"], [], story)
             self.assertEqual(r["false_np"], [], story)
-            self.assertTrue(r["ok"], story)
+            self.assertEqual(r["silent_done"], [], story)
+            keep = False
         finally:
             if not keep:
                 shutil.rmtree(base_dir, ignore_errors=True)
