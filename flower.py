@@ -10849,6 +10849,8 @@ class Runtime:
                 return {}   # a subagent's batch: the main thread's level decides
             calls = data.get("tool_calls") if isinstance(data.get("tool_calls"), list) else []
             await st.shown([c.get("tool_use_id") for c in calls if isinstance(c, dict)], BATCH_SHOWN_WAIT)
+            if not st.stop_batches and self._handoff_asked(st):   # asked while the batch ran (a worker)
+                st.stop_batches = st.asked_in_batch = True
             if not st.stop_batches:
                 return {}
             return {"continue_": False, "stopReason": text("handoff_stop", self.lang)}
@@ -11289,6 +11291,7 @@ class Runtime:
                 if not turn.stall_cancelled or getattr(me, "cancelling", lambda: 0)():   # a real cancel
                     raise
             self._check_stored(st, turn)
+            turn.handoff, st.asked_in_batch = turn.handoff or st.asked_in_batch, False
             # over the generation cap the step stops: asking for a document first would be a paid call for nothing
             if turn.handoff and not turn.human and turn.error_text is None and not turn.stalled and \
                     not self._capped(st):
@@ -11722,6 +11725,7 @@ class _RunState:
     fork: bool = False            # the next connection forks ``resuming`` under ``sid``
     lineage_key: str | None = None   # the lineage entry the step keeps current
     asked: bool = False           # this handoff was asked for (``flower.py handoff``): its flag goes after it
+    asked_in_batch: bool = False  # ... while a batch of tools ran: the batch hook ended the turn for it
 
     async def shown(self, ids: Iterable[str], timeout: float) -> None:
         """Wait until the stream has shown every call of ``ids`` (their answer's level is then known),
