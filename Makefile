@@ -1,7 +1,7 @@
 # flower.py -- make test runs everything CI runs (the real-SDK tier skips itself without the SDK).
 PYTHON ?= python3
 
-.PHONY: test quick core e2e bench chaos chaos-trusting fixtures lint
+.PHONY: test quick core e2e bench chaos chaos-trusting chaos-delegate fixtures lint
 
 test:
 	$(PYTHON) -m tests.run
@@ -38,6 +38,11 @@ TRUSTING = --trusting --seeds 10 --turns 40 --faults 12 --handoffs 2 --outage 3 
 chaos-trusting:
 	$(PYTHON) bench/chaos.py $(TRUSTING)
 	$(PYTHON) bench/chaos.py $(TRUSTING) --state pg
+
+# the same job done by a coordinator and its workers (go's default), kills waiting for a worker's phase; local then PostgreSQL
+chaos-delegate:
+	$(PYTHON) bench/chaos.py $(TRUSTING) --delegate
+	$(PYTHON) bench/chaos.py $(TRUSTING) --delegate --state pg
 
 fixtures:
 	$(PYTHON) -m tests.capture_fixtures

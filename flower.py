@@ -752,6 +752,10 @@ TEXTS: dict[str, dict[str, str]] = {
         "er_handoff_failed_kind": "the handoff document failed ({kind})",
         "er_generation_cap": "generation cap reached ({n} handoffs in one step)",
         "er_degraded_twice": "two degraded handoffs in a row: window {window}, threshold {at}, level {level}; the threshold is probably below this step's floor (raise --window or FLOWER_WINDOW)",
+        # a worker the CLI ended on an API error (issue 39, bench/chaos.py --delegate)
+        "worker_api_error": (
+            "[flower: the worker stopped on an API error before it reported; it may have done part of its "
+            "task. Check the workbench and the disk for what it did before delegating the rest again.]"),
     },
     "zh": {
         "resume_prompt": "上一轮在完成之前被中断了。先看看磁盘上已经有什么,从中断处继续,不要从头开始。",
@@ -1270,6 +1274,7 @@ TEXTS: dict[str, dict[str, str]] = {
         "er_handoff_failed_kind": "交接文档失败了({kind})",
         "er_generation_cap": "达到了交接代数的上限(一个步骤里交接了 {n} 次)",
         "er_degraded_twice": "连续两次降级交接:窗口 {window},阈值 {at},水位 {level};阈值多半低于这个步骤的底线(请调高 --window 或 FLOWER_WINDOW)",
+        "worker_api_error": "[flower:工作者在汇报之前因 API 错误停下了;它可能已做了部分任务。再次分派剩下的工作之前,先检查工作台和磁盘上它已做了什么。]",
     },
 }
 
@@ -7636,6 +7641,47 @@ def _ran_lines(commands: list[str], budget: int = DEGRADED_RAN_CHARS) -> list[st
     return lines[::-1]
 
 
+# How much of a worker's report a degraded ledger quotes after its task, and of all such lines
+DELEGATED_REPORT_CHARS = 300
+DELEGATED_CHARS = 4000
+_REPORT_FRAME = "The report follows:"   # the CLI's preamble before a subagent's report
+
+
+def _report_of(result: str) -> str:
+    """A worker's report from its Agent call's result: after the CLI's frame, without its agentId and
+    usage tail, on one line."""
+    _, found, after = result.partition(_REPORT_FRAME)
+    report = (after if found else result).split("\nagentId:", 1)[0].split("<usage>", 1)[0]
+    return " ".join(report.split())
+
+
+def _delegated_lines(entries: list[dict], budget: int = DELEGATED_CHARS) -> list[str]:
+    """``- delegated: `task` -> report`` lines for a degraded ledger, one per Agent call of the transcript
+    (newest that fit ``budget``, in order): a coordinator's work is done by its workers, so what they
+    reported is what its successor must not delegate again. A call with no result says so."""
+    results = {b.get("tool_use_id"): (block_text(b), bool(b.get("is_error"))) for e in entries
+               if e.get("type") == "user" for b in blocks_of(e) if isinstance(b, dict) and b.get("type") == "tool_result"}
+    lines = []
+    for entry in entries:
+        if entry.get("type") != "assistant":
+            continue
+        for b in blocks_of(entry):
+            if isinstance(b, dict) and b.get("type") == "tool_use" and b.get("name") in AGENT_TOOLS:
+                args = b["input"] if isinstance(b.get("input"), dict) else {}
+                task = " ".join(str(args.get("description") or args.get("prompt") or "")[:200].split())
+                said, failed = results.get(b.get("id"), (None, True))
+                report = _report_of(said)[:DELEGATED_REPORT_CHARS] if not failed else \
+                    f"(no report{': ' + ' '.join(said.split())[:120] if said else ''}; check the disk for what it did)"
+                lines.append(f"- delegated: `{task}` -> {report}")
+    kept, used = [], 0
+    for line in reversed(lines):
+        if used + len(line) > budget:
+            return [f"- ({len(lines) - len(kept)} earlier delegation(s) not listed)"] + kept[::-1]
+        kept.append(line)
+        used += len(line) + 1
+    return kept[::-1]
+
+
 # How much of each section of the previous handoff document a degraded ledger carries on
 EARLIER_CHARS = 3000
 
@@ -7702,7 +7748,7 @@ def degraded_ledger(entries: list[dict], why: str, prompt: str = "", earlier: Le
         short_prompt = short_prompt[:1500] + "…"
     next_step = (f"Continue with the first open item: {open_todo}" if open_todo else
                  "Check the files below against the task, then continue the task:\n" + short_prompt)
-    pointers = [f"- edited: {p}" for p in files[-20:]] + _ran_lines(commands) + list(workbench)
+    pointers = [f"- edited: {p}" for p in files[-20:]] + _ran_lines(commands) + _delegated_lines(entries) + list(workbench)
     sections = {
         "status": "\n".join(status_lines) or "(the transcript holds no assistant text yet)",
         "decisions": "(not recorded: degraded handoff)",
@@ -9986,6 +10032,31 @@ def agent_call_hook(paths: "Paths", lang: str = "en") -> Callable[[dict, Any, An
     return on_agent
 
 
+WORKER_API_ERROR = "Agent terminated early due to an API error"   # the CLI's words when a worker's retries ran out
+
+
+def worker_error_hook(lang: str = "en") -> Callable[[dict, Any, Any], Awaitable[dict]]:
+    """PostToolUse and PostToolUseFailure on Agent: a worker the CLI ended on an API error (its own
+    retries spent) comes back as that error and the worker's last words ("doing step 3 now") although
+    its tools ran. The coordinator is told to look at the disk instead: a result with partial output
+    is replaced by flower's neutral one; a failed call keeps the CLI's error and gets it as context."""
+    async def on_result(data: dict, tool_use_id: Any, context: Any) -> dict:
+        if not isinstance(data, dict) or data.get("tool_name") not in AGENT_TOOLS:
+            return {}
+        said = text("worker_api_error", lang)
+        if data.get("hook_event_name") == "PostToolUseFailure":
+            if WORKER_API_ERROR not in str(data.get("error") or ""):
+                return {}
+            return {"hookSpecificOutput": {"hookEventName": "PostToolUseFailure", "additionalContext": said}}
+        response = data.get("tool_response")
+        content = response.get("content") if isinstance(response, dict) else None
+        if not (isinstance(content, list) and content and block_text(content[0]).lstrip().startswith(WORKER_API_ERROR)):
+            return {}
+        return {"hookSpecificOutput": {"hookEventName": "PostToolUse",
+                                       "updatedToolOutput": dict(response, content=[{"type": "text", "text": said}])}}
+    return on_result
+
+
 def workbench_refresh_hook(paths: "Paths") -> Callable[[dict, Any, Any], Awaitable[dict]]:
     """The PostToolUse hook on Write and Edit: a file written inside the workbench refreshes its index."""
     async def refresh(data: dict, tool_use_id: Any, context: Any) -> dict:
@@ -11163,6 +11234,8 @@ class Runtime:
                 return {}   # a subagent's batch: the main thread's level decides
             calls = data.get("tool_calls") if isinstance(data.get("tool_calls"), list) else []
             await st.shown([c.get("tool_use_id") for c in calls if isinstance(c, dict)], BATCH_SHOWN_WAIT)
+            if not st.stop_batches and self._handoff_asked(st):   # asked while the batch ran (a worker)
+                st.stop_batches = st.asked_in_batch = True
             if not st.stop_batches:
                 return {}
             return {"continue_": False, "stopReason": text("handoff_stop", self.lang)}
@@ -11602,6 +11675,7 @@ class Runtime:
                 if not turn.stall_cancelled or getattr(me, "cancelling", lambda: 0)():   # a real cancel
                     raise
             self._check_stored(st, turn)
+            turn.handoff, st.asked_in_batch = turn.handoff or st.asked_in_batch, False
             # over the generation cap the step stops: asking for a document first would be a paid call for nothing
             if turn.handoff and not turn.human and turn.error_text is None and not turn.stalled and \
                     not self._capped(st):
@@ -12035,6 +12109,7 @@ class _RunState:
     fork: bool = False            # the next connection forks ``resuming`` under ``sid``
     lineage_key: str | None = None   # the lineage entry the step keeps current
     asked: bool = False           # this handoff was asked for (``flower.py handoff``): its flag goes after it
+    asked_in_batch: bool = False  # ... while a batch of tools ran: the batch hook ended the turn for it
 
     async def shown(self, ids: Iterable[str], timeout: float) -> None:
         """Wait until the stream has shown every call of ``ids`` (their answer's level is then known),
@@ -12359,7 +12434,9 @@ def coordinator(paths: "Paths", *, lang: str = "en", name: str = "work", instruc
         preset=True, tools=hands, allowed_tools=hands, model=model, permission_mode=permission_mode,
         agents={WORKER_NAME: worker(lang=lang, model=worker_model)},
         hooks={"PreToolUse": [(None, rules_hook(lang)), ("|".join(AGENT_TOOLS), agent_call_hook(paths, lang))],
-               "PostToolUse": [(SPILL_MATCHER, spill_hook(paths, lang)), ("Write|Edit", workbench_refresh_hook(paths))]})
+               "PostToolUse": [(SPILL_MATCHER, spill_hook(paths, lang)), ("Write|Edit", workbench_refresh_hook(paths)),
+                               ("|".join(AGENT_TOOLS), worker_error_hook(lang))],
+               "PostToolUseFailure": [("|".join(AGENT_TOOLS), worker_error_hook(lang))]})
 
 
 def starter_flow(ask: str | None, *, rt: Runtime, rounds: int = 3, use_goal: bool = True,

