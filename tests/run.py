@@ -26,6 +26,8 @@ import time
 import unittest
 from typing import Any
 
+from tests import pgserver
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # Seconds a module (or a unit) took on an idle 2-core machine: the scheduler starts the longest first,
@@ -125,11 +127,11 @@ class Worker:
     proc: subprocess.Popen | None = None
     started: float = 0.0
 
-    def start(self) -> "Worker":
+    def start(self, env: dict | None = None) -> "Worker":
         self.output = tempfile.TemporaryFile(mode="w+", prefix="flower-test-")
         self.started = time.monotonic()
         self.proc = subprocess.Popen([sys.executable, "-m", "tests.run", "--worker", self.result, self.unit],
-                                     cwd=ROOT, env=dict(os.environ, PYTHONUNBUFFERED="1"),
+                                     cwd=ROOT, env=dict(os.environ, PYTHONUNBUFFERED="1", **(env or {})),
                                      stdin=subprocess.DEVNULL, stdout=self.output, stderr=subprocess.STDOUT)
         return self
 
@@ -163,12 +165,15 @@ class Worker:
 def run_parallel(units: list[str], jobs: int) -> list[dict]:
     """Run ``units`` in up to ``jobs`` worker processes, in order; their tallies as they end."""
     pending, running, tallies = list(units), [], []
-    with tempfile.TemporaryDirectory(prefix="flower-test-run-") as scratch:
+    with tempfile.TemporaryDirectory(prefix="flower-test-run-") as scratch, \
+            tempfile.TemporaryDirectory(prefix="flower-pg-template-") as template:
+        os.chmod(template, 0o755)   # initdb runs as the server's own user (tests/pgserver.py)
+        env = {pgserver.TEMPLATE_ENV: template}   # one initdb for the run: the workers' servers copy it
         try:
             while pending or running:
                 while pending and len(running) < jobs:
                     unit = pending.pop(0)
-                    running.append(Worker(unit, os.path.join(scratch, unit + ".json")).start())
+                    running.append(Worker(unit, os.path.join(scratch, unit + ".json")).start(env))
                 time.sleep(0.05)
                 for worker in [w for w in running if w.proc.poll() is not None]:
                     running.remove(worker)
