@@ -127,11 +127,11 @@ class Worker:
     proc: subprocess.Popen | None = None
     started: float = 0.0
 
-    def start(self, env: dict | None = None) -> "Worker":
+    def start(self) -> "Worker":
         self.output = tempfile.TemporaryFile(mode="w+", prefix="flower-test-")
         self.started = time.monotonic()
         self.proc = subprocess.Popen([sys.executable, "-m", "tests.run", "--worker", self.result, self.unit],
-                                     cwd=ROOT, env=dict(os.environ, PYTHONUNBUFFERED="1", **(env or {})),
+                                     cwd=ROOT, env=dict(os.environ, PYTHONUNBUFFERED="1"),
                                      stdin=subprocess.DEVNULL, stdout=self.output, stderr=subprocess.STDOUT)
         return self
 
@@ -165,15 +165,12 @@ class Worker:
 def run_parallel(units: list[str], jobs: int) -> list[dict]:
     """Run ``units`` in up to ``jobs`` worker processes, in order; their tallies as they end."""
     pending, running, tallies = list(units), [], []
-    with tempfile.TemporaryDirectory(prefix="flower-test-run-") as scratch, \
-            tempfile.TemporaryDirectory(prefix="flower-pg-template-") as template:
-        os.chmod(template, 0o755)   # initdb runs as the server's own user (tests/pgserver.py)
-        env = {pgserver.TEMPLATE_ENV: template}   # one initdb for the run: the workers' servers copy it
+    with tempfile.TemporaryDirectory(prefix="flower-test-run-") as scratch:
         try:
             while pending or running:
                 while pending and len(running) < jobs:
                     unit = pending.pop(0)
-                    running.append(Worker(unit, os.path.join(scratch, unit + ".json")).start(env))
+                    running.append(Worker(unit, os.path.join(scratch, unit + ".json")).start())
                 time.sleep(0.05)
                 for worker in [w for w in running if w.proc.poll() is not None]:
                     running.remove(worker)
@@ -212,10 +209,14 @@ def main(argv: list[str]) -> int:
     names = names or (QUICK if quick else all_modules())
     units = schedule([unit for name in names for unit in units_of(name)])
     started = time.monotonic()
-    if jobs == 1 or len(units) == 1:
-        tallies = [run_here(units)]
-    else:
-        tallies = run_parallel(units, jobs)
+    with tempfile.TemporaryDirectory(prefix="flower-pg-template-") as template:
+        os.chmod(template, 0o755)   # initdb runs as the server's own user (tests/pgserver.py)
+        os.environ[pgserver.TEMPLATE_ENV] = template   # one initdb for the run: every server copies it
+        if jobs == 1 or len(units) == 1:
+            tallies = [run_here(units)]
+        else:
+            tallies = run_parallel(units, jobs)
+    if len(tallies) > 1:
         print(f"wall {time.monotonic() - started:.1f} s with {jobs} workers; by unit: " + ", ".join(
             f"{t['unit'].removeprefix('tests.')} {t['seconds']:.0f}"
             for t in sorted(tallies, key=lambda t: -t["seconds"])))
