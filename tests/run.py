@@ -82,6 +82,14 @@ def run_here(names: list[str], stream=None) -> dict:
             "reasons": sorted({reason for _, reason in result.skipped})}
 
 
+def cpu_seconds() -> float:
+    """CPU seconds (user + system) of this process and of the children it waited for (flower, its CLI,
+    servers): on a 2-core machine the suite's wall time is at least the sum of these over 2."""
+    import resource
+    return sum(r.ru_utime + r.ru_stime for r in (resource.getrusage(resource.RUSAGE_SELF),
+                                                  resource.getrusage(resource.RUSAGE_CHILDREN)))
+
+
 def all_modules() -> list[str]:
     """Every ``tests/test_*.py``, as module names."""
     paths = glob.glob(os.path.join(ROOT, "tests", "test_*.py"))
@@ -158,7 +166,8 @@ class Worker:
             text += f"\nworker for {self.unit} exited {self.proc.returncode} without a result\n"
         tally["unit"], tally["seconds"] = self.unit, seconds
         head = f"{tally['passed']} passed, {tally['failed']} failed, {tally['skipped']} skipped"
-        print(f"==== {self.unit} ({seconds:.1f} s): {head}\n{text.rstrip()}", flush=True)
+        cpu = f", cpu {tally['cpu']:.1f} s" if "cpu" in tally else ""
+        print(f"==== {self.unit} ({seconds:.1f} s{cpu}): {head}\n{text.rstrip()}", flush=True)
         return tally
 
 
@@ -202,6 +211,7 @@ def main(argv: list[str]) -> int:
     sys.path.insert(0, ROOT)
     if argv[:1] == ["--worker"]:   # one unit, its tally written where the parent reads it
         tally = run_here(argv[2:])
+        tally["cpu"] = cpu_seconds()
         with open(argv[1], "w") as fh:
             json.dump(tally, fh)
         return 0
@@ -220,6 +230,9 @@ def main(argv: list[str]) -> int:
         print(f"wall {time.monotonic() - started:.1f} s with {jobs} workers; by unit: " + ", ".join(
             f"{t['unit'].removeprefix('tests.')} {t['seconds']:.0f}"
             for t in sorted(tallies, key=lambda t: -t["seconds"])))
+        print(f"cpu {sum(t.get('cpu', 0.0) for t in tallies):.0f} s in all; by unit: " + ", ".join(
+            f"{t['unit'].removeprefix('tests.')} {t.get('cpu', 0.0):.0f}"
+            for t in sorted(tallies, key=lambda t: -t.get("cpu", 0.0))))
     passed, failed, skipped = (sum(t[k] for t in tallies) for k in ("passed", "failed", "skipped"))
     for reason in sorted({reason for t in tallies for reason in t["reasons"]}):
         print(f"skipped: {reason}")
