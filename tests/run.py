@@ -26,20 +26,28 @@ import time
 import unittest
 from typing import Any
 
+from tests import pgserver
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-# Seconds a module (or a unit) took on an idle 2-core machine: the scheduler starts the longest first,
-# so that the last to finish is a short one. A module not listed counts as short; a split module's
-# units share its cost.
+# Seconds a module (or a unit) took in a full run (3 workers on an idle 2-core machine): the scheduler
+# starts the longest first, so that the last to finish is a short one. A module not listed counts as
+# short; a split module's units share its cost.
 COST = {
-    "tests.test_e2e_driver.OneDriver.test_kill_9_at_random_points_leaves_no_orphan": 80,
-    "tests.test_cli_contract.Validation": 25, "tests.test_store.StoredFacts": 20, "tests.test_store.Concurrency": 15,
-    "tests.test_store.BatchedParse": 8,
-    "tests.test_e2e": 190, "tests.test_e2e_driver": 120, "tests.test_e2e_postgres": 65,
-    "tests.test_chaos.ChaosOneSeedPostgres": 40, "tests.test_chaos.ChaosOneSeed": 35,
-    "tests.test_cli_contract": 45, "tests.test_store": 40, "tests.test_postgres": 35, "tests.test_driver": 12,
-    "tests.test_cli": 10, "tests.test_e2e_redaction": 11, "tests.test_e2e_economy": 20,
-    "tests.test_transcript": 20, "tests.test_handoff": 12, "tests.test_redaction": 6, "tests.test_prune_economy": 6,
+    "tests.test_e2e_driver.OneDriver.test_kill_9_at_random_points_leaves_no_orphan": 92,
+    "tests.test_chaos.ChaosOneSeedPostgres": 85, "tests.test_chaos.ChaosOneSeed": 75,
+    "tests.test_store.StoredFacts": 75, "tests.test_store.Concurrency": 23, "tests.test_cli_contract.Validation": 33,
+    "tests.test_cli_contract.ExitCodes": 15, "tests.test_cli_contract.JsonEverywhere": 11,
+    "tests.test_e2e.EndToEnd.test_04_outage_mid_turn_waits_and_resumes_without_error_noise": 24,
+    "tests.test_e2e": 140, "tests.test_e2e_driver": 50, "tests.test_store": 16, "tests.test_cli_contract": 60,
+    "tests.test_e2e_continuity": 94, "tests.test_inbox": 75, "tests.test_e2e_moves": 70, "tests.test_pglease": 60,
+    "tests.test_e2e_postgres": 48, "tests.test_e2e_delegation": 38, "tests.test_transcript": 32,
+    "tests.test_chinese": 32, "tests.test_budget": 31, "tests.test_report": 30, "tests.test_e2e_truth": 30,
+    "tests.test_postgres": 30, "tests.test_driver": 30, "tests.test_e2e_stall": 29, "tests.test_bigload": 28,
+    "tests.test_cli": 28, "tests.test_readme": 27, "tests.test_no_crash": 24, "tests.test_handoff_asked": 22,
+    "tests.test_limits": 20, "tests.test_e2e_economy": 17, "tests.test_damaged_state": 15, "tests.test_judge": 12,
+    "tests.test_e2e_redaction_shapes": 12, "tests.test_handoff": 12, "tests.test_report_browser": 10,
+    "tests.test_store_locked": 10, "tests.test_project_settings": 10,
     "tests.test_delegation_chaos.ChaosDelegatingSeed": 60,
 }
 DEFAULT_COST = 5
@@ -79,6 +87,14 @@ def run_here(names: list[str], stream=None) -> dict:
             "failed": len(result.failures) + len(result.errors) + len(result.unexpectedSuccesses),
             "skipped": len(result.skipped),
             "reasons": sorted({reason for _, reason in result.skipped})}
+
+
+def cpu_seconds() -> float:
+    """CPU seconds (user + system) of this process and of the children it waited for (flower, its CLI,
+    servers): on a 2-core machine the suite's wall time is at least the sum of these over 2."""
+    import resource
+    return sum(r.ru_utime + r.ru_stime for r in (resource.getrusage(resource.RUSAGE_SELF),
+                                                  resource.getrusage(resource.RUSAGE_CHILDREN)))
 
 
 def all_modules() -> list[str]:
@@ -157,7 +173,8 @@ class Worker:
             text += f"\nworker for {self.unit} exited {self.proc.returncode} without a result\n"
         tally["unit"], tally["seconds"] = self.unit, seconds
         head = f"{tally['passed']} passed, {tally['failed']} failed, {tally['skipped']} skipped"
-        print(f"==== {self.unit} ({seconds:.1f} s): {head}\n{text.rstrip()}", flush=True)
+        cpu = f", cpu {tally['cpu']:.1f} s" if "cpu" in tally else ""
+        print(f"==== {self.unit} ({seconds:.1f} s{cpu}): {head}\n{text.rstrip()}", flush=True)
         return tally
 
 
@@ -201,6 +218,7 @@ def main(argv: list[str]) -> int:
     sys.path.insert(0, ROOT)
     if argv[:1] == ["--worker"]:   # one unit, its tally written where the parent reads it
         tally = run_here(argv[2:])
+        tally["cpu"] = cpu_seconds()
         with open(argv[1], "w") as fh:
             json.dump(tally, fh)
         return 0
@@ -208,13 +226,25 @@ def main(argv: list[str]) -> int:
     names = names or (QUICK if quick else all_modules())
     units = schedule([unit for name in names for unit in units_of(name)])
     started = time.monotonic()
-    if jobs == 1 or len(units) == 1:
-        tallies = [run_here(units)]
-    else:
-        tallies = run_parallel(units, jobs)
+    with tempfile.TemporaryDirectory(prefix="flower-pg-template-") as template, \
+            tempfile.TemporaryDirectory(prefix="flower-test-pyc-") as pyc:
+        os.chmod(template, 0o755)   # initdb runs as the server's own user (tests/pgserver.py)
+        os.environ[pgserver.TEMPLATE_ENV] = template   # one initdb for the run: every server copies it
+        # every worker and child imports flower (450 KB) and the test modules: compiled once for the
+        # run, in a cache of its own (nothing is written beside the sources)
+        os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+        os.environ["PYTHONPYCACHEPREFIX"] = pyc
+        if jobs == 1 or len(units) == 1:
+            tallies = [run_here(units)]
+        else:
+            tallies = run_parallel(units, jobs)
+    if len(tallies) > 1:
         print(f"wall {time.monotonic() - started:.1f} s with {jobs} workers; by unit: " + ", ".join(
             f"{t['unit'].removeprefix('tests.')} {t['seconds']:.0f}"
             for t in sorted(tallies, key=lambda t: -t["seconds"])))
+        print(f"cpu {sum(t.get('cpu', 0.0) for t in tallies):.0f} s in all; by unit: " + ", ".join(
+            f"{t['unit'].removeprefix('tests.')} {t.get('cpu', 0.0):.0f}"
+            for t in sorted(tallies, key=lambda t: -t.get("cpu", 0.0))))
     passed, failed, skipped = (sum(t[k] for t in tallies) for k in ("passed", "failed", "skipped"))
     for reason in sorted({reason for t in tallies for reason in t["reasons"]}):
         print(f"skipped: {reason}")

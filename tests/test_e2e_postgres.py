@@ -14,8 +14,9 @@ import unittest
 import flower
 from tests.fakeapi import FakeAnthropic, Reply, text, tool, last_user_text
 from tests.pgserver import HAVE_PG, SKIP as PG_SKIP
-from tests.helpers import HAVE_SDK, MachinesCase, SKIP, role_of
+from tests.helpers import HAVE_SDK, MachinesCase, SKIP, role_of, stop_shared_server
 
+tearDownModule = stop_shared_server   # the one server MachinesCase started for this module
 
 
 @unittest.skipUnless(HAVE_SDK, SKIP)

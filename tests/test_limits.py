@@ -84,7 +84,7 @@ class LimitedWork(Roles):
 @unittest.skipUnless(HAVE_SDK, SKIP)
 class WaitedOut(E2ECase, unittest.TestCase):
     def test_a_limit_that_resets_is_waited_out_twice_and_the_same_session_finishes(self):
-        roles = LimitedWork(os.path.join(self.ws, "hello.txt"), gap=15)
+        roles = LimitedWork(os.path.join(self.ws, "hello.txt"), gap=2)
         self.api.responder = roles
         # the CLI passes each 429 on at once (its own retries would only hide the second one)
         p = self.flower("write hello", "--no-goal", env={"CLAUDE_CODE_MAX_RETRIES": "0"})

@@ -142,17 +142,22 @@ class Leases(PgCase):
 class TwoMachines(_Machines):
     def test_a_newcomer_after_an_outage_never_drives_beside_the_live_holder(self):
         back = threading.Event()
+        b_done = os.path.join(self.tmp.name, "b-done")
+        # A's tool outlives the outage and B's whole run: it ends once B has ended (B refused), or after
+        # 14 s (B waits for A to be done)
+        wait = (f"import os, time\nend = time.time() + 14\nwhile time.time() < end and not os.path.exists({b_done!r}): "
+                f"time.sleep(0.1)\nprint('A-SLEPT')")
 
         def tool_then_outage(body):   # A's work: a tool that outlives the outage and B's start
             self.outage(5, back)
-            return tool("Bash", {"command": "python3 -c \"import time; time.sleep(14); print('A-SLEPT')\""},
-                        say="A-RUNS-THE-TOOL")
+            return tool("Bash", {"command": f"python3 -c \"{wait}\""}, say="A-RUNS-THE-TOOL")
         self.roles.work = [tool_then_outage, text("finished on A")]
         a = self.spawn(self.a, "write hello")
         self.assertTrue(back.wait(120), "the outage never came")
         time.sleep(0.5)
         b = self.checkout_b()
         second = self.run_flower(b, check=False, timeout=240)
+        open(b_done, "w").close()
         out, err = a.communicate(timeout=240)
         self.assertEqual(a.returncode, 0, err[-3000:])          # A kept driving, its lease renewed
         self.assertIn("done", err)

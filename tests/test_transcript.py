@@ -104,10 +104,10 @@ class ToldSize(unittest.TestCase):
                 PrunePolicy(trim=True, trim_keep=0, keep_glances=0, spill_dir="/spill", lang="zh"))
 
     def assertTold(self, entries, label):
-        told = 0
+        told, blob = 0, json.dumps(entries)
         for policy in self.POLICIES:
             for own in (True, False):   # entries changed in place, or copied where they change
-                out, report = flower._prune(json.loads(json.dumps(entries)), policy, own, estimate=True)
+                out, report = flower._prune(json.loads(blob), policy, own, estimate=True)
                 with self.subTest(label, policy=policy, own=own):
                     if report.tokens is not None:
                         self.assertEqual(report.tokens, flower.estimate_tokens(out))
@@ -175,10 +175,10 @@ class HostileRows(unittest.TestCase):
             rng = random.Random(seed)
             for _ in range(2000):
                 entries = [hostile_entry(rng, i) for i in range(rng.randint(2, 12))]
+                blob, originals = json.dumps(entries), [json.dumps(e, sort_keys=True) for e in entries]
                 for policy in policies:
                     with self.subTest(seed=seed, entries=entries, policy=policy):
-                        out, _ = prune(json.loads(json.dumps(entries)), policy)
-                        originals = [json.dumps(e, sort_keys=True) for e in entries]
+                        out, _ = prune(json.loads(blob), policy)
                         for entry in out:
                             self.assertTrue(isinstance(entry, dict) and (entry.get("flowerHealed") or any(
                                 entry.get("uuid") == e.get("uuid") for e in entries)), entry)
