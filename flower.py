@@ -15227,7 +15227,7 @@ def cmd_ask(args: argparse.Namespace, reporter: Reporter) -> int:
             reporter.say(text("ui_side_cost", lang, sid=sid[:8], cost=result.cost_usd, path=_tilde(rt.manifest.path)),
                          always=True)
             if not result.ok:
-                reporter.say(f"flower: {result.error}", always=True)
+                reporter.say(f"flower: {in_lang(result.error, lang)}", always=True)
                 return _exit_code(rt, result.error or "")
             return EXIT_OK
         finally:
