@@ -6388,20 +6388,43 @@ def write_spills(spills: dict[str, str]) -> None:
     for _, _, directory, name in places:
         wanted.setdefault(directory, []).append(name)
     secrets = _env_secrets()   # once, not per file: reading os.environ is most of a small file's redact
-    for path, full, directory, name in places:
-        if directory not in present:
-            present[directory] = present_names(directory, wanted.get(directory, ()))
-        names = present[directory]
-        if (name in names) if names is not None else os.path.exists(path):
-            continue
-        if directory not in made:
-            ensure_private_dir(directory)
-            made.add(directory)
-        tmp = f"{path}.{os.getpid()}-{threading.get_ident()}.tmp"   # two loads of a session may write at once
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8", errors="surrogatepass") as fh:
-            fh.write(redact(full, secrets))
-        os.replace(tmp, path)
+    for group in _same_texts(places):
+        clean = None
+        for path, full, directory, name in group:
+            if directory not in present:
+                present[directory] = present_names(directory, wanted.get(directory, ()))
+            names = present[directory]
+            if (name in names) if names is not None else os.path.exists(path):
+                continue
+            if directory not in made:
+                ensure_private_dir(directory)
+                made.add(directory)
+            if clean is None:
+                clean = redact(full, secrets)
+            tmp = f"{path}.{os.getpid()}-{threading.get_ident()}.tmp"   # two loads of a session may write at once
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w", encoding="utf-8", errors="surrogatepass") as fh:
+                fh.write(clean)
+            os.replace(tmp, path)
+
+
+def _same_texts(places: list[tuple[str, str, str, str]]) -> list[list[tuple[str, str, str, str]]]:
+    """``places`` (path, text, folder, name) in groups of equal texts, in their order: a tool result
+    and its ``toolUseResult`` copy hold the same text, which is then redacted once, not twice (and each
+    redacted text is let go once its group is written)."""
+    groups: dict[tuple, list[list[tuple[str, str, str, str]]]] = {}
+    out = []
+    for place in places:
+        full = place[1]
+        similar = groups.setdefault((len(full), full[:64], full[-64:]), [])
+        for group in similar:
+            if group[0][1] == full:
+                group.append(place)
+                break
+        else:
+            similar.append([place])
+            out.append(similar[-1])
+    return out
 
 
 def _spill_place(path: str) -> tuple[str, str]:
