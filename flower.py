@@ -1583,16 +1583,17 @@ _NAMED = r"[a-z0-9_.\-]*\\*[\"']?"
 
 def _marker_pattern(head: str, rests: str, starts: bool) -> _LazyPattern:
     """``head`` then one of ``rests`` (``|``-separated, or nothing), as _MARKER_ASSIGNED says; the
-    head comes first, so the regex engine jumps from one place of it to the next."""
+    head comes first, so the regex engine jumps from one place of it to the next. A match is the head
+    alone (the rest is looked ahead at): what follows it, up to a flag's value, may hold the next name's
+    marker (``x_token_a token=v``), which a match that took it in would hide."""
     rest = f"(?:{rests})" if rests else ""
     inside = f"(?<=[a-z0-9_.\\-]{head}){rest}{_NAMED}(?:[ \\t]*[=:]|[ \\t]+[^\\-\\s])"
-    return _ascii_re(f"{head}(?:{inside}|{rest}{_NAMED}[ \\t]*[=:])" if starts else head + inside)
+    return _ascii_re(f"{head}(?={inside}|{rest}{_NAMED}[ \\t]*[=:])" if starts else f"{head}(?={inside})")
 
 
-_MARKER_ASSIGNED = [_marker_pattern(head, rests, head not in ("key", "signature"))
-                    for head, rests in (("pass", "w|phrase"), ("pwd", ""), ("token", ""), ("secret", ""), ("key", ""),
-                                        ("cred", ""), ("auth", ""), ("dsn", ""), ("jwt", ""), ("webhook", ""),
-                                        ("connection", ""), ("signature", ""))]
+_MARKER_RESTS = (("pass", "w|phrase"), ("pwd", ""), ("token", ""), ("secret", ""), ("key", ""), ("cred", ""),
+                 ("auth", ""), ("dsn", ""), ("jwt", ""), ("webhook", ""), ("connection", ""), ("signature", ""))
+_MARKER_ASSIGNED = [_marker_pattern(head, rests, head not in ("key", "signature")) for head, rests in _MARKER_RESTS]
 _SECRET_WORDS = frozenset({"password", "passwd", "pwd", "passphrase", "token", "secret", "apikey", "credential",
                            "credentials", "auth", "authorization", "authtoken", "dsn", "jwt", "webhook",
                            "connectionstring"})
@@ -1777,8 +1778,9 @@ def _assigned_marker_hits(places: _Places) -> list[int]:
     """The occurrences of name markers that :data:`_ASSIGNMENT` may match from: in a name that an
     operator follows, or in a flag. Found by the regex engine, so a marker in prose (``the key
     lookup``, ``author``) costs no Python step."""
-    low = places.low
-    return [m.start() for pattern in _MARKER_ASSIGNED for m in pattern.finditer(low)]
+    low, may_hold = places.low, getattr(places, "may_hold", None)
+    return [m.start() for (head, _), pattern in zip(_MARKER_RESTS, _MARKER_ASSIGNED)
+            if may_hold is None or may_hold(head) for m in pattern.finditer(low)]
 
 
 def _redact_assignments(places: _Places, hits: Callable[[_Places], list[int]] = _marker_hits) -> str:
@@ -1861,6 +1863,49 @@ class _Places:
                     at = hay.find(word, at + len(word))
             self._found[(word, case)] = found
         return found
+
+
+# Letters about as rare as any in logs, code and prose: a word with one of them that a text lacks cannot
+# occur in it, and looking for one character costs next to nothing (memchr), unlike looking for a word.
+_RARE_LETTERS = "jqzxvkwbgy"
+# a shorter word that every occurrence of the key holds: where it does not occur, neither does the key,
+# and one scan that says so serves every rule that needs one of them
+_GATES = {"authorization": "auth", "sig=": "sig", "signature": "sig", "password": "pass", "passphrase": "pass",
+          "-u ": "-u", "--user": "-u"}
+_GATE_WORDS = frozenset(_GATES.values())
+
+
+class _GatedPlaces(_Places):
+    """:class:`_Places` for a long text, which first rules out the words the text cannot hold (see
+    :meth:`may_hold`): a word it rules out is not looked for, nor is a marker pattern tried."""
+
+    def __init__(self, text: str):
+        super().__init__(text)
+        self._holds: dict[str, bool] = {}
+
+    def _holds_part(self, part: str) -> bool:
+        held = self._holds.get(part)
+        if held is None:
+            held = self._holds[part] = part in self.low
+        return held
+
+    def may_hold(self, word: str) -> bool:
+        """False when ``word`` (lowercase) does not occur in the lowercase image: a rare letter of it,
+        or the shorter word of :data:`_GATES` it holds, or the word itself was found missing."""
+        if self._holds.get(word) is False:
+            return False
+        for letter in _RARE_LETTERS:
+            if letter in word and not self._holds_part(letter):
+                return False
+        gate = _GATES.get(word, word if word in _GATE_WORDS else None)
+        return gate is None or self._holds_part(gate)
+
+    def of(self, word: str, case: bool = False) -> list[int]:
+        """:meth:`_Places.of`; none without a scan where :meth:`may_hold` rules the word out (a word
+        of the text holds its lowercase in the lowercase image)."""
+        if (word, case) not in self._found and not self.may_hold(word.lower()):
+            self._found[(word, case)] = []
+        return super().of(word, case)
 
 
 def _anchored(words: tuple[str, ...], pattern: _LazyPattern, replace: Callable[[re.Match], str | None],
@@ -2020,11 +2065,12 @@ def _redact_shapes(text: str) -> str:
 
 
 def _redact_words(text: str) -> str:
-    places = _Places(text)
+    kind = _GatedPlaces if len(text) >= _SMALL else _Places
+    places = kind(text)
     for _, rule in _WORD_RULES:
         new = rule(places)
         if new is not places.text:
-            places = _Places(new)
+            places = kind(new)
     return places.text
 
 
