@@ -1867,38 +1867,51 @@ class _Places:
 
 # Letters about as rare as any in logs, code and prose: a word with one of them that a text lacks cannot
 # occur in it, and looking for one character costs next to nothing (memchr), unlike looking for a word.
+# (None of them is a letter of REDACTED, which a rule may put into the text: see _GatedPlaces.)
 _RARE_LETTERS = "jqzxvkwbgy"
 # a shorter word that every occurrence of the key holds: where it does not occur, neither does the key,
 # and one scan that says so serves every rule that needs one of them
 _GATES = {"authorization": "auth", "sig=": "sig", "signature": "sig", "password": "pass", "passphrase": "pass",
           "-u ": "-u", "--user": "-u"}
+_GATED_AT = 16384   # from this length, ruling words out costs less than the scans it saves
 _GATE_WORDS = frozenset(_GATES.values())
+
+
+@functools.lru_cache(maxsize=None)
+def _proofs(word: str) -> tuple[str, ...]:
+    """What :meth:`_GatedPlaces.may_hold` looks for, cheapest first: the rare letters of ``word``, the
+    shorter word of :data:`_GATES` it holds (or the word itself when it is such a word: one scan then
+    serves all that need it). Another word is not looked for twice: its own scan says it is missing."""
+    gate = _GATES.get(word, word if word in _GATE_WORDS else None)
+    return (*(c for c in _RARE_LETTERS if c in word), *((gate,) if gate else ()))
 
 
 class _GatedPlaces(_Places):
     """:class:`_Places` for a long text, which first rules out the words the text cannot hold (see
     :meth:`may_hold`): a word it rules out is not looked for, nor is a marker pattern tried."""
 
-    def __init__(self, text: str):
+    def __init__(self, text: str, before: _GatedPlaces | None = None):
         super().__init__(text)
-        self._holds: dict[str, bool] = {}
+        # A rule only puts ``[REDACTED]`` in place of a part of its match, and no word looked for here
+        # can span a bracket: a word the text before it lacked, the text after it lacks too (a word it
+        # held may be gone: then it is looked for and not found, as without this check).
+        self._lacking: dict[str, bool] = {} if before is None else before._lacking
 
-    def _holds_part(self, part: str) -> bool:
-        held = self._holds.get(part)
-        if held is None:
-            held = self._holds[part] = part in self.low
-        return held
+    def _lacks(self, part: str) -> bool:
+        """Whether ``part`` (lowercase) is missing from the lowercase image (found once a text)."""
+        lacking = self._lacking.get(part)
+        if lacking is None:
+            lacking = self._lacking[part] = (part not in self.low if len(part) == 1
+                                             else _word_re(part).search(self.low) is None)
+        return lacking
 
     def may_hold(self, word: str) -> bool:
-        """False when ``word`` (lowercase) does not occur in the lowercase image: a rare letter of it,
-        or the shorter word of :data:`_GATES` it holds, or the word itself was found missing."""
-        if self._holds.get(word) is False:
-            return False
-        for letter in _RARE_LETTERS:
-            if letter in word and not self._holds_part(letter):
-                return False
-        gate = _GATES.get(word, word if word in _GATE_WORDS else None)
-        return gate is None or self._holds_part(gate)
+        """False when ``word`` (lowercase) does not occur in the lowercase image: a rare letter of it, or
+        the shorter word of :data:`_GATES` it holds (see :func:`_proofs`), is missing."""
+        lacking = self._lacking.get(word)
+        if lacking is not None:
+            return not lacking
+        return not any(map(self._lacks, _proofs(word)))
 
     def of(self, word: str, case: bool = False) -> list[int]:
         """:meth:`_Places.of`; none without a scan where :meth:`may_hold` rules the word out (a word
@@ -2065,12 +2078,11 @@ def _redact_shapes(text: str) -> str:
 
 
 def _redact_words(text: str) -> str:
-    kind = _GatedPlaces if len(text) >= _SMALL else _Places
-    places = kind(text)
+    places = _GatedPlaces(text) if len(text) >= _GATED_AT else _Places(text)
     for _, rule in _WORD_RULES:
         new = rule(places)
         if new is not places.text:
-            places = kind(new)
+            places = _GatedPlaces(new, places) if isinstance(places, _GatedPlaces) else _Places(new)
     return places.text
 
 

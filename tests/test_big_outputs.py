@@ -80,7 +80,8 @@ class GatedWordsMatchTheRules(unittest.TestCase):
 
     def test_random_texts_with_words_near_each_other(self):
         rng = random.Random(44)
-        texts = [planted(rng, rng.choice([600, 2100, 5000, 12000])) for _ in range(200)]
+        sizes = [600, 2100, flower._GATED_AT + 100, 2 * flower._GATED_AT]
+        texts = [planted(rng, rng.choice(sizes)) for _ in range(200)]
         for text in texts[:]:   # each text also without one letter or gate word, the rest left as it is
             gone = rng.choice(list(flower._RARE_LETTERS) + ["auth", "sig", "pass", "-u"])
             texts.append(text.replace(gone, "").replace(gone.upper(), ""))
@@ -88,7 +89,8 @@ class GatedWordsMatchTheRules(unittest.TestCase):
         self.assertEqual(diffs, [])
 
     def test_secrets_after_a_missing_gate(self):
-        filler = "2026-12-05 INFO node-3 processed batch 17 in 12 ms\n" * 80   # no j, q, auth, sig, -u
+        filler = "2026-12-05 INFO node-3 processed batch 17 in 12 ms\n" * 330   # no j, q, auth, sig, -u
+        self.assertGreater(len(filler), flower._GATED_AT)
         for text, core, _ in SHAPES[:40] + [(f"Authorization: Bearer {SECRET}", SECRET, ""),
                                               (f"X-Amz-Signature={SECRET}", SECRET, ""),
                                               (f"my.JWT = {SECRET}", SECRET, ""), (f"mysql -p{SECRET}", SECRET, ""),
@@ -100,7 +102,8 @@ class GatedWordsMatchTheRules(unittest.TestCase):
                 self.assertNotIn(core, out, text)
 
     def test_a_word_the_text_cannot_hold_is_not_looked_for(self):
-        text = "2026-12-05 INFO node-3 processed batch 17 in 12 ms\n" * 100 + "token=abc"
+        text = "2026-12-05 INFO node-3 processed batch 17 in 12 ms\n" * 330 + "token=abc"
+        self.assertGreater(len(text), flower._GATED_AT)
         tried = []
 
         class Recorded:
