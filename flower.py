@@ -1450,9 +1450,10 @@ def sanitize(value: str) -> str:
 # occurrence to the next instead of trying every position); the word rules are tried only where their
 # words occur (found once per text), the assignment rule only where the regex engine finds a marker in a
 # name that an operator or a flag's value follows; on a long text the shape rules run only on the lines
-# that hold a token-like run a shape may begin (a byte scan of an ASCII image). _redact_reference() runs
-# every rule over the whole text, at every place of its words, and the tests check that redact() gives
-# the same output.
+# that hold a token-like run a shape may begin (a byte scan of an ASCII image), and a word (or a marker
+# pattern) is not looked for where a rare letter of it or a shorter word it holds is missing (see
+# _GatedPlaces). _redact_reference() runs every rule over the whole text, at every place of its words,
+# and the tests check that redact() gives the same output.
 
 REDACTED = "[REDACTED]"
 # a token starts after a non-token character, or right after a JSON escape such as ``\n``
