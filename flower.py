@@ -1664,9 +1664,10 @@ def sanitize(value: str) -> str:
 # occurrence to the next instead of trying every position); the word rules are tried only where their
 # words occur (found once per text), the assignment rule only where the regex engine finds a marker in a
 # name that an operator or a flag's value follows; on a long text the shape rules run only on the lines
-# that hold a token-like run a shape may begin (a byte scan of an ASCII image). _redact_reference() runs
-# every rule over the whole text, at every place of its words, and the tests check that redact() gives
-# the same output.
+# that hold a token-like run a shape may begin (a byte scan of an ASCII image), and a word (or a marker
+# pattern) is not looked for where a rare letter of it or a shorter word it holds is missing (see
+# _GatedPlaces). _redact_reference() runs every rule over the whole text, at every place of its words,
+# and the tests check that redact() gives the same output.
 
 REDACTED = "[REDACTED]"
 # a token starts after a non-token character, or right after a JSON escape such as ``\n``
@@ -1797,16 +1798,17 @@ _NAMED = r"[a-z0-9_.\-]*\\*[\"']?"
 
 def _marker_pattern(head: str, rests: str, starts: bool) -> _LazyPattern:
     """``head`` then one of ``rests`` (``|``-separated, or nothing), as _MARKER_ASSIGNED says; the
-    head comes first, so the regex engine jumps from one place of it to the next."""
+    head comes first, so the regex engine jumps from one place of it to the next. A match is the head
+    alone (the rest is looked ahead at): what follows it, up to a flag's value, may hold the next name's
+    marker (``x_token_a token=v``), which a match that took it in would hide."""
     rest = f"(?:{rests})" if rests else ""
     inside = f"(?<=[a-z0-9_.\\-]{head}){rest}{_NAMED}(?:[ \\t]*[=:]|[ \\t]+[^\\-\\s])"
-    return _ascii_re(f"{head}(?:{inside}|{rest}{_NAMED}[ \\t]*[=:])" if starts else head + inside)
+    return _ascii_re(f"{head}(?={inside}|{rest}{_NAMED}[ \\t]*[=:])" if starts else f"{head}(?={inside})")
 
 
-_MARKER_ASSIGNED = [_marker_pattern(head, rests, head not in ("key", "signature"))
-                    for head, rests in (("pass", "w|phrase"), ("pwd", ""), ("token", ""), ("secret", ""), ("key", ""),
-                                        ("cred", ""), ("auth", ""), ("dsn", ""), ("jwt", ""), ("webhook", ""),
-                                        ("connection", ""), ("signature", ""))]
+_MARKER_RESTS = (("pass", "w|phrase"), ("pwd", ""), ("token", ""), ("secret", ""), ("key", ""), ("cred", ""),
+                 ("auth", ""), ("dsn", ""), ("jwt", ""), ("webhook", ""), ("connection", ""), ("signature", ""))
+_MARKER_ASSIGNED = [_marker_pattern(head, rests, head not in ("key", "signature")) for head, rests in _MARKER_RESTS]
 _SECRET_WORDS = frozenset({"password", "passwd", "pwd", "passphrase", "token", "secret", "apikey", "credential",
                            "credentials", "auth", "authorization", "authtoken", "dsn", "jwt", "webhook",
                            "connectionstring"})
@@ -1991,8 +1993,9 @@ def _assigned_marker_hits(places: _Places) -> list[int]:
     """The occurrences of name markers that :data:`_ASSIGNMENT` may match from: in a name that an
     operator follows, or in a flag. Found by the regex engine, so a marker in prose (``the key
     lookup``, ``author``) costs no Python step."""
-    low = places.low
-    return [m.start() for pattern in _MARKER_ASSIGNED for m in pattern.finditer(low)]
+    low, may_hold = places.low, getattr(places, "may_hold", None)
+    return [m.start() for (head, _), pattern in zip(_MARKER_RESTS, _MARKER_ASSIGNED)
+            if may_hold is None or may_hold(head) for m in pattern.finditer(low)]
 
 
 def _redact_assignments(places: _Places, hits: Callable[[_Places], list[int]] = _marker_hits) -> str:
@@ -2075,6 +2078,62 @@ class _Places:
                     at = hay.find(word, at + len(word))
             self._found[(word, case)] = found
         return found
+
+
+# Letters about as rare as any in logs, code and prose: a word with one of them that a text lacks cannot
+# occur in it, and looking for one character costs next to nothing (memchr), unlike looking for a word.
+# (None of them is a letter of REDACTED, which a rule may put into the text: see _GatedPlaces.)
+_RARE_LETTERS = "jqzxvkwbgy"
+# a shorter word that every occurrence of the key holds: where it does not occur, neither does the key,
+# and one scan that says so serves every rule that needs one of them
+_GATES = {"authorization": "auth", "sig=": "sig", "signature": "sig", "password": "pass", "passphrase": "pass",
+          "-u ": "-u", "--user": "-u"}
+_GATED_AT = 16384   # from this length, ruling words out costs less than the scans it saves
+_GATE_WORDS = frozenset(_GATES.values())
+
+
+@functools.lru_cache(maxsize=None)
+def _proofs(word: str) -> tuple[str, ...]:
+    """What :meth:`_GatedPlaces.may_hold` looks for, cheapest first: the rare letters of ``word``, the
+    shorter word of :data:`_GATES` it holds (or the word itself when it is such a word: one scan then
+    serves all that need it). Another word is not looked for twice: its own scan says it is missing."""
+    gate = _GATES.get(word, word if word in _GATE_WORDS else None)
+    return (*(c for c in _RARE_LETTERS if c in word), *((gate,) if gate else ()))
+
+
+class _GatedPlaces(_Places):
+    """:class:`_Places` for a long text, which first rules out the words the text cannot hold (see
+    :meth:`may_hold`): a word it rules out is not looked for, nor is a marker pattern tried."""
+
+    def __init__(self, text: str, before: _GatedPlaces | None = None):
+        super().__init__(text)
+        # A rule only puts ``[REDACTED]`` in place of a part of its match, and no word looked for here
+        # can span a bracket: a word the text before it lacked, the text after it lacks too (a word it
+        # held may be gone: then it is looked for and not found, as without this check).
+        self._lacking: dict[str, bool] = {} if before is None else before._lacking
+
+    def _lacks(self, part: str) -> bool:
+        """Whether ``part`` (lowercase) is missing from the lowercase image (found once a text)."""
+        lacking = self._lacking.get(part)
+        if lacking is None:
+            lacking = self._lacking[part] = (part not in self.low if len(part) == 1
+                                             else _word_re(part).search(self.low) is None)
+        return lacking
+
+    def may_hold(self, word: str) -> bool:
+        """False when ``word`` (lowercase) does not occur in the lowercase image: a rare letter of it, or
+        the shorter word of :data:`_GATES` it holds (see :func:`_proofs`), is missing."""
+        lacking = self._lacking.get(word)
+        if lacking is not None:
+            return not lacking
+        return not any(map(self._lacks, _proofs(word)))
+
+    def of(self, word: str, case: bool = False) -> list[int]:
+        """:meth:`_Places.of`; none without a scan where :meth:`may_hold` rules the word out (a word
+        of the text holds its lowercase in the lowercase image)."""
+        if (word, case) not in self._found and not self.may_hold(word.lower()):
+            self._found[(word, case)] = []
+        return super().of(word, case)
 
 
 def _anchored(words: tuple[str, ...], pattern: _LazyPattern, replace: Callable[[re.Match], str | None],
@@ -2234,11 +2293,11 @@ def _redact_shapes(text: str) -> str:
 
 
 def _redact_words(text: str) -> str:
-    places = _Places(text)
+    places = _GatedPlaces(text) if len(text) >= _GATED_AT else _Places(text)
     for _, rule in _WORD_RULES:
         new = rule(places)
         if new is not places.text:
-            places = _Places(new)
+            places = _GatedPlaces(new, places) if isinstance(places, _GatedPlaces) else _Places(new)
     return places.text
 
 
@@ -6602,20 +6661,43 @@ def write_spills(spills: dict[str, str]) -> None:
     for _, _, directory, name in places:
         wanted.setdefault(directory, []).append(name)
     secrets = _env_secrets()   # once, not per file: reading os.environ is most of a small file's redact
-    for path, full, directory, name in places:
-        if directory not in present:
-            present[directory] = present_names(directory, wanted.get(directory, ()))
-        names = present[directory]
-        if (name in names) if names is not None else os.path.exists(path):
-            continue
-        if directory not in made:
-            ensure_private_dir(directory)
-            made.add(directory)
-        tmp = f"{path}.{os.getpid()}-{threading.get_ident()}.tmp"   # two loads of a session may write at once
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8", errors="surrogatepass") as fh:
-            fh.write(redact(full, secrets))
-        os.replace(tmp, path)
+    for group in _same_texts(places):
+        clean = None
+        for path, full, directory, name in group:
+            if directory not in present:
+                present[directory] = present_names(directory, wanted.get(directory, ()))
+            names = present[directory]
+            if (name in names) if names is not None else os.path.exists(path):
+                continue
+            if directory not in made:
+                ensure_private_dir(directory)
+                made.add(directory)
+            if clean is None:
+                clean = redact(full, secrets)
+            tmp = f"{path}.{os.getpid()}-{threading.get_ident()}.tmp"   # two loads of a session may write at once
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w", encoding="utf-8", errors="surrogatepass") as fh:
+                fh.write(clean)
+            os.replace(tmp, path)
+
+
+def _same_texts(places: list[tuple[str, str, str, str]]) -> list[list[tuple[str, str, str, str]]]:
+    """``places`` (path, text, folder, name) in groups of equal texts, in their order: a tool result
+    and its ``toolUseResult`` copy hold the same text, which is then redacted once, not twice (and each
+    redacted text is let go once its group is written)."""
+    groups: dict[tuple, list[list[tuple[str, str, str, str]]]] = {}
+    out = []
+    for place in places:
+        full = place[1]
+        similar = groups.setdefault((len(full), full[:64], full[-64:]), [])
+        for group in similar:
+            if group[0][1] == full:
+                group.append(place)
+                break
+        else:
+            similar.append([place])
+            out.append(similar[-1])
+    return out
 
 
 def _spill_place(path: str) -> tuple[str, str]:
