@@ -2781,17 +2781,6 @@ def _children(pid: int) -> list[tuple[int, int]]:
         except (OSError, IndexError, ValueError):
             continue
     return found
-    for name in names:
-        try:
-            with open(f"/proc/{name}/stat", "rb") as fh:
-                fields = fh.read().rsplit(b")", 1)[1].split()
-            if int(fields[1]) == pid:
-                groups.add(int(fields[2]))
-        except (OSError, IndexError, ValueError):
-            continue
-    with contextlib.suppress(OSError):
-        groups.discard(os.getpgid(pid))
-    return groups
 
 
 def _stop_guards(guards: list[tuple[int, int]], grace: float) -> list[int]:
