@@ -1237,7 +1237,7 @@ TEXTS: dict[str, dict[str, str]] = {
         "busy_line": "另一个 flower 正在驱动{what}({who});请等它结束,或先停掉它",
         "busy_session": "另一个 flower 正在驱动会话 {sid}(pid {pid},它的 CLI 的 pid {cli});请等它结束,或先停掉它",
         "busy_nobody_named": "持有者没有留下记录,无法指明是谁",
-        "busy_pid": "pid {pid}",
+        "busy_pid": "进程 {pid}",
         "busy_host": ",在 {host} 上",
         "busy_path": ",位于 {path}",
         "busy_since": ",自 {since} 起",
