@@ -40,7 +40,8 @@ COST = {
     "tests.test_cli_contract": 45, "tests.test_store": 40, "tests.test_postgres": 35, "tests.test_driver": 12,
     "tests.test_cli": 10, "tests.test_e2e_redaction": 11, "tests.test_e2e_economy": 20,
     "tests.test_transcript": 20, "tests.test_handoff": 12, "tests.test_redaction": 6, "tests.test_prune_economy": 6,
-    "tests.test_delegation_chaos.ChaosDelegatingSeed": 60,
+    "tests.test_delegation_chaos.ChaosDelegatingSeed": 60, "tests.test_delegation_chaos.AskedHandoffDuringAWorker": 25,
+    "tests.test_delegation_chaos.WorkerApiErrorLive": 20, "tests.test_delegation_chaos.WorkerTranscriptUnstored": 25,
 }
 DEFAULT_COST = 5
 
