@@ -1,10 +1,12 @@
-"""Delegation under chaos (issue 39): what bench/chaos.py --delegate found, and one seed of it.
+"""Delegation under chaos (issue 39): what ``bench/chaos.py --delegate`` found, and a small job of it.
 
-Core tier: a coordinator's degraded handoff document lists what its workers were given and what they
-reported (a coordinator runs no step itself, so a ledger of shell commands alone told its successor
-nothing was done: the whole job again); the fake coordinator of tests/delegating_model.py reads its
-conversation as a model would. Real tier: one seed of the chaos harness in delegation mode, kills waiting
-for their phase (a worker's tool running, between worker turns, right after an Agent call's result)."""
+Found and fixed: a coordinator's degraded handoff document listed no delegated work (its successor
+delegated the whole job again); a worker the CLI ended on an API error came back as that error and the
+worker's last words although its tools ran; a worker's answer the CLI could not write (HOME full) ended
+in a plain ``done``; ``flower.py handoff`` asked while a worker ran waited for one more coordinator answer
+(another whole worker when that answer delegated again). Also: the fake coordinator of
+tests/delegating_model.py reads its conversation as a model would, and a real-tier job under kills that
+wait for their phase (a worker's tool running, between worker turns, right after an Agent call's result)."""
 
 from __future__ import annotations
 
