@@ -10997,7 +10997,7 @@ class _Turn:
     exception: BaseException | None = None
     cancelled: bool = False
     answers: int = 0   # the model's own answers on the main thread (not synthetic)
-    answer_ids: list[str] = field(default_factory=list)   # their uuids (the transcript entries' own)
+    answer_ids: list[str] = field(default_factory=list)   # their uuids and the workers' (the transcript entries' own)
     stored_ids: set = field(default_factory=set)          # uuids of this session the store took meanwhile
     seen: list = field(default_factory=list)   # main-thread answers and tool results, as streamed
     mirror_failed: bool = False
@@ -11144,7 +11144,7 @@ class Runtime:
 
     def _stored(self, key: dict, entries: list[dict]) -> None:
         watched = self._watched
-        if watched is not None and key.get("session_id") == watched[0] and not key.get("subpath"):
+        if watched is not None and key.get("session_id") == watched[0]:   # its workers' transcripts too
             watched[1].stored_ids.update(e.get("uuid") for e in entries if isinstance(e, dict))
         for hook in self._stored_hooks:
             with contextlib.suppress(Exception):
@@ -11914,6 +11914,8 @@ class Runtime:
             if level:
                 st.level = level
             turn.model = msg.model or turn.model
+        elif not synthetic and isinstance(getattr(msg, "uuid", None), str):
+            turn.answer_ids.append(msg.uuid)   # a worker's: its transcript must reach the store too
         for block in msg.content:
             bkind = type(block).__name__
             if bkind == "TextBlock":

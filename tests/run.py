@@ -48,7 +48,8 @@ COST = {
     "tests.test_limits": 20, "tests.test_e2e_economy": 17, "tests.test_damaged_state": 15, "tests.test_judge": 12,
     "tests.test_e2e_redaction_shapes": 12, "tests.test_handoff": 12, "tests.test_report_browser": 10,
     "tests.test_store_locked": 10, "tests.test_project_settings": 10,
-    "tests.test_delegation_chaos.ChaosDelegatingSeed": 60,
+    "tests.test_delegation_chaos.ChaosDelegatingSeed": 90, "tests.test_delegation_chaos.AskedHandoffDuringAWorker": 25,
+    "tests.test_delegation_chaos.WorkerApiErrorLive": 20, "tests.test_delegation_chaos.WorkerTranscriptUnstored": 25,
 }
 DEFAULT_COST = 5
 

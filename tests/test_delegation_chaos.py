@@ -1,10 +1,12 @@
-"""Delegation under chaos (issue 39): what bench/chaos.py --delegate found, and one seed of it.
+"""Delegation under chaos (issue 39): what ``bench/chaos.py --delegate`` found, and a small job of it.
 
-Core tier: a coordinator's degraded handoff document lists what its workers were given and what they
-reported (a coordinator runs no step itself, so a ledger of shell commands alone told its successor
-nothing was done: the whole job again); the fake coordinator of tests/delegating_model.py reads its
-conversation as a model would. Real tier: one seed of the chaos harness in delegation mode, kills waiting
-for their phase (a worker's tool running, between worker turns, right after an Agent call's result)."""
+Found and fixed: a coordinator's degraded handoff document listed no delegated work (its successor
+delegated the whole job again); a worker the CLI ended on an API error came back as that error and the
+worker's last words although its tools ran; a worker's answer the CLI could not write (HOME full) ended
+in a plain ``done``; ``flower.py handoff`` asked while a worker ran waited for one more coordinator answer
+(another whole worker when that answer delegated again). Also: the fake coordinator of
+tests/delegating_model.py reads its conversation as a model would, and a real-tier job under kills that
+wait for their phase (a worker's tool running, between worker turns, right after an Agent call's result)."""
 
 from __future__ import annotations
 
@@ -156,6 +158,73 @@ class WorkerApiErrorLive(E2ECase, unittest.TestCase):
     def test_a_failed_call_comes_with_the_neutral_words(self):
         sent = self.run_case(say="")
         self.assertIn(json.dumps(flower.text("worker_api_error"))[1:-1], sent)
+
+
+@unittest.skipUnless(HAVE_SDK, SKIP)
+class WorkerTranscriptUnstored(E2ECase, unittest.TestCase):
+    """HOME (where the CLI writes transcripts) full while a worker runs (bench/chaos.py --delegate, seed 9:
+    the run said plain ``done`` with a worker's answer in no store): flower says so, as for the main thread."""
+
+    def setUp(self):
+        super().setUp()
+        self.env.pop("FLOWER_NO_DELEGATE", None)
+        self.home = os.path.join(self.tmp.name, "home")
+        os.makedirs(self.home)
+        p = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m,mode=0700", "tmpfs", self.home],
+                           capture_output=True, text=True)
+        if p.returncode != 0:
+            super().tearDown()
+            self.skipTest(f"a small tmpfs for HOME cannot be mounted here (needs root): {p.stderr.strip()[:200]}")
+        self.env.update(HOME=self.home, CLAUDE_CONFIG_DIR=os.path.join(self.home, ".claude"))
+
+    def tearDown(self):
+        if subprocess.run(["umount", self.home], capture_output=True).returncode != 0:
+            subprocess.run(["umount", "-l", self.home], capture_output=True)
+        super().tearDown()
+
+    def fill(self):
+        with open(os.path.join(self.home, "filler"), "wb", buffering=0) as fh:
+            for size in (1 << 20, 1 << 12, 1):
+                try:
+                    while True:
+                        fh.write(b"\0" * size)
+                except OSError:
+                    pass
+
+    def run_job(self, full: bool):
+        def at(step):
+            def answer(body):
+                if full and step == "fill":
+                    self.fill()       # the worker's first answer: the CLI cannot write its transcript now
+                elif full and step == "free":
+                    os.unlink(os.path.join(self.home, "filler"))   # before its report: it can again
+                return {"fill": tool("Bash", {"command": "echo one"}), "free": text("WORKER-REPORT")}[step]
+            return answer
+        worker_q = [at("fill"), at("free")]
+
+        def responder(body):
+            if flower.text("worker_instructions")[:30] in system_of(body):
+                item = worker_q.pop(0) if worker_q else text("worker ok")
+                return item(body) if callable(item) else item
+            return self.roles(body)
+        self.roles.work = [tool("Agent", {"description": "one", "prompt": "run one", "subagent_type": "worker"}),
+                           text("all done")]
+        self.api.responder = responder
+        p = self.flower("--json", "write hello")
+        return p, [ln for ln in p.stderr.splitlines() if "never reached the session store" in ln]
+
+    def test_a_worker_answer_the_cli_could_not_write_is_said(self):
+        p, said = self.run_job(full=True)
+        work_sid = self.lineage()["steps"]["work"]
+        self.assertEqual(len(said), 1, p.stderr)
+        self.assertIn(work_sid, said[0])
+        closing = [ln for ln in p.stderr.splitlines() if ln.startswith("done ·")]
+        self.assertIn("continuity degraded: 1 problem(s)", closing[0])
+
+    def test_a_worker_whose_transcript_is_stored_is_not(self):
+        p, said = self.run_job(full=False)
+        self.assertEqual(said, [], p.stderr)
+        self.assertNotIn("continuity degraded", p.stderr)
 
 
 class FakeCoordinator(unittest.TestCase):
