@@ -7146,6 +7146,7 @@ class Lineage:
         self.moved_from: str | None = None  # the workspace's earlier path, when a backend can tell
         self.task: str | None = None        # a fresh start's task, written before anything else
         self.wake: dict | None = None       # a wake not yet carried through (see wake_of)
+        self.due: dict[str, Callable[[dict], None]] = {}   # step -> its record a failed write still owes
         self._lock = FileLock(os.path.join(os.path.dirname(path), ".lock")) if path else None
 
     @classmethod
@@ -7210,11 +7211,13 @@ class Lineage:
                 data = {"workspace": self.workspace, "woke": self.woke, "steps": {}, "starts": {}}
             data.setdefault("steps", {})
             data.setdefault("starts", {})
+            self._owed(data)
             change(data)
             write_json(self.path, {"workspace": self.workspace, "woke": data.get("woke", 0),
                                    "steps": data["steps"], "starts": data["starts"],
                                    "achieved": data.get("achieved"), "task": data.get("task"),
                                    "wake": data.get("wake"), "budget": data.get("budget")})
+            self.due = {}
             self.achieved = data.get("achieved")
             self.task, self.wake = task_of(data), wake_of(data)
             self.steps = dict(data["steps"])
@@ -7223,12 +7226,25 @@ class Lineage:
 
     def remember(self, step: str, session_id: str, prompt: str | None = None) -> None:
         """Record ``step -> session_id`` now (before the CLI starts); other keys are left alone. With
-        ``prompt`` (a fresh session) the start record keeps exactly what the session is started with."""
+        ``prompt`` (a fresh session) the start record keeps exactly what the session is started with.
+        A write that fails (a full disk) leaves the record due: every later write, and :meth:`catch_up`,
+        writes it first; this process drives ``session_id`` meanwhile, never the session it replaced."""
         def change(data: dict) -> None:
             data["steps"][step] = session_id
             if prompt is not None:
                 data["starts"][step] = {"session_id": session_id, "prompt": redact(prompt), "at": iso_now()}
-        self._update(change)
+        self.due[step] = change
+        self.steps[step] = session_id
+        self._update(lambda data: None)
+
+    def catch_up(self) -> None:
+        """Write the records a failed write still owes the file (nothing when none is due)."""
+        if self.due:
+            self._update(lambda data: None)
+
+    def _owed(self, data: dict) -> None:
+        for change in list(self.due.values()):
+            change(data)
 
     def remember_task(self, task: str) -> None:
         """Write ahead a fresh start's task, before anything heavy is imported or paid: after a kill
@@ -7285,7 +7301,7 @@ class Lineage:
                     target = os.path.join(into, os.path.basename(path))
                     os.replace(path, target)
                     moved.append(target)
-            self.steps, self.woke, self.starts, self.gone = {}, 0, {}, {}
+            self.steps, self.woke, self.starts, self.gone, self.due = {}, 0, {}, {}, {}
             self.task = self.wake = None
         return moved
 
@@ -9762,9 +9778,11 @@ class PgLineage(Lineage):
         def apply(data: dict) -> None:
             data.setdefault("steps", {})
             data.setdefault("starts", {})
+            self._owed(data)
             change(data)
             data["workspace"] = self.workspace
         data = self.state.lineage_update(apply, fallback)
+        self.due = {}
         self.steps, self.starts, self.woke = dict(data["steps"]), dict(data["starts"]), data.get("woke", 0)
         self.achieved = data.get("achieved")
         self.task, self.wake = task_of(data), wake_of(data)
@@ -9786,7 +9804,7 @@ class PgLineage(Lineage):
                 moved.append(target)
         empty = {"workspace": self.workspace, "woke": 0, "steps": {}, "starts": {}}
         self.state.lineage_update(lambda d: (d.clear(), d.update(empty)), empty)
-        self.steps, self.woke, self.starts, self.gone, self.moved_from = {}, 0, {}, {}, None
+        self.steps, self.woke, self.starts, self.gone, self.moved_from, self.due = {}, 0, {}, {}, None, {}
         self.task = self.wake = None
         return moved
 
@@ -11165,8 +11183,11 @@ class Runtime:
 
     def rescue(self, reason: str = "killed-by-signal") -> None:
         """On SIGHUP/SIGTERM (or a second Ctrl-C): stop this process's CLI at once, then write the
-        in-flight step with ``error=reason``; lineage is already on disk."""
+        in-flight step with ``error=reason``; lineage is on disk (a record a full disk refused, once it can)."""
         stop_own_clis(self.paths.run_dir)
+        if self._lineage is not None and self._lineage.due:
+            with contextlib.suppress(Exception):
+                self._lineage.catch_up()
         journal_kill(self, reason)
         snapshot_now(self, "rescue")
         current = self._current
@@ -11301,6 +11322,8 @@ class Runtime:
         under a call that starts after it), and no answer is paid for that nobody reads."""
         async def after_batch(data: dict, tool_use_id: Any, context: Any) -> dict:
             st.batches += 1
+            if self.lineage.due:   # before the next request: the disk may have room again
+                self.soft(self.lineage.where, self.lineage.catch_up)
             if not isinstance(data, dict) or data.get("agent_id"):
                 return {}   # a subagent's batch: the main thread's level decides
             calls = data.get("tool_calls") if isinstance(data.get("tool_calls"), list) else []
@@ -11352,6 +11375,8 @@ class Runtime:
             result.generations = st.generation
             result.session_id = st.sid
             self._current = None
+            if self.lineage.due:
+                self.soft(self.lineage.where, self.lineage.catch_up)
             if step_lock is not None:
                 step_lock.release()
         st.emit(Event("result", session_id=st.sid, level=st.level, window=st.window,
@@ -11435,6 +11460,8 @@ class Runtime:
     async def _one_connection(self, sdk: Any, spec: AgentSpec, st: "_RunState", result: StepResult) -> _Turn:
         """Write the lineage ahead, build the options and drive one connection of ``st``'s session."""
         self._write_ahead(st.lineage_key, st.sid, None if st.resuming else st.prompt)
+        if st.lineage_key and not st.resuming:
+            await self._room_for_lineage()
         result.session_id = st.sid
         options = self.build_options(sdk, spec, session_id=st.sid, resume=st.resuming, fork=st.fork,
                                      manage_context=st.manage,
@@ -11443,6 +11470,24 @@ class Runtime:
         if st.resuming and not st.fork:
             st.emit(Event("resume", session_id=st.sid, data={"attempt": result.attempts}))
         return await self._connect_and_drive(sdk, options, st.prompt, st)
+
+    async def _room_for_lineage(self) -> None:
+        """A fresh session whose start record a full disk refused waits for room before its first
+        request, with the backoff and budget of a failed connection: killed while the lineage still
+        named the session it replaces, the next run would resume that one and redo this one's work.
+        Another failure, or a disk full past the budget, goes on fail-soft (each tool batch and the
+        step's end try again)."""
+        for attempt in range(1, self.resilience.max_attempts):
+            if not self.lineage.due:
+                return
+            await self._sleep(self.resilience.delay(attempt))
+            try:
+                self.lineage.catch_up()
+            except OSError as exc:
+                if exc.errno != errno.ENOSPC:
+                    return
+            except FlowerError:
+                return
 
     def _take_turn(self, turn: _Turn, st: "_RunState", result: StepResult) -> None:
         """After a connection: stop on a damaged store or a lost lease; say what the resume pruned
