@@ -14,7 +14,7 @@ import unittest.mock
 
 import flower
 from flower import SqliteSessionStore, PruningSessionStore, FlowerError
-from tests.helpers import HAVE_SDK, ROOT
+from tests.helpers import HAVE_SDK, ROOT, wait_until
 
 KEY = {"project_key": "proj", "session_id": "s1"}
 LEAVING = (flower.FACTS_VERSION + "e%", flower.FACTS_VERSION + "d%")   # facts of rows a load may leave unread
@@ -158,13 +158,18 @@ class Concurrency(unittest.TestCase):
         for round_no in range(3):
             with tempfile.TemporaryDirectory() as tmp:
                 db = os.path.join(tmp, "sessions.db")
-                start = __import__("time").time() + 1.0
-                code = ("import sys, time; sys.path.insert(0, sys.argv[1]); import flower\n"
-                        "time.sleep(max(0, float(sys.argv[3]) - time.time()))\n"
+                go = os.path.join(tmp, "go")   # all open the file at once: each waits, once it is ready, for this
+                code = ("import os, sys, time; sys.path.insert(0, sys.argv[1]); import flower\n"
+                        "open(sys.argv[3] + '.ready-' + sys.argv[4], 'w').close()\n"
+                        "while not os.path.exists(sys.argv[3]): time.sleep(0.001)\n"
                         "s = flower.SqliteSessionStore(sys.argv[2])\n"
                         "s.append_sync({'project_key': 'p', 'session_id': sys.argv[4]}, [{'type': 'user', 'uuid': 'u'}])\n")
-                procs = [subprocess.Popen([sys.executable, "-c", code, ROOT, db, str(start), f"s{i}"],
+                procs = [subprocess.Popen([sys.executable, "-c", code, ROOT, db, go, f"s{i}"],
                                           stderr=subprocess.PIPE, text=True) for i in range(6)]
+                ready = [f"{go}.ready-s{i}" for i in range(6)]
+                self.assertTrue(wait_until(lambda: all(map(os.path.exists, ready)) or any(
+                    p.poll() is not None for p in procs), timeout=120))
+                open(go, "w").close()
                 for p in procs:
                     _, err = p.communicate(timeout=120)
                     self.assertEqual(p.returncode, 0, err)
