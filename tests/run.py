@@ -40,13 +40,14 @@ COST = {
     "tests.test_cli_contract": 45, "tests.test_store": 40, "tests.test_postgres": 35, "tests.test_driver": 12,
     "tests.test_cli": 10, "tests.test_e2e_redaction": 11, "tests.test_e2e_economy": 20,
     "tests.test_transcript": 20, "tests.test_handoff": 12, "tests.test_redaction": 6, "tests.test_prune_economy": 6,
+    "tests.test_store_contract.SqliteContract": 20, "tests.test_store_contract.PostgresContract": 25,
 }
 DEFAULT_COST = 5
 
 # Modules run as several units, by "class" or by "test": their tests are independent (no class or
 # module fixture shared across the split) and together they would outlast the rest of the suite.
 SPLIT = {"tests.test_chaos": "class", "tests.test_e2e": "test", "tests.test_e2e_driver": "test",
-         "tests.test_cli_contract": "class", "tests.test_store": "class"}
+         "tests.test_cli_contract": "class", "tests.test_store": "class", "tests.test_store_contract": "class"}
 
 # The pure tier (``--quick``, ``make quick``): logic and the fake SDK; no real CLI, no PostgreSQL server.
 QUICK = ["tests.test_util", "tests.test_resilience", "tests.test_transcript", "tests.test_notes",
