@@ -5558,6 +5558,8 @@ class SessionStoreContract:
     - ``threaded_load``: ``load()`` is ``load_sync()`` run in a worker thread, so flower may run
       ``load_pruned``, and ``small_held``'s quick loads, in place of awaiting ``load()``. A subclass that
       overrides ``load`` without declaring it anew does not have it.
+    - ``pruned_load``: ``load_pruned()`` is the store's own, cheaper than pruning a load (stored facts,
+      rows streamed into the prune), and returns exactly what the default returns.
     - ``outline_load``: ``load_outline()`` leaves out the text of the big results it knows cut (blocking,
       run in a worker thread); without it a handoff awaits ``load()``.
     - ``catalog``: ``sessions()``, ``find_session()`` and ``last_context()`` answer from the store's own
@@ -5569,8 +5571,9 @@ class SessionStoreContract:
     and its blocking twins equal the protocol's methods: ``tests/test_store_contract.py`` holds every
     store to this."""
 
-    CAPABILITIES = ("threaded_load", "outline_load", "catalog", "sdk_optional")
+    CAPABILITIES = ("threaded_load", "pruned_load", "outline_load", "catalog", "sdk_optional")
     threaded_load = False
+    pruned_load = False
     outline_load = False
     catalog = False
     sdk_optional: frozenset = frozenset()
@@ -5709,7 +5712,7 @@ class SqliteSessionStore(SessionStoreContract):
     ``":memory:"`` works for tests.
     """
 
-    threaded_load = outline_load = catalog = True   # declared (see SessionStoreContract)
+    threaded_load = pruned_load = outline_load = catalog = True   # declared (see SessionStoreContract)
     sdk_optional = SDK_OPTIONAL
 
     # A session of at most this many rows is loaded in the caller's thread (see small_held): with rows
@@ -9269,7 +9272,7 @@ class PostgresSessionStore(SessionStoreContract):
     maps to the workspace, so a session stored on machine A loads on machine B under B's path. Other
     project keys are kept as they are (the conformance suite uses several)."""
 
-    threaded_load = catalog = True   # declared (see SessionStoreContract)
+    threaded_load = pruned_load = catalog = True   # declared (see SessionStoreContract)
     sdk_optional = SDK_OPTIONAL
 
     def __init__(self, state: PostgresState, local_project_key: str):
