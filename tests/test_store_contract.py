@@ -316,6 +316,24 @@ class DeclaredUserStore(unittest.TestCase):
             self.assertIs(type(store), flower.SqliteSessionStore)
             self.assertTrue(store.threaded_load and store.outline_load and store.catalog)
 
+    def test_a_store_with_append_and_load_alone_is_never_asked_for_more(self):
+        kept = [entry("a"), {"type": "system", "subtype": "api_error", "uuid": "e", "parentUuid": "a"}]
+
+        class Minimal:   # hands out the list it keeps
+            async def append(self, key, entries):
+                kept.extend(entries)
+
+            async def load(self, key):
+                return kept
+        store = flower.contract_store(Minimal())
+        self.assertEqual(store.sdk_optional, frozenset())
+        wrapped = PruningSessionStore(store)
+        run(wrapped.delete(KEY))   # a no-op, not an AttributeError
+        self.assertEqual(run(wrapped.list_subkeys(KEY)), [])
+        wrapped.close()
+        self.assertEqual(store.load_pruned(KEY)[0], [entry("a")])
+        self.assertEqual(len(kept), 2)   # the store's own list is not pruned in place
+
     def test_a_plain_stores_close_is_its_own(self):
         plain = flower.load_store_factory("tests.store_factory:plain")
         PruningSessionStore(plain).close()
