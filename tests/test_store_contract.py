@@ -11,13 +11,15 @@ import dataclasses
 import json
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
 import unittest
 import unittest.mock
 
 import flower
 from flower import PruningSessionStore
-from tests.helpers import HAVE_SDK, PgCase, stop_shared_server
+from tests.helpers import FLOWER, HAVE_SDK, PgCase, ROOT, stop_shared_server
 from tests.pgserver import HAVE_PG, SKIP as SKIP_PG
 
 KEY = {"project_key": "proj", "session_id": "s1"}
@@ -339,6 +341,25 @@ class DeclaredUserStore(unittest.TestCase):
         PruningSessionStore(plain).close()
         self.assertEqual(plain.store.closed, 1)
         self.assertIs(flower.contract_store(plain), plain)   # taken in once
+
+
+class PlainStoreInTheCli(unittest.TestCase):
+    """The commands that list or look up sessions read ``catalog``: a store without one lists none."""
+
+    def flower(self, *args):
+        with tempfile.TemporaryDirectory() as ws:
+            env = dict(os.environ, PYTHONPATH=ROOT, FLOWER_LANG="en")
+            return subprocess.run([sys.executable, FLOWER, "--store", "tests.store_factory:plain", *args], cwd=ws,
+                                  env=env, capture_output=True, text=True, timeout=60)
+
+    def test_show_and_sessions_say_there_are_none(self):
+        shown = self.flower("show", "abc")
+        self.assertEqual(shown.returncode, flower.EXIT_USAGE, shown.stderr)
+        self.assertIn(flower.text("st_no_sessions", "en"), shown.stderr)
+        self.assertNotIn("Traceback", shown.stderr)
+        listed = self.flower("sessions", "--json")
+        self.assertEqual(listed.returncode, 0, listed.stderr)
+        self.assertEqual(json.loads(listed.stdout)["sessions"], [])
 
 
 if __name__ == "__main__":
