@@ -152,7 +152,7 @@ __all__ = [
     # notes
     "Brief", "Goal", "Verdict", "Ledger",
     # stores
-    "project_key", "SqliteSessionStore", "PruningSessionStore", "load_store_factory",
+    "project_key", "SqliteSessionStore", "PruningSessionStore", "load_store_factory", "SessionStoreContract",
     # state backends
     "StateBackend", "LocalState", "PostgresState", "PostgresSessionStore", "workspace_identity",
     "normalize_remote",
@@ -5397,7 +5397,7 @@ class Verdict:
         return cls(status, redact(reason), failed, clean=True)
 
 
-# --- Session stores: project keys, SQLite store, pruning wrapper, user factories ---
+# --- Session stores: the store contract, project keys, SQLite store, pruning wrapper, user factories ---
 
 _SDK_MODULE = "claude_agent_sdk"
 
@@ -5798,13 +5798,184 @@ def _rollback(db: sqlite3.Connection) -> None:
             db.execute("ROLLBACK")
 
 
-class SqliteSessionStore:
+SDK_REQUIRED = ("append", "load")
+SDK_OPTIONAL = frozenset({"list_sessions", "list_session_summaries", "delete", "list_subkeys"})
+
+
+class SessionStoreContract:
+    """The session store flower works with, written down once.
+
+    Required, as the SDK's ``SessionStore`` protocol says: ``async append(key, entries)`` stores a
+    batch after those before it, idempotent on ``uuid`` (entries without one are always appended);
+    ``async load(key)`` gives every entry of ``key`` in append order, each as it was appended, and None
+    for a key never written; a key with a ``subpath`` is a session of its own. ``skipped`` maps a
+    session key (``project/session``) to the unreadable rows its last load skipped (the runtime pops
+    and reports them); ``path`` is the file the store keeps, when it is one file.
+
+    Optional, declared by the flags below and never found out by looking for methods: a store that
+    declares nothing is a plain SDK store, and flower uses only its ``append`` and ``load`` (through
+    the default methods here) and the SDK's optional methods ``sdk_optional`` names. A store that
+    declares a flag overrides the methods it speaks for:
+
+    - ``threaded_load``: ``load()`` is ``load_sync()`` run in a worker thread, so flower may run
+      ``load_pruned``, and ``small_held``'s quick loads, in place of awaiting ``load()``. A subclass that
+      overrides ``load`` without declaring it anew does not have it.
+    - ``pruned_load``: ``load_pruned()`` is the store's own, cheaper than pruning a load (stored facts,
+      rows streamed into the prune), and returns exactly what the default returns.
+    - ``outline_load``: ``load_outline()`` leaves out the text of the big results it knows cut (blocking,
+      run in a worker thread); without it a handoff awaits ``load()``.
+    - ``catalog``: ``sessions()``, ``find_session()`` and ``last_context()`` answer from the store's own
+      index; without it no session is listed and no context is told (a load is not worth it there).
+    - ``sdk_optional``: which of :data:`SDK_OPTIONAL` (``list_sessions``, ``list_session_summaries``,
+      ``delete``, ``list_subkeys``) the store implements.
+
+    Whatever a store declares, its ``load_pruned(key, policy)`` equals ``_prune`` of ``load_sync(key)``
+    and its blocking twins equal the protocol's methods: ``tests/test_store_contract.py`` holds every
+    store to this."""
+
+    CAPABILITIES = ("threaded_load", "pruned_load", "outline_load", "catalog", "sdk_optional")
+    threaded_load = False
+    pruned_load = False
+    outline_load = False
+    catalog = False
+    sdk_optional: frozenset = frozenset()
+    path: str | None = None
+
+    def __init__(self) -> None:
+        self.skipped: dict[str, int] = {}
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "load" in cls.__dict__ and "threaded_load" not in cls.__dict__:
+            cls.threaded_load = False   # its own load, not load_sync, is what it serves
+
+    async def append(self, key: dict, entries: list[dict]) -> None:
+        """Store a batch of transcript entries (SDK protocol; required)."""
+        raise NotImplementedError
+
+    async def load(self, key: dict) -> list[dict] | None:
+        """Every entry of ``key`` in append order, None when never written (SDK protocol; required)."""
+        raise NotImplementedError
+
+    def append_sync(self, key: dict, entries: list[dict]) -> None:
+        """:meth:`append`, blocking."""
+        _run_sync(self.append(key, entries))
+
+    def load_sync(self, key: dict) -> list[dict] | None:
+        """:meth:`load`, blocking."""
+        return _run_sync(self.load(key))
+
+    def insert_before_sync(self, key: dict, entries: list[dict], before: str) -> None:
+        """Store ``entries`` just before the stored entry whose uuid is ``before``; by default after all
+        of them (the CLI follows the parent links either way). Blocking."""
+        self.append_sync(key, entries)
+
+    def known_uuids(self, key: dict) -> set:
+        """The uuids stored under ``key``. Blocking."""
+        return {e.get("uuid") for e in self.load_sync(key) or [] if isinstance(e.get("uuid"), str)}
+
+    def load_pruned(self, key: dict, policy: PrunePolicy | None = None,
+                    estimate: bool = False) -> tuple[list[dict], PruneReport] | None:
+        """``_prune`` of the session with ``policy`` (None when never written; ``estimate``: as for
+        :func:`_prune`): a store may get there cheaper, never elsewhere. Blocking. The entries are not
+        pruned in place here: a plain store's load may hand out a list it keeps."""
+        entries = self.load_sync(key)
+        return None if entries is None else _prune(entries, policy or PrunePolicy(), estimate=estimate)
+
+    def load_outline(self, key: dict) -> list[dict] | None:
+        """The entries a handoff reads (see ``outline_load``); by default :meth:`load_sync`'s. Blocking."""
+        return self.load_sync(key)
+
+    @contextlib.contextmanager
+    def small_held(self, key: dict) -> Iterator[bool]:
+        """Whether a load of ``key`` may run in the caller's thread (the event loop's), with what it
+        needs held until the block ends; by default never (see ``threaded_load``)."""
+        yield False
+
+    def has_session(self, project_key: str, session_id: str) -> bool:
+        """Whether the main transcript of the session holds an entry. Blocking."""
+        return bool(self.load_sync({"project_key": project_key, "session_id": session_id}))
+
+    def last_context(self, project_key: str, session_id: str) -> int | None:
+        """Context tokens of the session's last real main-thread assistant entry (None if unknown). Blocking."""
+        return entry_context(self.load_sync({"project_key": project_key, "session_id": session_id}) or [])
+
+    def sessions(self, project_key: str | None = None) -> list[dict]:
+        """Main sessions (newest first): project_key, session_id, mtime, entries, context (see ``catalog``)."""
+        return []
+
+    def find_session(self, session_id_prefix: str) -> list[dict]:
+        """Main sessions whose id starts with ``session_id_prefix`` (any project)."""
+        return [s for s in self.sessions() if s["session_id"].startswith(session_id_prefix)]
+
+    def close(self) -> None:
+        """Let go of what the store holds (idempotent)."""
+
+
+def _methods_of(store: Any, names: Iterable[str]) -> frozenset:
+    """Which of ``names`` are methods of ``store``: how the SDK tells what a plain store implements,
+    asked once, when flower takes the store in (:func:`contract_store`)."""
+    return frozenset(name for name in names if callable(getattr(store, name, None)))
+
+
+class PlainSessionStore(SessionStoreContract):
+    """A store that declares nothing (any object with the SDK's ``append`` and ``load``, e.g. a user's
+    ``--store``) under the contract: no capability but the SDK's optional methods it has, which are
+    passed on, and its ``close``, called where it has one."""
+
+    def __init__(self, store: Any):
+        super().__init__()
+        self.store = store
+        has = _methods_of(store, (*SDK_OPTIONAL, "close"))
+        self.sdk_optional = has & SDK_OPTIONAL
+        self._closes = "close" in has
+
+    async def append(self, key: dict, entries: list[dict]) -> None:
+        """The store's own append."""
+        await self.store.append(key, entries)
+
+    async def load(self, key: dict) -> list[dict] | None:
+        """The store's own load."""
+        return await self.store.load(key)
+
+    async def list_sessions(self, project_key: str) -> list[dict]:
+        """The store's own (SDK protocol)."""
+        return await self.store.list_sessions(project_key)
+
+    async def list_session_summaries(self, project_key: str) -> list[dict]:
+        """The store's own (SDK protocol)."""
+        return await self.store.list_session_summaries(project_key)
+
+    async def delete(self, key: dict) -> None:
+        """The store's own (SDK protocol)."""
+        await self.store.delete(key)
+
+    async def list_subkeys(self, key: dict) -> list[str]:
+        """The store's own (SDK protocol)."""
+        return await self.store.list_subkeys(key)
+
+    def close(self) -> None:
+        """The store's own close, where it has one."""
+        if self._closes:
+            self.store.close()
+
+
+def contract_store(store: Any) -> SessionStoreContract:
+    """``store`` under the contract: as it is when it declares its capabilities (a
+    :class:`SessionStoreContract`), else as a plain SDK store (:class:`PlainSessionStore`)."""
+    return store if isinstance(store, SessionStoreContract) else PlainSessionStore(store)
+
+
+class SqliteSessionStore(SessionStoreContract):
     """The SDK ``SessionStore`` protocol on one SQLite file (WAL), plus sync extras for flower.
 
     Every entry is kept exactly as appended (idempotent on ``uuid``, call order kept). Safe from
     several threads (one connection behind a lock) and several processes (WAL, busy timeout).
     ``":memory:"`` works for tests.
     """
+
+    threaded_load = pruned_load = outline_load = catalog = True   # declared (see SessionStoreContract)
+    sdk_optional = SDK_OPTIONAL
 
     # A session of at most this many rows is loaded in the caller's thread (see small_held): with rows
     # of ordinary size such a load pauses the event loop for about 15 ms (0.15 s for 2,000 rows of
@@ -6434,10 +6605,6 @@ class SqliteSessionStore:
         return [{"project_key": p, "session_id": s, "mtime": m, "context": c, "entries": n}
                 for p, s, m, c, n in rows]
 
-    def find_session(self, session_id_prefix: str) -> list[dict]:
-        """Main sessions whose id starts with ``session_id_prefix`` (any project)."""
-        return [s for s in self.sessions() if s["session_id"].startswith(session_id_prefix)]
-
     def integrity(self) -> str:
         """``PRAGMA integrity_check`` ("ok" when healthy)."""
         with self._lock:
@@ -6453,10 +6620,11 @@ class SqliteSessionStore:
 class PruningSessionStore:
     """Wraps any SessionStore and changes only what ``load()`` returns (what a resumed model is
     sent), through :func:`prune`. Stored rows are never modified; ``last_report`` tells what the
-    last load changed."""
+    last load changed. The SDK's store: what it may do with ``inner`` (taken in under the contract,
+    see :func:`contract_store`) the inner store's declared capabilities say."""
 
     def __init__(self, inner: Any, *, policy: PrunePolicy | None = None):
-        self.inner = inner
+        self.inner = contract_store(inner)
         self.policy = policy or PrunePolicy()
         self.last_report: PruneReport | None = None
         self._prepared: dict[str, list[dict]] = {}
@@ -6488,23 +6656,21 @@ class PruningSessionStore:
         cyclic GC neither walks the growing heap nor runs a deferred collection between the load and
         the prune; in the caller's thread for a session the store says is small (``small_held``), whose
         spill files are then written in a worker thread, after the store is let go."""
-        if type(self.inner).load in _THREADED_LOADS and hasattr(self.inner, "load_sync"):
+        if self.inner.threaded_load:
             import asyncio
 
             def work(spills: dict | None = None) -> Any:
                 with _gc_paused():
-                    return body(lambda policy, estimate=False: self._owned_pruned(key, policy, estimate),
+                    return body(lambda policy, estimate=False: self.inner.load_pruned(key, policy, estimate),
                                 lambda done: self._kept(done, spills))
-            small_held = getattr(self.inner, "small_held", None)
-            if small_held is not None:
-                spills: dict[str, str] = {}
-                with small_held(key) as small:
-                    if small:
-                        done = work(spills)
-                if small:   # the files are the disk's business: not on the loop, not under the store's lock
-                    if spills:
-                        await asyncio.to_thread(write_spills, spills)
-                    return done
+            spills: dict[str, str] = {}
+            with self.inner.small_held(key) as small:
+                if small:
+                    done = work(spills)
+            if small:   # the files are the disk's business: not on the loop, not under the store's lock
+                if spills:
+                    await asyncio.to_thread(write_spills, spills)
+                return done
             return await asyncio.to_thread(work)
         entries = await self.inner.load(key)
 
@@ -6514,14 +6680,6 @@ class PruningSessionStore:
             with _gc_paused():   # another store's list: it may keep it (never emptied here)
                 return _prune(entries, policy, estimate=estimate)
         return body(pruned, self._kept)
-
-    def _owned_pruned(self, key: dict, policy: PrunePolicy, estimate: bool) -> tuple[list[dict], PruneReport] | None:
-        """Prune a fresh load nobody else holds (changed in place and freed on the way: a lower peak),
-        with the stored facts when the store keeps them."""
-        if hasattr(self.inner, "load_pruned"):
-            return self.inner.load_pruned(key, policy, estimate)
-        entries = self.inner.load_sync(key)
-        return None if entries is None else _prune(entries, policy, True, estimate=estimate)
 
     def _kept(self, done: tuple[list[dict], PruneReport] | None,
               spills: dict[str, str] | None = None) -> tuple[list[dict], PruneReport] | None:
@@ -6588,8 +6746,8 @@ class PruningSessionStore:
 
     async def load_outline(self, key: dict) -> list[dict] | None:
         """The entries as stored, where the inner store can leave out the text of big tool results
-        (``load_outline``: "" in its place, no side copy), else exactly as stored: for a handoff."""
-        if hasattr(self.inner, "load_outline"):
+        (``outline_load``: "" in its place, no side copy), else exactly as stored: for a handoff."""
+        if self.inner.outline_load:
             import asyncio
             return await asyncio.to_thread(self.inner.load_outline, key)
         return await self.inner.load(key)
@@ -6604,13 +6762,13 @@ class PruningSessionStore:
 
     async def delete(self, key: dict) -> None:
         """Delegate to the inner store (a no-op when it cannot delete)."""
-        if hasattr(self.inner, "delete"):
+        if "delete" in self.inner.sdk_optional:
             with contextlib.suppress(NotImplementedError):
                 await self.inner.delete(key)
 
     async def list_subkeys(self, key: dict) -> list[str]:
         """Delegate to the inner store ([] when it cannot list)."""
-        if not hasattr(self.inner, "list_subkeys"):
+        if "list_subkeys" not in self.inner.sdk_optional:
             return []
         try:
             return await self.inner.list_subkeys(key)
@@ -6618,26 +6776,16 @@ class PruningSessionStore:
             return []
 
     def has_session(self, project_key: str, session_id: str) -> bool:
-        """Whether the session exists (sync extra when the inner store has it, else a load)."""
-        if hasattr(self.inner, "has_session"):
-            return self.inner.has_session(project_key, session_id)
-        entries = _run_sync(self.inner.load({"project_key": project_key, "session_id": session_id}))
-        return bool(entries)
+        """Whether the session exists (the inner store's answer: from its index, or a load)."""
+        return self.inner.has_session(project_key, session_id)
 
     def last_context(self, project_key: str, session_id: str) -> int | None:
-        """Last context level of a session, if the inner store can tell."""
-        if hasattr(self.inner, "last_context"):
-            return self.inner.last_context(project_key, session_id)
-        entries = _run_sync(self.inner.load({"project_key": project_key, "session_id": session_id}))
-        return entry_context(entries or [])
+        """Last context level of a session (the inner store's answer: from its index, or a load)."""
+        return self.inner.last_context(project_key, session_id)
 
     def close(self) -> None:
-        """Close the inner store if it can be closed."""
-        if hasattr(self.inner, "close"):
-            self.inner.close()
-
-
-_THREADED_LOADS: set = set()   # SessionStore.load methods that only run load_sync in a worker thread
+        """Close the inner store."""
+        self.inner.close()
 
 
 def write_spills(spills: dict[str, str]) -> None:
@@ -6989,9 +7137,9 @@ def load_store_factory(spec: str) -> Any:
         raise FlowerError(said("er_store_no_module", spec=spec, module=exc.name), EXIT_SETUP) from None
     except Exception as exc:
         raise FlowerError(said("er_store_factory", spec=spec, kind=type(exc).__name__, error=exc), EXIT_SETUP) from None
-    if not (hasattr(store, "append") and hasattr(store, "load")):
+    if len(_methods_of(store, SDK_REQUIRED)) < len(SDK_REQUIRED):
         raise FlowerError(said("er_store_not_a_store", spec=spec), EXIT_SETUP)
-    return store
+    return contract_store(store)
 
 
 # --- Lineage and manifest: which step used which session; a row for every step ---
@@ -9611,12 +9759,15 @@ class PostgresState(StateBackend):
         self._drop("handoff", "")
 
 
-class PostgresSessionStore:
+class PostgresSessionStore(SessionStoreContract):
     """The SDK ``SessionStore`` protocol on :class:`PostgresState`, plus flower's sync extras.
 
     Sessions are stored by workspace id: the SDK's ``project_key`` of this machine's workspace path
     maps to the workspace, so a session stored on machine A loads on machine B under B's path. Other
     project keys are kept as they are (the conformance suite uses several)."""
+
+    threaded_load = pruned_load = catalog = True   # declared (see SessionStoreContract)
+    sdk_optional = SDK_OPTIONAL
 
     def __init__(self, state: PostgresState, local_project_key: str):
         self.state = state
@@ -9728,10 +9879,6 @@ class PostgresSessionStore:
         return [{"project_key": p or self.local, "session_id": s, "mtime": int(m), "context": c, "entries": n}
                 for p, s, m, c, n in rows]
 
-    def find_session(self, session_id_prefix: str) -> list[dict]:
-        """Main sessions whose id starts with ``session_id_prefix``."""
-        return [s for s in self.sessions() if s["session_id"].startswith(session_id_prefix)]
-
     def integrity(self) -> str:
         """"ok" when the database answers."""
         self.state._run(lambda cur: cur.execute("SELECT 1"))
@@ -9739,9 +9886,6 @@ class PostgresSessionStore:
 
     def close(self) -> None:
         """Nothing to do: the connection belongs to the state backend."""
-
-
-_THREADED_LOADS.update((SqliteSessionStore.load, PostgresSessionStore.load))
 
 
 class PgLineage(Lineage):
@@ -11061,6 +11205,7 @@ class Runtime:
         if timeout:
             self.handoff.ritual_timeout = timeout
         # where state lives: the caller's backend, else the local files (with ``store`` for sessions)
+        store = contract_store(store) if store is not None else None
         self.state = state if state is not None else LocalState(self.paths, store=store)
         self._own_state = state is None
         self.raw_store = store if store is not None else self.state.session_store()
@@ -11498,7 +11643,7 @@ class Runtime:
         if resumed and self.store.last_report is not None:
             st.emit(Event("resume", session_id=st.sid, data={"pruned": self.store.last_report.as_dict()}))
             self.store.last_report = None
-        skipped = getattr(self.raw_store, "skipped", {}).pop(f"{self.project_key}/{resumed}", 0)
+        skipped = self.raw_store.skipped.pop(f"{self.project_key}/{resumed}", 0)
         if skipped:   # the model will not see those entries: it may do their work again
             line = text("info_skipped_rows", self.lang, n=skipped, sid=resumed)
             self.degraded.append(line)
@@ -11637,11 +11782,7 @@ class Runtime:
             return 0
         recovered = 0
         try:
-            if hasattr(self.raw_store, "known_uuids"):
-                known = self.raw_store.known_uuids(key)
-            else:
-                known = {e.get("uuid") for e in _run_sync(self.raw_store.load(key)) or []
-                         if isinstance(e.get("uuid"), str)}
+            known = self.raw_store.known_uuids(key)
             for path in files:
                 with open(path, encoding="utf-8", errors="replace") as fh:
                     lines = fh.readlines()
@@ -11681,12 +11822,10 @@ class Runtime:
         deadline = time.monotonic() + max(60.0, self.resilience.max_offline_wait)
         while True:
             try:
-                if before is not None and hasattr(self.raw_store, "insert_before_sync"):
+                if before is not None:
                     self.raw_store.insert_before_sync(key, entries, before)
-                elif hasattr(self.raw_store, "append_sync"):
-                    self.raw_store.append_sync(key, entries)
                 else:
-                    _run_sync(self.raw_store.append(key, entries))
+                    self.raw_store.append_sync(key, entries)
                 self._stored(key, entries)
                 return
             except Exception as exc:
@@ -11696,7 +11835,7 @@ class Runtime:
 
     def _store_dir(self) -> str:
         """Where the session store writes: its file's directory, or the database it names."""
-        path = getattr(self.raw_store, "path", None)
+        path = self.raw_store.path
         return os.path.dirname(os.path.abspath(path)) if isinstance(path, str) else self.state.describe()
 
     def store_unrecorded(self, sid: str, seen: list) -> int:
@@ -11707,10 +11846,7 @@ class Runtime:
         key = {"project_key": self.project_key, "session_id": sid}
         if not any(isinstance(getattr(m, "uuid", None), str) for m in seen):
             return 0
-        if hasattr(self.raw_store, "load_sync"):
-            stored = self.raw_store.load_sync(key) or []
-        else:
-            stored = _run_sync(self.raw_store.load(key)) or []
+        stored = self.raw_store.load_sync(key) or []
         known = {e["uuid"] for e in stored if isinstance(e.get("uuid"), str)}
         extra = stream_entries(seen, sid, newest_uuid(stored), known)
         if extra:
@@ -11832,7 +11968,7 @@ class Runtime:
         line, never a retry (every retry would meet the same pages)."""
         damage = store_damage(turn.exception) or store_damage(turn.error_text)
         if damage:
-            where = getattr(self.raw_store, "path", None) or self.state.describe()
+            where = self.raw_store.path or self.state.describe()
             raise FlowerError(text("store_damaged", self.lang, path=where, error=damage, prog=program_name()), EXIT_SETUP)
 
     async def _watch_stall(self, st: "_RunState", turn: _Turn, drive: Any) -> None:
@@ -14547,7 +14683,8 @@ def _say_wake_banner(reporter: Reporter, paths: Paths, backend: StateBackend) ->
         sid, context = (state.get("steps") or {}).get("work"), None
         if sid:
             with contextlib.suppress(Exception):
-                context = backend.session_store().last_context(project_key(paths.workspace), sid)
+                store = backend.session_store()
+                context = store.last_context(project_key(paths.workspace), sid) if store.catalog else None
         reporter.say(wake_banner(paths, state, context, paths.lang))
 
 
@@ -14884,7 +15021,7 @@ def cmd_once(args: argparse.Namespace, reporter: Reporter) -> int:
         resume = args.resume
         if resume:
             matches = [s["session_id"] for s in rt.raw_store.sessions(rt.project_key)
-                       if s["session_id"].startswith(resume)] if hasattr(rt.raw_store, "sessions") else [resume]
+                       if s["session_id"].startswith(resume)] if rt.raw_store.catalog else [resume]
             if len(matches) != 1:
                 raise FlowerError(text("er_no_unique_session", _lang(args), prefix=repr(resume)), EXIT_USAGE)
             resume = matches[0]
@@ -14914,10 +15051,10 @@ def status_data(paths: Paths, backend: StateBackend) -> dict:
     rows = backend.manifest_tail(10)
     key = project_key(paths.workspace)
     store = backend.session_store(create=False)
-    sessions = store.sessions(key) if store is not None and hasattr(store, "sessions") else []
+    sessions = store.sessions(key) if store is not None else []
     steps = []
     for step, sid in state["steps"].items():
-        context = store.last_context(key, sid) if store is not None and hasattr(store, "last_context") else None
+        context = store.last_context(key, sid) if store is not None and store.catalog else None
         doc = paths.handoff(step)
         steps.append({"step": step, "session_id": sid, "context": context,
                       "generation": ledger_generation(_read_text(doc)), "handoff": doc})
@@ -15203,7 +15340,7 @@ def cmd_sessions(args: argparse.Namespace, reporter: Reporter) -> int:
     try:
         store = backend.session_store(create=False)
         rows = store.sessions(None if args.all else project_key(paths.workspace)) \
-            if store is not None and hasattr(store, "sessions") else []
+            if store is not None else []
         owners = {sid: step for step, sid in wake_state(paths.workspace, paths.run_dir, backend)["steps"].items()}
     finally:
         backend.close()
@@ -15229,7 +15366,7 @@ def cmd_show(args: argparse.Namespace, reporter: Reporter) -> int:
     backend = _open_state(args, paths, wait=False)
     try:
         store = backend.session_store(create=False)
-        if store is None or not hasattr(store, "find_session"):
+        if store is None or not store.catalog:
             raise FlowerError(text("st_no_sessions", lang), EXIT_USAGE)
         matches = store.find_session(args.sid)
         if len(matches) != 1:

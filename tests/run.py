@@ -50,13 +50,15 @@ COST = {
     "tests.test_store_locked": 10, "tests.test_project_settings": 10,
     "tests.test_delegation_chaos.ChaosDelegatingSeed": 90, "tests.test_delegation_chaos.AskedHandoffDuringAWorker": 25,
     "tests.test_delegation_chaos.WorkerApiErrorLive": 20, "tests.test_delegation_chaos.WorkerTranscriptUnstored": 25,
+    "tests.test_store_contract.SqliteContract": 20, "tests.test_store_contract.PostgresContract": 25,
 }
 DEFAULT_COST = 5
 
 # Modules run as several units, by "class" or by "test": their tests are independent (no class or
 # module fixture shared across the split) and together they would outlast the rest of the suite.
 SPLIT = {"tests.test_chaos": "class", "tests.test_e2e": "test", "tests.test_e2e_driver": "test",
-         "tests.test_cli_contract": "class", "tests.test_store": "class", "tests.test_delegation_chaos": "class"}
+         "tests.test_cli_contract": "class", "tests.test_store": "class", "tests.test_delegation_chaos": "class",
+         "tests.test_store_contract": "class"}
 
 # The pure tier (``--quick``, ``make quick``): logic and the fake SDK; no real CLI, no PostgreSQL server.
 QUICK = ["tests.test_util", "tests.test_resilience", "tests.test_transcript", "tests.test_notes",
