@@ -14085,7 +14085,7 @@ class Reporter:
                 self.say(f"  {data['message']}")
             elif data.get("verdict"):
                 failed = t("ui_verdict_failed", n=len(data["failed"])) if data.get("failed") else ""
-                self.say(f"  {event.step}: {t('verdict_' + data['verdict'])}{failed}")
+                self.say(f"  {step_title(event.step, self.lang)}: {t('verdict_' + data['verdict'])}{failed}")
         elif kind in ("mail", "heartbeat", "ask") and data.get("message"):
             self.say(f"  {data['message']}", always=kind == "ask")
         elif kind == "result":
@@ -14093,7 +14093,7 @@ class Reporter:
             self.cost = 0.0
             self.turns = 0
             status = t("ui_ok") if data.get("ok") else t("ui_failed", error=data.get("error"))
-            self.say("  " + t("ui_result", step=event.step, status=status, cost=float(data.get("cost_usd") or 0),
+            self.say("  " + t("ui_result", step=step_title(event.step, self.lang), status=status, cost=float(data.get("cost_usd") or 0),
                               turns=n_turns(int(data.get("turns") or 0), self.lang), attempts=data.get("attempts")))
         elif kind == "system" and data.get("subtype") == "turn_result":
             self.cost = float(data.get("cost_usd") or 0)

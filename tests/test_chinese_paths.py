@@ -220,6 +220,7 @@ class FromTheTables(unittest.TestCase):
                                                                  "error": flower.said("er_stalled", seconds=300)}))
         reporter.say(flower.said("warn_not_a_number", name="FLOWER_MAX_DELAY", raw="'x'"))
         self.assertIn("CLI 已有 300 秒没有消息", err.getvalue())
+        self.assertIn("  工作:失败", err.getvalue())   # the step's name too, as in its header
         self.assertIn("忽略 FLOWER_MAX_DELAY='x':不是非负数", err.getvalue())
         self.assertEqual(english_lines(err.getvalue()), [])
         lock = flower.DriverLock("/nonexistent", "step work")
