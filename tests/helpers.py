@@ -8,6 +8,7 @@ import glob
 import importlib.util
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -432,6 +433,62 @@ class E2ECase:
 
 _SERVER: list[PgServer] = []
 
+
+
+
+def mail_ids(body):
+    """The mail tags a request carries, in order, each as often as it appears."""
+    return re.findall(r"\[mail ([0-9]{19}-[0-9a-f]{8})\]", FakeAnthropic.messages_text(body))
+
+
+def assert_mail_delivered(case, work, sent):
+    """Each mail of ``sent`` (request index -> mail id) is in the request after the one it was sent
+    during, once; the last request holds them all in order; every tool of the ten ran to its end."""
+    for k, mail_id in sent.items():
+        case.assertNotIn(mail_id, mail_ids(work[k]))
+        case.assertEqual(mail_ids(work[k + 1]).count(mail_id), 1, k)
+    case.assertEqual(mail_ids(work[-1]), [sent[k] for k in sorted(sent)])   # in order, once each
+    last = FakeAnthropic.messages_text(work[-1])
+    for k in range(10):
+        case.assertIn(f"tool-{k}", last)                                    # no tool was interrupted
+    return last
+
+def fill(directory: str) -> None:
+    """Write into ``directory`` until its file system says it is full."""
+    fd = os.open(os.path.join(directory, f"fill-{len(os.listdir(directory))}"), os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        while True:
+            os.write(fd, b"x" * 65536)
+    except OSError:
+        pass
+    try:
+        while True:
+            os.write(fd, b"x")
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+class SmallHome:
+    """A mixin for E2ECase: HOME (where the CLI writes its transcripts) on a 16 MB tmpfs that a test can
+    :func:`fill`; skipped where it cannot be mounted (it needs root)."""
+
+    def setUp(self):
+        super().setUp()
+        self.home = os.path.join(self.tmp.name, "home")
+        os.makedirs(self.home)
+        p = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m,mode=0700", "tmpfs", self.home],
+                           capture_output=True, text=True)
+        if p.returncode != 0:
+            super().tearDown()
+            self.skipTest(f"a small tmpfs for HOME cannot be mounted here (needs root): {p.stderr.strip()[:200]}")
+        self.env.update(HOME=self.home, CLAUDE_CONFIG_DIR=os.path.join(self.home, ".claude"))
+
+    def tearDown(self):
+        if subprocess.run(["umount", self.home], capture_output=True).returncode != 0:
+            subprocess.run(["umount", "-l", self.home], capture_output=True)
+        super().tearDown()
 
 def shared_server() -> PgServer:
     """The module's one server, started by the first class that needs it (initdb + start take seconds)."""

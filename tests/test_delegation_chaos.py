@@ -24,7 +24,7 @@ import flower
 from tests import delegating_model as dm
 from tests import trusting_model as tm
 from tests.fakeapi import FakeAnthropic, error, text, tool
-from tests.helpers import E2ECase, FLOWER, HAVE_SDK, SKIP, load_chaos, system_of
+from tests.helpers import E2ECase, FLOWER, HAVE_SDK, SKIP, SmallHome, fill, load_chaos, system_of
 
 FRAME = ("[Subagent hand-back] The text below is the final report of a subagent this session delegated to. "
          "The report follows:\n  Conclusion: done. {report}\nagentId: a1\n<usage>subagent_tokens: 7005</usage>")
@@ -161,41 +161,19 @@ class WorkerApiErrorLive(E2ECase, unittest.TestCase):
 
 
 @unittest.skipUnless(HAVE_SDK, SKIP)
-class WorkerTranscriptUnstored(E2ECase, unittest.TestCase):
+class WorkerTranscriptUnstored(SmallHome, E2ECase, unittest.TestCase):
     """HOME (where the CLI writes transcripts) full while a worker runs (bench/chaos.py --delegate, seed 9:
     the run said plain ``done`` with a worker's answer in no store): flower says so, as for the main thread."""
 
     def setUp(self):
         super().setUp()
         self.env.pop("FLOWER_NO_DELEGATE", None)
-        self.home = os.path.join(self.tmp.name, "home")
-        os.makedirs(self.home)
-        p = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m,mode=0700", "tmpfs", self.home],
-                           capture_output=True, text=True)
-        if p.returncode != 0:
-            super().tearDown()
-            self.skipTest(f"a small tmpfs for HOME cannot be mounted here (needs root): {p.stderr.strip()[:200]}")
-        self.env.update(HOME=self.home, CLAUDE_CONFIG_DIR=os.path.join(self.home, ".claude"))
-
-    def tearDown(self):
-        if subprocess.run(["umount", self.home], capture_output=True).returncode != 0:
-            subprocess.run(["umount", "-l", self.home], capture_output=True)
-        super().tearDown()
-
-    def fill(self):
-        with open(os.path.join(self.home, "filler"), "wb", buffering=0) as fh:
-            for size in (1 << 20, 1 << 12, 1):
-                try:
-                    while True:
-                        fh.write(b"\0" * size)
-                except OSError:
-                    pass
 
     def run_job(self, full: bool):
         def at(step):
             def answer(body):
                 if full and step == "fill":
-                    self.fill()       # the worker's first answer: the CLI cannot write its transcript now
+                    fill(self.home)       # the worker's first answer: the CLI cannot write its transcript now
                 elif full and step == "free":
                     os.unlink(os.path.join(self.home, "filler"))   # before its report: it can again
                 return {"fill": tool("Bash", {"command": "echo one"}), "free": text("WORKER-REPORT")}[step]

@@ -1183,7 +1183,9 @@ class InProcessCli(FakeRuntime):
         FAKE.turns = [brain] * 200
         out, err = io.StringIO(), io.StringIO()
         env = {"ANTHROPIC_API_KEY": "sk-test", "ANTHROPIC_BASE_URL": f"http://127.0.0.1:{closed_port()}",
-               "FLOWER_PROBE_TIMEOUT": "1", "NO_COLOR": "1", "FLOWER_NO_PROBE": "1"}
+               "FLOWER_PROBE_TIMEOUT": "1", "NO_COLOR": "1", "FLOWER_NO_PROBE": "1",
+               # a full disk is retried with backoff before going on fail-soft: not what these tests time
+               "FLOWER_BASE_DELAY": "0.01", "FLOWER_MAX_DELAY": "0.05"}
         with mock.patch.dict(os.environ, env), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), \
                 mock.patch.object(sys, "stdin", io.StringIO(stdin)):
             code = flower.main(list(args) + ["-w", self.ws, "-r", self.run_dir])

@@ -15,13 +15,12 @@ import contextlib
 import json
 import os
 import signal
-import subprocess
 import threading
 import unittest
 
 import flower
 from tests.fakeapi import FakeAnthropic, text, tool, last_user_text
-from tests.helpers import E2ECase, HAVE_SDK, ROOT, SKIP, resume_copies, role_of
+from tests.helpers import E2ECase, HAVE_SDK, ROOT, SKIP, SmallHome, fill, resume_copies, role_of
 
 
 class _Base(E2ECase, unittest.TestCase):
@@ -43,42 +42,10 @@ class _Base(E2ECase, unittest.TestCase):
         return held, arrived, release
 
 
-def fill(directory: str) -> None:
-    """Write into ``directory`` until its file system says it is full."""
-    fd = os.open(os.path.join(directory, f"fill-{len(os.listdir(directory))}"), os.O_WRONLY | os.O_CREAT, 0o600)
-    try:
-        while True:
-            os.write(fd, b"x" * 65536)
-    except OSError:
-        pass
-    try:
-        while True:
-            os.write(fd, b"x")
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
 
 @unittest.skipUnless(HAVE_SDK, SKIP)
-class NothingSilent(_Base):
+class NothingSilent(SmallHome, _Base):
     """Item 3: HOME (where the CLI writes its transcripts) full before or during a run."""
-
-    def setUp(self):
-        super().setUp()
-        self.home = os.path.join(self.tmp.name, "home")
-        os.makedirs(self.home)
-        p = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m,mode=0700", "tmpfs", self.home],
-                           capture_output=True, text=True)
-        if p.returncode != 0:
-            super().tearDown()
-            self.skipTest(f"a small tmpfs for HOME cannot be mounted here (needs root): {p.stderr.strip()[:200]}")
-        self.env.update(HOME=self.home, CLAUDE_CONFIG_DIR=os.path.join(self.home, ".claude"))
-
-    def tearDown(self):
-        if subprocess.run(["umount", self.home], capture_output=True).returncode != 0:
-            subprocess.run(["umount", "-l", self.home], capture_output=True)
-        super().tearDown()
 
     def test_a_full_home_is_a_setup_problem_before_any_request(self):
         fill(self.home)

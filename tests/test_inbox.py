@@ -17,13 +17,8 @@ import unittest
 
 import flower
 from tests.fakeapi import FakeAnthropic, Reply, text, tool
-from tests.helpers import E2ECase, FLOWER, HAVE_SDK, SKIP, resume_copies, role_of
+from tests.helpers import E2ECase, FLOWER, HAVE_SDK, SKIP, assert_mail_delivered, mail_ids, resume_copies, role_of
 from tests.fakeapi import last_user_text
-
-
-def mail_ids(body):
-    """The mail tags a request carries, in order, each as often as it appears."""
-    return re.findall(r"\[mail ([0-9]{19}-[0-9a-f]{8})\]", FakeAnthropic.messages_text(body))
 
 
 class InboxFiles(unittest.TestCase):
@@ -137,14 +132,7 @@ class InboxLive(E2ECase, unittest.TestCase):
         p = self.flower("write hello", "--json")
         work = self.roles.bodies("work")
         self.assertEqual(len(work), 11)
-        for k, mail_id in sent.items():
-            # not in the request during which it was sent, in the next one, and exactly once there
-            self.assertNotIn(mail_id, mail_ids(work[k]))
-            self.assertEqual(mail_ids(work[k + 1]).count(mail_id), 1, k)
-        self.assertEqual(mail_ids(work[-1]), [sent[2], sent[5], sent[8]])   # in order, once each
-        last = FakeAnthropic.messages_text(work[-1])
-        for k in range(10):   # every tool ran to its end: none was interrupted
-            self.assertIn(f"tool-{k}", last)
+        last = assert_mail_delivered(self, work, sent)
         self.assertNotIn("interrupted", last.lower())
         brief = self.read(".flower", "notes", "brief.md")
         self.assertLess(brief.index("MAIL-2"), brief.index("MAIL-5"))

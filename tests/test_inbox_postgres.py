@@ -18,8 +18,8 @@ import unittest
 
 import flower
 from tests.fakeapi import FakeAnthropic, Reply, text, tool
-from tests.helpers import FLOWER, HAVE_SDK, MachinesCase, PgCase, SKIP, shared_server, \
-    stop_shared_server
+from tests.helpers import FLOWER, HAVE_SDK, MachinesCase, PgCase, SKIP, shared_server, assert_mail_delivered, \
+    mail_ids, stop_shared_server
 from tests.pgserver import HAVE_PG, SKIP as PG_SKIP
 
 WS_ID = "github.com/acme/hello#main"   # machine A's checkout of git@github.com:acme/hello.git, branch main
@@ -27,11 +27,6 @@ WS_ID = "github.com/acme/hello#main"   # machine A's checkout of git@github.com:
 
 def tearDownModule():
     stop_shared_server()
-
-
-def mail_ids(body):
-    """The mail tags a request carries, in order, each as often as it appears."""
-    return re.findall(r"\[mail ([0-9]{19}-[0-9a-f]{8})\]", FakeAnthropic.messages_text(body))
 
 
 @unittest.skipUnless(HAVE_PG, PG_SKIP)
@@ -157,13 +152,7 @@ class FromAnotherMachine(MachinesCase, unittest.TestCase):
         p = self.run_flower(self.a, "write hello", "--json")
         work = self.roles.bodies("work")
         self.assertEqual(len(work), 11)
-        for k, mail_id in sent.items():
-            self.assertNotIn(mail_id, mail_ids(work[k]))
-            self.assertEqual(mail_ids(work[k + 1]).count(mail_id), 1, k)
-        self.assertEqual(mail_ids(work[-1]), [sent[2], sent[5], sent[8]])   # in order, once each
-        last = FakeAnthropic.messages_text(work[-1])
-        for k in range(10):
-            self.assertIn(f"tool-{k}", last)                                  # no tool was interrupted
+        assert_mail_delivered(self, work, sent)
         with open(os.path.join(self.a, ".flower", "notes", "brief.md"), encoding="utf-8") as fh:
             brief = fh.read()
         self.assertLess(brief.index("MAIL-2"), brief.index("MAIL-5"))
