@@ -8788,6 +8788,9 @@ FROM unnest(%(uuids)b::text[], %(payloads)b::text[]) WITH ORDINALITY AS t(u, p, 
 ON CONFLICT DO NOTHING
 """
 PG_LOAD = "SELECT payload FROM flower.entries WHERE ws=%s AND pk=%s AND sid=%s AND sub=%s ORDER BY id"
+PG_ID_OF_UUID = "SELECT id FROM flower.entries WHERE ws=%s AND pk=%s AND sid=%s AND sub=%s AND uuid=%s"
+PG_TAKE_FROM = ("DELETE FROM flower.entries WHERE ws=%s AND pk=%s AND sid=%s AND sub=%s AND id>=%s "
+                "RETURNING id, uuid, payload")
 PG_HAS_SESSION = "SELECT EXISTS (SELECT 1 FROM flower.entries WHERE ws=%s AND pk=%s AND sid=%s AND sub='')"
 PG_LIST_SESSIONS = ("SELECT sid, max(mtime) FROM flower.batches WHERE ws=%s AND pk=%s AND sub='' "
                     "GROUP BY sid ORDER BY sid")
@@ -9034,6 +9037,17 @@ def sync_plan(local: dict[str, str], remote: dict[str, str | None], base: dict[s
         else:
             plan[name] = "pull"
     return plan
+
+
+def _pg_taken_from(cur: Any, op: dict) -> list[tuple]:
+    """For an ``entries`` operation with a ``before`` uuid: the session's rows from that entry on,
+    deleted inside the caller's transaction and returned in their order (id, uuid, payload), to be
+    inserted again after the operation's entries. None stored with that uuid: nothing taken."""
+    key = (op["ws"], op["pk"], op["sid"], op["sub"])
+    row = cur.execute(PG_ID_OF_UUID, (*key, op["before"])).fetchone()
+    if row is None:
+        return []
+    return sorted(cur.execute(PG_TAKE_FROM, (*key, row[0])).fetchall())
 
 
 class PostgresState(StateBackend):
@@ -9373,12 +9387,14 @@ class PostgresState(StateBackend):
                 summary = _storable_json(dict(folded, mtime=mtime))
         args = {"ws": ws, "pk": pk, "sid": sid, "sub": sub, "mtime": mtime, "context": op.get("context"),
                 "summary": summary}
+        later = _pg_taken_from(cur, op) if op.get("before") else []
+        later_uuids, later_payloads = [uid for _, uid, _ in later], [payload for _, _, payload in later]
         uuids, payloads = _entry_rows(entries)
         try:   # arrays go in binary (%b): the text format would escape every element
-            cur.execute(PG_APPEND, dict(args, uuids=uuids, payloads=payloads))
+            cur.execute(PG_APPEND, dict(args, uuids=uuids + later_uuids, payloads=payloads + later_payloads))
         except UnicodeEncodeError:   # a lone surrogate: store that batch \u-escaped (same JSON values)
             uuids, payloads = _entry_rows(entries, ascii_only=True)
-            cur.execute(PG_APPEND, dict(args, uuids=uuids, payloads=payloads))
+            cur.execute(PG_APPEND, dict(args, uuids=uuids + later_uuids, payloads=payloads + later_payloads))
 
     def _spooled(self, kind: str, **match: Any) -> list[dict]:
         """Waiting operations of one kind (and matching fields), oldest first."""
@@ -9789,6 +9805,18 @@ class PostgresSessionStore(SessionStoreContract):
         ws, pk, sid, sub = self._key(key)
         self.state.write({"t": "entries", "ws": ws, "pk": pk, "sid": sid, "sub": sub, "key_pk": key["project_key"],
                           "context": None if sub else entry_context(entries), "entries": entries})
+
+    def insert_before_sync(self, key: dict, entries: list[dict], before: str) -> None:
+        """Put ``entries`` just before the stored entry whose uuid is ``before`` (at the end when there is
+        none), in one transaction: the rows from that entry on are taken out and put back after them,
+        as they were (duplicates by uuid are ignored, as by an append). While the database is away the
+        operation waits in the spool, in order, and is put in its place when written; until then a
+        load shows its entries after the stored ones."""
+        if not entries:
+            return
+        ws, pk, sid, sub = self._key(key)
+        self.state.write({"t": "entries", "ws": ws, "pk": pk, "sid": sid, "sub": sub, "key_pk": key["project_key"],
+                          "context": None, "entries": entries, "before": before})
 
     def load_sync(self, key: dict) -> list[dict] | None:
         """All entries of ``key`` in append order (spooled ones included), None when never written."""

@@ -42,6 +42,7 @@ class StoreContract:
     declare."""
 
     DECLARES: dict = {}
+    INSERTS_BEFORE = False   # its insert_before_sync puts entries in their place, not after all
 
     # Every pruning policy the per-store copies of "a pruned load is prune of the load" used
     POLICIES = (flower.PrunePolicy(), flower.PrunePolicy(keep_denials=0, keep_unavailable=0, keep_glances=0),
@@ -169,6 +170,8 @@ class StoreContract:
         self.store.insert_before_sync(KEY, [entry("x")], "c")   # known already: not stored again
         order = [e["uuid"] for e in self.store.load_sync(KEY)]
         self.assertIn(order, (["a", "x", "y", "b", "c"], ["a", "b", "c", "x", "y"]))
+        if self.INSERTS_BEFORE:
+            self.assertEqual(order, ["a", "x", "y", "b", "c"])
         self.store.insert_before_sync(KEY, [entry("z")], "gone")   # no such entry: after all
         self.assertEqual(self.store.load_sync(KEY)[-1], entry("z"))
 
@@ -270,6 +273,7 @@ class StoreContract:
 
 
 class SqliteContract(StoreContract, unittest.TestCase):
+    INSERTS_BEFORE = True
     DECLARES = {"threaded_load": True, "pruned_load": True, "outline_load": True, "catalog": True,
                 "sdk_optional": ALL_SDK}
 
@@ -281,6 +285,7 @@ class SqliteContract(StoreContract, unittest.TestCase):
 
 @unittest.skipUnless(HAVE_PG, SKIP_PG)
 class PostgresContract(StoreContract, PgCase):
+    INSERTS_BEFORE = True
     DECLARES = {"threaded_load": True, "pruned_load": True, "outline_load": False, "catalog": True,
                 "sdk_optional": ALL_SDK}
 
