@@ -5867,7 +5867,8 @@ class SessionStoreContract:
 
     def insert_before_sync(self, key: dict, entries: list[dict], before: str) -> None:
         """Store ``entries`` just before the stored entry whose uuid is ``before``; by default after all
-        of them (the CLI follows the parent links either way). Blocking."""
+        of them. A store that can should put them in place: the CLI resumes from the last leaf in file
+        order, so older entries stored last can end its history early. Blocking."""
         self.append_sync(key, entries)
 
     def known_uuids(self, key: dict) -> set:
@@ -11845,8 +11846,8 @@ class Runtime:
     def _append_waiting(self, key: dict, entries: list[dict], before: str | None = None) -> None:
         """Append, waiting out a store that is locked or busy (another process holds it): recovered
         entries must be stored before the resume, or they would land after newer ones. ``before``: the
-        uuid of the stored entry they precede (a store that can put them there does; the CLI follows
-        the parent links either way)."""
+        uuid of the stored entry they precede (put there: the CLI resumes from the last leaf in file
+        order)."""
         deadline = time.monotonic() + max(60.0, self.resilience.max_offline_wait)
         while True:
             try:
