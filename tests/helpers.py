@@ -453,9 +453,10 @@ def assert_mail_delivered(case, work, sent):
         case.assertIn(f"tool-{k}", last)                                    # no tool was interrupted
     return last
 
-def fill(directory: str) -> None:
-    """Write into ``directory`` until its file system says it is full."""
-    fd = os.open(os.path.join(directory, f"fill-{len(os.listdir(directory))}"), os.O_WRONLY | os.O_CREAT, 0o600)
+def fill(directory: str) -> str:
+    """Write into ``directory`` until its file system says it is full; returns the file that fills it."""
+    path = os.path.join(directory, f"fill-{len(os.listdir(directory))}")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
     try:
         while True:
             os.write(fd, b"x" * 65536)
@@ -468,6 +469,7 @@ def fill(directory: str) -> None:
         pass
     finally:
         os.close(fd)
+    return path
 
 
 class SmallHome:

@@ -173,9 +173,9 @@ class WorkerTranscriptUnstored(SmallHome, E2ECase, unittest.TestCase):
         def at(step):
             def answer(body):
                 if full and step == "fill":
-                    fill(self.home)       # the worker's first answer: the CLI cannot write its transcript now
+                    self.filler = fill(self.home)   # the worker's first answer: the CLI cannot write its transcript now
                 elif full and step == "free":
-                    os.unlink(os.path.join(self.home, "filler"))   # before its report: it can again
+                    os.unlink(self.filler)   # before its report: it can again
                 return {"fill": tool("Bash", {"command": "echo one"}), "free": text("WORKER-REPORT")}[step]
             return answer
         worker_q = [at("fill"), at("free")]
