@@ -12,7 +12,6 @@ import asyncio
 import errno
 import json
 import os
-import tempfile
 import unittest
 from unittest import mock
 
@@ -20,6 +19,7 @@ import flower
 from flower import HandoffPolicy
 from tests import fakesdk
 from tests.fakesdk import FAKE
+from tests.helpers import FakeRuntime
 
 DONE = """## Status
 DONE-STEPS: 1-19
@@ -38,34 +38,25 @@ Run `echo step 20 >> steps.log`.
 """
 
 
-class OwedLineage(unittest.TestCase):
+class OwedLineage(FakeRuntime, unittest.TestCase):
     def setUp(self):
-        fakesdk.install()
-        self.tmp = tempfile.TemporaryDirectory()
-        self.ws = os.path.join(self.tmp.name, "ws")
-        os.makedirs(self.ws)
-        os.environ.pop("FLOWER_WINDOW", None)
+        super().setUp()
         self.full = False
         self.refused = 0
         self.sleeps: list[float] = []
         self.on_disk: list[tuple[str, str | None]] = []   # (phase, the work step's session in lineage.json)
 
-    def tearDown(self):
-        if hasattr(self, "rt"):
-            self.rt.close()
-        fakesdk.uninstall()
-        self.tmp.cleanup()
-
     def runtime(self, attempts: int) -> flower.Runtime:
         async def sleep(seconds):
             self.sleeps.append(seconds)
-        self.rt = flower.Runtime(workspace=self.ws, run_dir=os.path.join(self.tmp.name, "runs"),
+        self.rt = flower.Runtime(workspace=self.ws, run_dir=self.run_dir,
                                  resilience=flower.Resilience(probe=False, base_delay=0, max_attempts=attempts),
                                  handoff=HandoffPolicy(window=200_000), sleep=sleep)
+        self.rts.append(self.rt)   # closed in tearDown
         return self.rt
 
     def disk(self) -> str | None:
-        with open(os.path.join(self.tmp.name, "runs", "lineage.json"), encoding="utf-8") as fh:
+        with open(os.path.join(self.run_dir, "lineage.json"), encoding="utf-8") as fh:
             return json.load(fh)["steps"].get("work")
 
     def write_json(self, real):
