@@ -9720,6 +9720,15 @@ class PostgresState(StateBackend):
         dropped = {op["key"] for op in self._spooled("inbox_drop", ws=self.workspace_id, what=kind)}
         return [(key, body, sent) for key, body, sent in rows if key not in dropped]
 
+    def _polled(self, kind: str) -> list[tuple[str, str, float]]:
+        """:meth:`_waiting` for the running job's polls (each answer, each tool batch): while the
+        database is away they read nothing instead of reconnecting, which on a host that does not
+        answer would hold the event loop for the connect timeout. The store's writes and
+        :meth:`ready` bring the connection back."""
+        if self._conn is None and self._retry_at:
+            return []
+        return self._waiting(kind)
+
     def _drop(self, kind: str, key: str) -> None:
         """Delete a row that was acted on (spooled while the database is away, like every write)."""
         with contextlib.suppress(FlowerError):
@@ -9768,7 +9777,7 @@ class PostgresState(StateBackend):
 
     def handoff_waiting(self) -> bool:
         """The flag file here, or a handoff row."""
-        return super().handoff_waiting() or bool(self._waiting("handoff"))
+        return super().handoff_waiting() or bool(self._polled("handoff"))
 
     def handoff_done(self) -> None:
         """The flag file and the row."""
@@ -10103,7 +10112,7 @@ class PgMailbox:
 
     def pending(self) -> list[Mail]:
         """Every mail not yet delivered, files and rows, oldest first (rows in the database's order)."""
-        rows = [Mail(key, redact(body).strip(), sent) for key, body, sent in self.state._waiting("mail")]
+        rows = [Mail(key, redact(body).strip(), sent) for key, body, sent in self.state._polled("mail")]
         return sorted(self.inbox.pending() + [m for m in rows if m.words], key=lambda m: m.sent)
 
     def done(self, mail_id: str) -> None:

@@ -78,6 +78,23 @@ class InboxTable(PgCase):
         a.handoff_done()
         self.assertFalse(a.handoff_waiting())
 
+    def test_polls_during_an_outage_read_nothing_and_never_reconnect(self):
+        a, b = self.machine("a"), self.machine("b")
+        b.post_handoff()
+        a.mailbox(self.inbox(a)).post("from the database")
+        self.inbox(a).post("typed on A")
+        self.assertTrue(a.handoff_waiting())
+        a._conn.close()
+        a._conn, a._retry_at = None, 1.0   # lost: the last connect failed, its pause is over
+        real_connect, tries = a._connect, []
+        a._connect = lambda: tries.append(1) or real_connect()
+        self.assertFalse(a.handoff_waiting())
+        self.assertEqual([m.words for m in a.mailbox(self.inbox(a)).pending()], ["typed on A"])   # the files speak
+        self.assertEqual(tries, [])   # a poll on each answer never waits for a connect
+        self.assertTrue(a.ready())    # what brings the connection back
+        self.assertTrue(a.handoff_waiting())
+        self.assertEqual(len(a.mailbox(self.inbox(a)).pending()), 2)
+
     def test_a_schema_4_database_migrates(self):
         old = self.machine("a")
         old.lineage_update(lambda d: d.update({"steps": {"work": "s-old"}, "workspace": "/x"}), {})
