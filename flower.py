@@ -11338,6 +11338,12 @@ class Runtime:
             with contextlib.suppress(Exception):
                 self.on_event(event)
 
+    @property
+    def driving(self) -> str | None:
+        """The session of the connection being driven now (None between connections)."""
+        watched = self._watched
+        return watched[0] if watched is not None else None
+
     def on_stored(self, hook: Callable[[dict, list[dict]], None]) -> None:
         """Call ``hook(key, entries)`` whenever the store has taken entries of a session (mirrored
         from the CLI or recovered from its transcript)."""
@@ -13620,6 +13626,7 @@ class MailDesk:
         self.mailbox = rt.state.mailbox(inbox)   # the inbox files, and the mail a remote backend keeps
         self.steps = set(steps)
         self.offered: dict[str, Mail] = {}   # handed to the current connection, not yet recorded
+        self.settled: str | None = None      # the session whose stored mail left the inbox this connection
         self.lock = threading.Lock()
         self.on_side: Callable[[str], Any] | None = None   # a side question typed on the terminal
         rt.hook_sources.append(self.hooks)
@@ -13631,12 +13638,17 @@ class MailDesk:
             return {}
         with self.lock:
             self.offered.clear()   # what an ended connection was handed but never recorded goes again
+            self.settled = None
         return {"PostToolBatch": [(None, self._hook("PostToolBatch"))], "Stop": [(None, self._hook("Stop"))]}
 
     def _hook(self, event: str) -> Callable[[dict, Any, Any], Awaitable[dict]]:
         async def hook(data: dict, tool_use_id: Any, context: Any) -> dict:
             if isinstance(data, dict) and data.get("agent_id"):
                 return {}   # a subagent's boundary: the mail is for the main thread
+            import asyncio
+            sid = self.rt.driving
+            if sid is not None and self.settled != sid and not await asyncio.to_thread(self.settle, sid):
+                return {}
             words = self.take()
             if not words:
                 return {}
@@ -13657,6 +13669,23 @@ class MailDesk:
                 "id": mail.id, "words": mail.words,
                 "message": text("ui_mail", self.rt.lang, id=mail.id, words=sanitize(mail.words)[:200])}))
         return mail_context(new, self.rt.lang)
+
+    def settle(self, sid: str) -> bool:
+        """Before the first mail of a connection: mail the stored session ``sid`` already records leaves
+        the inbox (a run killed between the store's record and the deletion left its file behind, and
+        the resumed session holds it). False when the session could not be read: nothing is handed
+        over until it can."""
+        with self.lock:
+            waiting = {m.id for m in self.mailbox.pending()} - set(self.offered)
+        if waiting:
+            try:
+                entries = self.rt.raw_store.load_sync({"project_key": self.rt.project_key, "session_id": sid})
+            except Exception:
+                return False
+            for mail_id in mails_recorded(entries or []) & waiting:
+                self.mailbox.done(mail_id)
+        self.settled = sid
+        return True
 
     def stored(self, key: dict, entries: list[dict]) -> None:
         """A store hook: mail whose request the store recorded leaves the inbox (also when it is

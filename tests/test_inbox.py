@@ -9,6 +9,7 @@ import json
 import os
 import re
 import signal
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -193,6 +194,49 @@ class InboxLive(E2ECase, unittest.TestCase):
         self.flower()
         later = self.roles.bodies("work")[before:]
         self.assertEqual(mail_ids(later[-1]), [state["mail"]])   # in the session once: never sent twice
+        self.assertEqual(self.inbox(), [])
+
+    def recorded_anywhere(self, mail_id):
+        db = sqlite3.connect(os.path.join(self.ws, ".flower", "sessions.db"))
+        try:
+            return db.execute("SELECT count(*) FROM entries WHERE payload LIKE ?", (f"%[mail {mail_id}]%",)).fetchone()[0]
+        finally:
+            db.close()
+
+    def test_mail_the_store_recorded_is_not_handed_over_again_when_its_file_outlived_a_kill(self):
+        # the phase: the store committed the entry recording the mail, flower died before the inbox
+        # file was deleted; the test leaves exactly that on disk (the file put back after the kill)
+        state = {}
+        killed = threading.Event()
+
+        def say_then_tool(body):
+            state["mail"] = self.say("MAIL-RECORDED carry on")
+            with open(os.path.join(self.ws, ".flower", "inbox", state["mail"]), "rb") as fh:
+                state["file"] = fh.read()
+            return tool("Bash", {"command": "echo during"})
+
+        def die_once_recorded(body):
+            self.wait_for(lambda: self.recorded_anywhere(state["mail"]), timeout=60, what="the mail's record")
+            os.kill(state["proc"].pid, signal.SIGKILL)
+            killed.set()
+            return Reply(stall=5)
+        self.roles.work = [say_then_tool, die_once_recorded]
+        proc = self.spawn("write hello")
+        state["proc"] = proc
+        self.addCleanup(lambda: (proc.poll() is None and proc.kill(), proc.wait(), proc.stdout.close(),
+                                 proc.stderr.close()))
+        self.wait_for(killed.is_set, timeout=120, what="the kill")
+        proc.wait(timeout=60)
+        left = os.path.join(self.ws, ".flower", "inbox", state["mail"])
+        if not os.path.exists(left):
+            with open(left, "wb") as fh:
+                fh.write(state["file"])
+        before = len(self.roles.bodies("work"))
+        self.roles.work = [tool("Bash", {"command": "echo after"}), text("done")]
+        self.flower()
+        later = self.roles.bodies("work")[before:]
+        self.assertTrue(later)
+        self.assertEqual(mail_ids(later[-1]), [state["mail"]])   # the session's one record, not a second
         self.assertEqual(self.inbox(), [])
 
 

@@ -204,6 +204,37 @@ class FromAnotherMachine(MachinesCase, unittest.TestCase):
         with open(os.path.join(b, ".flower", "notes", "brief.md"), encoding="utf-8") as fh:
             self.assertEqual(fh.read().count("MAIL-KILLED"), 1)
 
+    def test_mail_the_store_recorded_is_not_handed_over_again_when_its_row_outlived_a_kill(self):
+        # the phase: the entry recording the mail is committed, A dies before the row is deleted (the
+        # test puts the row back after the kill, which is what that kill leaves)
+        state, killed = {}, threading.Event()
+
+        def say_then_tool(body):
+            state["mail"] = self.say_on_b("MAIL-RECORDED carry on")
+            state["row"] = self.sql("SELECT ws, kind, key, body FROM flower.inbox WHERE key=%s", state["mail"])[0]
+            return tool("Bash", {"command": "echo during"})
+
+        def die_once_recorded(body):
+            tag = f"%[mail {state['mail']}]%"
+            self.wait_for(lambda: self.sql("SELECT count(*) FROM flower.entries WHERE payload LIKE %s", tag)[0][0],
+                          timeout=60, what="the mail's record")
+            os.kill(state["proc"].pid, signal.SIGKILL)
+            killed.set()
+            return Reply(stall=5)
+        self.roles.work = [say_then_tool, die_once_recorded]
+        state["proc"] = self.spawn(self.a, "write hello")
+        self.wait_for(killed.is_set, timeout=120, what="the kill")
+        state["proc"].wait(timeout=60)
+        self.sql("INSERT INTO flower.inbox (ws, kind, key, body) VALUES (%s, %s, %s, %s) ON CONFLICT DO NOTHING",
+                 *state["row"])
+        before = len(self.roles.bodies("work"))
+        self.roles.work = [tool("Bash", {"command": "echo after"}), text("done")]
+        self.run_flower(self.checkout_b())                                     # the next run, on machine B
+        later = self.roles.bodies("work")[before:]
+        self.assertTrue(later)
+        self.assertEqual(mail_ids(later[-1]), [state["mail"]])               # the session's one record
+        self.assertEqual(self.rows(), [])
+
     def test_answer_on_b_answers_the_question_a_waits_on(self):
         self.roles.work = [tool("mcp__flower__ask", {"question": "QUESTION-MARK tabs or spaces?"}), text("done")]
         answered = {}
