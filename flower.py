@@ -10165,7 +10165,7 @@ def spill_later(spill_dir: str, full: str, head: int) -> tuple[str, str] | None:
     if shown is None:
         return None
     ensure_private_dir(spill_dir)
-    path = os.path.join(spill_dir, uuid.uuid4().hex[:16] + ".txt")   # not the text's hash: that costs as much as the write
+    path = os.path.join(spill_dir, uuid.uuid4().hex[:16] + ".txt")   # not the text's hash: it costs as much as a write
 
     def write() -> None:
         try:
