@@ -14,7 +14,7 @@ Sections, low layers first:
     text tables (en/zh) -> utilities -> redaction -> process guard -> resilience -> usage limits
     -> transcript logic (pure) -> stored facts -> notes (pure parsers) -> session stores -> lineage and
     manifest -> handoff -> journal -> state backends (the interface, local files) -> PostgreSQL state
-    -> delegation -> project settings -> job budget -> workspace snapshots -> stream record -> agent
+    -> deferred spill -> delegation -> project settings -> job budget -> workspace snapshots -> stream record -> agent
     runtime -> judge sandbox -> workflow -> report -> job continuity -> inbox -> CLI
 """
 
@@ -10121,6 +10121,82 @@ class PgMailbox:
         self.state._drop("mail", mail_id)
 
 
+# --- Deferred spill: a huge tool output's file is redacted and written off the agent's path ---
+#
+# Redacting a 5 MB log costs several times writing it, and hashing it as much again: a write-time spill
+# of an output that long hands the agent its pointer at once (a name of its own, the head redacted from
+# the first lines alone) and redacts and writes the file in a thread of its own. Every tool call waits,
+# before it runs, for the files still being written (spill_wait_hook), so a Read of one finds it whole;
+# the threads are not daemons, so a process that ends normally writes its files first.
+
+SPILL_DEFER_AT = 1 << 18   # from this many chars a write-time spill's file is written off the agent's path
+SPILL_HEAD_LINES = 1 << 16   # the head is redacted from whole lines: one must end this soon after it
+SPILL_DEFER_WAIT = 0.05   # the agent's path goes first: a redaction holds the interpreter lock in long stretches
+_SPILL_WRITERS: dict[str, Any] = {}   # path -> the thread writing it, while it runs
+
+
+def redacted_head(full: str, head: int, secrets: list[str]) -> str | None:
+    """``redact(full, secrets)[:head]``, from a prefix of whole lines: after the credentials' values and
+    the key blocks, every rule looks at one line at a time, so the redaction of the first lines is the
+    start of the text's. None where a prefix cannot tell: a key block begins in it, a credential's value
+    spans lines, or no line ends within SPILL_HEAD_LINES chars of where one is wanted."""
+    if any("\n" in secret for secret in secrets):
+        return None
+    want = head
+    while True:
+        cut = full.find("\n", want, want + SPILL_HEAD_LINES)
+        if cut < 0:
+            return None
+        prefix = full[:cut + 1]
+        if any(marker in prefix for marker, _ in _BLOCKS):
+            return None
+        clean = redact(prefix, secrets)
+        if len(clean) >= head:
+            return clean[:head]
+        want = cut + 1 + head - len(clean)   # what redaction took away is looked for further on
+
+
+def spill_later(spill_dir: str, full: str, head: int) -> tuple[str, str] | None:
+    """Start writing the redacted ``full`` to a new file of ``spill_dir`` in a thread of its own; (its
+    path, its first ``head`` chars redacted), or None when the head cannot be told from the first lines
+    (see :func:`redacted_head`: the caller then spills it in place)."""
+    secrets = _env_secrets()
+    shown = redacted_head(full, head, secrets)
+    if shown is None:
+        return None
+    ensure_private_dir(spill_dir)
+    path = os.path.join(spill_dir, uuid.uuid4().hex[:16] + ".txt")   # not the text's hash: it costs as much as a write
+
+    def write() -> None:
+        try:
+            time.sleep(SPILL_DEFER_WAIT)
+            atomic_write(path, redact(full, secrets).encode("utf-8", "surrogatepass"))
+        except OSError:
+            pass   # the pointer names a file that is not there: a Read of it says so
+        finally:
+            _SPILL_WRITERS.pop(path, None)
+    writer = threading.Thread(target=write, name="flower-spill", daemon=False)
+    _SPILL_WRITERS[path] = writer
+    writer.start()
+    return path, shown
+
+
+def wait_spills(timeout: float | None = None) -> None:
+    """Wait until the spill files being written now are written."""
+    for writer in list(_SPILL_WRITERS.values()):
+        writer.join(timeout)
+
+
+def spill_wait_hook() -> Callable[[dict, Any, Any], Awaitable[dict]]:
+    """The PreToolUse hook that holds a tool call until the spill files being written are written."""
+    async def wait(data: Any, tool_use_id: Any, context: Any) -> dict:
+        if _SPILL_WRITERS:
+            import asyncio
+            await asyncio.to_thread(wait_spills)
+        return {}
+    return wait
+
+
 # --- Delegation: coordinator and workers, spill at write time, the workbench ---
 #
 # Verified on the real CLI (tests/test_e2e_delegation.py): a PostToolUse ``updatedToolOutput`` in the
@@ -10241,16 +10317,23 @@ def spill_output(spill_dir: str, name: str, response: Any, *, lang: str = "en", 
     full = full_output(name, response)
     if full is None or len(full) < at:
         return None
-    clean = redact(full)
-    path = os.path.join(spill_dir, hashlib.sha256(clean.encode("utf-8", "surrogatepass")).hexdigest()[:16] + ".txt")
     try:
-        ensure_private_dir(spill_dir)
-        if not os.path.exists(path):
-            atomic_write(path, clean.encode("utf-8", "surrogatepass"))
+        placed = spill_later(spill_dir, full, head) if len(full) >= SPILL_DEFER_AT else None
+        path, shown = placed or _spill_now(spill_dir, full, head)
     except OSError:
         return None
-    pointer = text("spilled_output", lang, n=len(full), path=path, k=min(head, len(clean)), head=clean[:head])
+    pointer = text("spilled_output", lang, n=len(full), path=path, k=min(head, len(shown)), head=shown)
     return with_pointer(name, response, pointer)
+
+
+def _spill_now(spill_dir: str, full: str, head: int) -> tuple[str, str]:
+    """Write the redacted ``full`` under its content hash; (its path, its first ``head`` chars)."""
+    clean = redact(full)
+    path = os.path.join(spill_dir, hashlib.sha256(clean.encode("utf-8", "surrogatepass")).hexdigest()[:16] + ".txt")
+    ensure_private_dir(spill_dir)
+    if not os.path.exists(path):
+        atomic_write(path, clean.encode("utf-8", "surrogatepass"))
+    return path, clean[:head]
 
 
 def spill_hook(paths: "Paths", lang: str = "en") -> Callable[[dict, Any, Any], Awaitable[dict]]:
@@ -12731,7 +12814,8 @@ def coordinator(paths: "Paths", *, lang: str = "en", name: str = "work", instruc
         name, instructions=(instructions + "\n\n" if instructions else "") + text("coordinator_instructions", lang),
         preset=True, tools=hands, allowed_tools=hands, model=model, permission_mode=permission_mode,
         agents={WORKER_NAME: worker(lang=lang, model=worker_model)},
-        hooks={"PreToolUse": [(None, rules_hook(lang)), ("|".join(AGENT_TOOLS), agent_call_hook(paths, lang))],
+        hooks={"PreToolUse": [(None, rules_hook(lang)), ("|".join(AGENT_TOOLS), agent_call_hook(paths, lang)),
+                              (None, spill_wait_hook())],
                "PostToolUse": [(SPILL_MATCHER, spill_hook(paths, lang)), ("Write|Edit", workbench_refresh_hook(paths)),
                                ("|".join(AGENT_TOOLS), worker_error_hook(lang))],
                "PostToolUseFailure": [("|".join(AGENT_TOOLS), worker_error_hook(lang))]})
