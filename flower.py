@@ -11294,6 +11294,11 @@ class _Turn:
     stall_cancelled: bool = False   # the stall watch cancelled the reading of the turn
     crossed_in: str | None = None   # the answer (API message id) whose level crossed the threshold
     late: bool = False              # an answer came after that one: the batch stop did not hold
+    keeping: Any = None             # storing streamed messages while a worker runs (a future)
+
+    def unmirrored(self) -> list[str]:
+        """The uuids of streamed main-thread messages the store has not taken."""
+        return [m.uuid for m in self.seen if isinstance(getattr(m, "uuid", None), str) and m.uuid not in self.stored_ids]
 
 
 class Runtime:
@@ -12077,10 +12082,14 @@ class Runtime:
             self._watched = None
             if watcher is not None:
                 watcher.cancel()
-            if turn.exception is not None or turn.cancelled or turn.mirror_failed:
-                # the CLI died mid-turn (killed alone, crashed, or stopped by rescue() on a signal), or a
-                # store write failed: what it wrote but never mirrored is only in its temp copy, which
-                # disconnect() deletes: take it into the store first
+            if turn.keeping is not None:
+                with contextlib.suppress(BaseException):
+                    await turn.keeping
+            if turn.exception is not None or turn.cancelled or turn.mirror_failed or turn.unmirrored():
+                # the CLI died mid-turn (killed alone, crashed, or stopped by rescue() on a signal), a
+                # store write failed, or the CLI could not write its transcript (HOME full): what it wrote
+                # but never mirrored is only in its temp copy, which disconnect() deletes, and what it
+                # streamed but never wrote only in ``turn.seen``: take both into the store first
                 with contextlib.suppress(Exception):
                     await asyncio.to_thread(self.salvage, st.sid, keep_copies=True)
                 with contextlib.suppress(Exception):
@@ -12224,6 +12233,7 @@ class Runtime:
             turn.model = msg.model or turn.model
         elif not synthetic and isinstance(getattr(msg, "uuid", None), str):
             turn.answer_ids.append(msg.uuid)   # a worker's: its transcript must reach the store too
+            self._keep_streamed(st, turn)
         for block in msg.content:
             bkind = type(block).__name__
             if bkind == "TextBlock":
@@ -12245,6 +12255,35 @@ class Runtime:
         if calls:   # after the level: a batch hook waiting for these calls then knows it
             st.calls_seen.update(calls)
             st.call_seen.set()
+
+    def _keep_streamed(self, st: "_RunState", turn: _Turn) -> None:
+        """A worker answered, a model call after the coordinator's answer that started it: an answer of
+        the main thread that is by now neither in the store nor in the CLI's own transcript is one the
+        CLI could not write (HOME full). It is stored from the stream at once, in a worker thread: a
+        kill -9 of flower while the worker runs would lose it, and the resumed coordinator (a model
+        that trusts its history) would delegate that work again."""
+        import asyncio
+        missing = turn.unmirrored()
+        if not missing or turn.keeping is not None and not turn.keeping.done() or self._cli_wrote(st.sid, missing):
+            return
+        seen = list(turn.seen)
+
+        def keep() -> None:
+            with contextlib.suppress(Exception):
+                self.store_unrecorded(st.sid, seen)
+        turn.keeping = asyncio.get_running_loop().run_in_executor(None, keep)
+
+    def _cli_wrote(self, sid: str, uuids: list[str]) -> bool:
+        """Whether the CLI's own transcript of ``sid`` holds every one of ``uuids`` (the mirror is then
+        only behind, and a salvage would find them)."""
+        try:
+            for path in cli_transcripts(self.project_key, sid):
+                with open(path, encoding="utf-8", errors="replace") as fh:
+                    body = fh.read()
+                uuids = [u for u in uuids if f'"{u}"' not in body]
+        except OSError:
+            return False
+        return not uuids
 
     def _on_results(self, msg: Any, st: "_RunState", turn: _Turn, emit: Callable[[Event], None],
                     pending_tools: set) -> bool:
