@@ -12,14 +12,13 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 import unittest
 import unittest.mock
 
 import flower
 from flower import PruningSessionStore
-from tests.helpers import FLOWER, HAVE_SDK, PgCase, ROOT, stop_shared_server
+from tests.helpers import RUN_FLOWER, HAVE_SDK, PgCase, ROOT, stop_shared_server
 from tests.pgserver import HAVE_PG, SKIP as SKIP_PG
 
 KEY = {"project_key": "proj", "session_id": "s1"}
@@ -354,7 +353,7 @@ class PlainStoreInTheCli(unittest.TestCase):
     def flower(self, *args):
         with tempfile.TemporaryDirectory() as ws:
             env = dict(os.environ, PYTHONPATH=ROOT, FLOWER_LANG="en")
-            return subprocess.run([sys.executable, FLOWER, "--store", "tests.store_factory:plain", *args], cwd=ws,
+            return subprocess.run([*RUN_FLOWER, "--store", "tests.store_factory:plain", *args], cwd=ws,
                                   env=env, capture_output=True, text=True, timeout=60)
 
     def test_show_and_sessions_say_there_are_none(self):
