@@ -113,12 +113,14 @@ class Concurrency(unittest.TestCase):
 
     def test_processes_creating_a_fresh_db_at_once_all_succeed(self):
         # the first open of a new file switches it to WAL and creates the schema: a write lock the
-        # busy handler does not always wait for
+        # busy handler does not always wait for. No SDK in these processes: the first append would
+        # import it for the session summary (~1 CPU-s each, 18 processes) long after the race at open
         for round_no in range(3):
             with tempfile.TemporaryDirectory() as tmp:
                 db = os.path.join(tmp, "sessions.db")
                 go = os.path.join(tmp, "go")   # all open the file at once: each waits, once it is ready, for this
-                code = ("import os, sys, time; sys.path.insert(0, sys.argv[1]); import flower\n"
+                code = ("import os, sys, time; sys.path.insert(0, sys.argv[1]); sys.modules['claude_agent_sdk'] = None\n"
+                        "import flower\n"
                         "open(sys.argv[3] + '.ready-' + sys.argv[4], 'w').close()\n"
                         "while not os.path.exists(sys.argv[3]): time.sleep(0.001)\n"
                         "s = flower.SqliteSessionStore(sys.argv[2])\n"
