@@ -99,8 +99,8 @@ from tests import fakeapi  # noqa: E402
 from tests.fakeapi import FakeAnthropic, Reply, last_user_text  # noqa: E402
 from tests import trusting_model as tm  # noqa: E402
 from tests import delegating_model as dm  # noqa: E402
+from tests.helpers import AS_SCRIPT  # noqa: E402  (flower from its bytecode: see there)
 
-FLOWER = os.path.join(ROOT, "flower.py")
 MODEL = "claude-sonnet-4-5"
 TASK = "Append the numbered lines line-1 .. line-N to out/f0.txt .. out/f4.txt (line-N goes to f{N%5})"
 BRIEF = ("## Goal\nAppend the numbered lines to out/f0.txt .. out/f4.txt\n"
@@ -607,8 +607,8 @@ class Chaos:
         state is, in either mode. Only run while no flower runs (in pg mode it writes what a stopped
         flower left in its spool). None when it fails (the database is away, or locked)."""
         try:
-            done = subprocess.run([self.s.python, FLOWER, "status", "--json", *self.state_args()], cwd=self.ws,
-                                  env=self.env(), stdin=subprocess.DEVNULL, capture_output=True, text=True,
+            done = subprocess.run([self.s.python, "-c", AS_SCRIPT, "status", "--json", *self.state_args()],
+                                  cwd=self.ws, env=self.env(), stdin=subprocess.DEVNULL, capture_output=True, text=True,
                                   timeout=90)
         except subprocess.TimeoutExpired:
             self.note("status-failed", why="timeout")
@@ -636,7 +636,7 @@ class Chaos:
         return None
 
     def spawn(self) -> None:
-        args = [self.s.python, FLOWER, "--json", "--model", MODEL, "--window", str(self.job.window),
+        args = [self.s.python, "-c", AS_SCRIPT, "--json", "--model", MODEL, "--window", str(self.job.window),
                 *self.state_args()]
         n = len(self.runs)
         self.survivors_check("before run %d" % n)
@@ -871,7 +871,7 @@ class Chaos:
             shared = os.path.join(self.ws, tm.STEP_LOG)
             open(shared, "a").close()   # a hard link (the CLI refuses a symlink out of its workspace)
             os.link(shared, os.path.join(cwd, tm.STEP_LOG))
-        args = [self.s.python, FLOWER, "--json", "--model", MODEL, "--window", str(self.job.window),
+        args = [self.s.python, "-c", AS_SCRIPT, "--json", "--model", MODEL, "--window", str(self.job.window),
                 *self.state_args()]
         mark = f"m{k}"
         path = os.path.join(self.logs, f"second-{k:02d}")

@@ -8,13 +8,12 @@ import json
 import re
 import os
 import subprocess
-import sys
 import unittest
 
 import flower
 from tests import fakeapi
 from tests.fakeapi import tool
-from tests.helpers import E2ECase, FLOWER, HAVE_SDK, SKIP
+from tests.helpers import E2ECase, RUN_FLOWER, HAVE_SDK, SKIP
 
 
 
@@ -43,7 +42,7 @@ class Spend(unittest.TestCase):
 @unittest.skipUnless(HAVE_SDK, SKIP)
 class StoppedByTheBudget(E2ECase, unittest.TestCase):
     def flower(self, *args, env=None):
-        return subprocess.run([sys.executable, FLOWER, *args], cwd=self.ws, env=dict(self.env, **(env or {})),
+        return subprocess.run([*RUN_FLOWER, *args], cwd=self.ws, env=dict(self.env, **(env or {})),
                               capture_output=True, text=True, timeout=240, stdin=subprocess.DEVNULL)
 
     def parts(self):

@@ -12,7 +12,7 @@ import tempfile
 import unittest
 
 import flower
-from tests.helpers import FLOWER, NO_SDK, base_env
+from tests.helpers import RUN_FLOWER, NO_SDK, base_env
 
 CJK = re.compile(r"[\u3000-\u303f\u4e00-\u9fff\uff00-\uffef]")
 ENGLISH = re.compile(r"\b[A-Za-z]{2,}(?:[ ,;:]+[A-Za-z']{2,}){2,}")   # three English words in a row
@@ -49,7 +49,7 @@ class Walk(unittest.TestCase):
 
     def run_cli(self, args, *, fake=False, nosdk=False, lang="zh"):
         cmd = [sys.executable, "-m", "tests.fake_flower"] if fake else \
-            [sys.executable, "-c", NO_SDK] if nosdk else [sys.executable, FLOWER]
+            [sys.executable, "-c", NO_SDK] if nosdk else RUN_FLOWER
         env = dict(self.env, FLOWER_LANG=lang)
         return subprocess.run(cmd + list(args), cwd=self.ws, env=env, capture_output=True, text=True,
                               stdin=subprocess.DEVNULL, timeout=120)
@@ -128,7 +128,7 @@ class HelpAndErrors(unittest.TestCase):
 
     def run_cli(self, args, lang, extra=None, stdin=b""):
         extra = dict(extra or {})
-        cmd = [sys.executable, "-c", NO_SDK] if extra.pop("NO_SDK", None) else [sys.executable, FLOWER]
+        cmd = [sys.executable, "-c", NO_SDK] if extra.pop("NO_SDK", None) else RUN_FLOWER
         env = dict(self.env, FLOWER_LANG=lang, COLUMNS="100", **extra)
         p = subprocess.run(cmd + list(args), cwd=self.ws, env=env, input=stdin, capture_output=True, timeout=120)
         return p.returncode, p.stdout.decode("utf-8") + p.stderr.decode("utf-8")

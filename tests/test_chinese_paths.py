@@ -19,7 +19,7 @@ import tempfile
 import unittest
 
 import flower
-from tests.helpers import FLOWER, base_env
+from tests.helpers import AS_SCRIPT, FLOWER, RUN_FLOWER, base_env
 
 CJK = re.compile(r"[\u3000-\u303f\u4e00-\u9fff\uff00-\uffef]")
 ENGLISH = re.compile(r"\b[A-Za-z]{2,}(?:[ ,;:]+[A-Za-z']{2,}){2,}")   # three English words in a row
@@ -108,9 +108,7 @@ class ErrorPaths(unittest.TestCase):
             os.makedirs(ws)
             held = setup(ws) if setup else None
             env = dict(base_env(tmp), ANTHROPIC_API_KEY="sk-test", FLOWER_LANG=lang, COLUMNS="100", **extra)
-            cmd = [sys.executable, FLOWER] if before is None else [sys.executable, "-c", (
-                f"{before}; import runpy; sys.argv = ['flower.py'] + sys.argv[1:]; "
-                f"runpy.run_path({FLOWER!r}, run_name='__main__')")]
+            cmd = RUN_FLOWER if before is None else [sys.executable, "-c", f"{before}; {AS_SCRIPT}"]
             try:
                 p = subprocess.run(cmd + args, cwd=ws, env=env, capture_output=True, stdin=subprocess.DEVNULL,
                                    timeout=120)

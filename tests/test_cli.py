@@ -10,7 +10,7 @@ import sys
 import tempfile
 import time
 import unittest
-from tests.helpers import DUMMY_SDK, FLOWER, NO_SDK, base_env, load_json, manifest_rows, read_text
+from tests.helpers import DUMMY_SDK, RUN_FLOWER, NO_SDK, base_env, load_json, manifest_rows, read_text
 
 
 
@@ -32,7 +32,7 @@ class Cli(unittest.TestCase):
         elif mode == "fake":
             cmd = [sys.executable, "-m", "tests.fake_flower"]
         else:
-            cmd = [sys.executable, FLOWER]
+            cmd = RUN_FLOWER
         return subprocess.run(cmd + list(args), cwd=self.ws, env=env or self.env, input=stdin,
                               capture_output=True, timeout=timeout)
 

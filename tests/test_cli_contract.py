@@ -25,7 +25,7 @@ import tempfile
 import time
 import unittest
 from unittest import mock
-from tests.helpers import FLOWER, NO_SDK, base_env, closed_port, load_json, manifest_rows, read_text
+from tests.helpers import RUN_FLOWER, NO_SDK, base_env, closed_port, load_json, manifest_rows, read_text
 
 
 KEY = {"ANTHROPIC_API_KEY": "sk-test"}
@@ -77,7 +77,7 @@ class Base(unittest.TestCase):
         elif mode == "fake":
             cmd = [sys.executable, "-m", "tests.fake_flower"]
         else:
-            cmd = [sys.executable, FLOWER]
+            cmd = RUN_FLOWER
         env = dict(env or self.env, **(extra or {}))
         return subprocess.run(cmd + list(args), cwd=cwd or self.ws, env=env, input=stdin, capture_output=True,
                               timeout=timeout)

@@ -19,7 +19,7 @@ import unittest.mock
 import flower
 from flower import AgentSpec
 from tests.fakesdk import FAKE
-from tests.helpers import FLOWER, FakeRuntime, base_env
+from tests.helpers import RUN_FLOWER, FakeRuntime, base_env
 
 
 
@@ -40,7 +40,7 @@ class Damaged(unittest.TestCase):
                               env={**self.env, **env}, capture_output=True, timeout=120)
 
     def flower(self, *args):
-        return subprocess.run([sys.executable, FLOWER, *args], cwd=self.ws, env=self.env, capture_output=True,
+        return subprocess.run([*RUN_FLOWER, *args], cwd=self.ws, env=self.env, capture_output=True,
                               timeout=120)
 
     def first_run(self):

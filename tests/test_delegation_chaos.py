@@ -15,7 +15,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 import threading
 import unittest
@@ -24,7 +23,7 @@ import flower
 from tests import delegating_model as dm
 from tests import trusting_model as tm
 from tests.fakeapi import FakeAnthropic, error, text, tool
-from tests.helpers import E2ECase, FLOWER, HAVE_SDK, SKIP, SmallHome, fill, load_chaos, system_of
+from tests.helpers import E2ECase, RUN_FLOWER, HAVE_SDK, SKIP, SmallHome, fill, load_chaos, system_of
 
 FRAME = ("[Subagent hand-back] The text below is the final report of a subagent this session delegated to. "
          "The report follows:\n  Conclusion: done. {report}\nagentId: a1\n<usage>subagent_tokens: 7005</usage>")
@@ -266,7 +265,7 @@ class AskedHandoffDuringAWorker(E2ECase, unittest.TestCase):
         lock = threading.Lock()
 
         def ask_then_run(body):
-            p = subprocess.run([sys.executable, FLOWER, "handoff"], cwd=self.ws, env=self.env, capture_output=True,
+            p = subprocess.run([*RUN_FLOWER, "handoff"], cwd=self.ws, env=self.env, capture_output=True,
                                text=True, timeout=60, stdin=subprocess.DEVNULL)
             self.assertEqual(p.returncode, 0, p.stderr)
             return tool("Bash", {"command": f"echo one > {w1}"})

@@ -9,7 +9,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 import unittest
@@ -18,7 +17,7 @@ import flower
 from tests import fakeapi
 from tests.fakeapi import FakeAnthropic, text, tool
 from tests.pgserver import HAVE_PG, SKIP as PG_SKIP, PgServer
-from tests.helpers import E2ECase, FLOWER, HAVE_SDK, ROOT, Roles, SKIP, git
+from tests.helpers import E2ECase, RUN_FLOWER, HAVE_SDK, ROOT, Roles, SKIP, git
 from tests.fakeapi import last_user_text
 
 
@@ -27,7 +26,7 @@ from tests.fakeapi import last_user_text
 class CiReRuns(E2ECase, unittest.TestCase):
     def ci(self, *args):
         """README's CI line: ``python3 flower.py --json "build X" > events.jsonl``."""
-        return subprocess.run([sys.executable, FLOWER, "--json", *args, "build X"], cwd=self.ws, env=self.env,
+        return subprocess.run([*RUN_FLOWER, "--json", *args, "build X"], cwd=self.ws, env=self.env,
                               capture_output=True, text=True, timeout=240, stdin=subprocess.DEVNULL)
 
     def brief(self):
@@ -61,14 +60,14 @@ class CiReRuns(E2ECase, unittest.TestCase):
 
     def test_new_words_are_still_added(self):
         self.assertEqual(self.ci().returncode, 0)
-        p = subprocess.run([sys.executable, FLOWER, "also say bye"], cwd=self.ws, env=self.env,
+        p = subprocess.run([*RUN_FLOWER, "also say bye"], cwd=self.ws, env=self.env,
                            capture_output=True, text=True, timeout=240, stdin=subprocess.DEVNULL)
         self.assertEqual(p.returncode, 0, p.stderr[-2000:])
         self.assertIn("also say bye", self.brief())
         self.assertEqual(len(self.roles.bodies("goal")), 2)              # re-derived for new words
         self.assertIn("also say bye", last_user_text(self.roles.bodies("work")[-1]))
         brief, paid = self.brief(), len(self.api.requests)
-        p = subprocess.run([sys.executable, FLOWER, "also  say bye"], cwd=self.ws, env=self.env,
+        p = subprocess.run([*RUN_FLOWER, "also  say bye"], cwd=self.ws, env=self.env,
                            capture_output=True, text=True, timeout=240, stdin=subprocess.DEVNULL)
         self.assertEqual(p.returncode, 0, p.stderr[-2000:])   # a wake sentence given again: achieved, nothing paid
         self.assertIn(flower.text("ui_nothing_new"), p.stderr)
@@ -140,13 +139,13 @@ class TheWorkMovesWithTheJob(unittest.TestCase):
         return env
 
     def spawn(self, ws, home, *args):
-        proc = subprocess.Popen([sys.executable, FLOWER, *self.state_args(), *args], cwd=ws, env=self.env(home),
+        proc = subprocess.Popen([*RUN_FLOWER, *self.state_args(), *args], cwd=ws, env=self.env(home),
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
         self.procs.append(proc)
         return proc
 
     def run_flower(self, ws, home, *args):
-        p = subprocess.run([sys.executable, FLOWER, *self.state_args(), *args], cwd=ws, env=self.env(home),
+        p = subprocess.run([*RUN_FLOWER, *self.state_args(), *args], cwd=ws, env=self.env(home),
                            capture_output=True, text=True, timeout=240, stdin=subprocess.DEVNULL)
         self.assertEqual(p.returncode, 0, p.stderr[-3000:])
         return p
@@ -241,7 +240,7 @@ class TheWorkMovesThroughPostgres(TheWorkMovesWithTheJob):
         b = self.clone(os.path.join(self.tmp.name, "b", "src", "hello"), home_b)
 
         def status_on_b(proc):   # B never ran the job: status shows it, and that A drives it now
-            p = subprocess.run([sys.executable, FLOWER, "--state", self.dsn, "status", "--json"], cwd=b,
+            p = subprocess.run([*RUN_FLOWER, "--state", self.dsn, "status", "--json"], cwd=b,
                                env=self.env(home_b), capture_output=True, text=True, timeout=120)
             self.assertEqual(p.returncode, 0, p.stderr)
             data = json.loads(p.stdout)
@@ -249,7 +248,7 @@ class TheWorkMovesThroughPostgres(TheWorkMovesWithTheJob):
             self.assertEqual((data["wake"]["checks"], data["wake"]["statement"]), (1, "hello.txt exists"))
             self.assertEqual(sorted(s["step"] for s in data["steps"]), ["clarify", "goal", "work"])
             self.assertEqual((data["driver"]["pid"], data["driver"]["step"]), (proc.pid, "work"))
-            shown = subprocess.run([sys.executable, FLOWER, "--state", self.dsn, "status"], cwd=b,
+            shown = subprocess.run([*RUN_FLOWER, "--state", self.dsn, "status"], cwd=b,
                                    env=self.env(home_b), capture_output=True, text=True, timeout=120).stdout
             self.assertRegex(shown, rf"driven by +pid {proc.pid} on \S+ in {re.escape(os.path.realpath(a))}, "
                                     rf"since \S+, step work")   # A's own host and path

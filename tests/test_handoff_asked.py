@@ -4,14 +4,13 @@ import asyncio
 import json
 import os
 import subprocess
-import sys
 import unittest
 
 import flower
 from flower import HandoffPolicy
 from tests.fakeapi import FakeAnthropic, text, tool
 from tests.fakesdk import FAKE
-from tests.helpers import E2ECase, FakeRuntime, FLOWER, HAVE_SDK, LEDGER_EN, SKIP
+from tests.helpers import E2ECase, FakeRuntime, RUN_FLOWER, HAVE_SDK, LEDGER_EN, SKIP
 
 
 class AskedHandoff(FakeRuntime, unittest.TestCase):
@@ -88,7 +87,7 @@ class AskedHandoffLive(E2ECase, unittest.TestCase):
     """``flower.py handoff`` from another process while ``go`` runs a multi-tool work step."""
 
     def handoff(self):
-        p = subprocess.run([sys.executable, FLOWER, "handoff"], cwd=self.ws, env=self.env,
+        p = subprocess.run([*RUN_FLOWER, "handoff"], cwd=self.ws, env=self.env,
                            capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
         self.assertEqual(p.returncode, 0, p.stderr)
 

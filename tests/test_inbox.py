@@ -18,7 +18,7 @@ import unittest
 
 import flower
 from tests.fakeapi import FakeAnthropic, Reply, text, tool
-from tests.helpers import E2ECase, FLOWER, HAVE_SDK, SKIP, assert_mail_delivered, mail_ids, resume_copies, role_of
+from tests.helpers import E2ECase, RUN_FLOWER, HAVE_SDK, SKIP, assert_mail_delivered, mail_ids, resume_copies, role_of
 from tests.fakeapi import last_user_text
 
 
@@ -111,7 +111,7 @@ class Desk(unittest.TestCase):
 class InboxLive(E2ECase, unittest.TestCase):
 
     def say(self, words):
-        p = subprocess.run([sys.executable, FLOWER, "say", words], cwd=self.ws, env=self.env,
+        p = subprocess.run([*RUN_FLOWER, "say", words], cwd=self.ws, env=self.env,
                            capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
         self.assertEqual(p.returncode, 0, p.stderr)
         return re.search(r"mail (\S+) left", p.stderr).group(1)
@@ -267,7 +267,7 @@ class QuestionsLive(E2ECase, unittest.TestCase):
             self.wait_for(lambda: os.path.isdir(qdir) and any(n.endswith(".json") for n in os.listdir(qdir)),
                           timeout=120, what="the question")
             qid = [n for n in os.listdir(qdir) if n.endswith(".json")][0][:-5]
-            answered["p"] = subprocess.run([sys.executable, FLOWER, "answer", qid, "ANSWER-MARK spaces"],
+            answered["p"] = subprocess.run([*RUN_FLOWER, "answer", qid, "ANSWER-MARK spaces"],
                                            cwd=self.ws, env=self.env, capture_output=True, text=True, timeout=60)
         helper = threading.Thread(target=answer_it)
         helper.start()
@@ -419,7 +419,7 @@ class Pty:
         pid, fd = pty.fork()
         if pid == 0:
             os.chdir(ws)
-            os.execve(sys.executable, [sys.executable, FLOWER, *args], env)
+            os.execve(sys.executable, [*RUN_FLOWER, *args], env)
         self.pid, self.fd, self.screen = pid, fd, b""
         self.thread = threading.Thread(target=self._read, daemon=True)
         self.thread.start()

@@ -12,13 +12,12 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import threading
 import unittest
 
 import flower
 from tests.fakeapi import FakeAnthropic, Reply, text, tool
-from tests.helpers import FLOWER, HAVE_SDK, MachinesCase, PgCase, SKIP, shared_server, assert_mail_delivered, \
+from tests.helpers import RUN_FLOWER, HAVE_SDK, MachinesCase, PgCase, SKIP, shared_server, assert_mail_delivered, \
     mail_ids, stop_shared_server
 from tests.pgserver import HAVE_PG, SKIP as PG_SKIP
 
@@ -137,7 +136,7 @@ class FromAnotherMachine(MachinesCase, unittest.TestCase):
 
     def on_b(self, *args):
         """``flower.py ARGS --state URL --workspace-id <A's id>`` run on machine B."""
-        p = subprocess.run([sys.executable, FLOWER, *args, "--state", self.dsn, "--workspace-id", WS_ID],
+        p = subprocess.run([*RUN_FLOWER, *args, "--state", self.dsn, "--workspace-id", WS_ID],
                            cwd=self.elsewhere, env=self.env(os.path.join(self.elsewhere, "x")),
                            capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
         self.assertEqual(p.returncode, 0, p.stderr[-3000:])
@@ -246,7 +245,7 @@ class FromAnotherMachine(MachinesCase, unittest.TestCase):
         helper = threading.Thread(target=answer_it)
         helper.start()
         env = dict(self.env(self.a), FLOWER_ASK_TIMEOUT="180")
-        p = subprocess.run([sys.executable, FLOWER, "--state", self.dsn, "write hello"], cwd=self.a, env=env,
+        p = subprocess.run([*RUN_FLOWER, "--state", self.dsn, "write hello"], cwd=self.a, env=env,
                            capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
         helper.join()
         self.assertEqual(p.returncode, 0, p.stderr[-3000:])

@@ -19,7 +19,7 @@ import unittest
 import flower
 from flower import AgentSpec, Resilience
 from tests.fakesdk import FAKE
-from tests.helpers import FLOWER, FakeRuntime, NO_SDK, base_env
+from tests.helpers import RUN_FLOWER, FakeRuntime, NO_SDK, base_env
 
 DEEP = "[" * 100_000 + "]" * 100_000
 
@@ -39,7 +39,7 @@ class Base(unittest.TestCase):
     def cli(self, args, *, fake=False, nosdk=False, env=None, timeout=60, **kwargs):
         """flower.py (or the fake-SDK CLI) in the workspace; a hang fails the test at ``timeout``."""
         cmd = [sys.executable, "-m", "tests.fake_flower"] if fake else \
-            [sys.executable, "-c", NO_SDK] if nosdk else [sys.executable, FLOWER]
+            [sys.executable, "-c", NO_SDK] if nosdk else RUN_FLOWER
         kwargs.setdefault("capture_output", True)
         return subprocess.run(cmd + list(args), cwd=self.ws, env={**self.env, **(env or {})}, timeout=timeout,
                               **kwargs)

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import threading
 import time
 import unittest
@@ -17,7 +16,7 @@ import unittest.mock
 import flower
 from tests.fakeapi import FakeAnthropic, text, tool
 from tests.pgserver import HAVE_PG, SKIP as PG_SKIP, password_role
-from tests.helpers import FLOWER, HAVE_SDK, MachinesCase, PgCase, SKIP, role_of, stop_shared_server
+from tests.helpers import RUN_FLOWER, HAVE_SDK, MachinesCase, PgCase, SKIP, role_of, stop_shared_server
 
 tearDownModule = stop_shared_server   # the one server PgCase started for this module
 
@@ -190,7 +189,7 @@ class SettingsProblems(_Machines):
 
     def go(self, dsn, *args):
         env = dict(self.env(self.a), FLOWER_MAX_OFFLINE_WAIT="3600")   # today's default: an hour
-        return subprocess.run([sys.executable, FLOWER, "--state", dsn, *args], cwd=self.a, env=env,
+        return subprocess.run([*RUN_FLOWER, "--state", dsn, *args], cwd=self.a, env=env,
                               capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
 
     def assertSetupLine(self, p, *needles):
@@ -227,7 +226,7 @@ class SettingsProblems(_Machines):
                                      "write hello"), "not a valid postgresql:// connection string")
 
     def doctor(self, dsn):
-        p = subprocess.run([sys.executable, FLOWER, "doctor", "--state", dsn], cwd=self.a, env=self.env(self.a),
+        p = subprocess.run([*RUN_FLOWER, "doctor", "--state", dsn], cwd=self.a, env=self.env(self.a),
                            capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
         self.assertNotIn("Traceback", p.stderr)
         return p
@@ -292,7 +291,7 @@ class DatabaseBlips(_Machines):
                         say="LAPSE-MARK")
         self.roles.work = [tool_then_outage, text("finished after the lapse")]
         env = dict(self.env(self.a), FLOWER_LEASE_TTL="6")
-        p = subprocess.run([sys.executable, FLOWER, "--state", self.dsn, "write hello"], cwd=self.a, env=env,
+        p = subprocess.run([*RUN_FLOWER, "--state", self.dsn, "write hello"], cwd=self.a, env=env,
                            capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
         self.assertTrue(back.wait(60))
         self.assertEqual(p.returncode, 0, p.stderr[-3000:])

@@ -20,7 +20,7 @@ import uuid
 
 import flower
 from tests.pgserver import HAVE_PG, SKIP
-from tests.helpers import FLOWER, HAVE_SDK, PgCase, ROOT, stop_shared_server
+from tests.helpers import RUN_FLOWER, HAVE_SDK, PgCase, ROOT, stop_shared_server
 
 
 
@@ -328,7 +328,7 @@ class Records(PgCase):
         self.sql("INSERT INTO flower.schema_version (version) VALUES (%s)", flower.PG_SCHEMA_VERSION + 1)
         ws = os.path.join(self.tmp.name, "x")
         os.makedirs(ws)
-        p = subprocess.run([sys.executable, FLOWER, "status", "--state", self.dsn], cwd=ws, capture_output=True,
+        p = subprocess.run([*RUN_FLOWER, "status", "--state", self.dsn], cwd=ws, capture_output=True,
                            text=True, env=dict(os.environ, PYTHONPATH=ROOT))
         self.assertEqual(p.returncode, 3, p.stderr)
         self.assertEqual(len(p.stderr.strip().splitlines()), 1, p.stderr)
@@ -341,13 +341,13 @@ class Records(PgCase):
         password = dsn.split(":")[2].split("@")[0]
         ws = state.paths.workspace
         env = dict(os.environ, PYTHONPATH=ROOT, FLOWER_WORKSPACE_ID="job-1")
-        p = subprocess.run([sys.executable, FLOWER, "status", "--state", dsn], cwd=ws, capture_output=True,
+        p = subprocess.run([*RUN_FLOWER, "status", "--state", dsn], cwd=ws, capture_output=True,
                            text=True, env=env)
         self.assertEqual(p.returncode, 0, p.stderr)
         self.assertRegex(p.stdout, r"workspace id +job-1")
         self.assertRegex(p.stdout, r"step +work: w1")
         down = dsn.replace(f":{self.server.port}/", ":1/")     # nothing listens on port 1
-        q = subprocess.run([sys.executable, FLOWER, "status", "--state", down], cwd=ws, capture_output=True,
+        q = subprocess.run([*RUN_FLOWER, "status", "--state", down], cwd=ws, capture_output=True,
                            text=True, env=env)
         self.assertEqual(q.returncode, 4, q.stderr)
         self.assertIn("postgres@127.0.0.1:1/", q.stderr)

@@ -17,7 +17,7 @@ import unittest
 
 from tests import fakeapi
 from tests.fakeapi import FakeAnthropic, text
-from tests.helpers import FLOWER, HAVE_SDK, ROOT, Roles, SKIP
+from tests.helpers import RUN_FLOWER, HAVE_SDK, ROOT, Roles, SKIP
 
 README = os.path.join(ROOT, "README.md")
 FENCE = re.compile(r"^(\s*)```(.*)$")
@@ -180,7 +180,7 @@ class ShellExamples(unittest.TestCase):
             out = words[words.index(">") + 1]
             words = words[:words.index(">")]
         self.assertEqual(words[:2], ["python3", "flower.py"], line)
-        p = subprocess.run([sys.executable, FLOWER, *words[2:]], cwd=self.ws, env=self.env, capture_output=True,
+        p = subprocess.run([*RUN_FLOWER, *words[2:]], cwd=self.ws, env=self.env, capture_output=True,
                            text=True, timeout=300, stdin=subprocess.DEVNULL)
         if out:
             with open(os.path.join(self.ws, out), "w", encoding="utf-8") as fh:

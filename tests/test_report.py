@@ -11,7 +11,6 @@ import os
 import re
 import stat
 import subprocess
-import sys
 import tempfile
 import unittest
 import unittest.mock
@@ -21,7 +20,7 @@ import flower
 from tests import fakesdk
 from tests.fakesdk import FAKE
 from tests.pgserver import HAVE_PG, SKIP as PG_SKIP
-from tests.helpers import E2ECase, FLOWER, HAVE_SDK, ROOT, synthetic_job
+from tests.helpers import E2ECase, RUN_FLOWER, HAVE_SDK, ROOT, synthetic_job
 from tests.helpers import LEDGER as E2E_LEDGER
 
 LEDGER = ("## Status\nhalf done\n## Decisions\nkeep it small\n## Dead ends\n(none)\n"
@@ -336,7 +335,7 @@ class ScriptedJob(unittest.TestCase):
         scripted_job(self.ws)
         env = {k: v for k, v in os.environ.items() if not k.startswith(("FLOWER_", "ANTHROPIC_"))}
         env.update(PYTHONPATH=ROOT, NO_COLOR="1")
-        p = subprocess.run([sys.executable, FLOWER, "report"], cwd=self.ws, env=env, capture_output=True, text=True)
+        p = subprocess.run([*RUN_FLOWER, "report"], cwd=self.ws, env=env, capture_output=True, text=True)
         self.assertEqual(p.returncode, 0, p.stderr)
         target = os.path.join(os.path.realpath(self.ws), ".flower", "report.html")
         self.assertEqual(p.stdout.strip(), f"report written to {target}")
@@ -344,16 +343,16 @@ class ScriptedJob(unittest.TestCase):
         with open(target, encoding="utf-8") as fh:
             page = Page(fh.read())
         self.assertEqual(page.count("handoff"), 1)
-        p = subprocess.run([sys.executable, FLOWER, "report", "--json"], cwd=self.ws, env=env, capture_output=True,
+        p = subprocess.run([*RUN_FLOWER, "report", "--json"], cwd=self.ws, env=env, capture_output=True,
                            text=True)
         data = json.loads(p.stdout)
         self.assertEqual((data["kind"], len(data["steps"]), data["running"]), ("report", 3, False))
         self.assertEqual(sorted(m["kind"] for m in data["marks"]), ["handoff", "kill", "outage", "rescue", "wake"])
         out = os.path.join(self.tmp.name, "mine.html")
-        p = subprocess.run([sys.executable, FLOWER, "report", "-o", out, "--lang", "zh"], cwd=self.ws, env=env,
+        p = subprocess.run([*RUN_FLOWER, "report", "-o", out, "--lang", "zh"], cwd=self.ws, env=env,
                            capture_output=True, text=True)
         self.assertEqual(p.stdout.strip(), f"报告已写入 {out}")
-        p = subprocess.run([sys.executable, FLOWER, "report", "-o", os.path.join(self.tmp.name, "no", "x.html")],
+        p = subprocess.run([*RUN_FLOWER, "report", "-o", os.path.join(self.tmp.name, "no", "x.html")],
                            cwd=self.ws, env=env, capture_output=True, text=True)
         self.assertEqual(p.returncode, 3)
         self.assertEqual(len(p.stderr.strip().splitlines()), 1, p.stderr)
@@ -447,7 +446,7 @@ class Postgres(unittest.TestCase):
             self.assertEqual(found, flower.PG_SCHEMA_VERSION)
         env = {k: v for k, v in os.environ.items() if not k.startswith(("FLOWER_", "ANTHROPIC_"))}
         env.update(PYTHONPATH=ROOT)
-        p = subprocess.run([sys.executable, FLOWER, "report", "--json", "--state", self.dsn, "--workspace-id", "job-1"],
+        p = subprocess.run([*RUN_FLOWER, "report", "--json", "--state", self.dsn, "--workspace-id", "job-1"],
                            cwd=other, env=env, capture_output=True, text=True, timeout=60)
         self.assertEqual(p.returncode, 0, p.stderr)
         self.assertEqual(len(json.loads(p.stdout)["steps"]), want["step"])
@@ -473,7 +472,7 @@ class RealJob(E2ECase, unittest.TestCase):
     """The real SDK and CLI against the fake API: a job with two handoffs, then ``report`` on it."""
 
     def flower(self, *args):
-        p = subprocess.run([sys.executable, FLOWER, *args], cwd=self.ws, env=self.env, capture_output=True, text=True,
+        p = subprocess.run([*RUN_FLOWER, *args], cwd=self.ws, env=self.env, capture_output=True, text=True,
                            timeout=300, stdin=subprocess.DEVNULL)
         self.assertEqual(p.returncode, 0, p.stderr[-3000:])
         return p
@@ -507,7 +506,7 @@ class RealJob(E2ECase, unittest.TestCase):
         from tests.fakeapi import text, tool
         slow = "python3 -c \"import time; time.sleep(60)\""
         self.roles.work = [tool("Bash", {"command": slow}), text("after the kill")]
-        proc = subprocess.Popen([sys.executable, FLOWER, "write hello"], cwd=self.ws, env=self.env,
+        proc = subprocess.Popen([*RUN_FLOWER, "write hello"], cwd=self.ws, env=self.env,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
         journal = os.path.join(self.ws, ".flower", "journal.jsonl")
         deadline = time.time() + 240

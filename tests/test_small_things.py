@@ -15,7 +15,7 @@ import asyncio
 import flower
 from tests import fakesdk
 from tests.fakesdk import FAKE
-from tests.helpers import FLOWER, NO_SDK, ROOT, base_env
+from tests.helpers import FLOWER, RUN_FLOWER, NO_SDK, ROOT, base_env
 from tests.fakesdk import Brain
 
 
@@ -31,7 +31,7 @@ class Cli(unittest.TestCase):
         self.tmp.cleanup()
 
     def run_cli(self, args, cmd=None, env=None):
-        return subprocess.run((cmd or [sys.executable, FLOWER]) + list(args), cwd=self.ws, env=env or self.env,
+        return subprocess.run((cmd or RUN_FLOWER) + list(args), cwd=self.ws, env=env or self.env,
                               capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=120)
 
     def test_new_without_a_task_archives_nothing(self):
