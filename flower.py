@@ -11079,10 +11079,12 @@ def write_ahead(path: str, msg: Any, sid: str) -> None:
     """Append the transcript entry of one streamed main-thread message to ``path`` (unchained). The
     mirror flushes only when a turn ends, and a CLI whose disk is full writes no transcript: a kill -9
     of flower before then would leave no trace of a call that ran. Fail-soft."""
-    entry = _stream_entry(msg, sid, None)
-    if entry is None:
+    if not isinstance(getattr(msg, "uuid", None), str):
         return
     try:
+        entry = _stream_entry(msg, sid, None)
+        if entry is None:
+            return
         line = (json.dumps(entry) + "\n").encode("utf-8")
         ensure_private_dir(os.path.dirname(path))
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o600)
@@ -11090,7 +11092,7 @@ def write_ahead(path: str, msg: Any, sid: str) -> None:
             os.write(fd, line)
         finally:
             os.close(fd)
-    except (OSError, FlowerError, TypeError, ValueError):
+    except (OSError, FlowerError, TypeError, ValueError, AttributeError):
         pass
 
 
