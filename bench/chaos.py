@@ -264,6 +264,8 @@ class Model:
         self.api: FakeAnthropic | None = None        # set: each record notes its client's mark (URL prefix)
         self.answered = 0                            # complete 200 answers handed to the server
         self.lock = threading.Lock()
+        self.gate = None                             # --trusting: true while faults are still to land
+        self.gate_bound = 150.0                      # seconds the job's last work answer waits for them
 
     def __call__(self, body: dict) -> Reply:
         messages = body.get("messages") or []
@@ -388,9 +390,20 @@ class TrustingModel(Model):
         blocks, k = tm.work_blocks(messages, self.job.turns, tool_id, self.tool_s)
         if k is None:
             blocks = [("text", f"{blocks[0][1]} {tag}")]
+            self._wait_at_gate(rec)
         else:
             rec["sig"], rec["line"] = tool_id, k
         return Reply(blocks, usage=usage, msg_id=msg_id)
+
+
+    def _wait_at_gate(self, rec: dict) -> None:
+        """The job's last work answer waits while planned faults have not landed yet (bounded): every
+        fault of a seed is tried, the late ones while flower waits for that answer."""
+        start = time.time()
+        while self.gate is not None and self.gate() and time.time() - start < self.gate_bound:
+            time.sleep(0.1)
+        if time.time() - start >= 0.1:
+            rec["gated"] = round(time.time() - start, 2)
 
 
 class DelegatingModel(TrustingModel):
@@ -1071,7 +1084,8 @@ class Chaos:
         plan = list(plan or [])
         for item in plan:
             if item["kind"] == "notes":
-                item["at"], item["generation"] = 0, self.rng.randint(1, max(1, self.job.handoffs))
+                # the first handoff: a job may have only one, and a fault that never lands is not tried
+                item["at"], item["generation"] = 0, 1 if self.s.trusting else self.rng.randint(1, max(1, self.job.handoffs))
                 self.model.near_hook, self.model.near_at = self._break_notes, item["generation"]
                 self.notes_item = item
         pending = sorted(plan, key=lambda item: item["at"])
@@ -1081,6 +1095,8 @@ class Chaos:
         due_since = 0.0
         finished = False
         gave_up = []
+        if self.s.trusting:
+            self.model.gate = lambda: bool(pending) or due is not None
         self.spawn()
         deadline = self.t0 + self.s.timeout
         while time.time() < deadline:
@@ -1109,13 +1125,14 @@ class Chaos:
                     if due["kind"] != "notes" and "skipped" not in due:   # notes fires when it meets its handoff
                         due["fired"] = round(time.time() - self.t0, 2)
                     due = None
-                elif time.time() - due_since > (90 if due.get("phase") else 20):
+                elif time.time() - due_since > (90 if due.get("phase") or self.s.trusting else 20):
                     due["skipped"] = why
                     self.note("fault-skipped", fault=due["kind"], why=why)
                     due = None
             time.sleep(0.05)
         else:
             self.note("timeout")
+        self.model.gate = None
         if self.proc is not None:
             self.proc.kill()
             self.proc.wait()
