@@ -20,7 +20,10 @@ import unittest
 
 import flower
 from tests.fakeapi import text, tool
-from tests.helpers import E2ECase, HAVE_SDK, SKIP, SmallHome, fill
+from tests.helpers import E2ECase, HAVE_SDK, SKIP, SmallHome, fill, shared_server, stop_shared_server
+from tests.pgserver import HAVE_PG, SKIP as SKIP_PG
+
+tearDownModule = stop_shared_server   # the one server the PostgreSQL case started for this module
 
 STEP = "echo step-1 >> steps.log && echo STEP-1-OK"
 
@@ -47,6 +50,10 @@ class AheadPure(unittest.TestCase):
 
 @unittest.skipUnless(HAVE_SDK, SKIP)
 class KilledWhileHomeFull(SmallHome, E2ECase, unittest.TestCase):
+    def state(self) -> list[str]:
+        """The ``--state`` arguments of both runs (none: the local files)."""
+        return []
+
     def test_a_call_that_ran_before_the_kill_is_in_the_resumed_history(self):
         arrived, release = threading.Event(), threading.Event()
         self.addCleanup(release.set)
@@ -61,10 +68,14 @@ class KilledWhileHomeFull(SmallHome, E2ECase, unittest.TestCase):
             release.wait(120)
             return text("too late")
         self.roles.work = [filling, held]
-        proc = self.spawn("do the step")
+        proc = self.spawn("--json", *self.state(), "do the step")
         self.addCleanup(lambda: proc.poll() is None and (proc.kill(), proc.wait()))
         self.addCleanup(lambda: (proc.stdout.close(), proc.stderr.close()))
-        self.wait_for(arrived.is_set, what="the request after the step")
+        said: list[str] = []
+        threading.Thread(target=lambda: said.extend(proc.stdout), daemon=True).start()
+        # the phase: the step's result reached flower (its event is out) and the next request is held
+        self.wait_for(lambda: arrived.is_set() and any('"kind": "tool_result"' in line for line in said),
+                      what="the step's result at flower and the request after it")
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=30)
         release.set()
@@ -77,11 +88,31 @@ class KilledWhileHomeFull(SmallHome, E2ECase, unittest.TestCase):
             return tool("Bash", {"command": STEP}, say="doing step 1")
         sent = len(self.roles.log)
         self.roles.work = [trusting] * 4
-        p = self.flower("do the step", check=False)
+        p = self.flower(*self.state(), "do the step", check=False)
         self.assertEqual(p.returncode, 0, p.stderr[-3000:])
         woke = [b for r, b in self.roles.log[sent:] if r == "work"][0]
         self.assertIn("doing step 1", json.dumps(woke.get("messages", [])))
         self.assertEqual(self.read("steps.log").split(), ["step-1"])
+
+
+@unittest.skipUnless(HAVE_SDK, SKIP)
+@unittest.skipUnless(HAVE_PG, SKIP_PG)
+class KilledWhileHomeFullPostgres(KilledWhileHomeFull):
+    """The same on PostgreSQL, where the chaos seed failed (the write-ahead file is on the machine that
+    ran the call, as the CLI's transcript is)."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.server = shared_server()
+
+    def setUp(self):
+        super().setUp()
+        if not self.server.running:
+            self.server.start()
+        self.dsn = self.server.database()
+
+    def state(self) -> list[str]:
+        return ["--state", self.dsn]
 
 
 if __name__ == "__main__":
