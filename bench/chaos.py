@@ -288,6 +288,7 @@ class Model:
         if self.overflow_armed and rec["role"] == "work" and rec["n"] > 3:
             self.overflow_armed = False
             rec.update(fault="overflow", status=400)
+            self._near(rec)   # the handoff it forces is one the notes fault may wait for
             return fakeapi.error(400, "CHAOS-FAULT prompt is too long: 210000 tokens > 200000 maximum",
                                  "invalid_request_error")
         if self.inject:
@@ -337,7 +338,12 @@ class Model:
         """A work request: tell the notes fault about a successor's start and a session near its threshold."""
         if rec["n"] == 1 and flower.text("carry_head")[:40] in last_user_text(body) and self.successor_hook:
             self.successor_hook(rec)
-        if rec["level"] >= self.job.at - 6 * self.job.per_msg and rec["sid"] not in self._near_seen:
+        if rec["level"] >= self.job.at - 6 * self.job.per_msg:
+            self._near(rec)
+
+    def _near(self, rec: dict) -> None:
+        """A session nears its handoff: the notes fault's hook at the ``near_at``-th one."""
+        if rec["sid"] not in self._near_seen:
             self._near_seen.append(rec["sid"])
             if self.near_hook and len(self._near_seen) >= self.near_at:
                 hook, self.near_hook = self.near_hook, None
