@@ -12074,7 +12074,7 @@ class Runtime:
                 with contextlib.suppress(Exception):
                     await asyncio.to_thread(self.store_unrecorded, st.sid, turn.seen)
                     self._ahead_kept(st.sid)
-            elif turn.result is not None and set(turn.answer_ids) <= turn.stored_ids:
+            elif turn.result is not None:   # the mirror flushed the turn: what it lost is _check_stored's to say
                 self._ahead_kept(st.sid)
             st.streamed += [(st.sid, m) for m in turn.seen if type(m).__name__ == "AssistantMessage"]
             with contextlib.suppress(BaseException):
@@ -12082,7 +12082,8 @@ class Runtime:
         return turn
 
     def _ahead_kept(self, sid: str) -> None:
-        """The store holds what the stream showed of ``sid`` so far: its write-ahead file goes."""
+        """A turn of ``sid`` is over (the mirror flushed it, or its stream was stored after a failure):
+        its write-ahead file goes. Only a process killed mid-turn leaves one (see :meth:`store_ahead`)."""
         with contextlib.suppress(OSError):
             os.unlink(stream_ahead_path(self.paths.run_dir, sid))
 

@@ -93,6 +93,8 @@ class KilledWhileHomeFull(SmallHome, E2ECase, unittest.TestCase):
         woke = [b for r, b in self.roles.log[sent:] if r == "work"][0]
         self.assertIn("doing step 1", json.dumps(woke.get("messages", [])))
         self.assertEqual(self.read("steps.log").split(), ["step-1"])
+        ahead = os.path.join(self.ws, ".flower", "stream")
+        self.assertEqual(os.listdir(ahead) if os.path.isdir(ahead) else [], [])   # stored, then gone
 
 
 @unittest.skipUnless(HAVE_SDK, SKIP)
