@@ -347,7 +347,10 @@ class Model:
             self._near_seen.append(rec["sid"])
             if self.near_hook and len(self._near_seen) >= self.near_at:
                 hook, self.near_hook = self.near_hook, None
-                hook(rec)
+                try:
+                    hook(rec)
+                except OSError:   # the run dir's disk is full: the next session that nears its handoff
+                    self.near_hook, self.near_at = hook, len(self._near_seen) + 1
 
     def done(self, index: int, body: dict, reply: Reply, delivered: bool) -> None:
         if index < len(self.log):
@@ -1029,15 +1032,26 @@ class Chaos:
         doc, archive = os.path.join(notes, "handoff-work.md"), os.path.join(notes, "archive")
         aside = os.path.join(self.dir, "notes-aside")
         state = {"doc": doc, "archive": archive, "doc_dir": False, "archive_saved": None, "t": time.time()}
-        if not os.path.exists(doc):
-            os.makedirs(os.path.join(doc, "blocked"))
-            state["doc_dir"] = True
-        if os.path.isdir(archive):
-            os.makedirs(aside, exist_ok=True)
-            state["archive_saved"] = os.path.join(aside, "archive")
-            shutil.move(archive, state["archive_saved"])
-        with open(archive, "w") as fh:
-            fh.write("not a directory\n")
+        had_doc = os.path.exists(doc)
+        try:
+            if not had_doc:
+                os.makedirs(os.path.join(doc, "blocked"))
+                state["doc_dir"] = True
+            if os.path.isdir(archive):
+                os.makedirs(aside, exist_ok=True)
+                state["archive_saved"] = os.path.join(aside, "archive")
+                shutil.move(archive, state["archive_saved"])
+            with open(archive, "w") as fh:
+                fh.write("not a directory\n")
+        except OSError:   # a full disk: undo, the fault waits for the next handoff
+            if not had_doc:
+                shutil.rmtree(doc, ignore_errors=True)
+            if os.path.isfile(archive):
+                os.unlink(archive)
+            saved = state["archive_saved"]
+            if saved and os.path.exists(saved) and not os.path.exists(archive):
+                shutil.move(saved, archive)
+            raise
         self.notes_state = state
         if getattr(self, "notes_item", None):
             self.notes_item["fired"] = round(time.time() - self.t0, 2)
