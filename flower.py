@@ -11151,6 +11151,59 @@ def newest_uuid(entries: list[dict]) -> str | None:
     return None
 
 
+
+def stream_ahead_path(run_dir: str, sid: str) -> str:
+    """The file a step writes session ``sid``'s streamed messages to as they arrive, until the store
+    holds them (see :func:`write_ahead`)."""
+    return os.path.join(run_dir, "stream", safe_name(sid) + ".jsonl")
+
+
+def write_ahead(path: str, msg: Any, sid: str) -> None:
+    """Append the transcript entry of one streamed main-thread message to ``path`` (unchained). The
+    mirror flushes only when a turn ends, and a CLI whose disk is full writes no transcript: a kill -9
+    of flower before then would leave no trace of a call that ran. Fail-soft."""
+    if not isinstance(getattr(msg, "uuid", None), str):
+        return
+    try:
+        entry = _stream_entry(msg, sid, None)
+        if entry is None:
+            return
+        line = (json.dumps(entry) + "\n").encode("utf-8")
+        ensure_private_dir(os.path.dirname(path))
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o600)
+        try:
+            os.write(fd, line)
+        finally:
+            os.close(fd)
+    except (OSError, FlowerError, TypeError, ValueError, AttributeError):
+        pass
+
+
+def read_ahead(path: str) -> list[dict]:
+    """The entries :func:`write_ahead` wrote to ``path``, in order (a torn or foreign line is skipped)."""
+    text_ = _read_text(path) if os.path.isfile(path) else None
+    out = []
+    for line in (text_ or "").splitlines():
+        with contextlib.suppress(ValueError, RecursionError):
+            entry = json.loads(line)
+            if isinstance(entry, dict) and isinstance(entry.get("uuid"), str):
+                out.append(entry)
+    return out
+
+
+def ahead_entries(written: list[dict], parent: str | None, known: set[str]) -> list[dict]:
+    """The written-ahead entries whose uuid ``known`` lacks, chained in order after ``parent`` (as
+    :func:`stream_entries` chains them). Pure."""
+    out, known = [], set(known)
+    for entry in written:
+        if entry["uuid"] in known:
+            continue
+        out.append(dict(entry, parentUuid=parent))
+        parent = entry["uuid"]
+        known.add(parent)
+    return out
+
+
 # --- Agent runtime: specs, events, results, one step on the SDK with its four exits ---
 
 @record
@@ -11379,7 +11432,8 @@ class Runtime:
         try:
             if self.store.has_session(self.project_key, session_id):
                 return True
-            return self.salvage(session_id) > 0 and self.store.has_session(self.project_key, session_id)
+            recovered = self.salvage(session_id) + self.store_ahead(session_id)
+            return recovered > 0 and self.store.has_session(self.project_key, session_id)
         except Exception:
             return False
 
@@ -11710,6 +11764,8 @@ class Runtime:
             return False
         if st.resuming:
             await asyncio.to_thread(self.salvage, st.resuming)
+            with contextlib.suppress(Exception):
+                await asyncio.to_thread(self.store_ahead, st.resuming)
         if st.resuming and not st.fork and st.manage and not await self._fits(st.resuming, st):
             if not await self._handed_over(st, result, None, "the stored session does not fit the window"):
                 return False
@@ -11986,6 +12042,27 @@ class Runtime:
             self._info(text("info_from_stream", self.lang, n=len(extra), sid=sid))
         return len(extra)
 
+    def store_ahead(self, sid: str) -> int:
+        """Before resuming ``sid`` (after :meth:`salvage`): store what this machine wrote ahead of the
+        stream (:func:`write_ahead`) and the store still lacks, chained after the session's newest
+        stored entry, then drop the file. Returns how many entries. Blocking."""
+        path = stream_ahead_path(self.paths.run_dir, sid)
+        written = read_ahead(path)
+        if live_driver(self.paths.run_dir, sid) is not None:
+            return 0   # another flower drives it: its file is its own
+        extra: list[dict] = []
+        if written:
+            key = {"project_key": self.project_key, "session_id": sid}
+            stored = self.raw_store.load_sync(key) or []
+            extra = ahead_entries(written, newest_uuid(stored),
+                                  {e["uuid"] for e in stored if isinstance(e.get("uuid"), str)})
+            if extra:
+                self._append_waiting(key, extra)
+                self._info(text("info_from_stream", self.lang, n=len(extra), sid=sid))
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+        return len(extra)
+
     async def _fits(self, sid: str, st: "_RunState") -> bool:
         """Whether the resumed session, pruned (and trimmed harder if need be), stays under the
         handoff threshold, with room for the system prompt and tools."""
@@ -12094,10 +12171,19 @@ class Runtime:
                     await asyncio.to_thread(self.salvage, st.sid, keep_copies=True)
                 with contextlib.suppress(Exception):
                     await asyncio.to_thread(self.store_unrecorded, st.sid, turn.seen)
+                    self._ahead_kept(st.sid)
+            elif turn.result is not None:   # the mirror flushed the turn: what it lost is _check_stored's to say
+                self._ahead_kept(st.sid)
             st.streamed += [(st.sid, m) for m in turn.seen if type(m).__name__ == "AssistantMessage"]
             with contextlib.suppress(BaseException):
                 await asyncio.wait_for(client.disconnect(), 15)
         return turn
+
+    def _ahead_kept(self, sid: str) -> None:
+        """A turn of ``sid`` is over (the mirror flushed it, or its stream was stored after a failure):
+        its write-ahead file goes. Only a process killed mid-turn leaves one (see :meth:`store_ahead`)."""
+        with contextlib.suppress(OSError):
+            os.unlink(stream_ahead_path(self.paths.run_dir, sid))
 
     def _stop_if_damaged(self, turn: _Turn) -> None:
         """A turn that failed because the session store's file is damaged ends the run: exit 3 with one
@@ -12223,6 +12309,7 @@ class Runtime:
         calls: list[str] = []
         if main and not synthetic:
             turn.seen.append(msg)
+            write_ahead(stream_ahead_path(self.paths.run_dir, st.sid), msg, st.sid)
             turn.late = turn.late or (turn.handoff and answer != turn.crossed_in)
             turn.answers += 1
             if isinstance(getattr(msg, "uuid", None), str):
@@ -12293,6 +12380,7 @@ class Runtime:
         content = msg.content if isinstance(msg.content, list) else []
         if getattr(msg, "parent_tool_use_id", None) is None:
             turn.seen.append(msg)
+            write_ahead(stream_ahead_path(self.paths.run_dir, st.sid), msg, st.sid)
         for block in content:
             if type(block).__name__ == "ToolResultBlock":
                 pending_tools.discard(block.tool_use_id)

@@ -264,6 +264,8 @@ class Model:
         self.api: FakeAnthropic | None = None        # set: each record notes its client's mark (URL prefix)
         self.answered = 0                            # complete 200 answers handed to the server
         self.lock = threading.Lock()
+        self.gate = None                             # --trusting: true while faults are still to land
+        self.gate_bound = 150.0                      # seconds the job's last work answer waits for them
 
     def __call__(self, body: dict) -> Reply:
         messages = body.get("messages") or []
@@ -286,6 +288,7 @@ class Model:
         if self.overflow_armed and rec["role"] == "work" and rec["n"] > 3:
             self.overflow_armed = False
             rec.update(fault="overflow", status=400)
+            self._near(rec)   # the handoff it forces is one the notes fault may wait for
             return fakeapi.error(400, "CHAOS-FAULT prompt is too long: 210000 tokens > 200000 maximum",
                                  "invalid_request_error")
         if self.inject:
@@ -335,11 +338,19 @@ class Model:
         """A work request: tell the notes fault about a successor's start and a session near its threshold."""
         if rec["n"] == 1 and flower.text("carry_head")[:40] in last_user_text(body) and self.successor_hook:
             self.successor_hook(rec)
-        if rec["level"] >= self.job.at - 6 * self.job.per_msg and rec["sid"] not in self._near_seen:
+        if rec["level"] >= self.job.at - 6 * self.job.per_msg:
+            self._near(rec)
+
+    def _near(self, rec: dict) -> None:
+        """A session nears its handoff: the notes fault's hook at the ``near_at``-th one."""
+        if rec["sid"] not in self._near_seen:
             self._near_seen.append(rec["sid"])
             if self.near_hook and len(self._near_seen) >= self.near_at:
                 hook, self.near_hook = self.near_hook, None
-                hook(rec)
+                try:
+                    hook(rec)
+                except OSError:   # the run dir's disk is full: the next session that nears its handoff
+                    self.near_hook, self.near_at = hook, len(self._near_seen) + 1
 
     def done(self, index: int, body: dict, reply: Reply, delivered: bool) -> None:
         if index < len(self.log):
@@ -388,9 +399,20 @@ class TrustingModel(Model):
         blocks, k = tm.work_blocks(messages, self.job.turns, tool_id, self.tool_s)
         if k is None:
             blocks = [("text", f"{blocks[0][1]} {tag}")]
+            self._wait_at_gate(rec)
         else:
             rec["sig"], rec["line"] = tool_id, k
         return Reply(blocks, usage=usage, msg_id=msg_id)
+
+
+    def _wait_at_gate(self, rec: dict) -> None:
+        """The job's last work answer waits while planned faults have not landed yet (bounded): every
+        fault of a seed is tried, the late ones while flower waits for that answer."""
+        start = time.time()
+        while self.gate is not None and self.gate() and time.time() - start < self.gate_bound:
+            time.sleep(0.1)
+        if time.time() - start >= 0.1:
+            rec["gated"] = round(time.time() - start, 2)
 
 
 class DelegatingModel(TrustingModel):
@@ -1010,15 +1032,26 @@ class Chaos:
         doc, archive = os.path.join(notes, "handoff-work.md"), os.path.join(notes, "archive")
         aside = os.path.join(self.dir, "notes-aside")
         state = {"doc": doc, "archive": archive, "doc_dir": False, "archive_saved": None, "t": time.time()}
-        if not os.path.exists(doc):
-            os.makedirs(os.path.join(doc, "blocked"))
-            state["doc_dir"] = True
-        if os.path.isdir(archive):
-            os.makedirs(aside, exist_ok=True)
-            state["archive_saved"] = os.path.join(aside, "archive")
-            shutil.move(archive, state["archive_saved"])
-        with open(archive, "w") as fh:
-            fh.write("not a directory\n")
+        had_doc = os.path.exists(doc)
+        try:
+            if not had_doc:
+                os.makedirs(os.path.join(doc, "blocked"))
+                state["doc_dir"] = True
+            if os.path.isdir(archive):
+                os.makedirs(aside, exist_ok=True)
+                state["archive_saved"] = os.path.join(aside, "archive")
+                shutil.move(archive, state["archive_saved"])
+            with open(archive, "w") as fh:
+                fh.write("not a directory\n")
+        except OSError:   # a full disk: undo, the fault waits for the next handoff
+            if not had_doc:
+                shutil.rmtree(doc, ignore_errors=True)
+            if os.path.isfile(archive):
+                os.unlink(archive)
+            saved = state["archive_saved"]
+            if saved and os.path.exists(saved) and not os.path.exists(archive):
+                shutil.move(saved, archive)
+            raise
         self.notes_state = state
         if getattr(self, "notes_item", None):
             self.notes_item["fired"] = round(time.time() - self.t0, 2)
@@ -1071,7 +1104,8 @@ class Chaos:
         plan = list(plan or [])
         for item in plan:
             if item["kind"] == "notes":
-                item["at"], item["generation"] = 0, self.rng.randint(1, max(1, self.job.handoffs))
+                # the first handoff: a job may have only one, and a fault that never lands is not tried
+                item["at"], item["generation"] = 0, 1 if self.s.trusting else self.rng.randint(1, max(1, self.job.handoffs))
                 self.model.near_hook, self.model.near_at = self._break_notes, item["generation"]
                 self.notes_item = item
         pending = sorted(plan, key=lambda item: item["at"])
@@ -1081,6 +1115,8 @@ class Chaos:
         due_since = 0.0
         finished = False
         gave_up = []
+        if self.s.trusting:
+            self.model.gate = lambda: bool(pending) or due is not None
         self.spawn()
         deadline = self.t0 + self.s.timeout
         while time.time() < deadline:
@@ -1109,13 +1145,14 @@ class Chaos:
                     if due["kind"] != "notes" and "skipped" not in due:   # notes fires when it meets its handoff
                         due["fired"] = round(time.time() - self.t0, 2)
                     due = None
-                elif time.time() - due_since > (90 if due.get("phase") else 20):
+                elif time.time() - due_since > (90 if due.get("phase") or self.s.trusting else 20):
                     due["skipped"] = why
                     self.note("fault-skipped", fault=due["kind"], why=why)
                     due = None
             time.sleep(0.05)
         else:
             self.note("timeout")
+        self.model.gate = None
         if self.proc is not None:
             self.proc.kill()
             self.proc.wait()
