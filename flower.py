@@ -7832,8 +7832,14 @@ def _user_prompts(entries: list[dict]) -> list[str]:
     return out
 
 
+_RITUAL_MARKS = tuple(table["handoff_prompt"][:40] for table in TEXTS.values())   # a ritual prompt begins so
+
+
 def _is_ritual_prompt(said: str) -> bool:
-    return any(table["handoff_prompt"][:40] in said for table in TEXTS.values())
+    for mark in _RITUAL_MARKS:   # a huge session's handoff asks this of each of its user entries, twice
+        if mark in said:
+            return True
+    return False
 
 
 def recent_thread(entries: list[dict], limit: int = 10, max_chars: int = 700) -> list[tuple[str, str]]:
@@ -7918,20 +7924,22 @@ def _delegated_lines(entries: list[dict], budget: int = DELEGATED_CHARS) -> list
     """``- delegated: `task` -> report`` lines for a degraded ledger, one per Agent call of the transcript
     (newest that fit ``budget``, in order): a coordinator's work is done by its workers, so what they
     reported is what its successor must not delegate again. A call with no result says so."""
-    results = {b.get("tool_use_id"): (block_text(b), bool(b.get("is_error"))) for e in entries
-               if e.get("type") == "user" for b in blocks_of(e) if isinstance(b, dict) and b.get("type") == "tool_result"}
+    calls = [b for entry in entries if entry.get("type") == "assistant" for b in blocks_of(entry)
+             if isinstance(b, dict) and b.get("type") == "tool_use" and b.get("name") in AGENT_TOOLS]
+    if not calls:   # the results' texts are looked at only for the Agent calls' ids
+        return []
+    wanted = {b.get("id") for b in calls}
+    results = {tool_id: (block_text(b), bool(b.get("is_error"))) for e in entries if e.get("type") == "user"
+               for b in blocks_of(e) if isinstance(b, dict) and b.get("type") == "tool_result"
+               and (tool_id := b.get("tool_use_id")) in wanted}
     lines = []
-    for entry in entries:
-        if entry.get("type") != "assistant":
-            continue
-        for b in blocks_of(entry):
-            if isinstance(b, dict) and b.get("type") == "tool_use" and b.get("name") in AGENT_TOOLS:
-                args = b["input"] if isinstance(b.get("input"), dict) else {}
-                task = " ".join(str(args.get("description") or args.get("prompt") or "")[:200].split())
-                said, failed = results.get(b.get("id"), (None, True))
-                report = _report_of(said)[:DELEGATED_REPORT_CHARS] if not failed else \
-                    f"(no report{': ' + ' '.join(said.split())[:120] if said else ''}; check the disk for what it did)"
-                lines.append(f"- delegated: `{task}` -> {report}")
+    for b in calls:
+        args = b["input"] if isinstance(b.get("input"), dict) else {}
+        task = " ".join(str(args.get("description") or args.get("prompt") or "")[:200].split())
+        said, failed = results.get(b.get("id"), (None, True))
+        report = _report_of(said)[:DELEGATED_REPORT_CHARS] if not failed else \
+            f"(no report{': ' + ' '.join(said.split())[:120] if said else ''}; check the disk for what it did)"
+        lines.append(f"- delegated: `{task}` -> {report}")
     kept, used = [], 0
     for line in reversed(lines):
         if used + len(line) > budget:
