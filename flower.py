@@ -3990,12 +3990,16 @@ def _prune(entries: Iterable[dict], policy: PrunePolicy, consume: bool = False, 
     # that replaces a block puts the new one in its row of ``results``
     if policy.neutralize_interrupts:
         _neutralize_interrupts(st)
-    late = _late_steps(st, policy)
-    if policy.fallback is not None and policy.budget is not None:
-        tokens = _estimate(st, late)
-        if tokens is not None and tokens > policy.budget:   # decided here: the fallback's steps instead
-            st.policy = policy = policy.fallback
-            late = _late_steps(st, policy)
+    if policy.fallback is not None and policy.budget is not None and consume and _over_anyway(st, policy.budget):
+        st.policy = policy = policy.fallback
+        late = _late_steps(st, policy)
+    else:
+        late = _late_steps(st, policy)
+        if policy.fallback is not None and policy.budget is not None:
+            tokens = _estimate(st, late)
+            if tokens is not None and tokens > policy.budget:   # decided here: the fallback's steps instead
+                st.policy = policy = policy.fallback
+                late = _late_steps(st, policy)
     _expire(st, late[0])
     _trim(st, late[1])
     out = _relink_and_heal(st)
@@ -4039,6 +4043,16 @@ def _estimate(st: _Pruning, late: tuple[list, list] | None = None) -> int | None
         return _tokens(chars, inputs)
     except (TypeError, ValueError, RecursionError):   # not JSON (prune's own callers): the walk raises it
         return None
+
+
+def _over_anyway(st: _Pruning, budget: int) -> bool:
+    """Whether what the scan counted besides the results and tool inputs is over ``budget`` already:
+    then :func:`_estimate` is over it whatever the late steps leave (they only shorten results, and
+    the results, inputs and healing entries only add), and a prune with a fallback takes the fallback's
+    steps without working out its own first (a huge session that will not fit). Only where
+    :func:`_estimate` tells a size (not careful, every use indexed once) and for entries parsed from
+    JSON (``consume``: their inputs encode again)."""
+    return not (st.careful or st.recount) and _tokens(st.chars, []) > budget
 
 
 def _size(done: tuple[list[dict], PruneReport]) -> int:
