@@ -3990,12 +3990,16 @@ def _prune(entries: Iterable[dict], policy: PrunePolicy, consume: bool = False, 
     # that replaces a block puts the new one in its row of ``results``
     if policy.neutralize_interrupts:
         _neutralize_interrupts(st)
-    late = _late_steps(st, policy)
-    if policy.fallback is not None and policy.budget is not None:
-        tokens = _estimate(st, late)
-        if tokens is not None and tokens > policy.budget:   # decided here: the fallback's steps instead
-            st.policy = policy = policy.fallback
-            late = _late_steps(st, policy)
+    if policy.fallback is not None and policy.budget is not None and consume and _over_anyway(st, policy.budget):
+        st.policy = policy = policy.fallback
+        late = _late_steps(st, policy)
+    else:
+        late = _late_steps(st, policy)
+        if policy.fallback is not None and policy.budget is not None:
+            tokens = _estimate(st, late)
+            if tokens is not None and tokens > policy.budget:   # decided here: the fallback's steps instead
+                st.policy = policy = policy.fallback
+                late = _late_steps(st, policy)
     _expire(st, late[0])
     _trim(st, late[1])
     out = _relink_and_heal(st)
@@ -4039,6 +4043,16 @@ def _estimate(st: _Pruning, late: tuple[list, list] | None = None) -> int | None
         return _tokens(chars, inputs)
     except (TypeError, ValueError, RecursionError):   # not JSON (prune's own callers): the walk raises it
         return None
+
+
+def _over_anyway(st: _Pruning, budget: int) -> bool:
+    """Whether what the scan counted besides the results and tool inputs is over ``budget`` already:
+    then :func:`_estimate` is over it whatever the late steps leave (they only shorten results, and
+    the results, inputs and healing entries only add), and a prune with a fallback takes the fallback's
+    steps without working out its own first (a huge session that will not fit). Only where
+    :func:`_estimate` tells a size (not careful, every use indexed once) and for entries parsed from
+    JSON (``consume``: their inputs encode again)."""
+    return not (st.careful or st.recount) and _tokens(st.chars, []) > budget
 
 
 def _size(done: tuple[list[dict], PruneReport]) -> int:
@@ -5660,8 +5674,9 @@ SQL_TRIGGERS_KNOWN = (f"SELECT name FROM sqlite_master WHERE type='trigger' AND 
 SQL_DROP_TRIGGER = "DROP TRIGGER IF EXISTS {name}"
 SQL_FORGET_CUTS = "DELETE FROM cut_facts"
 SQL_FORGET_SESSION_CUTS = "DELETE FROM cut_facts WHERE skey=?"
-SQL_CUT_ROWS = (f"SELECT seq, uuid, fact FROM cut_facts WHERE skey=? AND fact >= '{_CUT_FACT}' "
-                f"AND fact < '{FACTS_VERSION}t' ORDER BY seq")   # of another version or kind: noted again, replaced
+_CUT_ROWS = (f"SELECT 1, seq, uuid, fact FROM cut_facts WHERE skey=?1 AND fact >= '{_CUT_FACT}' "
+             f"AND fact < '{FACTS_VERSION}t'")   # of another version or kind: noted again, replaced
+SQL_CUT_ROWS = _CUT_ROWS + " ORDER BY seq"
 SQL_NOTE_CUT = "INSERT OR REPLACE INTO cut_facts(skey, seq, uuid, fact) VALUES (?,?,?,?)"
 SQL_DATA_VERSION = "PRAGMA data_version"
 # The schema cookie: any writer's CREATE or DROP (a trigger's too) changes it; a connection that saw this
@@ -5671,8 +5686,10 @@ SQL_SCHEMA_VERSION = f"SELECT {_SCHEMA_COOKIE}"
 # What a trim-on load asks first, in one statement: whether the session is known, data_version, the cookie
 SQL_LOAD_HEAD = (f"SELECT (SELECT 1 FROM sessions WHERE skey=?1), (SELECT data_version FROM pragma_data_version), "
                  f"{_SCHEMA_COOKIE}")
-# SQL_ROW_PAST and the cookie
-SQL_SMALL_HEAD = f"SELECT ({SQL_ROW_PAST}), {_SCHEMA_COOKIE}"
+# SQL_ROW_PAST and the cookie, then what SQL_LOAD_HEAD asks first (the load that follows under the same
+# hold of the lock need not ask again: one statement a small key, not two)
+SQL_SMALL_HEAD = (f"SELECT ({SQL_ROW_PAST}), {_SCHEMA_COOKIE}, (SELECT 1 FROM sessions WHERE skey=?1), "
+                  f"(SELECT data_version FROM pragma_data_version)")
 # Once, when a store gets the trigger (made before it, or another writer dropped it): every row's facts
 # are worked out again from the row as it is now, a session at a time
 SQL_FACT_SESSIONS = "SELECT DISTINCT skey FROM entries"
@@ -5689,7 +5706,11 @@ SQL_OLD_INDEXES = ("DROP INDEX IF EXISTS entries_leavers_1",   # older flowers':
                    "DROP INDEX IF EXISTS entries_left_1",      # then without uuid and facts,
                    "DROP INDEX IF EXISTS entries_cut_1",       # and its cut facts in the row;
                    "DROP INDEX IF EXISTS entries_left_rows_1")   # facts of version 1
-SQL_LEFT_ROWS = f"SELECT uuid, facts FROM entries WHERE skey=? AND {_LEFT} ORDER BY seq"
+_LEFT_ROWS = f"SELECT 0, seq, uuid, facts FROM entries WHERE skey=?1 AND {_LEFT}"
+SQL_LEFT_ROWS = _LEFT_ROWS + " ORDER BY seq"
+# A trim-on load's plan in one statement: the rows of SQL_LEFT_ROWS (0, seq, uuid, facts) and those of
+# SQL_CUT_ROWS (1, seq, uuid, fact), merged in seq order (each comes in it by its own index)
+SQL_PLAN_ROWS = f"{_LEFT_ROWS} UNION ALL {_CUT_ROWS} ORDER BY 2"
 # (payload, facts, uuid, seq) of every other row; the uuid only where a plan may leave the row out (facts
 # b, c, d: a lone call, or a denial the plan keeps), the seq only where a trim-on load may read the row
 # cut or note its cut fact (no facts of this version; an older flower kept "t" facts in the row, which
@@ -6028,6 +6049,7 @@ class SqliteSessionStore(SessionStoreContract):
         self._rising = bool(schema) and "AUTOINCREMENT" in schema[0].upper()
         self._json = self._has_json(self._db)   # without SQLite's JSON functions no row is read cut
         self._trusted_cookie: int | None = None   # the schema cookie this flower's triggers were last seen under
+        self._held_head: tuple | None = None   # (session key, SQL_LOAD_HEAD's answer) asked by small_held
 
     @staticmethod
     def _has_json(db: sqlite3.Connection) -> bool:
@@ -6338,8 +6360,11 @@ class SqliteSessionStore(SessionStoreContract):
         small = False
         if self._lock.acquire(blocking=False):
             try:
-                past, cookie = self._db.execute(SQL_SMALL_HEAD, (_key_string(key), self.quick_rows)).fetchone()
+                skey = _key_string(key)
+                past, cookie, known, version = self._db.execute(SQL_SMALL_HEAD, (skey, self.quick_rows)).fetchone()
                 small = past is None and self._trusted_under(cookie)
+                if small:
+                    self._held_head = (skey, (known, version, cookie))
             except sqlite3.Error:
                 pass
             finally:
@@ -6349,7 +6374,17 @@ class SqliteSessionStore(SessionStoreContract):
             yield small
         finally:
             if small:
+                self._held_head = None
                 self._lock.release()
+
+    def _load_head(self, skey: str) -> tuple:
+        """SQL_LOAD_HEAD's answer for ``skey`` (the caller holds the lock): what :meth:`small_held` asked
+        already while it holds the lock for that key, else asked now."""
+        held = self._held_head
+        if held is not None and held[0] == skey:
+            self._held_head = None
+            return held[1]
+        return self._db.execute(SQL_LOAD_HEAD, (skey,)).fetchone()
 
     def load_pruned(self, key: dict, policy: PrunePolicy | None = None,
                     estimate: bool = False) -> tuple[list[dict], PruneReport] | None:
@@ -6362,7 +6397,7 @@ class SqliteSessionStore(SessionStoreContract):
         policy = policy or PrunePolicy()
         skey = _key_string(key)
         with self._lock:
-            known, version, cookie = self._db.execute(SQL_LOAD_HEAD, (skey,)).fetchone()
+            known, version, cookie = self._load_head(skey)
             if not known:
                 return None
             marks: dict[int, str] = {}
@@ -6388,18 +6423,20 @@ class SqliteSessionStore(SessionStoreContract):
         :func:`_prune`) and the rows to read."""
         if not policy.drop_api_errors:
             return None, [], self._db.execute(SQL_LOAD_KEEPING_ERRORS, (skey,))
-        leavers, errors = [], []
-        for uid, facts in self._db.execute(SQL_LEFT_ROWS, (skey,)):
-            if facts[1] == "e":
+        leavers, errors, cuts = [], [], []
+        trimming = policy.trim and self._json
+        for cut, seq, uid, facts in self._db.execute(SQL_PLAN_ROWS if trimming else SQL_LEFT_ROWS, (skey,)):
+            if cut:
+                cuts.append((seq, uid, facts))
+            elif facts[1] == "e":
                 errors.append(left_row(uid, facts))
             else:
                 leavers.append(fact_leaver(uid, facts))
         plan = plan_leavers(leavers, policy) if leavers else None
         left = plan.left + errors if plan else errors
-        if not (policy.trim and self._json):
+        if not trimming:
             return plan, left, self._db.execute(SQL_LOAD_WITH_FACTS, (skey,))
         plan = plan or LeavePlan()
-        cuts = self._db.execute(SQL_CUT_ROWS, (skey,)).fetchall()
         plan.noted = {seq for seq, _, _ in cuts}
         if cuts:
             plan_cuts(plan, cuts, policy, functools.partial(present_names, policy.spill_dir or ".flower/spill"))
@@ -7809,8 +7846,14 @@ def _user_prompts(entries: list[dict]) -> list[str]:
     return out
 
 
+_RITUAL_MARKS = tuple(table["handoff_prompt"][:40] for table in TEXTS.values())   # a ritual prompt begins so
+
+
 def _is_ritual_prompt(said: str) -> bool:
-    return any(table["handoff_prompt"][:40] in said for table in TEXTS.values())
+    for mark in _RITUAL_MARKS:   # a huge session's handoff asks this of each of its user entries, twice
+        if mark in said:
+            return True
+    return False
 
 
 def recent_thread(entries: list[dict], limit: int = 10, max_chars: int = 700) -> list[tuple[str, str]]:
@@ -7895,20 +7938,22 @@ def _delegated_lines(entries: list[dict], budget: int = DELEGATED_CHARS) -> list
     """``- delegated: `task` -> report`` lines for a degraded ledger, one per Agent call of the transcript
     (newest that fit ``budget``, in order): a coordinator's work is done by its workers, so what they
     reported is what its successor must not delegate again. A call with no result says so."""
-    results = {b.get("tool_use_id"): (block_text(b), bool(b.get("is_error"))) for e in entries
-               if e.get("type") == "user" for b in blocks_of(e) if isinstance(b, dict) and b.get("type") == "tool_result"}
+    calls = [b for entry in entries if entry.get("type") == "assistant" for b in blocks_of(entry)
+             if isinstance(b, dict) and b.get("type") == "tool_use" and b.get("name") in AGENT_TOOLS]
+    if not calls:   # the results' texts are looked at only for the Agent calls' ids
+        return []
+    wanted = {b.get("id") for b in calls}
+    results = {tool_id: (block_text(b), bool(b.get("is_error"))) for e in entries if e.get("type") == "user"
+               for b in blocks_of(e) if isinstance(b, dict) and b.get("type") == "tool_result"
+               and (tool_id := b.get("tool_use_id")) in wanted}
     lines = []
-    for entry in entries:
-        if entry.get("type") != "assistant":
-            continue
-        for b in blocks_of(entry):
-            if isinstance(b, dict) and b.get("type") == "tool_use" and b.get("name") in AGENT_TOOLS:
-                args = b["input"] if isinstance(b.get("input"), dict) else {}
-                task = " ".join(str(args.get("description") or args.get("prompt") or "")[:200].split())
-                said, failed = results.get(b.get("id"), (None, True))
-                report = _report_of(said)[:DELEGATED_REPORT_CHARS] if not failed else \
-                    f"(no report{': ' + ' '.join(said.split())[:120] if said else ''}; check the disk for what it did)"
-                lines.append(f"- delegated: `{task}` -> {report}")
+    for b in calls:
+        args = b["input"] if isinstance(b.get("input"), dict) else {}
+        task = " ".join(str(args.get("description") or args.get("prompt") or "")[:200].split())
+        said, failed = results.get(b.get("id"), (None, True))
+        report = _report_of(said)[:DELEGATED_REPORT_CHARS] if not failed else \
+            f"(no report{': ' + ' '.join(said.split())[:120] if said else ''}; check the disk for what it did)"
+        lines.append(f"- delegated: `{task}` -> {report}")
     kept, used = [], 0
     for line in reversed(lines):
         if used + len(line) > budget:
