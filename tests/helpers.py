@@ -4,6 +4,7 @@ one database); and the texts several tiers check. Test modules import from here,
 
 from __future__ import annotations
 
+import asyncio
 import glob
 import importlib.util
 import json
@@ -23,7 +24,7 @@ import unittest
 import flower
 from flower import Resilience, Runtime
 from tests import fakeapi, fakesdk
-from tests.fakeapi import FakeAnthropic, last_user_text, text
+from tests.fakeapi import FakeAnthropic, Reply, last_user_text, text
 from tests.pgserver import PgServer
 
 # -- paths and environments --
@@ -435,6 +436,16 @@ class E2ECase:
                 os.environ[k] = v
         return flower.Runtime(workspace=self.ws, **kw)
 
+    def resume_steps(self, spec, session_id, **kw):
+        """Resume ``session_id`` in this process once more (a ``StepModel`` job: "check the steps once
+        more"); the first request the resume sent. ``kw`` goes to :meth:`_runtime`."""
+        sent = len(self.api.requests)
+        rt = self._runtime(**kw)
+        again = asyncio.run(rt.run(spec, "check the steps once more", resume=session_id, lineage_key="work"))
+        rt.close()
+        self.assertTrue(again.ok, again.error)
+        return self.api.requests[sent]
+
 
 # -- PostgreSQL: one server per test module --
 
@@ -510,6 +521,46 @@ def stop_shared_server() -> None:
     """Stop the module's server (a module's ``tearDownModule``)."""
     while _SERVER:
         _SERVER.pop().close()
+
+
+class WithPostgres:
+    """For a real-tier case (``E2ECase``) that also needs PostgreSQL: the module's one server (see
+    :func:`shared_server`; the module's ``tearDownModule`` stops it) and a fresh database per test,
+    ``self.dsn``."""
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        cls.server = shared_server()
+
+    def setUp(self):
+        super().setUp()
+        if not self.server.running:   # a test that failed during an outage left it down
+            self.server.start()
+        self.dsn = self.server.database()
+
+
+class StepModel:
+    """A model that trusts its transcript: does ``steps`` numbered steps in order, a step being done
+    when a result in the conversation says ``STEP-k-OK``. Each step appends a line to ``steps.log``
+    in ``workspace``: a step done twice is a line written twice."""
+
+    def __init__(self, workspace: str, steps: int):
+        self.log = os.path.join(workspace, "steps.log")
+        self.steps = steps
+
+    def __call__(self, body: dict) -> Reply:
+        done = max([0] + [int(k) for k in re.findall(r"STEP-(\d+)-OK", json.dumps(body.get("messages", [])))])
+        if done >= self.steps:
+            return Reply([("text", f"all {self.steps} steps done")])
+        k = done + 1
+        return Reply([("text", f"doing step {k}"),
+                      ("tool_use", "Bash", {"command": f"echo step-{k} >> {self.log} && echo STEP-{k}-OK"})])
+
+    def lines(self) -> list[str]:
+        """The lines the steps wrote, in order."""
+        with open(self.log, encoding="utf-8") as fh:
+            return [line.strip() for line in fh if line.strip()]
 
 
 class PgCase(unittest.TestCase):

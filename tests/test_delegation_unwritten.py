@@ -24,7 +24,7 @@ import unittest
 
 import flower
 from tests.fakeapi import FakeAnthropic, error, text, tool
-from tests.helpers import E2ECase, HAVE_SDK, SKIP, SmallHome, fill, shared_server, stop_shared_server, system_of, \
+from tests.helpers import E2ECase, HAVE_SDK, SKIP, SmallHome, WithPostgres, fill, stop_shared_server, system_of, \
     wait_until
 from tests.pgserver import HAVE_PG, SKIP as SKIP_PG
 
@@ -35,18 +35,11 @@ AGENT = {"description": "the step", "prompt": "run the step", "subagent_type": "
 
 @unittest.skipUnless(HAVE_SDK, SKIP)
 @unittest.skipUnless(HAVE_PG, SKIP_PG)
-class UnwrittenWhileDelegating(SmallHome, E2ECase, unittest.TestCase):
-
-    @classmethod
-    def setUpClass(cls):
-        cls.server = shared_server()
+class UnwrittenWhileDelegating(WithPostgres, SmallHome, E2ECase, unittest.TestCase):
 
     def setUp(self):
         super().setUp()
         self.env.pop("FLOWER_NO_DELEGATE", None)
-        if not self.server.running:
-            self.server.start()
-        self.dsn = self.server.database()
         self.worker_q: list = []
         self.workers: list[dict] = []
         self.filler = None

@@ -67,7 +67,9 @@ class NothingSilent(SmallHome, _Base):
                            text("finished")]
         p = self.flower("--json", "write hello")
         work_sid = self.lineage()["steps"]["work"]
-        self.assertFalse([e for e in self.stored(work_sid) if e.get("type") == "assistant"])   # as on main
+        kept = [e for e in self.stored(work_sid) if e.get("type") == "assistant"]
+        self.assertEqual(len(kept), 3)                  # the CLI wrote none: flower kept them from the stream
+        self.assertTrue(all(e.get("flowerFromStream") for e in kept), kept)
         said = [ln for ln in p.stderr.splitlines() if "never reached the session store" in ln]
         self.assertTrue(any(work_sid in ln and "3 of 3 answer(s)" in ln for ln in said), p.stderr)
         closing = [ln for ln in p.stderr.splitlines() if ln.startswith("done ·")]

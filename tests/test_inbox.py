@@ -168,16 +168,20 @@ class InboxLive(E2ECase, unittest.TestCase):
         self.assertEqual(self.inbox(), [])
         self.assertEqual(self.read(".flower", "notes", "brief.md").count("MAIL-KILLED"), 1)
 
-    def test_mail_handed_over_when_the_run_is_killed_is_in_the_session_once(self):
-        state = {}
-        killed = threading.Event()
+    def killed_at_delivery(self, words, before_kill=lambda state: None):
+        """``go`` with a mail said during its first tool, SIGKILLed at the request that carries the mail
+        (after ``before_kill(state)``); returns the state: the mail's id, its file, what was carried."""
+        state, killed = {}, threading.Event()
 
         def say_then_tool(body):
-            state["mail"] = self.say("MAIL-INFLIGHT carry on")
+            state["mail"] = self.say(words)
+            with open(os.path.join(self.ws, ".flower", "inbox", state["mail"]), "rb") as fh:
+                state["file"] = fh.read()
             return tool("Bash", {"command": "echo during"})
 
         def die_on_delivery(body):   # the request carrying the mail: the hook has handed it over
             state["carried"] = mail_ids(body)
+            before_kill(state)
             os.kill(state["proc"].pid, signal.SIGKILL)
             killed.set()
             return Reply(stall=5)
@@ -188,11 +192,21 @@ class InboxLive(E2ECase, unittest.TestCase):
                                  proc.stderr.close()))
         self.wait_for(killed.is_set, timeout=120, what="the kill")
         proc.wait(timeout=60)
-        self.assertEqual(state["carried"], [state["mail"]])
+        return state
+
+    def next_run(self):
+        """The run after a kill, to its end; the work requests it sent."""
         before = len(self.roles.bodies("work"))
         self.roles.work = [tool("Bash", {"command": "echo after"}), text("done")]
         self.flower()
         later = self.roles.bodies("work")[before:]
+        self.assertTrue(later)
+        return later
+
+    def test_mail_handed_over_when_the_run_is_killed_is_in_the_session_once(self):
+        state = self.killed_at_delivery("MAIL-INFLIGHT carry on")
+        self.assertEqual(state["carried"], [state["mail"]])
+        later = self.next_run()
         self.assertEqual(mail_ids(later[-1]), [state["mail"]])   # in the session once: never sent twice
         self.assertEqual(self.inbox(), [])
 
@@ -206,36 +220,13 @@ class InboxLive(E2ECase, unittest.TestCase):
     def test_mail_the_store_recorded_is_not_handed_over_again_when_its_file_outlived_a_kill(self):
         # the phase: the store committed the entry recording the mail, flower died before the inbox
         # file was deleted; the test leaves exactly that on disk (the file put back after the kill)
-        state = {}
-        killed = threading.Event()
-
-        def say_then_tool(body):
-            state["mail"] = self.say("MAIL-RECORDED carry on")
-            with open(os.path.join(self.ws, ".flower", "inbox", state["mail"]), "rb") as fh:
-                state["file"] = fh.read()
-            return tool("Bash", {"command": "echo during"})
-
-        def die_once_recorded(body):
-            self.wait_for(lambda: self.recorded_anywhere(state["mail"]), timeout=60, what="the mail's record")
-            os.kill(state["proc"].pid, signal.SIGKILL)
-            killed.set()
-            return Reply(stall=5)
-        self.roles.work = [say_then_tool, die_once_recorded]
-        proc = self.spawn("write hello")
-        state["proc"] = proc
-        self.addCleanup(lambda: (proc.poll() is None and proc.kill(), proc.wait(), proc.stdout.close(),
-                                 proc.stderr.close()))
-        self.wait_for(killed.is_set, timeout=120, what="the kill")
-        proc.wait(timeout=60)
+        state = self.killed_at_delivery("MAIL-RECORDED carry on", lambda state: self.wait_for(
+            lambda: self.recorded_anywhere(state["mail"]), timeout=60, what="the mail's record"))
         left = os.path.join(self.ws, ".flower", "inbox", state["mail"])
         if not os.path.exists(left):
             with open(left, "wb") as fh:
                 fh.write(state["file"])
-        before = len(self.roles.bodies("work"))
-        self.roles.work = [tool("Bash", {"command": "echo after"}), text("done")]
-        self.flower()
-        later = self.roles.bodies("work")[before:]
-        self.assertTrue(later)
+        later = self.next_run()
         self.assertEqual(mail_ids(later[-1]), [state["mail"]])   # the session's one record, not a second
         self.assertEqual(self.inbox(), [])
 

@@ -17,31 +17,7 @@ import sqlite3
 import unittest
 
 import flower
-from tests.fakeapi import Reply
-from tests.helpers import E2ECase, HAVE_SDK, SKIP
-
-LOG = "steps.log"
-
-
-class StepModel:
-    """Does ``steps`` numbered steps in order; a step is done when a result in the conversation says
-    ``STEP-k-OK``. Each step appends a line to ``steps.log``: a step done twice is a line written twice."""
-
-    def __init__(self, workspace: str, steps: int):
-        self.log = os.path.join(workspace, LOG)
-        self.steps = steps
-
-    def __call__(self, body: dict) -> Reply:
-        done = max([0] + [int(k) for k in re.findall(r"STEP-(\d+)-OK", json.dumps(body.get("messages", [])))])
-        if done >= self.steps:
-            return Reply([("text", f"all {self.steps} steps done")])
-        k = done + 1
-        return Reply([("text", f"doing step {k}"),
-                      ("tool_use", "Bash", {"command": f"echo step-{k} >> {self.log} && echo STEP-{k}-OK"})])
-
-    def lines(self) -> list[str]:
-        with open(self.log, encoding="utf-8") as fh:
-            return [line.strip() for line in fh if line.strip()]
+from tests.helpers import E2ECase, HAVE_SDK, SKIP, StepModel
 
 
 def forget(root: str, sid: str, uuids: list[str]) -> int:
@@ -89,13 +65,8 @@ class OrphanResumed(E2ECase, unittest.TestCase):
             db.executemany("DELETE FROM entries WHERE uuid = ?", [(uid,) for uid in lost])
         db.close()
         self.assertGreater(forget(self.tmp.name, first.session_id, lost), 0)
-        sent = len(self.api.requests)
-        rt = self._runtime(run_dir=run_dir)
-        again = asyncio.run(rt.run(self.spec(), "check the steps once more", resume=first.session_id,
-                                   lineage_key="work"))
-        rt.close()
-        self.assertTrue(again.ok, again.error)
-        woke = json.dumps(self.api.requests[sent].get("messages", []))
+        woken = self.resume_steps(self.spec(), first.session_id, run_dir=run_dir)
+        woke = json.dumps(woken.get("messages", []))
         self.assertIn("do the four steps", woke)
         self.assertEqual(re.findall(r"doing step \d|all 4 steps done", woke),
                          ["doing step 1", "doing step 3", "doing step 4", "all 4 steps done"])

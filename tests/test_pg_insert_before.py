@@ -14,34 +14,11 @@ import re
 import unittest
 
 import flower
-from tests.fakeapi import Reply
-from tests.helpers import E2ECase, HAVE_SDK, PgCase, SKIP, shared_server, stop_shared_server
+from tests.helpers import E2ECase, HAVE_SDK, PgCase, SKIP, StepModel, WithPostgres, stop_shared_server
 from tests.pgserver import HAVE_PG, SKIP as SKIP_PG
 
-LOG = "steps.log"
 
 tearDownModule = stop_shared_server   # the one server PgCase started for this module
-
-
-class StepModel:
-    """Does ``steps`` numbered steps in order; a step is done when a result in the conversation says
-    ``STEP-k-OK``. Each step appends a line to ``steps.log``: a step done twice is a line written twice."""
-
-    def __init__(self, workspace: str, steps: int):
-        self.log = os.path.join(workspace, LOG)
-        self.steps = steps
-
-    def __call__(self, body: dict) -> Reply:
-        done = max([0] + [int(k) for k in re.findall(r"STEP-(\d+)-OK", json.dumps(body.get("messages", [])))])
-        if done >= self.steps:
-            return Reply([("text", f"all {self.steps} steps done")])
-        k = done + 1
-        return Reply([("text", f"doing step {k}"),
-                      ("tool_use", "Bash", {"command": f"echo step-{k} >> {self.log} && echo STEP-{k}-OK"})])
-
-    def lines(self) -> list[str]:
-        with open(self.log, encoding="utf-8") as fh:
-            return [line.strip() for line in fh if line.strip()]
 
 
 def _says(entry: dict, pattern: str) -> bool:
@@ -63,7 +40,7 @@ def moved_to_the_end(entries: list[dict], first: int, last: int) -> tuple[list[d
 
 @unittest.skipUnless(HAVE_SDK, SKIP)
 @unittest.skipUnless(HAVE_PG, SKIP_PG)
-class RecoveredOrderPostgres(E2ECase, unittest.TestCase):
+class RecoveredOrderPostgres(WithPostgres, E2ECase, unittest.TestCase):
     """The recovery path on PostgreSQL with the real CLI: what a failed write left out of the middle
     of a session and ``insert_before_sync`` put back is where the resumed CLI looks for it. (Stored
     after the newer rows instead, the resumed CLI dropped the final answer from the history in 2 of 3
@@ -71,16 +48,6 @@ class RecoveredOrderPostgres(E2ECase, unittest.TestCase):
 
     def spec(self):
         return flower.AgentSpec("work", instructions="You do the work.", tools=["Bash"], allowed_tools=["Bash"])
-
-    @classmethod
-    def setUpClass(cls):
-        cls.server = shared_server()
-
-    def setUp(self):
-        super().setUp()
-        if not self.server.running:
-            self.server.start()
-        self.dsn = self.server.database()
 
     def _state(self, run_dir: str):
         state = flower.PostgresState(flower.Paths(self.ws, run_dir), self.dsn, "job-1")
@@ -106,13 +73,8 @@ class RecoveredOrderPostgres(E2ECase, unittest.TestCase):
         rt.raw_store.insert_before_sync(key, missed, after["uuid"])       # what salvage stores for them
         self.assertEqual(chain_of(rt.raw_store.load_sync(key)), chain_of(stored))
         rt.close()
-        sent = len(self.api.requests)
-        rt = self._runtime(run_dir=run_dir, state=self._state(run_dir))
-        again = asyncio.run(rt.run(self.spec(), "check the steps once more", resume=first.session_id,
-                                   lineage_key="work"))
-        rt.close()
-        self.assertTrue(again.ok, again.error)
-        woke = json.dumps(self.api.requests[sent].get("messages", []))
+        woken = self.resume_steps(self.spec(), first.session_id, run_dir=run_dir, state=self._state(run_dir))
+        woke = json.dumps(woken.get("messages", []))
         self.assertEqual(re.findall(r"doing step \d|all 4 steps done", woke),
                          ["doing step 1", "doing step 2", "doing step 3", "doing step 4", "all 4 steps done"])
         self.assertEqual(model.lines(), ["step-1", "step-2", "step-3", "step-4"])

@@ -20,7 +20,7 @@ import unittest
 
 import flower
 from tests.fakeapi import text, tool
-from tests.helpers import E2ECase, HAVE_SDK, SKIP, SmallHome, fill, shared_server, stop_shared_server
+from tests.helpers import E2ECase, HAVE_SDK, SKIP, SmallHome, WithPostgres, fill, stop_shared_server
 from tests.pgserver import HAVE_PG, SKIP as SKIP_PG
 
 tearDownModule = stop_shared_server   # the one server the PostgreSQL case started for this module
@@ -99,19 +99,9 @@ class KilledWhileHomeFull(SmallHome, E2ECase, unittest.TestCase):
 
 @unittest.skipUnless(HAVE_SDK, SKIP)
 @unittest.skipUnless(HAVE_PG, SKIP_PG)
-class KilledWhileHomeFullPostgres(KilledWhileHomeFull):
+class KilledWhileHomeFullPostgres(WithPostgres, KilledWhileHomeFull):
     """The same on PostgreSQL, where the chaos seed failed (the write-ahead file is on the machine that
     ran the call, as the CLI's transcript is)."""
-
-    @classmethod
-    def setUpClass(cls):
-        cls.server = shared_server()
-
-    def setUp(self):
-        super().setUp()
-        if not self.server.running:
-            self.server.start()
-        self.dsn = self.server.database()
 
     def state(self) -> list[str]:
         return ["--state", self.dsn]
