@@ -11891,6 +11891,8 @@ class Runtime:
         self._human_words = None
         if words is None and self.ask_human is not None:
             words = await self.ask_human()
+        if self._human_event is not None:   # heard: cleared only now, so a Ctrl-C before a connection starts is kept
+            self._human_event.clear()
         words = redact(words) if words else words
         st.prompt = text("human_interrupt", self.lang) + (words or text("human_continue", self.lang))
         st.emit(Event("resume", session_id=st.sid, data={"reason": "human", "words": words or ""}))
@@ -12155,7 +12157,6 @@ class Runtime:
         turn = _Turn()
         self._stderr = []
         assert self._human_event is not None
-        self._human_event.clear()
         st.interrupt_sent = st.stop_batches = False
         st.batches = 0
         st.calls_seen.clear()

@@ -174,10 +174,12 @@ class WorkerTranscriptUnstored(SmallHome, E2ECase, unittest.TestCase):
                 if full and step == "fill":
                     self.filler = fill(self.home)   # the worker's first answer: the CLI cannot write its transcript now
                 elif full and step == "free":
-                    os.unlink(self.filler)   # before its report: it can again
-                return {"fill": tool("Bash", {"command": "echo one"}), "free": text("WORKER-REPORT")}[step]
+                    os.unlink(self.filler)   # the coordinator's closing answer: it can again
+                return {"fill": tool("Bash", {"command": "echo one"}), "free": text("all done")}[step]
             return answer
-        worker_q = [at("fill"), at("free")]
+        # HOME stays full until the worker has reported: however late the CLI writes the worker's
+        # transcript, it cannot
+        worker_q = [at("fill"), text("WORKER-REPORT")]
 
         def responder(body):
             if flower.text("worker_instructions")[:30] in system_of(body):
@@ -185,7 +187,7 @@ class WorkerTranscriptUnstored(SmallHome, E2ECase, unittest.TestCase):
                 return item(body) if callable(item) else item
             return self.roles(body)
         self.roles.work = [tool("Agent", {"description": "one", "prompt": "run one", "subagent_type": "worker"}),
-                           text("all done")]
+                           at("free")]
         self.api.responder = responder
         p = self.flower("--json", "write hello")
         return p, [ln for ln in p.stderr.splitlines() if "never reached the session store" in ln]

@@ -157,6 +157,30 @@ class Exits(Base):
         self.assertIn("interrupted", FAKE.calls[1]["prompt"])
         self.assertEqual(FAKE.calls[1]["options"].resume, FAKE.calls[0]["options"].session_id)
 
+    def test_a_human_interrupt_before_the_connection_starts_is_kept(self):
+        # Ctrl-C while a step prepares (the check online, the lineage written ahead): the turn that
+        # then starts is interrupted and the words go to the session, they are not lost
+        FAKE.turns = [[("block", "until-interrupted")], [("text", "using your words", 200)]]
+        connect = self.rt._one_connection
+
+        async def interrupted_first(*args, **kw):
+            if not FAKE.calls:
+                self.rt.interrupt("please use tabs")
+                await asyncio.sleep(0)
+            return await connect(*args, **kw)
+        self.rt._one_connection = interrupted_first
+        async def scenario():   # lost, the interrupt would leave the first turn blocked: fail, do not hang
+            task = asyncio.ensure_future(self.rt.run(AgentSpec("work"), "go"))
+            done, _ = await asyncio.wait([task], timeout=30)
+            if not done:
+                FAKE.events["until-interrupted"].set()
+            return await task
+        result = asyncio.run(scenario())
+        self.assertTrue(result.ok, result.error)
+        self.assertEqual(FAKE.interrupts, 1)
+        self.assertTrue(FAKE.calls[1]["prompt"].endswith("please use tabs"))
+        self.assertEqual(FAKE.calls[1]["options"].resume, FAKE.calls[0]["options"].session_id)
+
     def test_missing_session_on_resume_starts_fresh(self):
         FAKE.turns = [[("text", "fresh", 1)]]
         result = self.run_spec(resume="00000000-dead-beef-0000-000000000000")
