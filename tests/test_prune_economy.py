@@ -9,6 +9,7 @@ import os
 import random
 import tempfile
 import unittest
+from unittest import mock
 
 import flower
 from tests import fakesdk
@@ -114,6 +115,20 @@ class Fits(unittest.TestCase):
         self.assertEqual(len(os.listdir(self.tmp.name)), 59)
         again = asyncio.run(store.load(key))                 # prepared once: later loads prune as usual
         self.assertGreater(flower.estimate_tokens(again), 300_000)
+
+    def test_a_session_that_will_not_fit_is_pruned_once(self):
+        for trim in (False, True):
+            with self.subTest(trim=trim):
+                store, key = self.store_with(big_session(60, 20_000), trim=trim)
+                real, calls = flower._prune, []
+
+                def counted(*args, **kw):
+                    calls.append(1)
+                    return real(*args, **kw)
+                with mock.patch.object(flower, "_prune", counted):
+                    self.assertFalse(asyncio.run(store.prepare(key, max_tokens=2_000)))
+                self.assertEqual(len(calls), 1)
+                self.assertEqual(os.listdir(self.tmp.name), [])   # and no spill file written for it
 
     def test_rows_of_a_wrong_shape_do_not_stop_the_fit(self):
         # the estimate met a message that is a string and raised; Runtime then let the SDK load the
