@@ -15063,8 +15063,8 @@ async def _run_with_signals(rt: Runtime, reporter: Reporter, body: Callable[[], 
         state["interrupts"] += 1
         # with nobody at a terminal to answer the question, the first Ctrl-C (or SIGINT) stops at once
         if state["interrupts"] == 1 and rt._current is not None and interactive:
+            rt.interrupt(None)   # first: a line typed the moment the question shows must find it asked
             reporter.say("\n" + text("interrupt_question", rt.lang), always=True)
-            rt.interrupt(None)
         else:
             state["signal"] = signal.SIGINT
             rt.rescue("interrupted")

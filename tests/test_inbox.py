@@ -18,7 +18,8 @@ import unittest
 
 import flower
 from tests.fakeapi import FakeAnthropic, Reply, text, tool
-from tests.helpers import E2ECase, RUN_FLOWER, HAVE_SDK, SKIP, assert_mail_delivered, mail_ids, resume_copies, role_of
+from tests.fakesdk import FAKE
+from tests.helpers import E2ECase, FakeRuntime, RUN_FLOWER, HAVE_SDK, SKIP, assert_mail_delivered, mail_ids, resume_copies, role_of
 from tests.fakeapi import last_user_text
 
 
@@ -105,6 +106,48 @@ class Desk(unittest.TestCase):
         self.assertEqual(self.boundary("judge"), {})
         self.assertEqual(self.boundary(data={"agent_id": "a1"}), {})
         self.assertEqual(len(self.desk.inbox.pending()), 1)
+
+
+class CtrlCAtTheTerminal(FakeRuntime, unittest.TestCase):
+    """The first Ctrl-C at a terminal asks what to tell the agent: the next line typed is the answer."""
+
+    def test_a_line_typed_the_moment_the_question_shows_is_the_answer_not_mail(self):
+        import asyncio
+        import io
+        from unittest import mock
+        FAKE.turns = [[("tool", "Bash", {"command": "make"}, "ok", 100), ("block", "until-interrupted")],
+                      [("text", "using your words", 200)]]
+        rt = self.runtime()
+        desk = flower.attach_inbox(rt)
+        read_end, write_end = os.pipe()
+        stdin = os.fdopen(read_end, "r")
+        self.addCleanup(stdin.close)
+        self.addCleanup(os.close, write_end)   # first: the reader thread sees the end of input and stops
+
+        class Screen(flower.Reporter):
+            def say(self, message, *, always=False):
+                super().say(message, always=always)
+                if "What should I tell the agent?" in message:   # typed at once: the reader's line is queued now
+                    lines = flower._TERMINAL[0]
+                    lines.loop.call_soon_threadsafe(lines._route, "use tabs")
+        reporter = Screen(out=io.StringIO(), err=io.StringIO(), tty=False)
+
+        async def body():
+            task = asyncio.ensure_future(rt.run(flower.AgentSpec("work"), "go", lineage_key="work"))
+            while not any(e.kind == "tool_result" for e in self.events):
+                await asyncio.sleep(0.01)
+            os.kill(os.getpid(), signal.SIGINT)
+            done, _ = await asyncio.wait([task], timeout=20)
+            if not done:   # the words went astray and the question still waits: fail, do not hang
+                os.write(write_end, b"\n")
+            return await task
+        with mock.patch.object(sys, "stdin", stdin):
+            result = asyncio.run(flower._run_with_signals(
+                rt, reporter, lambda: flower.listening(rt, reporter, desk, True, body), True))
+        self.assertTrue(result.ok, result.error)
+        self.assertEqual(desk.inbox.pending(), [])   # the answer, not mail
+        self.assertEqual(FAKE.interrupts, 1)
+        self.assertTrue(FAKE.calls[1]["prompt"].endswith("use tabs"), FAKE.calls[1]["prompt"])
 
 
 @unittest.skipUnless(HAVE_SDK, SKIP)
