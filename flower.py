@@ -13994,8 +13994,9 @@ class QuestionDesk:
         self.rt.emit(Event("ask", data={"id": qid, "question": question, "timeout_s": int(self.timeout),
                                         "message": text("ui_question", lang, id=qid, question=sanitize(question),
                                                         prog=program_name(), wait=wait)}))
+        typed = next_line("> ") if self.interactive else None
         try:
-            answer, source = await self._answer(qid)
+            answer, source = await self._answer(qid, typed)
         finally:
             self.rt.state.close_question(qid)
         if answer is None:
@@ -14008,11 +14009,10 @@ class QuestionDesk:
         self.rt.emit(Event("ask", data={"id": qid, "phase": "answered", "source": source}))
         return answer
 
-    async def _answer(self, qid: str) -> tuple[str | None, str]:
-        """The first answer: typed at the terminal, or left by ``answer`` (the state backend keeps it);
-        None past the timeout."""
+    async def _answer(self, qid: str, typed: Any) -> tuple[str | None, str]:
+        """The first answer: ``typed`` at the terminal, or left by ``answer`` (the state backend keeps
+        it); None past the timeout."""
         import asyncio
-        typed = asyncio.ensure_future(read_line("> ")) if self.interactive else None
         deadline = time.monotonic() + self.timeout
         try:
             while time.monotonic() < deadline:
@@ -14143,17 +14143,33 @@ class TerminalLines:
 
     async def read(self, prompt: str) -> str:
         """The next line typed (an answer), after ``prompt``."""
+        return await self.answer(prompt)
+
+    def answer(self, prompt: str) -> Any:
+        """A future for the next line typed, after ``prompt``, asked for at once: a line routed after
+        this call is its answer, however soon it was typed."""
+        waiter = self.loop.create_future()
         if self.early:
-            return self.early.pop(0)
+            waiter.set_result(self.early.pop(0))
+            return waiter
         with contextlib.suppress(OSError, ValueError):
             sys.stderr.write(prompt)
             sys.stderr.flush()
-        waiter = self.loop.create_future()
         self.waiters.append(waiter)
-        return await waiter
+        return waiter
 
 
 _TERMINAL: list[TerminalLines | None] = [None]   # the router while go runs at a terminal
+
+
+def next_line(prompt: str) -> Any:
+    """The next line typed as an awaitable, asked for before this returns when ``go`` owns the terminal
+    (call it right after showing a question, with no ``await`` between: the line typed in answer
+    then finds it asked, not taken for mail)."""
+    import asyncio
+    if _TERMINAL[0] is not None:
+        return _TERMINAL[0].answer(prompt)
+    return asyncio.ensure_future(read_line(prompt))
 
 HEARTBEAT = 60.0   # seconds of silence per line in a log (FLOWER_HEARTBEAT)
 _QUIET_KINDS = ("info", "heartbeat", "offline", "online", "ask", "summary", "lock")   # not the agent's work

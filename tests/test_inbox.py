@@ -108,8 +108,9 @@ class Desk(unittest.TestCase):
         self.assertEqual(len(self.desk.inbox.pending()), 1)
 
 
-class CtrlCAtTheTerminal(FakeRuntime, unittest.TestCase):
-    """The first Ctrl-C at a terminal asks what to tell the agent: the next line typed is the answer."""
+class AnswersTypedAtOnce(FakeRuntime, unittest.TestCase):
+    """A question shown at the terminal (Ctrl-C's, an agent's ``ask``) is asked before it shows: the
+    next line typed is its answer, never mail, however soon it comes."""
 
     def test_a_line_typed_the_moment_the_question_shows_is_the_answer_not_mail(self):
         import asyncio
@@ -148,6 +149,26 @@ class CtrlCAtTheTerminal(FakeRuntime, unittest.TestCase):
         self.assertEqual(desk.inbox.pending(), [])   # the answer, not mail
         self.assertEqual(FAKE.interrupts, 1)
         self.assertTrue(FAKE.calls[1]["prompt"].endswith("use tabs"), FAKE.calls[1]["prompt"])
+
+    def test_an_answer_typed_the_moment_an_ask_question_shows_is_its_answer_not_mail(self):
+        import asyncio
+        rt = self.runtime()
+        desk = flower.QuestionDesk(rt, interactive=True, timeout=3)
+        read_end, write_end = os.pipe()
+        stdin = os.fdopen(read_end, "r")
+        self.addCleanup(stdin.close)
+        self.addCleanup(os.close, write_end)
+        mails = []
+
+        async def scenario():
+            with flower.TerminalLines(mails.append, stream=stdin) as lines:
+                def shown(event):   # typed at once: the reader's line is queued as the question shows
+                    if event.kind == "ask" and "phase" not in event.data:
+                        lines.loop.call_soon_threadsafe(lines._route, "blue")
+                rt.on_event = shown
+                return await desk.ask("which colour?")
+        self.assertEqual(asyncio.run(scenario()), "blue")
+        self.assertEqual(mails, [])
 
 
 @unittest.skipUnless(HAVE_SDK, SKIP)
