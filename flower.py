@@ -11363,6 +11363,21 @@ class Event:
         return json.dumps({"v": JSON_VERSION, **data}, ensure_ascii=False, default=str)
 
 
+async def settle(awaitable: Awaitable[Any], timeout: float | None = None) -> bool:
+    """Await a clean-up to its end, its errors ignored; True when this task was cancelled meanwhile. A
+    signal's stop may land during a clean-up: the caller finishes the rest and raises it again, never
+    swallows it (a swallowed stop let the run go on and send requests after SIGTERM)."""
+    import asyncio
+    try:
+        await (awaitable if timeout is None else asyncio.wait_for(awaitable, timeout))
+    except asyncio.CancelledError:
+        me = asyncio.current_task()
+        return bool(getattr(me, "cancelling", lambda: 1)())   # not when only the awaited task was cancelled
+    except BaseException:
+        pass
+    return False
+
+
 @record
 class _Turn:
     """What one client connection produced."""
@@ -11455,6 +11470,7 @@ class Runtime:
         self._human_words: str | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._current: dict | None = None
+        self.stopping = False   # rescue() ran: a signal stops this process, no request may follow
         self._stderr: list[str] = []
         self.degraded: list[str] = []  # what continuity lost in this run, one line each
         self.driver: DriverLock | None = None  # the workspace lock, when the caller holds one
@@ -11560,6 +11576,7 @@ class Runtime:
     def rescue(self, reason: str = "killed-by-signal") -> None:
         """On SIGHUP/SIGTERM (or a second Ctrl-C): stop this process's CLI at once, then write the
         in-flight step with ``error=reason``; lineage is on disk (a record a full disk refused, once it can)."""
+        self.stopping = True
         stop_own_clis(self.paths.run_dir)
         if self._lineage is not None and self._lineage.due:
             with contextlib.suppress(Exception):
@@ -11837,6 +11854,9 @@ class Runtime:
 
     async def _one_connection(self, sdk: Any, spec: AgentSpec, st: "_RunState", result: StepResult) -> _Turn:
         """Write the lineage ahead, build the options and drive one connection of ``st``'s session."""
+        if self.stopping:   # the stop's cancel went astray (swallowed by a library): still no request
+            import asyncio
+            raise asyncio.CancelledError()
         self._write_ahead(st.lineage_key, st.sid, None if st.resuming else st.prompt)
         if st.lineage_key and not st.resuming:
             await self._room_for_lineage()
@@ -12205,25 +12225,26 @@ class Runtime:
             self._watched = None
             if watcher is not None:
                 watcher.cancel()
-            if turn.keeping is not None:
-                with contextlib.suppress(BaseException):
-                    await turn.keeping
+            stopped = turn.keeping is not None and await settle(turn.keeping)
             if turn.exception is not None or turn.cancelled or turn.mirror_failed or turn.unmirrored():
                 # the CLI died mid-turn (killed alone, crashed, or stopped by rescue() on a signal), a
                 # store write failed, or the CLI could not write its transcript (HOME full): what it wrote
                 # but never mirrored is only in its temp copy, which disconnect() deletes, and what it
                 # streamed but never wrote only in ``turn.seen``: take both into the store first
-                with contextlib.suppress(Exception):
-                    await asyncio.to_thread(self.salvage, st.sid, keep_copies=True)
-                with contextlib.suppress(Exception):
-                    await asyncio.to_thread(self.store_unrecorded, st.sid, turn.seen)
-                    self._ahead_kept(st.sid)
+                stopped |= await settle(asyncio.to_thread(self.salvage, st.sid, keep_copies=True))
+                stopped |= await settle(asyncio.to_thread(self._store_seen, st.sid, turn.seen))
             elif turn.result is not None:   # the mirror flushed the turn: what it lost is _check_stored's to say
                 self._ahead_kept(st.sid)
             st.streamed += [(st.sid, m) for m in turn.seen if type(m).__name__ == "AssistantMessage"]
-            with contextlib.suppress(BaseException):
-                await asyncio.wait_for(client.disconnect(), 15)
+            stopped |= await settle(client.disconnect(), 15)
+            if stopped:
+                raise asyncio.CancelledError()
         return turn
+
+    def _store_seen(self, sid: str, seen: list) -> None:
+        """What a failed turn streamed goes into the store; then its write-ahead file is no longer needed."""
+        self.store_unrecorded(sid, seen)
+        self._ahead_kept(sid)
 
     def _ahead_kept(self, sid: str) -> None:
         """A turn of ``sid`` is over (the mirror flushed it, or its stream was stored after a failure):

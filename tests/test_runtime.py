@@ -157,6 +157,41 @@ class Exits(Base):
         self.assertIn("interrupted", FAKE.calls[1]["prompt"])
         self.assertEqual(FAKE.calls[1]["options"].resume, FAKE.calls[0]["options"].session_id)
 
+    def stop_while_disconnecting(self, stop):
+        """A turn that failed (the run would retry), and ``stop(task)`` called while its connection is
+        being closed, where a signal's stop can land; the run's outcome (an exception or a result)."""
+        FAKE.turns = [[("text", "part", 100), ("error", "API Error: 500 Internal server error", 500, "api_error")],
+                      [("text", "finished", 200)]]
+        close = fakesdk.ClaudeSDKClient.disconnect
+
+        async def scenario():
+            task = asyncio.ensure_future(self.rt.run(AgentSpec("work"), "go", lineage_key="work"))
+
+            async def slow_close(client):
+                if len(FAKE.calls) == 1:
+                    stop(task)
+                    await asyncio.sleep(0.05)
+                await close(client)
+            fakesdk.ClaudeSDKClient.disconnect = slow_close
+            try:
+                return await task
+            except asyncio.CancelledError as exc:
+                return exc
+            finally:
+                fakesdk.ClaudeSDKClient.disconnect = close
+        return asyncio.run(scenario())
+
+    def test_a_stop_that_lands_while_a_connection_closes_is_not_swallowed(self):
+        outcome = self.stop_while_disconnecting(lambda task: task.cancel())
+        self.assertIsInstance(outcome, asyncio.CancelledError)
+        self.assertEqual(len(FAKE.calls), 1)   # no request after the stop
+
+    def test_no_request_after_rescue_even_when_its_cancel_went_astray(self):
+        outcome = self.stop_while_disconnecting(lambda task: self.rt.rescue())
+        self.assertIsInstance(outcome, asyncio.CancelledError)
+        self.assertEqual(len(FAKE.calls), 1)
+        self.assertEqual(Manifest.read(self.run_dir)[0]["error"], "killed-by-signal")
+
     def test_a_human_interrupt_before_the_connection_starts_is_kept(self):
         # Ctrl-C while a step prepares (the check online, the lineage written ahead): the turn that
         # then starts is interrupted and the words go to the session, they are not lost
