@@ -712,3 +712,15 @@ class MachinesCase:
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=30)
 
+
+
+def freeze_front(ws: str, lang: str = "en", goal: bool = True) -> None:
+    """Leave in ``ws`` the brief (and with ``goal`` the goal) that the clarify and goal steps of a fresh
+    ``go`` write from ``BRIEF`` and ``GOAL``, rendered as they render them: ``go`` then skips those frozen
+    steps (two CLI start-ups) and its work step is sent the same prompt. For a scenario whose assertions
+    are all about the work step (and the judge), not about how the brief and goal came to be."""
+    paths = flower.Paths(ws, None)
+    flower.ensure_private_dir(paths.notes_dir)
+    flower.atomic_write(paths.brief, flower.Brief.parse(BRIEF).render(lang))
+    if goal:
+        flower.atomic_write(paths.goal, flower.Goal.parse(GOAL).render(lang))

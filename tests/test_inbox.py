@@ -19,7 +19,8 @@ import unittest
 import flower
 from tests.fakeapi import FakeAnthropic, Reply, text, tool
 from tests.fakesdk import FAKE
-from tests.helpers import E2ECase, FakeRuntime, RUN_FLOWER, HAVE_SDK, SKIP, assert_mail_delivered, mail_ids, resume_copies, role_of
+from tests.helpers import E2ECase, FakeRuntime, RUN_FLOWER, HAVE_SDK, SKIP, assert_mail_delivered, freeze_front, \
+    mail_ids, resume_copies, role_of
 from tests.fakeapi import last_user_text
 
 
@@ -194,7 +195,8 @@ class InboxLive(E2ECase, unittest.TestCase):
                 return tool("Bash", {"command": f"echo tool-{k}"})
             return answer
         self.roles.work = [step(k) for k in range(10)] + [text("all done")]
-        p = self.flower("write hello", "--json")
+        freeze_front(self.ws)   # about the work step: the brief and goal as clarify and goal leave them
+        p = self.flower("--no-goal", "--json")
         work = self.roles.bodies("work")
         self.assertEqual(len(work), 11)
         last = assert_mail_delivered(self, work, sent)
@@ -217,7 +219,8 @@ class InboxLive(E2ECase, unittest.TestCase):
             killed.set()
             return Reply(stall=5)
         self.roles.work = [tool("Bash", {"command": "echo before"}), say_then_die]
-        proc = self.spawn("write hello")
+        freeze_front(self.ws)
+        proc = self.spawn("--no-goal")
         state["proc"] = proc
         self.addCleanup(lambda: (proc.poll() is None and proc.kill(), proc.wait(), proc.stdout.close(),
                                  proc.stderr.close()))
@@ -226,7 +229,7 @@ class InboxLive(E2ECase, unittest.TestCase):
         self.assertEqual(self.inbox(), [state["mail"]])   # not delivered: still waiting
         before = len(self.roles.bodies("work"))
         self.roles.work = [tool("Bash", {"command": "echo after"}), text("done")]
-        self.flower()
+        self.flower("--no-goal")
         later = self.roles.bodies("work")[before:]
         self.assertEqual(mail_ids(later[-1]).count(state["mail"]), 1)
         self.assertEqual(self.inbox(), [])
@@ -250,7 +253,8 @@ class InboxLive(E2ECase, unittest.TestCase):
             killed.set()
             return Reply(stall=5)
         self.roles.work = [say_then_tool, die_on_delivery]
-        proc = self.spawn("write hello")
+        freeze_front(self.ws)
+        proc = self.spawn("--no-goal")
         state["proc"] = proc
         self.addCleanup(lambda: (proc.poll() is None and proc.kill(), proc.wait(), proc.stdout.close(),
                                  proc.stderr.close()))
@@ -262,7 +266,7 @@ class InboxLive(E2ECase, unittest.TestCase):
         """The run after a kill, to its end; the work requests it sent."""
         before = len(self.roles.bodies("work"))
         self.roles.work = [tool("Bash", {"command": "echo after"}), text("done")]
-        self.flower()
+        self.flower("--no-goal")
         later = self.roles.bodies("work")[before:]
         self.assertTrue(later)
         return later
@@ -299,11 +303,12 @@ class InboxLive(E2ECase, unittest.TestCase):
 class QuestionsLive(E2ECase, unittest.TestCase):
 
     def asking(self):
+        freeze_front(self.ws)   # about the work step's question: the brief and goal as clarify and goal leave them
         return [tool("mcp__flower__ask", {"question": "QUESTION-MARK tabs or spaces?"}), text("done")]
 
     def test_unanswered_question_times_out_and_the_agent_is_told_to_assume(self):
         self.roles.work = self.asking()
-        p = self.flower("write hello", "--json", env={"FLOWER_ASK_TIMEOUT": "2"})
+        p = self.flower("--no-goal", "--json", env={"FLOWER_ASK_TIMEOUT": "2"})
         after = FakeAnthropic.messages_text(self.roles.bodies("work")[1])
         self.assertIn("No answer came within", after)
         self.assertIn("Unknowns and assumptions", after)
@@ -326,7 +331,7 @@ class QuestionsLive(E2ECase, unittest.TestCase):
                                            cwd=self.ws, env=self.env, capture_output=True, text=True, timeout=60)
         helper = threading.Thread(target=answer_it)
         helper.start()
-        self.flower("write hello", env={"FLOWER_ASK_TIMEOUT": "600"})
+        self.flower("--no-goal", env={"FLOWER_ASK_TIMEOUT": "600"})
         helper.join()
         self.assertEqual(answered["p"].returncode, 0, answered["p"].stderr)
         self.assertIn("ANSWER-MARK spaces", FakeAnthropic.messages_text(self.roles.bodies("work")[1]))
@@ -337,7 +342,7 @@ class QuestionsLive(E2ECase, unittest.TestCase):
 
     def test_no_human_possible_is_told_at_once(self):
         self.roles.work = self.asking()
-        self.flower("write hello", env={"CI": "1", "FLOWER_ASK_TIMEOUT": "600"}, timeout=120)
+        self.flower("--no-goal", env={"CI": "1", "FLOWER_ASK_TIMEOUT": "600"}, timeout=120)
         self.assertIn("No human can answer here", FakeAnthropic.messages_text(self.roles.bodies("work")[1]))
 
     def test_answer_to_no_such_question_is_a_usage_error(self):
@@ -357,7 +362,8 @@ class HeartbeatLive(E2ECase, unittest.TestCase):
         self.enough = threading.Event()
 
     def run_watching(self, needle):
-        proc = self.spawn("write hello", "--json", env={"FLOWER_HEARTBEAT": "1"})
+        freeze_front(self.ws)   # about the work step: the brief and goal as clarify and goal leave them
+        proc = self.spawn("--no-goal", "--json", env={"FLOWER_HEARTBEAT": "1"})
         self.addCleanup(lambda: (proc.poll() is None and proc.kill(), proc.wait()))
         self.beats = []
 
@@ -406,7 +412,8 @@ class SideQuestionLive(E2ECase, unittest.TestCase):
 
     def test_ask_while_go_runs_forks_the_live_session_and_leaves_it_alone(self):
         self.roles.work = [tool("Bash", {"command": "echo FIRST-RUN-MARK"}), text("done")]
-        self.flower("write hello")
+        freeze_front(self.ws)   # a finished job to wake: its work and judge as a fresh go leaves them
+        self.flower()
         work_sid = self.lineage()["steps"]["work"]
         arrived, release = threading.Event(), threading.Event()
         self.addCleanup(release.set)
