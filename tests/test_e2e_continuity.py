@@ -20,7 +20,7 @@ import unittest
 
 import flower
 from tests.fakeapi import FakeAnthropic, text, tool, last_user_text
-from tests.helpers import E2ECase, HAVE_SDK, ROOT, SKIP, SmallHome, fill, resume_copies, role_of
+from tests.helpers import E2ECase, HAVE_SDK, ROOT, SKIP, SmallHome, fill, freeze_front, resume_copies, role_of
 
 
 class _Base(E2ECase, unittest.TestCase):
@@ -65,7 +65,8 @@ class NothingSilent(SmallHome, _Base):
             return answer
         self.roles.work = [filling(tool("Bash", {"command": "echo one"})), tool("Bash", {"command": "echo two"}),
                            text("finished")]
-        p = self.flower("--json", "write hello")
+        freeze_front(self.ws)   # about the work step: the brief and goal as clarify and goal leave them
+        p = self.flower("--json")
         work_sid = self.lineage()["steps"]["work"]
         kept = [e for e in self.stored(work_sid) if e.get("type") == "assistant"]
         self.assertEqual(len(kept), 3)                  # the CLI wrote none: flower kept them from the stream
@@ -169,7 +170,8 @@ class WriteAhead(_Base):
                 self.assertEqual(self.flower().stderr.count("nothing new"), 1)   # and the next wake pays nothing
 
     def test_a_sentence_the_work_step_holds_is_not_sent_again(self):
-        self.flower("write hello")
+        freeze_front(self.ws)   # a finished job to wake: its work and judge as a fresh go leaves them
+        self.flower()
         work_sid = self.lineage()["steps"]["work"]
         sentence = "also support tables SENT-MARK"
         arrived, release = self.held("work")
@@ -193,7 +195,8 @@ class SideQuestion(_Base):
     """Item 9: nothing that is not the driver touches a live driver's files."""
 
     def test_once_resume_and_fork_of_the_live_session_are_refused_before_touching_it(self):
-        self.flower("write hello")
+        freeze_front(self.ws)   # a finished job to wake: its work and judge as a fresh go leaves them
+        self.flower()
         work_sid = self.lineage()["steps"]["work"]
         held, arrived, release = self.held_work()
         self.roles.work = [held]

@@ -14,7 +14,7 @@ import time
 import unittest
 
 from tests.fakeapi import Reply, text
-from tests.helpers import E2ECase, HAVE_SDK, SKIP, role_of
+from tests.helpers import E2ECase, HAVE_SDK, SKIP, freeze_front, role_of
 
 STALL = "4"   # seconds: FLOWER_STALL_TIMEOUT for these runs
 ENV = {"FLOWER_STALL_TIMEOUT": STALL, "CLAUDE_BYTE_STREAM_IDLE_TIMEOUT_MS": "600000"}
@@ -35,7 +35,8 @@ class Stall(E2ECase, unittest.TestCase):
 
     def test_a_stalled_stream_is_said_each_interval_then_retried(self):
         self.roles.work = [Reply(stall=120), text("done after the stall")]
-        p = self.flower("write hello", env=ENV, timeout=90)
+        freeze_front(self.ws)   # about the work step: the brief and goal as clarify and goal leave them
+        p = self.flower("--no-goal", env=ENV, timeout=90)
         quiet = [line for line in p.stderr.splitlines() if "no message from the CLI" in line]
         self.assertTrue(quiet, p.stderr[-3000:])
         self.assertIn("waiting for the model's answer", quiet[0])
@@ -58,7 +59,8 @@ class Stall(E2ECase, unittest.TestCase):
                 return Reply(stall=1.5)      # time to stop the CLI while its request is in flight
             return original(body)
         self.api.responder = slow_first_work
-        proc = E2ECase.spawn(self, "write hello", env=ENV)
+        freeze_front(self.ws)   # about the work step: the brief and goal as clarify and goal leave them
+        proc = E2ECase.spawn(self, "--no-goal", env=ENV)
         self.addCleanup(lambda: (proc.kill(), proc.wait(), proc.stdout.close(), proc.stderr.close()))
         self.wait_for(lambda: stopped.get("asked"), timeout=60, what="the first work request")
         live = os.path.join(self.ws, ".flower", "live")

@@ -10,7 +10,7 @@ import flower
 from flower import HandoffPolicy
 from tests.fakeapi import FakeAnthropic, text, tool
 from tests.fakesdk import FAKE
-from tests.helpers import E2ECase, FakeRuntime, RUN_FLOWER, HAVE_SDK, LEDGER_EN, SKIP
+from tests.helpers import E2ECase, FakeRuntime, RUN_FLOWER, HAVE_SDK, LEDGER_EN, SKIP, freeze_front
 
 
 class AskedHandoff(FakeRuntime, unittest.TestCase):
@@ -97,7 +97,8 @@ class AskedHandoffLive(E2ECase, unittest.TestCase):
             return tool("Bash", {"command": "echo tool-1"})
         self.roles.work = [tool("Bash", {"command": "echo tool-0"}), ask_then_tool,
                            tool("Bash", {"command": "echo tool-2"}), text("all done")]
-        p = self.flower("write hello", "--json")
+        freeze_front(self.ws)   # about the work step: the brief and goal as clarify and goal leave them
+        p = self.flower("--no-goal", "--json")
         order = [role for role, _ in self.roles.log if role in ("work", "ritual")]
         self.assertEqual(order, ["work", "work", "ritual", "work", "work"])
         ritual = next(body for role, body in self.roles.log if role == "ritual")
@@ -116,7 +117,8 @@ class AskedHandoffLive(E2ECase, unittest.TestCase):
 
     def test_go_handoff_on_a_wake_starts_the_work_step_from_a_carry(self):
         self.roles.work = [tool("Bash", {"command": "echo OLD-RUN-MARK"}), text("first run done")]
-        self.flower("write hello")
+        freeze_front(self.ws)   # a finished job to wake: its work and judge as a fresh go leaves them
+        self.flower()
         before = len(self.roles.bodies("work"))
         self.roles.work = [text("carried on")]
         self.flower("also add a footer", "--handoff")
