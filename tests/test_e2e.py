@@ -15,7 +15,7 @@ import unittest
 
 import flower
 from tests.fakeapi import FakeAnthropic, Reply, text, tool, error, last_user_text  # noqa: F401 (re-exported)
-from tests.helpers import E2ECase, HAVE_SDK, SKIP, role_of
+from tests.helpers import E2ECase, HAVE_SDK, SKIP, freeze_front, role_of
 
 
 @unittest.skipUnless(HAVE_SDK, SKIP)
@@ -64,7 +64,8 @@ class EndToEnd(E2ECase, unittest.TestCase):
     def test_02_kill_9_mid_tool_then_resume(self):
         slow = "python3 -c \"import time; time.sleep(60)\""   # still running at the kill, however slow the machine
         self.roles.work = [tool("Bash", {"command": slow}, say="KILL-MARK running the slow step"), text("after kill")]
-        proc = self.spawn("write hello")
+        freeze_front(self.ws)   # about the work step: the brief and goal as clarify and goal leave them
+        proc = self.spawn("--no-goal")
 
         def tool_use_stored():
             try:
@@ -83,7 +84,7 @@ class EndToEnd(E2ECase, unittest.TestCase):
         self.assertEqual(db.execute("PRAGMA integrity_check").fetchone()[0], "ok")
         db.close()
         before = len(self.roles.bodies("work"))
-        self.flower()
+        self.flower("--no-goal")
         self.assertEqual(self.lineage()["steps"]["work"], work_sid)
         resumed = FakeAnthropic.messages_text(self.roles.bodies("work")[before])
         self.assertIn("KILL-MARK", resumed)            # the tool_use turn and everything before it
@@ -184,7 +185,8 @@ class EndToEnd(E2ECase, unittest.TestCase):
             threading.Thread(target=self._outage, args=(15.0,), daemon=True).start()
             return Reply(drop=True)
         self.roles.work = [tool("Bash", {"command": "echo OUTAGE-MARK"}), go_down, text("finished after the outage")]
-        p = self.flower("--json", "write hello", env={"FLOWER_MAX_ATTEMPTS": "4"})
+        freeze_front(self.ws)   # about the work step: the brief and goal as clarify and goal leave them
+        p = self.flower("--json", "--no-goal", env={"FLOWER_MAX_ATTEMPTS": "4"})
         events = [json.loads(line) for line in p.stdout.splitlines()]
         self.assertEqual(len([e for e in events if e["kind"] == "retry"]), 1)
         self.assertTrue(any(e["kind"] == "result" for e in events))
@@ -250,7 +252,8 @@ class EndToEnd(E2ECase, unittest.TestCase):
             tool("Bash", {"command": "echo four"}, **usage(165_000)),         # crosses again
             text("all done", **usage(50_000)),                                 # successor 2
         ]
-        p = self.flower("--json", "--model", "claude-sonnet-4-5", "--window", "200000", "write hello")
+        freeze_front(self.ws)   # about the work step: the brief and goal as clarify and goal leave them
+        p = self.flower("--json", "--model", "claude-sonnet-4-5", "--window", "200000", "--no-goal")
         phases = [json.loads(line)["data"].get("phase") for line in p.stdout.splitlines()
                   if json.loads(line)["kind"] == "handoff"]
         self.assertEqual(phases, ["near", "writing", "done"] * 2)
@@ -286,7 +289,8 @@ class EndToEnd(E2ECase, unittest.TestCase):
         self.roles.work = [tool("Bash", {"command": "echo one"}, input_tokens=1000, cache_read=99_000),
                            text("crossing with text only", input_tokens=1000, cache_read=159_000),
                            text("successor done", input_tokens=20_000)]
-        self.flower("--model", "claude-sonnet-4-5", "--window", "200000", "write hello")
+        freeze_front(self.ws)   # about the work step: the brief and goal as clarify and goal leave them
+        self.flower("--model", "claude-sonnet-4-5", "--window", "200000", "--no-goal")
         row = self.work_row()
         self.assertTrue(row["ok"], row)
         self.assertEqual((row["generations"], row["text"]), (1, "successor done"))
@@ -299,7 +303,8 @@ class EndToEnd(E2ECase, unittest.TestCase):
             error(400, "prompt is too long: 210000 tokens > 200000 maximum", "invalid_request_error"),
             text("fresh start worked", input_tokens=5000),
         ]
-        self.flower("--model", "claude-sonnet-4-5", "write hello")
+        freeze_front(self.ws)   # about the work step: the brief and goal as clarify and goal leave them
+        self.flower("--model", "claude-sonnet-4-5", "--no-goal")
         row = self.work_row()
         self.assertTrue(row["ok"], row)
         self.assertEqual(row["generations"], 1)
@@ -311,7 +316,8 @@ class EndToEnd(E2ECase, unittest.TestCase):
 
     def test_09_fatal_401_stops_at_once(self):
         self.roles.work = [error(401, "invalid x-api-key", "authentication_error")] * 10
-        p = self.flower("write hello", check=False)
+        freeze_front(self.ws)   # about the work step: the brief and goal as clarify and goal leave them
+        p = self.flower("--no-goal", check=False)
         self.assertEqual(p.returncode, flower.EXIT_SETUP, p.stderr)   # credentials rejected: a setup problem
         self.assertNotIn("Traceback", p.stderr)
         self.assertEqual(len([l for l in p.stderr.splitlines() if l.startswith("flower:")]), 1)
