@@ -18,7 +18,7 @@ import unittest
 import flower
 from tests.fakeapi import FakeAnthropic, Reply, text, tool
 from tests.helpers import RUN_FLOWER, HAVE_SDK, MachinesCase, PgCase, SKIP, shared_server, assert_mail_delivered, \
-    mail_ids, stop_shared_server
+    freeze_front, mail_ids, stop_shared_server
 from tests.pgserver import HAVE_PG, SKIP as PG_SKIP
 
 WS_ID = "github.com/acme/hello#main"   # machine A's checkout of git@github.com:acme/hello.git, branch main
@@ -165,7 +165,8 @@ class FromAnotherMachine(MachinesCase, unittest.TestCase):
                 return tool("Bash", {"command": f"echo tool-{k}"})
             return answer
         self.roles.work = [step(k) for k in range(10)] + [text("all done")]
-        p = self.run_flower(self.a, "write hello", "--json")
+        freeze_front(self.a)   # about the work step: the brief and goal as clarify and goal leave them
+        p = self.run_flower(self.a, "--no-goal", "--json")
         work = self.roles.bodies("work")
         self.assertEqual(len(work), 11)
         assert_mail_delivered(self, work, sent)
@@ -188,14 +189,15 @@ class FromAnotherMachine(MachinesCase, unittest.TestCase):
             killed.set()
             return Reply(stall=5)
         self.roles.work = [tool("Bash", {"command": "echo before"}), say_then_die]
-        state["proc"] = self.spawn(self.a, "write hello")
+        freeze_front(self.a)   # about the work step: the brief and goal as clarify and goal leave them
+        state["proc"] = self.spawn(self.a, "--no-goal")
         self.wait_for(killed.is_set, timeout=120, what="the kill")
         state["proc"].wait(timeout=60)
         self.assertEqual(self.rows("mail"), [state["mail"]])                 # not delivered: still waiting
         before = len(self.roles.bodies("work"))
         self.roles.work = [tool("Bash", {"command": "echo after"}), text("done")]
         b = self.checkout_b()                                                  # the next run, on machine B
-        self.run_flower(b)
+        self.run_flower(b, "--no-goal")
         later = self.roles.bodies("work")[before:]
         self.assertEqual(mail_ids(later[-1]).count(state["mail"]), 1)
         self.assertEqual(sum(mail_ids(body).count(state["mail"]) for body in later[:-1]), 0)
@@ -221,14 +223,15 @@ class FromAnotherMachine(MachinesCase, unittest.TestCase):
             killed.set()
             return Reply(stall=5)
         self.roles.work = [say_then_tool, die_once_recorded]
-        state["proc"] = self.spawn(self.a, "write hello")
+        freeze_front(self.a)   # about the work step: the brief and goal as clarify and goal leave them
+        state["proc"] = self.spawn(self.a, "--no-goal")
         self.wait_for(killed.is_set, timeout=120, what="the kill")
         state["proc"].wait(timeout=60)
         self.sql("INSERT INTO flower.inbox (ws, kind, key, body) VALUES (%s, %s, %s, %s) ON CONFLICT DO NOTHING",
                  *state["row"])
         before = len(self.roles.bodies("work"))
         self.roles.work = [tool("Bash", {"command": "echo after"}), text("done")]
-        self.run_flower(self.checkout_b())                                     # the next run, on machine B
+        self.run_flower(self.checkout_b(), "--no-goal")                        # the next run, on machine B
         later = self.roles.bodies("work")[before:]
         self.assertTrue(later)
         self.assertEqual(mail_ids(later[-1]), [state["mail"]])               # the session's one record
@@ -245,7 +248,8 @@ class FromAnotherMachine(MachinesCase, unittest.TestCase):
         helper = threading.Thread(target=answer_it)
         helper.start()
         env = dict(self.env(self.a), FLOWER_ASK_TIMEOUT="180")
-        p = subprocess.run([*RUN_FLOWER, "--state", self.dsn, "write hello"], cwd=self.a, env=env,
+        freeze_front(self.a)   # about the work step: the brief and goal as clarify and goal leave them
+        p = subprocess.run([*RUN_FLOWER, "--state", self.dsn, "--no-goal"], cwd=self.a, env=env,
                            capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
         helper.join()
         self.assertEqual(p.returncode, 0, p.stderr[-3000:])
@@ -264,7 +268,8 @@ class FromAnotherMachine(MachinesCase, unittest.TestCase):
             return tool("Bash", {"command": "echo tool-1"})
         self.roles.work = [tool("Bash", {"command": "echo tool-0"}), ask_then_tool,
                            tool("Bash", {"command": "echo tool-2"}), text("all done")]
-        p = self.run_flower(self.a, "write hello", "--json")
+        freeze_front(self.a)   # about the work step: the brief and goal as clarify and goal leave them
+        p = self.run_flower(self.a, "--no-goal", "--json")
         order = [role for role, _ in self.roles.log if role in ("work", "ritual")]
         self.assertEqual(order, ["work", "work", "ritual", "work", "work"])
         ritual = next(body for role, body in self.roles.log if role == "ritual")
