@@ -14,7 +14,7 @@ import unittest
 import flower
 from tests.fakeapi import FakeAnthropic, Reply, text, tool, last_user_text
 from tests.pgserver import HAVE_PG, SKIP as PG_SKIP
-from tests.helpers import HAVE_SDK, MachinesCase, SKIP, role_of, stop_shared_server
+from tests.helpers import HAVE_SDK, MachinesCase, SKIP, freeze_front, role_of, stop_shared_server
 
 tearDownModule = stop_shared_server   # the one server MachinesCase started for this module
 
@@ -74,7 +74,8 @@ class ManyMachines(MachinesCase, unittest.TestCase):
             state["crossed"] = True
             return tool("Bash", {"command": "echo OLD-HISTORY-MARK"}, **usage(level))
         self.roles.work = [work] * 20
-        proc = self.spawn(self.a, "--model", "claude-sonnet-4-5", "--window", "200000", "write hello")
+        freeze_front(self.a)   # about the work step: the brief and goal as clarify and goal leave them
+        proc = self.spawn(self.a, "--model", "claude-sonnet-4-5", "--window", "200000", "--no-goal")
         self.wait_for(lambda: self.has_block(self.lineage()["steps"]["work"], "tool_use", "SUCCESSOR")
                       or self.has_block(self.lineage()["steps"]["work"], "text", "SUCCESSOR-MARK"),
                       what="the successor's turn in the database")
@@ -82,7 +83,7 @@ class ManyMachines(MachinesCase, unittest.TestCase):
         self.kill(proc)
         b = self.checkout_b()
         before = len(self.roles.bodies("work"))
-        self.run_flower(b, "--model", "claude-sonnet-4-5", "--window", "200000")
+        self.run_flower(b, "--model", "claude-sonnet-4-5", "--window", "200000", "--no-goal")
         self.assertEqual(self.lineage()["steps"]["work"], successor)
         sent = FakeAnthropic.messages_text(self.roles.bodies("work")[before])
         self.assertIn("You take over unfinished work", sent)      # the successor's history: the carry
@@ -132,7 +133,8 @@ class ManyMachines(MachinesCase, unittest.TestCase):
             return tool("Bash", {"command": f"while [ ! -e '{back}' ]; do sleep 0.1; done; echo SLEPT-MARK"},
                         say="OUTAGE-MARK")
         self.roles.work = [tool_then_outage, text("finished after the outage")]
-        p = self.run_flower(self.a, "write hello", timeout=300)
+        freeze_front(self.a)   # about the work step: the brief and goal as clarify and goal leave them
+        p = self.run_flower(self.a, timeout=300)
         self.assertIn("done", p.stderr)
         self.assertNotIn("continuity degraded", p.stderr)
         self.assertNotIn("spool", p.stderr)
