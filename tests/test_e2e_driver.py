@@ -15,7 +15,7 @@ import unittest
 
 import flower
 from tests.fakeapi import FakeAnthropic, Reply, text, tool, last_user_text
-from tests.helpers import processes_in, E2ECase, HAVE_SDK, SKIP, role_of
+from tests.helpers import processes_in, E2ECase, HAVE_SDK, SKIP, freeze_front, role_of
 
 SEED = int(os.environ.get("FLOWER_KILL_SEED", "12"))
 
@@ -193,7 +193,8 @@ class OneDriver(E2ECase, unittest.TestCase):
             level = 100_000 if state["calls"] == 1 else 160_000     # the second call crosses 150K
             return tool("Bash", {"command": f"echo OLD-HISTORY-MARK {state['calls']}"}, **usage(level))
         self.roles.work = [work] * 20
-        proc = self.spawn("--model", "claude-sonnet-4-5", "--window", "200000", "write hello")
+        freeze_front(self.ws)   # about the work step: the brief and goal as clarify and goal leave them
+        proc = self.spawn("--model", "claude-sonnet-4-5", "--window", "200000", "--no-goal")
         self.wait_for(lambda: state["successor"], what="the successor's first request")
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=30)
@@ -204,7 +205,7 @@ class OneDriver(E2ECase, unittest.TestCase):
         self.assertEqual(self.settled(), [])
         self.delete_session(new_sid)   # the successor never reached the store
         before = len(self.roles.bodies("work"))
-        p = self.flower("--model", "claude-sonnet-4-5", "--window", "200000")
+        p = self.flower("--model", "claude-sonnet-4-5", "--window", "200000", "--no-goal")
         self.assertIn("never reached the store", p.stderr)
         first = self.roles.bodies("work")[before]
         sent = last_user_text(first)
@@ -248,7 +249,8 @@ class Salvage(E2ECase, unittest.TestCase):
                 return text("finished")
             return tool("Bash", {"command": f"echo TURN-MARK-{n['calls']}"}, say=f"SAY-MARK-{n['calls']}")
         self.roles.work = [work] * 40
-        proc = self.spawn("write hello")
+        freeze_front(self.ws)   # about the work step: the brief and goal as clarify and goal leave them
+        proc = self.spawn("--no-goal")
         self.wait_for(lambda: n["calls"] >= 2, what="the work step")
         db = sql.connect(os.path.join(self.ws, ".flower", "sessions.db"), timeout=30, isolation_level=None)
         db.execute("BEGIN EXCLUSIVE")               # the store is locked: mirror appends wait
@@ -262,7 +264,7 @@ class Salvage(E2ECase, unittest.TestCase):
             db.execute("ROLLBACK")
             db.close()
         before = len(self.roles.bodies("work"))
-        p = self.flower()
+        p = self.flower("--no-goal")
         self.assertIn("store had missed", p.stderr)
         resumed = FakeAnthropic.messages_text(self.roles.bodies("work")[before])
         for i in range(1, said):                    # every answered turn before the kill is sent back
@@ -279,7 +281,8 @@ class Salvage(E2ECase, unittest.TestCase):
             n["calls"] += 1
             return tool("Bash", {"command": f"echo {n['calls']} >> ticks.txt"})
         self.roles.work = [work] * 400
-        proc = self.spawn("write hello")
+        freeze_front(self.ws)   # about the work step: the brief and goal as clarify and goal leave them
+        proc = self.spawn("--no-goal")
         self.wait_for(lambda: n["calls"] >= 3, what="the work step")
         proc.send_signal(signal.SIGTERM)
         termed_at = time.time()
