@@ -23,7 +23,7 @@ import flower
 from tests import delegating_model as dm
 from tests import trusting_model as tm
 from tests.fakeapi import FakeAnthropic, error, text, tool
-from tests.helpers import E2ECase, RUN_FLOWER, HAVE_SDK, SKIP, SmallHome, fill, load_chaos, system_of
+from tests.helpers import E2ECase, RUN_FLOWER, HAVE_SDK, SKIP, SmallHome, fill, freeze_front, load_chaos, system_of
 
 FRAME = ("[Subagent hand-back] The text below is the final report of a subagent this session delegated to. "
          "The report follows:\n  Conclusion: done. {report}\nagentId: a1\n<usage>subagent_tokens: 7005</usage>")
@@ -189,7 +189,8 @@ class WorkerTranscriptUnstored(SmallHome, E2ECase, unittest.TestCase):
         self.roles.work = [tool("Agent", {"description": "one", "prompt": "run one", "subagent_type": "worker"}),
                            at("free")]
         self.api.responder = responder
-        p = self.flower("--json", "write hello")
+        freeze_front(self.ws)   # about the work step: the brief and goal as clarify and goal leave them
+        p = self.flower("--json")
         return p, [ln for ln in p.stderr.splitlines() if "never reached the session store" in ln]
 
     def test_a_worker_answer_the_cli_could_not_write_is_said(self):

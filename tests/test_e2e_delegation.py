@@ -21,7 +21,7 @@ import unittest
 
 import flower
 from tests.fakeapi import FakeAnthropic, text, tool, last_user_text
-from tests.helpers import E2ECase, HAVE_SDK, SKIP, Roles
+from tests.helpers import E2ECase, HAVE_SDK, SKIP, Roles, freeze_front
 
 WORKER_MARK = "You are a worker."
 SECRET = "sk-ant-api03-" + "Q" * 40
@@ -247,7 +247,8 @@ class GoDelegates(Base):
         def responder(body):
             return work(body) or original(body)
         self.api.responder = responder
-        self.flower("write hello")
+        freeze_front(self.ws)   # about the work step: the brief and goal as clarify and goal leave them
+        self.flower("--no-goal")
         self.assertEqual(self.read("hello.txt"), "hi\n")
         first = roles.bodies("work")[0]
         self.assertIn("PROBE-DESC", last_user_text(first))
@@ -259,7 +260,8 @@ class GoDelegates(Base):
     def test_no_delegate_is_a_single_worker(self):
         hello = os.path.join(self.ws, "hello.txt")
         self.roles.work = [tool("Write", {"file_path": hello, "content": "hi\n"}), text("WORK-DONE")]
-        self.flower("write hello", env={"FLOWER_NO_DELEGATE": "1"})
+        freeze_front(self.ws)   # about the work step: the brief and goal as clarify and goal leave them
+        self.flower("--no-goal", env={"FLOWER_NO_DELEGATE": "1"})
         self.assertEqual(self.read("hello.txt"), "hi\n")
         first = self.roles.bodies("work")[0]
         self.assertNotIn(flower.text("coordinator_instructions")[:40], json.dumps(first.get("system", "")))
@@ -278,7 +280,8 @@ class GoDelegates(Base):
                 return worker_q.pop(0) if worker_q else text("worker ok")
             return roles(body)
         self.api.responder = responder
-        proc = self.spawn("write hello")
+        freeze_front(self.ws)   # about the work step: the brief and goal as clarify and goal leave them
+        proc = self.spawn("--no-goal")
 
         def worker_call_stored():
             try:
@@ -295,7 +298,7 @@ class GoDelegates(Base):
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=30)
         before = len(roles.bodies("work"))
-        self.flower()
+        self.flower("--no-goal")
         self.assertEqual(self.lineage()["steps"]["work"], work_sid)   # the coordinator's session goes on
         resumed = FakeAnthropic.messages_text(roles.bodies("work")[before])
         self.assertIn("COORD-MARK", resumed)

@@ -10,7 +10,7 @@ import unittest
 
 import flower
 from tests.fakeapi import error, text, tool
-from tests.helpers import E2ECase, HAVE_SDK, ROOT, Roles, SKIP, role_of
+from tests.helpers import E2ECase, HAVE_SDK, ROOT, Roles, SKIP, freeze_front, role_of
 
 
 def stamp(at: float) -> str:
@@ -87,7 +87,8 @@ class WaitedOut(E2ECase, unittest.TestCase):
         roles = LimitedWork(os.path.join(self.ws, "hello.txt"), gap=2)
         self.api.responder = roles
         # the CLI passes each 429 on at once (its own retries would only hide the second one)
-        p = self.flower("write hello", "--no-goal", env={"CLAUDE_CODE_MAX_RETRIES": "0"})
+        freeze_front(self.ws, goal=False)   # about the work step: the brief as the clarify step leaves it
+        p = self.flower("--no-goal", env={"CLAUDE_CODE_MAX_RETRIES": "0"})
         self.assertEqual(p.returncode, 0)
         self.assertGreaterEqual(roles.limited, 2, p.stderr[-3000:])
         self.assertGreaterEqual(p.stderr.count("usage limit reached: waiting until it resets"), 2, p.stderr[-3000:])
@@ -105,7 +106,8 @@ class WaitedOut(E2ECase, unittest.TestCase):
     def test_a_limit_past_the_bound_ends_with_its_own_exit_code(self):
         roles = LimitedWork(os.path.join(self.ws, "hello.txt"), gap=3600)
         self.api.responder = roles
-        p = self.flower("write hello", "--no-goal", env={"FLOWER_MAX_LIMIT_WAIT": "60", "CLAUDE_CODE_MAX_RETRIES": "0"}, check=False)
+        freeze_front(self.ws, goal=False)   # about the work step: the brief as the clarify step leaves it
+        p = self.flower("--no-goal", env={"FLOWER_MAX_LIMIT_WAIT": "60", "CLAUDE_CODE_MAX_RETRIES": "0"}, check=False)
         self.assertEqual(p.returncode, 6, p.stderr[-2000:])
         self.assertIn("FLOWER_MAX_LIMIT_WAIT", p.stderr)
         self.assertNotIn("Traceback", p.stderr)
