@@ -24,7 +24,7 @@ import unittest
 
 import flower
 from tests.fakeapi import FakeAnthropic, error, text, tool
-from tests.helpers import E2ECase, HAVE_SDK, SKIP, SmallHome, WithPostgres, fill, stop_shared_server, system_of, \
+from tests.helpers import E2ECase, HAVE_SDK, SKIP, SmallHome, WithPostgres, fill, freeze_front, stop_shared_server, system_of, \
     wait_until
 from tests.pgserver import HAVE_PG, SKIP as SKIP_PG
 
@@ -77,7 +77,8 @@ class UnwrittenWhileDelegating(WithPostgres, SmallHome, E2ECase, unittest.TestCa
         self.roles.work = [self.full(tool("Agent", AGENT, say="AGENT-CALL-MARK"))]
         self.worker_q = [tool("Bash", {"command": f"echo ran >> {marker} && sleep 30"})]
         self.api.responder = self.responder
-        p = self.spawn("--state", self.dsn, "--json", "do the step")
+        freeze_front(self.ws)   # about the work step: the brief and goal as clarify and goal leave them
+        p = self.spawn("--state", self.dsn, "--json", "--no-goal")
         try:
             self.wait_for(lambda: os.path.exists(marker), timeout=120, what="the worker's step running")
             # the phase: the worker's step runs; flower had its answer (the fixed flower stores the call then)
@@ -87,7 +88,7 @@ class UnwrittenWhileDelegating(WithPostgres, SmallHome, E2ECase, unittest.TestCa
             p.communicate(timeout=60)
         self.freed(None)(None)
         self.roles.work = [text("all done")]
-        self.flower("--state", self.dsn, "do the step", timeout=240)
+        self.flower("--state", self.dsn, "--no-goal", timeout=240)
         resumed = FakeAnthropic.messages_text(self.roles.bodies("work")[1])
         self.assertIn("AGENT-CALL-MARK", resumed)   # the call is in the history the coordinator resumes
         self.assertIn(json.dumps(flower.text("worker_stopped"))[1:41], resumed)
@@ -101,7 +102,8 @@ class UnwrittenWhileDelegating(WithPostgres, SmallHome, E2ECase, unittest.TestCa
                            text("all done")]
         self.worker_q = [tool("Bash", {"command": "echo one"}), self.full(text("WORKER-REPORT-MARK: step done"))]
         self.api.responder = self.responder
-        p = self.flower("--state", self.dsn, "--json", "do the step", timeout=240)
+        freeze_front(self.ws)   # about the work step: the brief and goal as clarify and goal leave them
+        p = self.flower("--state", self.dsn, "--json", "--no-goal", timeout=240)
         self.assertIn("WORKER-REPORT-MARK", self.payloads(), p.stderr[-2000:])
         successor = FakeAnthropic.messages_text(self.roles.bodies("work")[-1])
         self.assertIn("WORKER-REPORT-MARK", successor)   # the degraded handoff carries the report
@@ -110,7 +112,8 @@ class UnwrittenWhileDelegating(WithPostgres, SmallHome, E2ECase, unittest.TestCa
         self.roles.work = [tool("Agent", AGENT), text("all done")]
         self.worker_q = [tool("Bash", {"command": "echo one"}), text("WORKER-REPORT-MARK: step done")]
         self.api.responder = self.responder
-        p = self.flower("--state", self.dsn, "--json", "do the step", timeout=240)
+        freeze_front(self.ws)   # about the work step: the brief and goal as clarify and goal leave them
+        p = self.flower("--state", self.dsn, "--json", timeout=240)
         self.assertNotIn("never recorded", p.stderr)
         self.assertNotIn('"flowerFromStream"', self.payloads())
 
