@@ -20,7 +20,7 @@ import unittest
 import flower
 from tests import fakeapi
 from tests.fakeapi import FakeAnthropic, Reply, last_user_text
-from tests.helpers import E2ECase, HAVE_SDK, Roles, SKIP, role_of
+from tests.helpers import E2ECase, HAVE_SDK, Roles, SKIP, freeze_front, role_of
 
 LOG = "steps.log"
 
@@ -201,7 +201,8 @@ class Truth(E2ECase, unittest.TestCase):
         model = TrustingModel(self.ws, steps=3, slow={2: "python3 -c 'import time; time.sleep(120)'"})
         self.flow(model)
         self.addCleanup(self.stop_leftovers)
-        proc = self.spawn("do the three steps")
+        freeze_front(self.ws)   # about the work step: the brief and goal as clarify and goal leave them
+        proc = self.spawn("--no-goal")
         self.addCleanup(lambda: (proc.stdout.close(), proc.stderr.close()))
         self.wait_for(lambda: model.lines() == ["step-1", "step-2"], timeout=120, what="step 2 to be running")
         proc.kill()
@@ -209,7 +210,7 @@ class Truth(E2ECase, unittest.TestCase):
         from tests.helpers import processes_in
         self.wait_for(lambda: not processes_in(self.ws), timeout=20, what="the tool to stop with its flower")
         killed = len(self.api.requests)
-        self.flower()
+        self.flower("--no-goal")
         self.assertEqual(model.lines(), ["step-1", "step-2", "step-3"])   # step 2 was not run again
         resumed = self.api.requests[killed]
         said = self.sent_results(resumed)

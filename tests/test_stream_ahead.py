@@ -20,7 +20,7 @@ import unittest
 
 import flower
 from tests.fakeapi import text, tool
-from tests.helpers import E2ECase, HAVE_SDK, SKIP, SmallHome, WithPostgres, fill, stop_shared_server
+from tests.helpers import E2ECase, HAVE_SDK, SKIP, SmallHome, WithPostgres, fill, freeze_front, stop_shared_server
 from tests.pgserver import HAVE_PG, SKIP as SKIP_PG
 
 tearDownModule = stop_shared_server   # the one server the PostgreSQL case started for this module
@@ -68,7 +68,8 @@ class KilledWhileHomeFull(SmallHome, E2ECase, unittest.TestCase):
             release.wait(120)
             return text("too late")
         self.roles.work = [filling, held]
-        proc = self.spawn("--json", *self.state(), "do the step")
+        freeze_front(self.ws)   # about the work step: the brief and goal as clarify and goal leave them
+        proc = self.spawn("--json", *self.state(), "--no-goal")
         self.addCleanup(lambda: proc.poll() is None and (proc.kill(), proc.wait()))
         self.addCleanup(lambda: (proc.stdout.close(), proc.stderr.close()))
         said: list[str] = []
@@ -88,7 +89,7 @@ class KilledWhileHomeFull(SmallHome, E2ECase, unittest.TestCase):
             return tool("Bash", {"command": STEP}, say="doing step 1")
         sent = len(self.roles.log)
         self.roles.work = [trusting] * 4
-        p = self.flower(*self.state(), "do the step", check=False)
+        p = self.flower(*self.state(), "--no-goal", check=False)
         self.assertEqual(p.returncode, 0, p.stderr[-3000:])
         woke = [b for r, b in self.roles.log[sent:] if r == "work"][0]
         self.assertIn("doing step 1", json.dumps(woke.get("messages", [])))
