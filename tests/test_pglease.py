@@ -16,7 +16,7 @@ import unittest.mock
 import flower
 from tests.fakeapi import FakeAnthropic, text, tool
 from tests.pgserver import HAVE_PG, SKIP as PG_SKIP, password_role
-from tests.helpers import RUN_FLOWER, HAVE_SDK, MachinesCase, PgCase, SKIP, role_of, stop_shared_server
+from tests.helpers import RUN_FLOWER, HAVE_SDK, MachinesCase, PgCase, SKIP, freeze_front, role_of, stop_shared_server
 
 tearDownModule = stop_shared_server   # the one server PgCase started for this module
 
@@ -151,7 +151,8 @@ class TwoMachines(_Machines):
             self.outage(5, back)
             return tool("Bash", {"command": f"python3 -c \"{wait}\""}, say="A-RUNS-THE-TOOL")
         self.roles.work = [tool_then_outage, text("finished on A")]
-        a = self.spawn(self.a, "write hello")
+        freeze_front(self.a)   # about the work step: the brief and goal as clarify and goal leave them
+        a = self.spawn(self.a)
         self.assertTrue(back.wait(120), "the outage never came")
         time.sleep(0.5)
         b = self.checkout_b()
@@ -291,7 +292,8 @@ class DatabaseBlips(_Machines):
                         say="LAPSE-MARK")
         self.roles.work = [tool_then_outage, text("finished after the lapse")]
         env = dict(self.env(self.a), FLOWER_LEASE_TTL="6")
-        p = subprocess.run([*RUN_FLOWER, "--state", self.dsn, "write hello"], cwd=self.a, env=env,
+        freeze_front(self.a)   # about the work step: the brief and goal as clarify and goal leave them
+        p = subprocess.run([*RUN_FLOWER, "--state", self.dsn], cwd=self.a, env=env,
                            capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
         self.assertTrue(back.wait(60))
         self.assertEqual(p.returncode, 0, p.stderr[-3000:])
