@@ -239,6 +239,7 @@ def trim_bench(tmp, label, make, n):
     *first, written = first_trim_pairs(tmp, store, label, n, floor)
     report(f"(c) trim-on load {n:>7,}, {label}: first (writes {written} spills)", *first)
     ours()   # this wrapper's spill files exist from here on
+    flower.wait_spills()   # (written in a thread of their own: later loads must not race the writer)
     report(f"    later loads (spills exist)", *paired(ours, floor, reps(n), setup=cold, collect=True, clock=CPU), goal=1.3)
 
     def resume():
@@ -340,6 +341,7 @@ def subagent_bench(tmp):
             report(f"    trim on, first load (writes {len(written)} spills), wall", first, time.perf_counter() - start)
         else:
             ours()
+        flower.wait_spills()   # the first load's files, if written in a thread: later loads find them
         t_ours, t_floor, pair = paired(ours, floor, repeat, setup=cold, collect=True, clock=CPU)
         report(f"(d) trim-on later loads, {label}", t_ours, t_floor, pair, goal=1.3)
         per_entry[scale] = (t_ours / n, t_floor / n)
