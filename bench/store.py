@@ -327,6 +327,7 @@ def subagent_bench(tmp):
                 ours()
                 gc.collect()
                 first = time.perf_counter() - start
+                flower.wait_spills()   # files written in a thread of their own are counted in ``written`` too
             finally:
                 flower.write_spills = real_write
             plain_dir = os.path.join(tmp, f"plain-sub{scale}")
