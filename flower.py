@@ -6706,7 +6706,7 @@ class PruningSessionStore:
                 if small:
                     done = work(spills)
             if small:   # the files are the disk's business: not on the loop, not under the store's lock
-                if spills:
+                if spills and not write_spills_later(spills):
                     await asyncio.to_thread(write_spills, spills)
                 return done
             return await asyncio.to_thread(work)
@@ -6727,7 +6727,8 @@ class PruningSessionStore:
             return None
         report = done[1]
         if spills is None:
-            write_spills(report.spills)
+            if not write_spills_later(report.spills):
+                write_spills(report.spills)
         else:
             spills.update(report.spills)
         report.spills = {}   # written or handed on: no texts kept (a 2,000 x 100 KB session held 150 MB here)
@@ -6854,6 +6855,38 @@ def write_spills(spills: dict[str, str]) -> None:
             with os.fdopen(fd, "w", encoding="utf-8", errors="surrogatepass") as fh:
                 fh.write(clean)
             os.replace(tmp, path)
+
+
+SPILL_LOAD_DEFER_AT = 1 << 20   # from this many chars in all, a load's spill files are written in a thread
+SPILL_LOAD_WAIT = 0.05   # the load's caller goes first: a redaction holds the interpreter lock in long stretches
+_SPILL_WRITERS: dict[str, Any] = {}   # path -> the thread writing it, while it runs (see wait_spills)
+
+
+def write_spills_later(spills: dict[str, str]) -> bool:
+    """Start :func:`write_spills` in a thread of its own when the texts are long (SPILL_LOAD_DEFER_AT
+    chars in all: redacting 30 MB takes a second, which the load that found them need not wait for; a
+    pointer names only its file); False, doing nothing, for shorter ones. Until a file is written, its
+    path is among ``_SPILL_WRITERS``: the Runtime waits for them before its first query, and
+    ``wait_spills()`` waits for them. A file not written (a failed write, the process killed) is not
+    there, and the next load writes it."""
+    if sum(map(len, spills.values())) < SPILL_LOAD_DEFER_AT:
+        return False
+
+    def write() -> None:
+        try:
+            time.sleep(SPILL_LOAD_WAIT)
+            write_spills(spills)
+        except OSError:
+            pass
+        finally:
+            for path in spills:
+                if _SPILL_WRITERS.get(path) is writer:
+                    del _SPILL_WRITERS[path]
+    writer = threading.Thread(target=write, name="flower-load-spill", daemon=False)
+    for path in spills:
+        _SPILL_WRITERS[path] = writer
+    writer.start()
+    return True
 
 
 def _same_texts(places: list[tuple[str, str, str, str]]) -> list[list[tuple[str, str, str, str]]]:
@@ -10177,7 +10210,6 @@ class PgMailbox:
 SPILL_DEFER_AT = 1 << 18   # from this many chars a write-time spill's file is written off the agent's path
 SPILL_HEAD_LINES = 1 << 16   # the head is redacted from whole lines: one must end this soon after it
 SPILL_DEFER_WAIT = 0.05   # the agent's path goes first: a redaction holds the interpreter lock in long stretches
-_SPILL_WRITERS: dict[str, Any] = {}   # path -> the thread writing it, while it runs
 
 
 def redacted_head(full: str, head: int, secrets: list[str]) -> str | None:
@@ -10228,7 +10260,7 @@ def spill_later(spill_dir: str, full: str, head: int) -> tuple[str, str] | None:
 
 def wait_spills(timeout: float | None = None) -> None:
     """Wait until the spill files being written now are written."""
-    for writer in list(_SPILL_WRITERS.values()):
+    for writer in set(_SPILL_WRITERS.values()):
         writer.join(timeout)
 
 
@@ -12190,6 +12222,8 @@ class Runtime:
             with resume_copies_in(writing):
                 await client.connect()
             writing = None
+            if _SPILL_WRITERS:   # the load's spill files: a tool call may read one
+                await asyncio.to_thread(wait_spills)
             await client.query(prompt)
             watcher = asyncio.create_task(self._watch_human(client, turn))
             st.heard, st.pending = time.monotonic(), set()

@@ -112,6 +112,7 @@ class Fits(unittest.TestCase):
         loaded = asyncio.run(store.load(key))
         self.assertLessEqual(flower.estimate_tokens(loaded), 135_000)
         self.assertEqual(sum("archived" in json.dumps(e) for e in loaded), 59)   # all but the newest
+        flower.wait_spills()   # 1.2 MB of spills: written in a thread of their own
         self.assertEqual(len(os.listdir(self.tmp.name)), 59)
         again = asyncio.run(store.load(key))                 # prepared once: later loads prune as usual
         self.assertGreater(flower.estimate_tokens(again), 300_000)
@@ -245,6 +246,7 @@ class RichResults(unittest.TestCase):
             self.assertLess(len(json.dumps(loaded, ensure_ascii=False)), 135_000 * 3.5)   # what is sent, measured apart
             self.assertEqual(sum("archived" in json.dumps(e) for e in loaded), 59)
             texts = set()
+            flower.wait_spills()   # 1.2 MB of spills: written in a thread of their own
             for name in os.listdir(tmp):
                 with open(os.path.join(tmp, name), encoding="utf-8") as fh:
                     texts.add(fh.read())
