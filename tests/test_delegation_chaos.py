@@ -169,25 +169,27 @@ class WorkerTranscriptUnstored(SmallHome, E2ECase, unittest.TestCase):
         self.env.pop("FLOWER_NO_DELEGATE", None)
 
     def run_job(self, full: bool):
+        delegate = tool("Agent", {"description": "one", "prompt": "run one", "subagent_type": "worker"})
+
         def at(step):
             def answer(body):
                 if full and step == "fill":
-                    self.filler = fill(self.home)   # the worker's first answer: the CLI cannot write its transcript now
+                    self.filler = fill(self.home)   # the coordinator's call starting the worker: the CLI cannot write now
                 elif full and step == "free":
                     os.unlink(self.filler)   # the coordinator's closing answer: it can again
-                return {"fill": tool("Bash", {"command": "echo one"}), "free": text("all done")}[step]
+                return {"fill": delegate, "free": text("all done")}[step]
             return answer
-        # HOME stays full until the worker has reported: however late the CLI writes the worker's
-        # transcript, it cannot
-        worker_q = [at("fill"), text("WORKER-REPORT")]
+        # HOME full before the worker's transcript exists (a file written before the fill could take
+        # a few more lines into its last page) and until the worker has reported: however late the
+        # CLI writes the worker's transcript, it cannot
+        worker_q = [tool("Bash", {"command": "echo one"}), text("WORKER-REPORT")]
 
         def responder(body):
             if flower.text("worker_instructions")[:30] in system_of(body):
                 item = worker_q.pop(0) if worker_q else text("worker ok")
                 return item(body) if callable(item) else item
             return self.roles(body)
-        self.roles.work = [tool("Agent", {"description": "one", "prompt": "run one", "subagent_type": "worker"}),
-                           at("free")]
+        self.roles.work = [at("fill"), at("free")]
         self.api.responder = responder
         freeze_front(self.ws)   # about the work step: the brief and goal as clarify and goal leave them
         p = self.flower("--json")
