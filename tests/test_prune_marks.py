@@ -1,0 +1,195 @@
+"""A key its trim-on load left as it was is marked (issue 46): a later load with the same policy reads its
+payloads in one statement after the head and prunes nothing. What must hold: every load still equals
+prune() of the stored rows, whatever another writer did to them since (added, changed, deleted, moved,
+replaced a row, dropped a trigger), and a key a prune changes, or a mark of another policy, is never
+taken as left as it was."""
+
+import asyncio
+import json
+import os
+import random
+import sqlite3
+import tempfile
+import unittest
+
+import flower
+from tests.transcripts import anchor_transcript, random_transcript
+
+PK = "proj"
+
+
+def plain_session(n: int, sid: str = "s") -> list[dict]:
+    """``n`` entries a prune leaves as they are: a prompt, then Read calls and their results (two of them
+    big: trimmed by a policy that keeps no big result)."""
+    entries, parent = [], None
+    for i in range(n):
+        uid = f"{sid}-{i}"
+        if i % 2:
+            message = {"role": "user", "content": [{"type": "tool_result", "tool_use_id": f"t{i - 1}",
+                                                    "content": f"contents of file {i}" * (300 if i in (3, 7) else 1)}]}
+        elif i:
+            message = {"role": "assistant", "id": f"m{i}", "model": "claude-x", "content": [
+                {"type": "tool_use", "id": f"t{i}", "name": "Read", "input": {"file_path": f"/w/f{i}"}}]}
+        else:
+            message = {"role": "user", "content": "read the files"}
+        entries.append({"type": message["role"], "uuid": uid, "parentUuid": parent, "sessionId": sid,
+                        "isSidechain": True, "message": message})
+        parent = uid
+    entries.append({"type": "assistant", "uuid": f"{sid}-end", "parentUuid": parent, "sessionId": sid,
+                    "isSidechain": True, "message": {"role": "assistant", "id": "mend", "model": "claude-x",
+                                                     "content": [{"type": "text", "text": "Report: done."}]}})
+    return entries
+
+
+def api_error(uid: str, parent: str) -> dict:
+    return {"type": "assistant", "uuid": uid, "parentUuid": parent, "isApiErrorMessage": True, "sessionId": "s",
+            "message": {"role": "assistant", "model": "<synthetic>", "content": [
+                {"type": "text", "text": "API Error: 500 Internal server error"}]}}
+
+
+class MarkCase(unittest.TestCase):
+    def setUp(self):
+        tmp = tempfile.TemporaryDirectory()
+        self.addCleanup(tmp.cleanup)
+        self.path = os.path.join(tmp.name, "sessions.db")
+        self.store = flower.SqliteSessionStore(self.path)
+        self.addCleanup(self.store.close)
+        self.other = sqlite3.connect(self.path, isolation_level=None)   # a writer knowing nothing of flower
+        self.addCleanup(self.other.close)
+        self.policy = flower.PrunePolicy(trim=True, spill_dir=os.path.join(tmp.name, "spill"))
+        self.key = {"project_key": PK, "session_id": "s", "subpath": "subagents/agent-1"}
+        self.skey = flower._key_string(self.key)
+
+    def load(self, key=None, policy=None):
+        wrapped = flower.PruningSessionStore(self.store, policy=policy or self.policy)
+        return asyncio.run(wrapped.load(key or self.key))
+
+    def marked(self) -> set:
+        return {r[0] for r in self.other.execute("SELECT skey FROM prune_marks")}
+
+    def assertSameAsPrune(self, key=None, policy=None):
+        policy = policy or self.policy
+        want = flower.prune(self.store.load_sync(key or self.key), policy)[0]
+        self.assertEqual(self.load(key, policy), want)
+
+    def statements(self, run):
+        seen = []
+        self.store._db.set_trace_callback(lambda sql: sql.startswith("--") or seen.append(sql))
+        try:
+            return run(), seen
+        finally:
+            self.store._db.set_trace_callback(None)
+
+
+class MarkedLoad(MarkCase):
+    def test_a_key_left_as_it_was_is_marked_and_then_read_in_two_statements(self):
+        self.store.append_sync(self.key, plain_session(30))
+        first = self.load()
+        self.assertEqual(first, self.store.load_sync(self.key))   # prune leaves it as it was
+        self.assertEqual(self.marked(), {self.skey})
+        got, seen = self.statements(self.load)
+        self.assertEqual(got, first)
+        self.assertEqual(len(seen), 2, seen)   # head, payloads
+        self.assertIn("prune_marks", seen[1])
+
+    def test_a_key_a_prune_changes_is_not_marked(self):
+        rng = random.Random(46)
+        keys = []
+        for k in range(40):
+            key = dict(self.key, subpath=f"subagents/agent-{k}")
+            entries = random_transcript(k, size=30) if k % 2 else anchor_transcript(25, seed=k)
+            self.store.append_sync(key, entries)
+            keys.append(key)
+        for _ in range(2):
+            for key in rng.sample(keys, len(keys)):
+                with self.subTest(key=key["subpath"]):
+                    self.assertSameAsPrune(key)
+        for key in keys:
+            stored = self.store.load_sync(key)
+            left = flower.prune(stored, self.policy)[0] == stored
+            self.assertEqual(flower._key_string(key) in self.marked(), left, key)
+        self.assertTrue(0 < len(self.marked()) < len(keys))   # both kinds met
+
+    def test_a_mark_of_another_policy_is_not_used(self):
+        self.store.append_sync(self.key, plain_session(30))
+        self.load()
+        self.assertEqual(self.marked(), {self.skey})
+        harder = flower.PrunePolicy(trim=True, trim_keep=0, trim_min_chars=1000, spill_dir=self.policy.spill_dir)
+        self.assertNotEqual(flower.prune(self.store.load_sync(self.key), harder)[0], self.store.load_sync(self.key))
+        self.assertSameAsPrune(policy=harder)   # it trims the big results
+        self.assertSameAsPrune()
+
+    def test_a_prepare_is_not_served_by_a_mark(self):
+        self.store.append_sync(self.key, plain_session(30))
+        self.load()
+        wrapped = flower.PruningSessionStore(self.store, policy=self.policy)
+        self.assertTrue(asyncio.run(wrapped.prepare(self.key, 10**9)))
+        self.assertIsNotNone(wrapped.last_report.tokens)   # the estimate a prepare asks for is told
+        self.assertEqual(asyncio.run(wrapped.load(self.key)), self.store.load_sync(self.key))
+
+
+class MarkGoesWithTheRows(MarkCase):
+    """Whatever another writer does to a marked key's rows, the next load prunes what is stored now."""
+
+    def changed(self, how: str) -> None:
+        rows = self.other.execute("SELECT seq, uuid, payload FROM entries WHERE skey=? ORDER BY seq",
+                                  (self.skey,)).fetchall()
+        seq, uid, payload = rows[5]
+        error = json.dumps(api_error(uid, json.loads(payload)["parentUuid"]))
+        if how == "append":   # an API error after the last row: a prune drops it
+            last = json.loads(rows[-1][2])["uuid"]
+            self.other.execute("INSERT INTO entries(skey, uuid, payload) VALUES (?,?,?)",
+                               (self.skey, "late-error", json.dumps(api_error("late-error", last))))
+        elif how == "update":
+            self.other.execute("UPDATE entries SET payload=? WHERE seq=?", (error, seq))
+        elif how == "delete":   # the chain now names a parent that is gone: still what prune makes of it
+            self.other.execute("DELETE FROM entries WHERE seq=?", (rows[1][0],))
+        elif how == "replace":   # the row's uuid taken again: the old row goes (no delete trigger), a new seq
+            self.other.execute("INSERT OR REPLACE INTO entries(skey, uuid, payload) VALUES (?,?,?)",
+                               (self.skey, uid, error))
+        elif how == "delete and append":   # as many rows as before
+            self.other.execute("DELETE FROM entries WHERE seq=?", (rows[-1][0],))
+            self.other.execute("INSERT INTO entries(skey, uuid, payload) VALUES (?,?,?)",
+                               (self.skey, "late-error", json.dumps(api_error("late-error", rows[-2][1]))))
+        elif how == "moved in":   # a row of another key moved under this one
+            other = dict(self.key, subpath="subagents/agent-other")
+            self.store.append_sync(other, [api_error("moved", rows[-1][1])])
+            self.other.execute("UPDATE entries SET skey=? WHERE uuid='moved'", (self.skey,))
+        elif how == "uuid column":
+            self.other.execute("UPDATE entries SET uuid='elsewhere' WHERE seq=?", (seq,))
+
+    def test_every_change_unmarks_the_key(self):
+        for how in ("append", "update", "delete", "replace", "delete and append", "moved in", "uuid column"):
+            with self.subTest(how=how):
+                self.key = dict(self.key, subpath=f"subagents/{how}")
+                self.skey = flower._key_string(self.key)
+                self.store.append_sync(self.key, plain_session(30, sid=how.replace(" ", "-")))
+                self.load()
+                self.assertIn(self.skey, self.marked())
+                self.changed(how)
+                self.assertSameAsPrune()
+                self.assertSameAsPrune()   # and again, marked anew or not
+
+    def test_a_mark_trigger_dropped_by_another_writer_forgets_every_mark(self):
+        for name in flower.MARK_TRIGGERS:
+            with self.subTest(trigger=name):
+                self.key = dict(self.key, subpath=f"subagents/{name}")
+                self.skey = flower._key_string(self.key)
+                self.store.append_sync(self.key, plain_session(30, sid=name))
+                self.load()
+                self.assertIn(self.skey, self.marked())
+                self.other.execute(f"DROP TRIGGER {name}")
+                seq = self.other.execute("SELECT seq, uuid FROM entries WHERE skey=? ORDER BY seq LIMIT 1 OFFSET 5",
+                                         (self.skey,)).fetchone()[0]
+                if name.endswith("gone_1"):
+                    self.other.execute("DELETE FROM entries WHERE seq=?", (seq,))
+                else:
+                    self.other.execute("UPDATE entries SET payload=? WHERE seq=?",
+                                       (json.dumps(api_error(f"e{seq}", None)), seq))
+                self.assertSameAsPrune()
+                known = {n for (n,) in self.other.execute(flower.SQL_TRIGGERS_KNOWN)}
+                self.assertTrue(known.issuperset(flower.MARK_TRIGGERS))   # back, for later writes
+
+
+if __name__ == "__main__":
+    unittest.main()
