@@ -119,9 +119,12 @@ class MarkedLoad(MarkCase):
         self.assertSameAsPrune(policy=harder)   # it trims the big results
         self.assertSameAsPrune()
 
-    def test_a_prepare_is_not_served_by_a_mark(self):
+    def test_an_estimate_is_not_served_by_a_mark(self):
         self.store.append_sync(self.key, plain_session(30))
         self.load()
+        entries, report = self.store.load_pruned(self.key, self.policy, estimate=True)
+        self.assertEqual(entries, self.store.load_sync(self.key))
+        self.assertEqual(report.tokens, flower.estimate_tokens(entries))   # the size a prepare decides by
         wrapped = flower.PruningSessionStore(self.store, policy=self.policy)
         self.assertTrue(asyncio.run(wrapped.prepare(self.key, 10**9)))
         self.assertIsNotNone(wrapped.last_report.tokens)   # the estimate a prepare asks for is told
@@ -151,10 +154,10 @@ class MarkGoesWithTheRows(MarkCase):
             self.other.execute("DELETE FROM entries WHERE seq=?", (rows[-1][0],))
             self.other.execute("INSERT INTO entries(skey, uuid, payload) VALUES (?,?,?)",
                                (self.skey, "late-error", json.dumps(api_error("late-error", rows[-2][1]))))
-        elif how == "moved in":   # a row of another key moved under this one
-            other = dict(self.key, subpath="subagents/agent-other")
-            self.store.append_sync(other, [api_error("moved", rows[-1][1])])
-            self.other.execute("UPDATE entries SET skey=? WHERE uuid='moved'", (self.skey,))
+        elif how == "moved in":   # an older key's first row moved under this one (its seq below this key's)
+            first = self.other.execute("SELECT min(seq) FROM entries").fetchone()[0]
+            self.other.execute("UPDATE entries SET payload=? WHERE seq=?", (json.dumps(api_error("moved", None)), first))
+            self.other.execute("UPDATE entries SET skey=? WHERE seq=?", (self.skey, first))
         elif how == "uuid column":
             self.other.execute("UPDATE entries SET uuid='elsewhere' WHERE seq=?", (seq,))
 
