@@ -5707,8 +5707,9 @@ SQL_LOAD_HEAD = (f"SELECT (SELECT 1 FROM sessions WHERE skey=?1), (SELECT data_v
 # hold of the lock need not ask again: one statement a small key, not two)
 SQL_SMALL_HEAD = (f"SELECT ({SQL_ROW_PAST}), {_SCHEMA_COOKIE}, (SELECT 1 FROM sessions WHERE skey=?1), "
                   f"(SELECT data_version FROM pragma_data_version)")
-# Both, with the policy the session is marked with last (a store opened read-only may lack the table)
-_MARK_OF = "(SELECT policy FROM prune_marks WHERE skey=?1)"
+# Both, with the mark of the session while it holds (a store opened read-only may lack the table)
+_MARK_OF = ("(SELECT policy FROM prune_marks WHERE skey=?1 AND rows=(SELECT count(*) FROM entries WHERE skey=?1) "
+            "AND last=(SELECT max(seq) FROM entries WHERE skey=?1))")
 SQL_LOAD_HEAD_MARKED = SQL_LOAD_HEAD + f", {_MARK_OF}"
 SQL_SMALL_HEAD_MARKED = SQL_SMALL_HEAD + f", {_MARK_OF}"
 # The payloads of a session marked with the policy ?2 that still holds the rows it was marked with (in
@@ -5766,20 +5767,44 @@ SQL_LOAD_KEEPING_ERRORS = (f"SELECT payload, CASE WHEN facts >= '{FACTS_VERSION}
                            f"THEN facts END, NULL, NULL FROM entries WHERE skey=? ORDER BY seq")
 
 
-def untouched(report: PruneReport) -> bool:
-    """Whether the prune that made ``report`` left what it was given as it was: nothing dropped, cut,
-    trimmed, expired, neutralized or healed (each counts; a re-link follows only a drop)."""
-    return not (report.dropped_errors or report.denials_dropped or report.unavailable_dropped or report.interrupts
-                or report.expired or report.trimmed or report.healed or report.chars_saved or report.spills)
+def left_only(entries: list[dict], left: Iterable[tuple]) -> tuple[list[dict], PruneReport]:
+    """What :func:`_prune` makes of ``entries`` when all it does is what ``left`` (as for it) tells: the
+    rows a store left unread leave, and what pointed at them points at their nearest ancestor left."""
+    report = PruneReport()
+    drop, parents = set(), {}
+    for uid, parent, chars, what in left:   # counted as _drop_api_errors counts them
+        report.chars_saved += chars
+        if what == "error":
+            report.dropped_errors += 1
+        elif what == "denial":
+            report.denials_dropped += 1
+        elif what != "use":
+            report.unavailable_dropped += 1
+        if uid.__class__ is str:
+            drop.add(uid)
+            parents[uid] = parent
+    return (relink(entries, drop, parents) if drop else entries), report
+
+
+def only_left(report: PruneReport, left: list[tuple]) -> bool:
+    """Whether the prune that made ``report`` changed only what ``left`` tells (see :func:`left_only`):
+    nothing else dropped, cut, trimmed, expired, neutralized or healed (each counts; a re-link follows
+    only a drop)."""
+    told = left_only([], left)[1]
+    return not (report.interrupts or report.expired or report.trimmed or report.healed or report.spills or
+                report.unspilled) and report.dropped_errors == told.dropped_errors and \
+        report.denials_dropped == told.denials_dropped and report.unavailable_dropped == told.unavailable_dropped \
+        and report.chars_saved == told.chars_saved
 
 
 _PRUNE_MARKS: dict[str, str | None] = {}   # repr of a policy -> its mark
 
 
-def prune_mark(policy: PrunePolicy) -> str | None:
+def prune_mark(policy: PrunePolicy, left: list | None = None) -> str | None:
     """What a session a prune with ``policy`` leaves as it is gets marked with (see MARK_TRIGGERS): a
     digest of the policy, the facts' version and this flower's own source (another flower may prune
-    otherwise); None where the source cannot be read (no mark then)."""
+    otherwise); None where the source cannot be read (no mark then). With ``left``: the mark of one
+    where the prune changes only what the rows left unread tell (see :func:`left_only`)."""
     said = repr(policy)
     if said not in _PRUNE_MARKS:
         try:
@@ -5789,7 +5814,8 @@ def prune_mark(policy: PrunePolicy) -> str | None:
             _PRUNE_MARKS[said] = None
         else:
             _PRUNE_MARKS[said] = hashlib.sha256(source + f"\0{FACTS_VERSION}\0{said}".encode()).hexdigest()[:32]
-    return _PRUNE_MARKS[said]
+    mark = _PRUNE_MARKS[said]
+    return mark + "|left" if left and mark else mark
 
 
 def _encodable(text: str) -> bool:
@@ -6466,21 +6492,30 @@ class SqliteSessionStore(SessionStoreContract):
             with _gc_paused():
                 try:
                     self._ensure_trusted(cookie)   # another connection may have dropped a trigger since
-                    if marked and marked[0] is not None and not estimate:
-                        done = self._marked_load(skey, marked[0], policy)
+                    mark = marked[0] if marked and not estimate else None
+                    if mark is not None and mark == prune_mark(policy):
+                        done = self._marked_load(skey, mark)
                         if done is not None:
                             return done
                     plan, left, rows = self._planned_rows(skey, policy)
                     found: list[tuple] = []
-                    done = _prune(self._fresh(rows, marks, plan, found), policy, True, left, marks, plan, estimate)
+                    fresh = self._fresh(rows, marks, plan, found)
+                    if mark is not None and left and mark == prune_mark(policy, left) and not (plan and plan.cuts):
+                        done = self._left_load(list(fresh), left, version, lambda entries: _prune(
+                            entries, policy, True, left, marks, plan))
+                    else:
+                        done = _prune(fresh, policy, True, left, marks, plan, estimate)
                 except (ValueError, TypeError, IndexError, sqlite3.OperationalError):
                     if plan is not None and plan.cuts:   # e.g. a row another writer replaced under its fact
                         self._best_effort(lambda db: db.execute(SQL_FORGET_SESSION_CUTS, (skey,)))
                 else:
-                    mark = self._marks and not (estimate or left or plan and plan.cuts) and untouched(done[1]) and \
-                        prune_mark(policy)
+                    mark = self._marks and not (estimate or plan and plan.cuts) and only_left(done[1], left) and \
+                        prune_mark(policy, left)
+                    if mark and marked and mark == marked[0]:   # marked so already
+                        mark = None
                     if found or mark:
-                        self._best_effort(lambda db: self._note_cuts(db, skey, found, version, mark, len(done[0])))
+                        self._best_effort(lambda db: self._note_cuts(db, skey, found, version, mark,
+                                                                     len(done[0]) + len(left)))
                     return done
         entries = self.load_sync(key)
         return None if entries is None else _prune(entries, policy, True, estimate=estimate)
@@ -6598,18 +6633,24 @@ class SqliteSessionStore(SessionStoreContract):
             if mark:
                 db.execute(SQL_MARK, (skey, mark, rows))
 
-    def _marked_load(self, skey: str, marked: str, policy: PrunePolicy) -> tuple[list[dict], PruneReport] | None:
-        """The session of ``skey`` as a prune with ``policy`` leaves it, where its mark (``marked``: the
-        policy it was marked with) says that is every row as it is: its payloads, parsed. None where
-        the mark is not this policy's or no longer holds, or a row does not parse (the caller prunes, with
-        the GC paused)."""
-        if marked != prune_mark(policy):
-            return None
+    def _marked_load(self, skey: str, marked: str) -> tuple[list[dict], PruneReport] | None:
+        """The session of ``skey`` as a prune with the policy of its mark (``marked``) leaves it, where the
+        mark says that is every row as it is: its payloads, parsed. None where the mark no longer holds,
+        or a row does not parse (the caller prunes; with the GC paused)."""
         try:
             entries = list(parsed_objects(p for (p,) in self._db.execute(SQL_LOAD_MARKED, (skey, marked))))
         except (ValueError, sqlite3.OperationalError):   # a row that is not UTF-8 or not JSON: the slow way
             return None
         return (entries, PruneReport()) if entries else None
+
+    def _left_load(self, entries: list[dict], left: list[tuple], version: int,
+                   prune: Callable[[list[dict]], tuple[list[dict], PruneReport]]) -> tuple[list[dict], PruneReport]:
+        """The ``entries`` read of a session whose mark says a prune changes only what ``left`` tells
+        (see :func:`left_only`), as that prune leaves them: while the rows are those the head of the
+        load saw (no other connection wrote since: ``version``, its data_version), else by ``prune``."""
+        if self._db.execute(SQL_DATA_VERSION).fetchone()[0] == version:
+            return left_only(entries, left)
+        return prune(entries)
 
     def _best_effort(self, write: Callable[[sqlite3.Connection], Any]) -> bool:
         """``write(db)`` in a transaction of its own, for what a load keeps of what it learned (cut facts

@@ -11,6 +11,7 @@ import random
 import sqlite3
 import tempfile
 import unittest
+import unittest.mock
 
 import flower
 from tests.transcripts import anchor_transcript, random_transcript
@@ -18,9 +19,10 @@ from tests.transcripts import anchor_transcript, random_transcript
 PK = "proj"
 
 
-def plain_session(n: int, sid: str = "s") -> list[dict]:
+def plain_session(n: int, sid: str = "s", errors: bool = False) -> list[dict]:
     """``n`` entries a prune leaves as they are: a prompt, then Read calls and their results (two of them
-    big: trimmed by a policy that keeps no big result)."""
+    big: trimmed by a policy that keeps no big result); with ``errors``, an API error among them, which
+    a store leaves unread (its facts tell it) and whose child a prune points at the error's parent."""
     entries, parent = [], None
     for i in range(n):
         uid = f"{sid}-{i}"
@@ -35,6 +37,9 @@ def plain_session(n: int, sid: str = "s") -> list[dict]:
         entries.append({"type": message["role"], "uuid": uid, "parentUuid": parent, "sessionId": sid,
                         "isSidechain": True, "message": message})
         parent = uid
+        if errors and i == 10:
+            entries.append(api_error(f"{sid}-error", parent))
+            parent = f"{sid}-error"
     entries.append({"type": "assistant", "uuid": f"{sid}-end", "parentUuid": parent, "sessionId": sid,
                     "isSidechain": True, "message": {"role": "assistant", "id": "mend", "model": "claude-x",
                                                      "content": [{"type": "text", "text": "Report: done."}]}})
@@ -62,15 +67,18 @@ class MarkCase(unittest.TestCase):
 
     def load(self, key=None, policy=None):
         wrapped = flower.PruningSessionStore(self.store, policy=policy or self.policy)
-        return asyncio.run(wrapped.load(key or self.key))
+        got = asyncio.run(wrapped.load(key or self.key))
+        self.report = wrapped.last_report
+        return got
 
     def marked(self) -> set:
         return {r[0] for r in self.other.execute("SELECT skey FROM prune_marks")}
 
     def assertSameAsPrune(self, key=None, policy=None):
         policy = policy or self.policy
-        want = flower.prune(self.store.load_sync(key or self.key), policy)[0]
+        want, report = flower.prune(self.store.load_sync(key or self.key), policy)
         self.assertEqual(self.load(key, policy), want)
+        self.assertEqual(self.report.as_dict(), report.as_dict())
 
     def statements(self, run):
         seen = []
@@ -92,6 +100,32 @@ class MarkedLoad(MarkCase):
         self.assertEqual(len(seen), 2, seen)   # head, payloads
         self.assertIn("prune_marks", seen[1])
 
+    def test_a_key_whose_prune_drops_only_rows_left_unread_is_marked_so(self):
+        self.store.append_sync(self.key, plain_session(30, errors=True))
+        first = self.load()
+        self.assertEqual(len(first), len(self.store.load_sync(self.key)) - 1)   # the error left
+        mark = self.other.execute("SELECT policy FROM prune_marks").fetchone()[0]
+        self.assertEqual(mark, flower.prune_mark(self.policy) + "|left")
+        got, seen = self.statements(self.load)
+        self.assertEqual(got, first)
+        self.assertEqual(len(seen), 4, seen)   # head, plan, rows, data_version
+        self.assertEqual(sum("data_version" in s for s in seen), 2, seen)   # in the head, then alone
+
+    def test_a_row_added_during_a_left_only_load_is_pruned(self):
+        self.store.append_sync(self.key, plain_session(30, errors=True))
+        self.load()
+        real = flower.SqliteSessionStore._planned_rows
+        last = self.store.load_sync(self.key)[-1]["uuid"]
+
+        def planned(store, skey, policy):   # another writer adds an API error (without facts) right then
+            self.other.execute("INSERT INTO entries(skey, uuid, payload) VALUES (?,?,?)",
+                               (skey, "late-error", json.dumps(api_error("late-error", last))))
+            return real(store, skey, policy)
+        with unittest.mock.patch.object(flower.SqliteSessionStore, "_planned_rows", planned):
+            got = self.load()
+        self.assertEqual(got, flower.prune(self.store.load_sync(self.key), self.policy)[0])
+        self.assertNotIn("late-error", [e["uuid"] for e in got])
+
     def test_a_key_a_prune_changes_is_not_marked(self):
         rng = random.Random(46)
         keys = []
@@ -104,11 +138,17 @@ class MarkedLoad(MarkCase):
             for key in rng.sample(keys, len(keys)):
                 with self.subTest(key=key["subpath"]):
                     self.assertSameAsPrune(key)
+        marks = dict(self.other.execute("SELECT skey, policy FROM prune_marks"))
         for key in keys:
             stored = self.store.load_sync(key)
-            left = flower.prune(stored, self.policy)[0] == stored
-            self.assertEqual(flower._key_string(key) in self.marked(), left, key)
-        self.assertTrue(0 < len(self.marked()) < len(keys))   # both kinds met
+            pruned, report = flower.prune(stored, self.policy)
+            mark = marks.get(flower._key_string(key))
+            self.assertEqual(pruned == stored, mark == flower.prune_mark(self.policy), key)
+            if report.expired or report.interrupts or report.healed or report.trimmed:
+                self.assertIsNone(mark, key)
+        kinds = [(m or "").endswith("|left") for m in marks.values()]
+        self.assertTrue(any(kinds) and not all(kinds))   # both kinds met
+        self.assertLess(len(marks), len(keys))           # and keys not marked
 
     def test_a_mark_of_another_policy_is_not_used(self):
         self.store.append_sync(self.key, plain_session(30))
@@ -163,15 +203,20 @@ class MarkGoesWithTheRows(MarkCase):
 
     def test_every_change_unmarks_the_key(self):
         for how in ("append", "update", "delete", "replace", "delete and append", "moved in", "uuid column"):
-            with self.subTest(how=how):
-                self.key = dict(self.key, subpath=f"subagents/{how}")
-                self.skey = flower._key_string(self.key)
-                self.store.append_sync(self.key, plain_session(30, sid=how.replace(" ", "-")))
-                self.load()
-                self.assertIn(self.skey, self.marked())
-                self.changed(how)
-                self.assertSameAsPrune()
-                self.assertSameAsPrune()   # and again, marked anew or not
+            for errors in (False, True):
+                with self.subTest(how=how, errors=errors):
+                    self.key = dict(self.key, subpath=f"subagents/{how}-{errors}")
+                    self.skey = flower._key_string(self.key)
+                    self.store.append_sync(self.key, plain_session(30, sid=f"{how}-{errors}".replace(" ", "-"),
+                                                                   errors=errors))
+                    self.check_change(how)
+
+    def check_change(self, how):
+        self.load()
+        self.assertIn(self.skey, self.marked())
+        self.changed(how)
+        self.assertSameAsPrune()
+        self.assertSameAsPrune()   # and again, marked anew or not
 
     def test_a_mark_trigger_dropped_by_another_writer_forgets_every_mark(self):
         for name in flower.MARK_TRIGGERS:
