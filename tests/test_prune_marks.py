@@ -105,7 +105,7 @@ class MarkedLoad(MarkCase):
         first = self.load()
         self.assertEqual(len(first), len(self.store.load_sync(self.key)) - 1)   # the error left
         mark = self.other.execute("SELECT policy FROM prune_marks").fetchone()[0]
-        self.assertEqual(mark, flower.prune_mark(self.policy) + "|left")
+        self.assertEqual(mark, flower.prune_mark(self.policy) + flower.LEFT_MARK)
         got, seen = self.statements(self.load)
         self.assertEqual(got, first)
         self.assertEqual(len(seen), 4, seen)   # head, plan, rows, data_version
@@ -146,7 +146,7 @@ class MarkedLoad(MarkCase):
             self.assertEqual(pruned == stored, mark == flower.prune_mark(self.policy), key)
             if report.expired or report.interrupts or report.healed or report.trimmed:
                 self.assertIsNone(mark, key)
-        kinds = [(m or "").endswith("|left") for m in marks.values()]
+        kinds = [(m or "").endswith(flower.LEFT_MARK) for m in marks.values()]
         self.assertTrue(any(kinds) and not all(kinds))   # both kinds met
         self.assertLess(len(marks), len(keys))           # and keys not marked
 
@@ -158,6 +158,14 @@ class MarkedLoad(MarkCase):
         self.assertNotEqual(flower.prune(self.store.load_sync(self.key), harder)[0], self.store.load_sync(self.key))
         self.assertSameAsPrune(policy=harder)   # it trims the big results
         self.assertSameAsPrune()
+
+    def test_a_policy_changed_in_place_has_another_mark(self):
+        policy = flower.PrunePolicy(trim=True)
+        before = flower.prune_mark(policy)
+        self.assertEqual(flower.prune_mark(policy), before)
+        policy.trim_keep = 0
+        self.assertNotEqual(flower.prune_mark(policy), before)
+        self.assertEqual(flower.prune_mark(flower.PrunePolicy(trim=True)), before)
 
     def test_an_estimate_is_not_served_by_a_mark(self):
         self.store.append_sync(self.key, plain_session(30))
