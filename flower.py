@@ -5798,13 +5798,17 @@ def only_left(report: PruneReport, left: list[tuple]) -> bool:
 
 
 _PRUNE_MARKS: dict[str, str | None] = {}   # repr of a policy -> its mark
+_LAST_MARK: list = []                        # the policy last asked about, a copy of it, its mark
 
 
-def prune_mark(policy: PrunePolicy, left: list | None = None) -> str | None:
+def prune_mark(policy: PrunePolicy) -> str | None:
     """What a session a prune with ``policy`` leaves as it is gets marked with (see MARK_TRIGGERS): a
     digest of the policy, the facts' version and this flower's own source (another flower may prune
-    otherwise); None where the source cannot be read (no mark then). With ``left``: the mark of one
-    where the prune changes only what the rows left unread tell (see :func:`left_only`)."""
+    otherwise); None where the source cannot be read (no mark then). One where the prune changes only
+    what the rows left unread tell (see :func:`left_only`) ends in LEFT_MARK."""
+    last = _LAST_MARK
+    if last and last[0] is policy and last[1] == policy:   # the policy of the last load, as it was then
+        return last[2]
     said = repr(policy)
     if said not in _PRUNE_MARKS:
         try:
@@ -5814,8 +5818,12 @@ def prune_mark(policy: PrunePolicy, left: list | None = None) -> str | None:
             _PRUNE_MARKS[said] = None
         else:
             _PRUNE_MARKS[said] = hashlib.sha256(source + f"\0{FACTS_VERSION}\0{said}".encode()).hexdigest()[:32]
-    mark = _PRUNE_MARKS[said]
-    return mark + "|left" if left and mark else mark
+    if policy.fallback is None:   # (a copy shares its fallback: one changed in place would not show)
+        _LAST_MARK[:] = (policy, dataclasses.replace(policy), _PRUNE_MARKS[said])
+    return _PRUNE_MARKS[said]
+
+
+LEFT_MARK = "|left"
 
 
 def _encodable(text: str) -> bool:
@@ -6492,15 +6500,16 @@ class SqliteSessionStore(SessionStoreContract):
             with _gc_paused():
                 try:
                     self._ensure_trusted(cookie)   # another connection may have dropped a trigger since
-                    mark = marked[0] if marked and not estimate else None
-                    if mark is not None and mark == prune_mark(policy):
+                    digest = prune_mark(policy) if self._marks and not estimate else None
+                    mark = marked[0] if marked and digest else None
+                    if mark is not None and mark == digest:
                         done = self._marked_load(skey, mark)
                         if done is not None:
                             return done
                     plan, left, rows = self._planned_rows(skey, policy)
                     found: list[tuple] = []
                     fresh = self._fresh(rows, marks, plan, found)
-                    if mark is not None and left and mark == prune_mark(policy, left) and not (plan and plan.cuts):
+                    if mark is not None and left and mark == digest + LEFT_MARK and not (plan and plan.cuts):
                         done = self._left_load(list(fresh), left, version, lambda entries: _prune(
                             entries, policy, True, left, marks, plan))
                     else:
@@ -6509,8 +6518,8 @@ class SqliteSessionStore(SessionStoreContract):
                     if plan is not None and plan.cuts:   # e.g. a row another writer replaced under its fact
                         self._best_effort(lambda db: db.execute(SQL_FORGET_SESSION_CUTS, (skey,)))
                 else:
-                    mark = self._marks and not (estimate or plan and plan.cuts) and only_left(done[1], left) and \
-                        prune_mark(policy, left)
+                    mark = digest and not (plan and plan.cuts) and only_left(done[1], left) and \
+                        digest + (LEFT_MARK if left else "")
                     if mark and marked and mark == marked[0]:   # marked so already
                         mark = None
                     if found or mark:
