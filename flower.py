@@ -5601,6 +5601,12 @@ CREATE TABLE IF NOT EXISTS cut_facts (
     fact TEXT NOT NULL,
     PRIMARY KEY (skey, seq)
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS prune_marks (
+    skey TEXT PRIMARY KEY,
+    policy TEXT NOT NULL,
+    rows INTEGER NOT NULL,
+    last INTEGER NOT NULL
+) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS sessions (
     skey TEXT PRIMARY KEY,
     project_key TEXT NOT NULL,
@@ -5669,8 +5675,19 @@ CUT_TRIGGERS = {
 }
 SQL_CUT_TRIGGER = ("CREATE TRIGGER IF NOT EXISTS {name} {when} BEGIN "
                    "DELETE FROM cut_facts WHERE skey = OLD.skey AND seq = OLD.seq; END")
+# A key whose trim-on load left every row as it was is marked with the policy (see prune_mark), its row
+# count and its last seq: a later load with that policy reads its payloads and nothing else. A row
+# changed or deleted by any writer takes the mark with it; a row added changes the count and the last seq
+# (a row replaced by its uuid, too: it gets a new seq).
+MARK_TRIGGERS = {
+    "prune_marks_stale_1": "AFTER UPDATE OF payload, uuid, skey, seq ON entries",
+    "prune_marks_gone_1": "AFTER DELETE ON entries",
+}
+SQL_MARK_TRIGGER = "CREATE TRIGGER IF NOT EXISTS {name} {when} BEGIN DELETE FROM prune_marks WHERE skey = OLD.skey; END"
+SQL_FORGET_MARKS = "DELETE FROM prune_marks"
+SQL_MARKS_TABLE = "SELECT 1 FROM sqlite_master WHERE type='table' AND name='prune_marks'"
 SQL_TRIGGERS_KNOWN = (f"SELECT name FROM sqlite_master WHERE type='trigger' AND name IN "
-                      f"({', '.join(repr(n) for n in (FACTS_TRIGGER, *CUT_TRIGGERS, *OLD_FACTS_TRIGGERS))})")
+                      f"({', '.join(repr(n) for n in (FACTS_TRIGGER, *CUT_TRIGGERS, *MARK_TRIGGERS, *OLD_FACTS_TRIGGERS))})")
 SQL_DROP_TRIGGER = "DROP TRIGGER IF EXISTS {name}"
 SQL_FORGET_CUTS = "DELETE FROM cut_facts"
 SQL_FORGET_SESSION_CUTS = "DELETE FROM cut_facts WHERE skey=?"
@@ -5690,6 +5707,19 @@ SQL_LOAD_HEAD = (f"SELECT (SELECT 1 FROM sessions WHERE skey=?1), (SELECT data_v
 # hold of the lock need not ask again: one statement a small key, not two)
 SQL_SMALL_HEAD = (f"SELECT ({SQL_ROW_PAST}), {_SCHEMA_COOKIE}, (SELECT 1 FROM sessions WHERE skey=?1), "
                   f"(SELECT data_version FROM pragma_data_version)")
+# Both, with the mark of the session while it holds (a store opened read-only may lack the table)
+_MARK_OF = ("(SELECT policy FROM prune_marks WHERE skey=?1 AND rows=(SELECT count(*) FROM entries WHERE skey=?1) "
+            "AND last=(SELECT max(seq) FROM entries WHERE skey=?1))")
+SQL_LOAD_HEAD_MARKED = SQL_LOAD_HEAD + f", {_MARK_OF}"
+SQL_SMALL_HEAD_MARKED = SQL_SMALL_HEAD + f", {_MARK_OF}"
+# The payloads of a session marked with the policy ?2 that still holds the rows it was marked with (in
+# the same statement: what it reads is what the mark was checked against); none when it does not
+SQL_LOAD_MARKED = ("SELECT payload FROM entries WHERE skey=?1 AND EXISTS (SELECT 1 FROM prune_marks WHERE "
+                   "skey=?1 AND policy=?2 AND rows=(SELECT count(*) FROM entries WHERE skey=?1) AND "
+                   "last=(SELECT max(seq) FROM entries WHERE skey=?1)) ORDER BY seq")
+# The mark of a session that holds ?3 rows (those the load read: else another writer added some)
+SQL_MARK = ("INSERT OR REPLACE INTO prune_marks(skey, policy, rows, last) SELECT ?1, ?2, count(*), max(seq) "
+            "FROM entries WHERE skey=?1 HAVING count(*) = ?3")
 # Once, when a store gets the trigger (made before it, or another writer dropped it): every row's facts
 # are worked out again from the row as it is now, a session at a time
 SQL_FACT_SESSIONS = "SELECT DISTINCT skey FROM entries"
@@ -5735,6 +5765,65 @@ SQL_JSON_EACH = "SELECT value FROM json_each('[1]')"   # fails where SQLite was 
 # Every payload, with the Bash verdicts only (for a prune that keeps API errors)
 SQL_LOAD_KEEPING_ERRORS = (f"SELECT payload, CASE WHEN facts >= '{FACTS_VERSION}b' AND facts < '{FACTS_VERSION}c' "
                            f"THEN facts END, NULL, NULL FROM entries WHERE skey=? ORDER BY seq")
+
+
+def left_only(entries: list[dict], left: Iterable[tuple]) -> tuple[list[dict], PruneReport]:
+    """What :func:`_prune` makes of ``entries`` when all it does is what ``left`` (as for it) tells: the
+    rows a store left unread leave, and what pointed at them points at their nearest ancestor left."""
+    report = PruneReport()
+    drop, parents = set(), {}
+    for uid, parent, chars, what in left:   # counted as _drop_api_errors counts them
+        report.chars_saved += chars
+        if what == "error":
+            report.dropped_errors += 1
+        elif what == "denial":
+            report.denials_dropped += 1
+        elif what != "use":
+            report.unavailable_dropped += 1
+        if uid.__class__ is str:
+            drop.add(uid)
+            parents[uid] = parent
+    return (relink(entries, drop, parents) if drop else entries), report
+
+
+def only_left(report: PruneReport, left: list[tuple]) -> bool:
+    """Whether the prune that made ``report`` changed only what ``left`` tells (see :func:`left_only`):
+    nothing else dropped, cut, trimmed, expired, neutralized or healed (each counts; a re-link follows
+    only a drop)."""
+    told = left_only([], left)[1]
+    return not (report.interrupts or report.expired or report.trimmed or report.healed or report.spills or
+                report.unspilled) and report.dropped_errors == told.dropped_errors and \
+        report.denials_dropped == told.denials_dropped and report.unavailable_dropped == told.unavailable_dropped \
+        and report.chars_saved == told.chars_saved
+
+
+_PRUNE_MARKS: dict[str, str | None] = {}   # repr of a policy -> its mark
+_LAST_MARK: list = []                        # the policy last asked about, a copy of it, its mark
+
+
+def prune_mark(policy: PrunePolicy) -> str | None:
+    """What a session a prune with ``policy`` leaves as it is gets marked with (see MARK_TRIGGERS): a
+    digest of the policy, the facts' version and this flower's own source (another flower may prune
+    otherwise); None where the source cannot be read (no mark then). One where the prune changes only
+    what the rows left unread tell (see :func:`left_only`) ends in LEFT_MARK."""
+    last = _LAST_MARK
+    if last and last[0] is policy and last[1] == policy:   # the policy of the last load, as it was then
+        return last[2]
+    said = repr(policy)
+    if said not in _PRUNE_MARKS:
+        try:
+            with open(__file__, "rb") as fh:
+                source = fh.read()
+        except (OSError, NameError):
+            _PRUNE_MARKS[said] = None
+        else:
+            _PRUNE_MARKS[said] = hashlib.sha256(source + f"\0{FACTS_VERSION}\0{said}".encode()).hexdigest()[:32]
+    if policy.fallback is None:   # (a copy shares its fallback: one changed in place would not show)
+        _LAST_MARK[:] = (policy, dataclasses.replace(policy), _PRUNE_MARKS[said])
+    return _PRUNE_MARKS[said]
+
+
+LEFT_MARK = "|left"
 
 
 def _encodable(text: str) -> bool:
@@ -6050,6 +6139,7 @@ class SqliteSessionStore(SessionStoreContract):
         self._json = self._has_json(self._db)   # without SQLite's JSON functions no row is read cut
         self._trusted_cookie: int | None = None   # the schema cookie this flower's triggers were last seen under
         self._held_head: tuple | None = None   # (session key, SQL_LOAD_HEAD's answer) asked by small_held
+        self._marks = self._db.execute(SQL_MARKS_TABLE).fetchone() is not None   # see MARK_TRIGGERS
 
     @staticmethod
     def _has_json(db: sqlite3.Connection) -> bool:
@@ -6109,7 +6199,7 @@ class SqliteSessionStore(SessionStoreContract):
         next trim-on load notes them again): whatever was done to the rows meanwhile, facts then tell them."""
         if SqliteSessionStore._facts_trusted(db):
             return
-        wanted = {FACTS_TRIGGER, *CUT_TRIGGERS}
+        wanted = {FACTS_TRIGGER, *CUT_TRIGGERS, *MARK_TRIGGERS}
         db.execute("BEGIN IMMEDIATE")
         try:
             known = {name for (name,) in db.execute(SQL_TRIGGERS_KNOWN)}   # as now, not as before the lock
@@ -6123,6 +6213,10 @@ class SqliteSessionStore(SessionStoreContract):
                 db.execute(SQL_FORGET_CUTS)
                 for name, when in CUT_TRIGGERS.items():
                     db.execute(SQL_CUT_TRIGGER.format(name=name, when=when))
+            if not known.issuperset(MARK_TRIGGERS):
+                db.execute(SQL_FORGET_MARKS)
+                for name, when in MARK_TRIGGERS.items():
+                    db.execute(SQL_MARK_TRIGGER.format(name=name, when=when))
             db.execute("COMMIT")
         except BaseException:
             _rollback(db)
@@ -6148,7 +6242,7 @@ class SqliteSessionStore(SessionStoreContract):
     @staticmethod
     def _facts_trusted(db: sqlite3.Connection) -> bool:
         """Whether the store has exactly this flower's triggers (else :meth:`_trust_facts` must write)."""
-        return {name for (name,) in db.execute(SQL_TRIGGERS_KNOWN)} == {FACTS_TRIGGER, *CUT_TRIGGERS}
+        return {name for (name,) in db.execute(SQL_TRIGGERS_KNOWN)} == {FACTS_TRIGGER, *CUT_TRIGGERS, *MARK_TRIGGERS}
 
     def _begin_immediate(self) -> None:
         """``BEGIN IMMEDIATE`` (nothing else of the transaction has run yet), tried again with backoff
@@ -6361,10 +6455,11 @@ class SqliteSessionStore(SessionStoreContract):
         if self._lock.acquire(blocking=False):
             try:
                 skey = _key_string(key)
-                past, cookie, known, version = self._db.execute(SQL_SMALL_HEAD, (skey, self.quick_rows)).fetchone()
+                past, cookie, known, version, *marked = self._db.execute(
+                    SQL_SMALL_HEAD_MARKED if self._marks else SQL_SMALL_HEAD, (skey, self.quick_rows)).fetchone()
                 small = past is None and self._trusted_under(cookie)
                 if small:
-                    self._held_head = (skey, (known, version, cookie))
+                    self._held_head = (skey, (known, version, cookie, *marked))
             except sqlite3.Error:
                 pass
             finally:
@@ -6384,7 +6479,7 @@ class SqliteSessionStore(SessionStoreContract):
         if held is not None and held[0] == skey:
             self._held_head = None
             return held[1]
-        return self._db.execute(SQL_LOAD_HEAD, (skey,)).fetchone()
+        return self._db.execute(SQL_LOAD_HEAD_MARKED if self._marks else SQL_LOAD_HEAD, (skey,)).fetchone()
 
     def load_pruned(self, key: dict, policy: PrunePolicy | None = None,
                     estimate: bool = False) -> tuple[list[dict], PruneReport] | None:
@@ -6397,7 +6492,7 @@ class SqliteSessionStore(SessionStoreContract):
         policy = policy or PrunePolicy()
         skey = _key_string(key)
         with self._lock:
-            known, version, cookie = self._load_head(skey)
+            known, version, cookie, *marked = self._load_head(skey)
             if not known:
                 return None
             marks: dict[int, str] = {}
@@ -6405,15 +6500,31 @@ class SqliteSessionStore(SessionStoreContract):
             with _gc_paused():
                 try:
                     self._ensure_trusted(cookie)   # another connection may have dropped a trigger since
+                    digest = prune_mark(policy) if self._marks and not estimate else None
+                    mark = marked[0] if marked and digest else None
+                    if mark is not None and mark == digest:
+                        done = self._marked_load(skey, mark)
+                        if done is not None:
+                            return done
                     plan, left, rows = self._planned_rows(skey, policy)
                     found: list[tuple] = []
-                    done = _prune(self._fresh(rows, marks, plan, found), policy, True, left, marks, plan, estimate)
+                    fresh = self._fresh(rows, marks, plan, found)
+                    if mark is not None and left and mark == digest + LEFT_MARK and not (plan and plan.cuts):
+                        done = self._left_load(list(fresh), left, version, lambda entries: _prune(
+                            entries, policy, True, left, marks, plan))
+                    else:
+                        done = _prune(fresh, policy, True, left, marks, plan, estimate)
                 except (ValueError, TypeError, IndexError, sqlite3.OperationalError):
                     if plan is not None and plan.cuts:   # e.g. a row another writer replaced under its fact
                         self._best_effort(lambda db: db.execute(SQL_FORGET_SESSION_CUTS, (skey,)))
                 else:
-                    if found:
-                        self._best_effort(lambda db: self._note_cuts(db, skey, found, version))
+                    mark = digest and not (plan and plan.cuts) and only_left(done[1], left) and \
+                        digest + (LEFT_MARK if left else "")
+                    if mark and marked and mark == marked[0]:   # marked so already
+                        mark = None
+                    if found or mark:
+                        self._best_effort(lambda db: self._note_cuts(db, skey, found, version, mark,
+                                                                     len(done[0]) + len(left)))
                     return done
         entries = self.load_sync(key)
         return None if entries is None else _prune(entries, policy, True, estimate=estimate)
@@ -6521,11 +6632,34 @@ class SqliteSessionStore(SessionStoreContract):
         return entry
 
     @staticmethod
-    def _note_cuts(db: sqlite3.Connection, skey: str, found: list[tuple], version: int) -> None:
-        """Keep the cut facts a load ``found`` (see :meth:`_fresh`), unless another connection wrote since
+    def _note_cuts(db: sqlite3.Connection, skey: str, found: list[tuple], version: int, mark: str | None = None,
+                   rows: int = 0) -> None:
+        """Keep the cut facts a load ``found`` (see :meth:`_fresh`), and the session's ``mark`` (see
+        MARK_TRIGGERS) when it holds the ``rows`` the load returned, unless another connection wrote since
         the load began (``version``: its data_version), which may have changed those rows."""
         if db.execute(SQL_DATA_VERSION).fetchone()[0] == version:
             db.executemany(SQL_NOTE_CUT, [(skey, seq, uid, fact) for seq, uid, fact in found])
+            if mark:
+                db.execute(SQL_MARK, (skey, mark, rows))
+
+    def _marked_load(self, skey: str, marked: str) -> tuple[list[dict], PruneReport] | None:
+        """The session of ``skey`` as a prune with the policy of its mark (``marked``) leaves it, where the
+        mark says that is every row as it is: its payloads, parsed. None where the mark no longer holds,
+        or a row does not parse (the caller prunes; with the GC paused)."""
+        try:
+            entries = list(parsed_objects(p for (p,) in self._db.execute(SQL_LOAD_MARKED, (skey, marked))))
+        except (ValueError, sqlite3.OperationalError):   # a row that is not UTF-8 or not JSON: the slow way
+            return None
+        return (entries, PruneReport()) if entries else None
+
+    def _left_load(self, entries: list[dict], left: list[tuple], version: int,
+                   prune: Callable[[list[dict]], tuple[list[dict], PruneReport]]) -> tuple[list[dict], PruneReport]:
+        """The ``entries`` read of a session whose mark says a prune changes only what ``left`` tells
+        (see :func:`left_only`), as that prune leaves them: while the rows are those the head of the
+        load saw (no other connection wrote since: ``version``, its data_version), else by ``prune``."""
+        if self._db.execute(SQL_DATA_VERSION).fetchone()[0] == version:
+            return left_only(entries, left)
+        return prune(entries)
 
     def _best_effort(self, write: Callable[[sqlite3.Connection], Any]) -> bool:
         """``write(db)`` in a transaction of its own, for what a load keeps of what it learned (cut facts

@@ -591,7 +591,7 @@ class StoredFacts(unittest.TestCase):
                     if "damage" not in hows:   # (a damaged row: every load takes the plain path, which notes nothing)
                         self.assertEqual(noted, true)   # and every row read whole noted
             self.assertEqual({r[0] for r in other.execute(flower.SQL_TRIGGERS_KNOWN)},
-                             {flower.FACTS_TRIGGER, *flower.CUT_TRIGGERS})   # back, for later writes
+                             {flower.FACTS_TRIGGER, *flower.CUT_TRIGGERS, *flower.MARK_TRIGGERS})   # back, for later writes
 
     def test_cut_facts_of_another_version_are_not_used_and_noted_again(self):
         store = self.stored(self.big_results())
