@@ -11470,17 +11470,36 @@ class Runtime:
         """The store's project key for this workspace."""
         return project_key(self.paths.workspace)
 
-    def has_session(self, session_id: str) -> bool:
+    def has_session(self, session_id: str, *, unsure: bool = False) -> bool:
         """Whether the store still holds this session (for this workspace). A session the store never
         got, but the CLI wrote to its own transcript (the store was locked, flower was killed), is
-        recovered first: it continues instead of starting over."""
+        recovered first: it continues instead of starting over. ``unsure`` is the answer while the
+        state database is away (it cannot tell); any other failure is False."""
         try:
-            if self.store.has_session(self.project_key, session_id):
-                return True
-            recovered = self.salvage(session_id) + self.store_ahead(session_id)
-            return recovered > 0 and self.store.has_session(self.project_key, session_id)
+            return self._has_session(session_id)
+        except Offline:
+            return unsure
         except Exception:
             return False
+
+    def _has_session(self, session_id: str) -> bool:
+        if self.store.has_session(self.project_key, session_id):
+            return True
+        recovered = self.salvage(session_id) + self.store_ahead(session_id)
+        return recovered > 0 and self.store.has_session(self.project_key, session_id)
+
+    async def holds_session(self, session_id: str) -> bool:
+        """:meth:`has_session` as the state database answers it: while the database is away it cannot
+        tell a stored session from a gone one (a fresh start would do the session's work again), so it
+        is waited for, like before a step; :class:`Offline` past the wait."""
+        while True:
+            try:
+                return self._has_session(session_id)
+            except Offline:
+                if not await self.wait_for_state():
+                    raise
+            except Exception:
+                return False
 
     def last_context(self, session_id: str) -> int | None:
         """The last known context level of a stored session."""
@@ -11496,7 +11515,7 @@ class Runtime:
             blank = self.state.blank_lineage()
             opened: list[Lineage] = []
             self.soft(blank.where, lambda: opened.append(self.state.lineage(
-                has_session=self.has_session, notify=self._info, lang=self.lang)))
+                has_session=functools.partial(self.has_session, unsure=True), notify=self._info, lang=self.lang)))
             self._lineage = opened[0] if opened else blank
         return self._lineage
 
@@ -11741,8 +11760,8 @@ class Runtime:
         self._human_event = asyncio.Event()
         st = self._run_state(spec, name, prompt, on_event)
         st.lineage_key = lineage_key
-        self._pick_session(st, resume, fork)
         try:
+            await self._pick_session(st, resume, fork)
             if await self._preflight_online(st, result):
                 while await self._attempt(sdk, spec, st, result):
                     pass
@@ -11782,10 +11801,10 @@ class Runtime:
         st.emit = emit
         return st
 
-    def _pick_session(self, st: "_RunState", resume: str | None, fork: bool) -> None:
+    async def _pick_session(self, st: "_RunState", resume: str | None, fork: bool) -> None:
         """The session the first connection drives: ``resume`` when the store holds it (a fork of it
         under a new id), else a fresh one (said when ``resume`` was asked for but is not stored)."""
-        if resume and self.has_session(resume):
+        if resume and await self.holds_session(resume):
             st.resuming, st.fork = resume, fork
             st.sid = str(uuid.uuid4()) if fork else resume
             st.level = self.last_context(resume) or 0
@@ -11950,7 +11969,7 @@ class Runtime:
         result.attempts += 1
         if not await self._state_online(result):   # whether the session was stored is the database's to say
             return False
-        if self.has_session(st.sid):
+        if await self.holds_session(st.sid):
             result.resumed = True
             st.prompt, st.resuming = text("resume_prompt", self.lang), st.sid
         else:  # nothing of this session was stored: start it again, same input, new id
@@ -12842,7 +12861,7 @@ class Workflow:
             resume = ctx["_sessions"].get(step.resume_from) or rt.lineage.steps.get(step.resume_from)
         elif self.continuous and not step.fork:
             stored = rt.lineage.steps.get(step.name)
-            if stored and rt.has_session(stored):
+            if stored and await rt.holds_session(stored):
                 resume = stored
         continuing = resume is not None and not step.resume_from
         chosen = step.resume_prompt if continuing and step.resume_prompt is not None else step.prompt
@@ -12867,7 +12886,7 @@ class Workflow:
                 if retry < step.retries:
                     retry += 1
                     label = f"{step.name}#retry{retry}"
-                    resume = result.session_id if result.session_id and rt.has_session(result.session_id) else None
+                    resume = result.session_id if result.session_id and await rt.holds_session(result.session_id) else None
                     prompt = text("resume_prompt", rt.lang) if resume else _resolve_prompt(step.prompt, ctx)
                     continue
                 if step.on_fail != "stop":
