@@ -11510,14 +11510,42 @@ class Runtime:
 
     @property
     def lineage(self) -> Lineage:
-        """The lineage of this workspace (opened once, store-checked)."""
+        """The lineage of this workspace (see :meth:`read_lineage`); while the state database is away,
+        a blank one that is not kept (the next use reads it again)."""
+        try:
+            return self.read_lineage()
+        except Offline:
+            return self.state.blank_lineage()
+
+    def read_lineage(self) -> Lineage:
+        """The lineage of this workspace, read once (store-checked). :class:`Offline` while the state
+        database is away, and nothing kept: a blank lineage would start every step over. Any other
+        failure is said once and gives a blank one."""
         if self._lineage is None:
             blank = self.state.blank_lineage()
             opened: list[Lineage] = []
-            self.soft(blank.where, lambda: opened.append(self.state.lineage(
-                has_session=functools.partial(self.has_session, unsure=True), notify=self._info, lang=self.lang)))
+            away: list[Offline] = []
+
+            def load() -> None:
+                try:
+                    opened.append(self.state.lineage(has_session=functools.partial(self.has_session, unsure=True),
+                                                     notify=self._info, lang=self.lang))
+                except Offline as exc:
+                    away.append(exc)
+            self.soft(blank.where, load)
+            if away:
+                raise away[0]
             self._lineage = opened[0] if opened else blank
         return self._lineage
+
+    async def load_lineage(self) -> Lineage:
+        """:meth:`read_lineage`, waiting for a state database that is away (:class:`Offline` past the wait)."""
+        while True:
+            try:
+                return self.read_lineage()
+            except Offline:
+                if not await self.wait_for_state():
+                    raise
 
     def _info(self, message: str) -> None:
         self.emit(Event("info", data={"message": message}))
@@ -12847,7 +12875,7 @@ class Workflow:
         ctx = dict(ctx or {})
         ctx.setdefault("_sessions", {})
         ctx.setdefault("_results", {})
-        ctx["_woke"] = rt.lineage.woke + 1
+        ctx["_woke"] = (await rt.load_lineage()).woke + 1
         rt.soft(rt.lineage.where, rt.lineage.bump)
         for step in self.steps:
             if step.when is not None and not await _maybe_await(step.when(ctx)):
@@ -15175,6 +15203,7 @@ def _go_locked(args: argparse.Namespace, reporter: Reporter, paths: Paths, ask: 
                  trim=not args.no_trim, handoff=HandoffPolicy(enabled=not args.no_handoff, window=args.window),
                  on_event=reporter.event, notify=lambda m: reporter.say(m, always=True))
     rt.driver = driver
+    _with_database(backend, paths.lang, functools.partial(reporter.say, always=True), rt.read_lineage)
     rt.setting_sources = setting_sources_for(settings_choice(args))
     rt.max_cost = job_budget(rt, args.max_cost or parse_max_cost(os.environ.get(MAX_COST_ENV), MAX_COST_ENV, EXIT_SETUP))
     start_snapshots(rt, not args.no_snapshot, lambda m: reporter.say(m, always=True))

@@ -78,6 +78,35 @@ class StateAwayAtTheStep(WithPostgres, E2ECase, unittest.TestCase):
         self.assertIn("check the steps once more", resumed)
         self.assertIn("STEP-2-OK", resumed)   # the history the model got holds the steps done
 
+    def test_the_workflow_reads_its_lineage_once_the_database_is_back(self):
+        """The database went away before the run read its lineage: the workflow waits for it instead of
+        running on a blank lineage (every step would start over)."""
+        model = StepModel(self.ws, steps=2)
+        self.api.responder = model
+        first = self.runtime()
+        asyncio.run(self.workflow().run(first))
+        sid = first.lineage.steps["work"]
+        first.close()
+        waited: list[str] = []
+
+        def watch(event):
+            if event.kind == "info" and "unreachable" in str((event.data or {}).get("message", "")) \
+                    and not self.server.running:
+                waited.append(event.data["message"])
+                self.server.start()   # the phase: flower waits for the database
+        second = self.runtime(on_event=watch)
+        self.server.stop("immediate")   # the phase: before the run reads its lineage
+        try:
+            ctx = asyncio.run(self.workflow().run(second))
+        finally:
+            if not self.server.running:
+                self.server.start()
+            second.close()
+        self.assertTrue(waited, "flower never waited for the database")
+        self.assertEqual(model.lines(), ["step-1", "step-2"])   # no step done twice
+        self.assertEqual(ctx["_sessions"]["work"], sid)
+        self.assertEqual(ctx["_woke"], 2)
+
     def test_a_lineage_read_from_the_spool_keeps_a_step_the_store_cannot_vouch_for(self):
         """The database went away after the lineage's newest snapshot was spooled: loading it cannot ask
         the store about the work session, so the step stays (the step's own check waits and decides)."""
