@@ -11590,6 +11590,9 @@ class Runtime:
         for hook in self._stored_hooks:
             with contextlib.suppress(Exception):
                 hook(key, entries)
+        lineage = self._lineage
+        if lineage is not None and lineage.due:   # a write went through: the record a full disk refused, now
+            self.soft(lineage.where, lineage.catch_up)
 
     def interrupt(self, message: str | None = None) -> None:
         """Interrupt the current turn cooperatively (thread-safe). The same session is then resumed
