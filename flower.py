@@ -11652,17 +11652,36 @@ class Runtime:
         """The store's project key for this workspace."""
         return project_key(self.paths.workspace)
 
-    def has_session(self, session_id: str) -> bool:
+    def has_session(self, session_id: str, *, unsure: bool = False) -> bool:
         """Whether the store still holds this session (for this workspace). A session the store never
         got, but the CLI wrote to its own transcript (the store was locked, flower was killed), is
-        recovered first: it continues instead of starting over."""
+        recovered first: it continues instead of starting over. ``unsure`` is the answer while the
+        state database is away (it cannot tell); any other failure is False."""
         try:
-            if self.store.has_session(self.project_key, session_id):
-                return True
-            recovered = self.salvage(session_id) + self.store_ahead(session_id)
-            return recovered > 0 and self.store.has_session(self.project_key, session_id)
+            return self._has_session(session_id)
+        except Offline:
+            return unsure
         except Exception:
             return False
+
+    def _has_session(self, session_id: str) -> bool:
+        if self.store.has_session(self.project_key, session_id):
+            return True
+        recovered = self.salvage(session_id) + self.store_ahead(session_id)
+        return recovered > 0 and self.store.has_session(self.project_key, session_id)
+
+    async def holds_session(self, session_id: str) -> bool:
+        """:meth:`has_session` as the state database answers it: while the database is away it cannot
+        tell a stored session from a gone one (a fresh start would do the session's work again), so it
+        is waited for, like before a step; :class:`Offline` past the wait."""
+        while True:
+            try:
+                return self._has_session(session_id)
+            except Offline:
+                if not await self.wait_for_state():
+                    raise
+            except Exception:
+                return False
 
     def last_context(self, session_id: str) -> int | None:
         """The last known context level of a stored session."""
@@ -11673,14 +11692,42 @@ class Runtime:
 
     @property
     def lineage(self) -> Lineage:
-        """The lineage of this workspace (opened once, store-checked)."""
+        """The lineage of this workspace (see :meth:`read_lineage`); while the state database is away,
+        a blank one that is not kept (the next use reads it again)."""
+        try:
+            return self.read_lineage()
+        except Offline:
+            return self.state.blank_lineage()
+
+    def read_lineage(self) -> Lineage:
+        """The lineage of this workspace, read once (store-checked). :class:`Offline` while the state
+        database is away, and nothing kept: a blank lineage would start every step over. Any other
+        failure is said once and gives a blank one."""
         if self._lineage is None:
             blank = self.state.blank_lineage()
             opened: list[Lineage] = []
-            self.soft(blank.where, lambda: opened.append(self.state.lineage(
-                has_session=self.has_session, notify=self._info, lang=self.lang)))
+            away: list[Offline] = []
+
+            def load() -> None:
+                try:
+                    opened.append(self.state.lineage(has_session=functools.partial(self.has_session, unsure=True),
+                                                     notify=self._info, lang=self.lang))
+                except Offline as exc:
+                    away.append(exc)
+            self.soft(blank.where, load)
+            if away:
+                raise away[0]
             self._lineage = opened[0] if opened else blank
         return self._lineage
+
+    async def load_lineage(self) -> Lineage:
+        """:meth:`read_lineage`, waiting for a state database that is away (:class:`Offline` past the wait)."""
+        while True:
+            try:
+                return self.read_lineage()
+            except Offline:
+                if not await self.wait_for_state():
+                    raise
 
     def _info(self, message: str) -> None:
         self.emit(Event("info", data={"message": message}))
@@ -11725,6 +11772,9 @@ class Runtime:
         for hook in self._stored_hooks:
             with contextlib.suppress(Exception):
                 hook(key, entries)
+        lineage = self._lineage
+        if lineage is not None and lineage.due:   # a write went through: the record a full disk refused, now
+            self.soft(lineage.where, lineage.catch_up)
 
     def interrupt(self, message: str | None = None) -> None:
         """Interrupt the current turn cooperatively (thread-safe). The same session is then resumed
@@ -11924,8 +11974,8 @@ class Runtime:
         self._human_event = asyncio.Event()
         st = self._run_state(spec, name, prompt, on_event)
         st.lineage_key = lineage_key
-        self._pick_session(st, resume, fork)
         try:
+            await self._pick_session(st, resume, fork)
             if await self._preflight_online(st, result):
                 while await self._attempt(sdk, spec, st, result):
                     pass
@@ -11965,10 +12015,10 @@ class Runtime:
         st.emit = emit
         return st
 
-    def _pick_session(self, st: "_RunState", resume: str | None, fork: bool) -> None:
+    async def _pick_session(self, st: "_RunState", resume: str | None, fork: bool) -> None:
         """The session the first connection drives: ``resume`` when the store holds it (a fork of it
         under a new id), else a fresh one (said when ``resume`` was asked for but is not stored)."""
-        if resume and self.has_session(resume):
+        if resume and await self.holds_session(resume):
             st.resuming, st.fork = resume, fork
             st.sid = str(uuid.uuid4()) if fork else resume
             st.level = self.last_context(resume) or 0
@@ -12136,7 +12186,7 @@ class Runtime:
         result.attempts += 1
         if not await self._state_online(result):   # whether the session was stored is the database's to say
             return False
-        if self.has_session(st.sid):
+        if await self.holds_session(st.sid):
             result.resumed = True
             st.prompt, st.resuming = text("resume_prompt", self.lang), st.sid
         else:  # nothing of this session was stored: start it again, same input, new id
@@ -13017,7 +13067,7 @@ class Workflow:
         ctx = dict(ctx or {})
         ctx.setdefault("_sessions", {})
         ctx.setdefault("_results", {})
-        ctx["_woke"] = rt.lineage.woke + 1
+        ctx["_woke"] = (await rt.load_lineage()).woke + 1
         rt.soft(rt.lineage.where, rt.lineage.bump)
         for step in self.steps:
             if step.when is not None and not await _maybe_await(step.when(ctx)):
@@ -13031,7 +13081,7 @@ class Workflow:
             resume = ctx["_sessions"].get(step.resume_from) or rt.lineage.steps.get(step.resume_from)
         elif self.continuous and not step.fork:
             stored = rt.lineage.steps.get(step.name)
-            if stored and rt.has_session(stored):
+            if stored and await rt.holds_session(stored):
                 resume = stored
         continuing = resume is not None and not step.resume_from
         chosen = step.resume_prompt if continuing and step.resume_prompt is not None else step.prompt
@@ -13056,7 +13106,7 @@ class Workflow:
                 if retry < step.retries:
                     retry += 1
                     label = f"{step.name}#retry{retry}"
-                    resume = result.session_id if result.session_id and rt.has_session(result.session_id) else None
+                    resume = result.session_id if result.session_id and await rt.holds_session(result.session_id) else None
                     prompt = text("resume_prompt", rt.lang) if resume else _resolve_prompt(step.prompt, ctx)
                     continue
                 if step.on_fail != "stop":
@@ -15361,6 +15411,7 @@ def _go_locked(args: argparse.Namespace, reporter: Reporter, paths: Paths, ask: 
                  trim=not args.no_trim, handoff=HandoffPolicy(enabled=not args.no_handoff, window=args.window),
                  on_event=reporter.event, notify=lambda m: reporter.say(m, always=True))
     rt.driver = driver
+    _with_database(backend, paths.lang, functools.partial(reporter.say, always=True), rt.read_lineage)
     rt.setting_sources = setting_sources_for(settings_choice(args))
     rt.max_cost = job_budget(rt, args.max_cost or parse_max_cost(os.environ.get(MAX_COST_ENV), MAX_COST_ENV, EXIT_SETUP))
     start_snapshots(rt, not args.no_snapshot, lambda m: reporter.say(m, always=True))

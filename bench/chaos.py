@@ -265,6 +265,7 @@ class Model:
         self.answered = 0                            # complete 200 answers handed to the server
         self.lock = threading.Lock()
         self.gate = None                             # --trusting: true while faults are still to land
+        self.gating = 0                              # answers waiting at the gate now (one per connection)
         self.gate_bound = 150.0                      # seconds the job's last work answer waits for them
 
     def __call__(self, body: dict) -> Reply:
@@ -409,8 +410,14 @@ class TrustingModel(Model):
         """The job's last work answer waits while planned faults have not landed yet (bounded): every
         fault of a seed is tried, the late ones while flower waits for that answer."""
         start = time.time()
-        while self.gate is not None and self.gate() and time.time() - start < self.gate_bound:
-            time.sleep(0.1)
+        with self.lock:
+            self.gating += 1
+        try:
+            while self.gate is not None and self.gate() and time.time() - start < self.gate_bound:
+                time.sleep(0.1)
+        finally:
+            with self.lock:
+                self.gating -= 1
         if time.time() - start >= 0.1:
             rec["gated"] = round(time.time() - start, 2)
 
@@ -459,6 +466,8 @@ class DelegatingModel(TrustingModel):
             k = None
             if batch:
                 rec["batch"] = sorted(batch)
+            elif len(blocks) == 1:   # the final answer: it waits while faults are still to land
+                self._wait_at_gate(rec)
         if k is not None:
             rec["sig"], rec["line"] = tool_id, k
         elif blocks[-1][0] == "text":
@@ -740,7 +749,9 @@ class Chaos:
         if kind in ("kill9", "sigterm", "kill_cli") and self.proc is None:
             return "no flower running"
         if item.get("phase") and not self.in_phase(item["phase"]):
-            return f"waiting for the phase {item['phase']}"
+            if not self.model.gating:
+                return f"waiting for the phase {item['phase']}"
+            item["phase_unmet"] = True   # the job's last answer waits for it: no worker phase comes any more
         if kind == "kill9":
             self.proc.send_signal(signal.SIGKILL)
             self.proc.wait()
@@ -1135,7 +1146,7 @@ class Chaos:
                     self.note("too-many-runs")
                     break
                 self.spawn()
-            if due is None and pending and self.model.answered >= pending[0]["at"]:
+            if due is None and pending and (self.model.answered >= pending[0]["at"] or self.model.gating):
                 due, due_since = pending.pop(0), time.time()
             if due is not None and time.time() < self.hold_until:
                 due_since = time.time()   # held, not late: its delay and its 20 s start after the hold
