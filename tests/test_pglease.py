@@ -168,7 +168,7 @@ class TwoMachines(_Machines):
         self.assertTrue(from_a)
         if second.returncode == flower.EXIT_BUSY:                # B refused while A lived: not one request
             self.assertEqual(from_b, [], second.stderr)
-            self.assertIn(f"another flower drives workspace", second.stderr)
+            self.assertIn("another flower drives workspace", second.stderr)
             self.assertIn(f"pid {a.pid}", second.stderr)
         else:                                                    # or B waited until A was done
             self.assertEqual(second.returncode, 0, second.stderr[-3000:])
