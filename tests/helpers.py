@@ -490,6 +490,20 @@ def fill(directory: str) -> str:
     return path
 
 
+def mount_small(path: str) -> str | None:
+    """A 16 MB tmpfs at ``path`` (made if missing) that a test can :func:`fill`; None when mounted, else
+    why not (it needs root). :func:`unmount_small` before the directory holding it is removed."""
+    os.makedirs(path, exist_ok=True)
+    p = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m,mode=0700", "tmpfs", path],
+                       capture_output=True, text=True)
+    return None if p.returncode == 0 else p.stderr.strip()[:200] or f"exit {p.returncode}"
+
+
+def unmount_small(path: str) -> None:
+    if subprocess.run(["umount", path], capture_output=True).returncode != 0:
+        subprocess.run(["umount", "-l", path], capture_output=True)
+
+
 class SmallHome:
     """A mixin for E2ECase: HOME (where the CLI writes its transcripts) on a 16 MB tmpfs that a test can
     :func:`fill`; skipped where it cannot be mounted (it needs root)."""
@@ -497,18 +511,38 @@ class SmallHome:
     def setUp(self):
         super().setUp()
         self.home = os.path.join(self.tmp.name, "home")
-        os.makedirs(self.home)
-        p = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m,mode=0700", "tmpfs", self.home],
-                           capture_output=True, text=True)
-        if p.returncode != 0:
+        why = mount_small(self.home)
+        if why:
             super().tearDown()
-            self.skipTest(f"a small tmpfs for HOME cannot be mounted here (needs root): {p.stderr.strip()[:200]}")
+            self.skipTest(f"a small tmpfs for HOME cannot be mounted here (needs root): {why}")
         self.env.update(HOME=self.home, CLAUDE_CONFIG_DIR=os.path.join(self.home, ".claude"))
 
     def tearDown(self):
-        if subprocess.run(["umount", self.home], capture_output=True).returncode != 0:
-            subprocess.run(["umount", "-l", self.home], capture_output=True)
+        unmount_small(self.home)
         super().tearDown()
+
+
+class Filling:
+    """A mixin: answers of the fake API that fill ``self.small`` (a :func:`mount_small` directory) before
+    they are sent, or free it again."""
+
+    filler = None
+
+    def full(self, reply):
+        """``reply``, with the small directory filled first: what the receiver writes now fails."""
+        def answer(body):
+            self.filler = fill(self.small)
+            return reply
+        return answer
+
+    def freed(self, reply):
+        """``reply``, with the small directory freed first."""
+        def answer(body):
+            if self.filler:
+                os.unlink(self.filler)
+                self.filler = None
+            return reply
+        return answer
 
 def shared_server() -> PgServer:
     """The module's one server, started by the first class that needs it (initdb + start take seconds)."""

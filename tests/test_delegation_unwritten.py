@@ -24,7 +24,7 @@ import unittest
 
 import flower
 from tests.fakeapi import FakeAnthropic, error, text, tool
-from tests.helpers import E2ECase, HAVE_SDK, SKIP, SmallHome, WithPostgres, fill, freeze_front, stop_shared_server, system_of, \
+from tests.helpers import E2ECase, Filling, HAVE_SDK, SKIP, SmallHome, WithPostgres, freeze_front, stop_shared_server, system_of, \
     wait_until
 from tests.pgserver import HAVE_PG, SKIP as SKIP_PG
 
@@ -35,14 +35,14 @@ AGENT = {"description": "the step", "prompt": "run the step", "subagent_type": "
 
 @unittest.skipUnless(HAVE_SDK, SKIP)
 @unittest.skipUnless(HAVE_PG, SKIP_PG)
-class UnwrittenWhileDelegating(WithPostgres, SmallHome, E2ECase, unittest.TestCase):
+class UnwrittenWhileDelegating(WithPostgres, SmallHome, Filling, E2ECase, unittest.TestCase):
 
     def setUp(self):
         super().setUp()
         self.env.pop("FLOWER_NO_DELEGATE", None)
         self.worker_q: list = []
         self.workers: list[dict] = []
-        self.filler = None
+        self.small = self.home
 
     def responder(self, body):
         if flower.text("worker_instructions")[:30] in system_of(body):
@@ -50,22 +50,6 @@ class UnwrittenWhileDelegating(WithPostgres, SmallHome, E2ECase, unittest.TestCa
             item = self.worker_q.pop(0) if self.worker_q else text("worker ok")
             return item(body) if callable(item) else item
         return self.roles(body)
-
-    def full(self, reply):
-        """``reply``, with HOME filled first: the CLI cannot write what it receives now."""
-        def answer(body):
-            self.filler = fill(self.home)
-            return reply
-        return answer
-
-    def freed(self, reply):
-        """``reply``, with HOME freed first."""
-        def answer(body):
-            if self.filler:
-                os.unlink(self.filler)
-                self.filler = None
-            return reply
-        return answer
 
     def payloads(self) -> str:
         import psycopg

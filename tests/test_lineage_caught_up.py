@@ -14,45 +14,26 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 import unittest
 
 from tests.fakeapi import FakeAnthropic, error, text, tool
-from tests.helpers import E2ECase, HAVE_SDK, SKIP, fill, wait_until
+from tests.helpers import E2ECase, Filling, HAVE_SDK, SKIP, mount_small, unmount_small, wait_until
 
 
 @unittest.skipUnless(HAVE_SDK, SKIP)
-class OwedLineageCaughtUp(E2ECase, unittest.TestCase):
+class OwedLineageCaughtUp(Filling, E2ECase, unittest.TestCase):
 
     def setUp(self):
         super().setUp()
-        self.run_dir = os.path.join(self.ws, ".flower")
-        os.makedirs(self.run_dir)
-        p = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m,mode=0700", "tmpfs", self.run_dir],
-                           capture_output=True, text=True)
-        if p.returncode != 0:
+        self.run_dir = self.small = os.path.join(self.ws, ".flower")
+        why = mount_small(self.run_dir)
+        if why:
             super().tearDown()
-            self.skipTest(f"a small tmpfs for the run dir cannot be mounted here (needs root): {p.stderr.strip()[:200]}")
-        self.filler = None
+            self.skipTest(f"a small tmpfs for the run dir cannot be mounted here (needs root): {why}")
 
     def tearDown(self):
-        if subprocess.run(["umount", self.run_dir], capture_output=True).returncode != 0:
-            subprocess.run(["umount", "-l", self.run_dir], capture_output=True)
+        unmount_small(self.run_dir)
         super().tearDown()
-
-    def full(self, reply):
-        def answer(body):
-            self.filler = fill(self.run_dir)
-            return reply
-        return answer
-
-    def freed(self, reply):
-        def answer(body):
-            if self.filler:
-                os.unlink(self.filler)
-                self.filler = None
-            return reply
-        return answer
 
     def work_sid(self):
         try:
