@@ -42,7 +42,8 @@ class StateAwayAtTheStep(WithPostgres, E2ECase, unittest.TestCase):
         return flower.Workflow([flower.Step("work", self.spec(), "do the two steps",
                                             resume_prompt="check the steps once more")])
 
-    def test_the_step_continues_its_session_when_the_database_was_away_at_the_check(self):
+    def first_job(self):
+        """The two steps done undisturbed: the model and the work session."""
         model = StepModel(self.ws, steps=2)
         self.api.responder = model
         first = self.runtime()
@@ -50,17 +51,23 @@ class StateAwayAtTheStep(WithPostgres, E2ECase, unittest.TestCase):
         sid = first.lineage.steps["work"]
         first.close()
         self.assertEqual(model.lines(), ["step-1", "step-2"])
+        return model, sid
 
-        events: list[flower.Event] = []
-        waited: list[str] = []
-
+    def back_when_waited_for(self, events, waited):
+        """An event watcher that starts the database again once flower says it waits for it."""
         def watch(event):
             events.append(event)
             message = str((event.data or {}).get("message", ""))
             if event.kind == "info" and "unreachable" in message and not self.server.running:
                 waited.append(message)
                 self.server.start()   # the phase: flower waits for the database
-        second = self.runtime(on_event=watch)
+        return watch
+
+    def test_the_step_continues_its_session_when_the_database_was_away_at_the_check(self):
+        model, sid = self.first_job()
+        events: list[flower.Event] = []
+        waited: list[str] = []
+        second = self.runtime(on_event=self.back_when_waited_for(events, waited))
         self.assertEqual(second.lineage.steps.get("work"), sid)   # the lineage is loaded
         self.server.stop("immediate")   # the phase: the database goes away before the step's check
         try:
@@ -81,20 +88,9 @@ class StateAwayAtTheStep(WithPostgres, E2ECase, unittest.TestCase):
     def test_the_workflow_reads_its_lineage_once_the_database_is_back(self):
         """The database went away before the run read its lineage: the workflow waits for it instead of
         running on a blank lineage (every step would start over)."""
-        model = StepModel(self.ws, steps=2)
-        self.api.responder = model
-        first = self.runtime()
-        asyncio.run(self.workflow().run(first))
-        sid = first.lineage.steps["work"]
-        first.close()
+        model, sid = self.first_job()
         waited: list[str] = []
-
-        def watch(event):
-            if event.kind == "info" and "unreachable" in str((event.data or {}).get("message", "")) \
-                    and not self.server.running:
-                waited.append(event.data["message"])
-                self.server.start()   # the phase: flower waits for the database
-        second = self.runtime(on_event=watch)
+        second = self.runtime(on_event=self.back_when_waited_for([], waited))
         self.server.stop("immediate")   # the phase: before the run reads its lineage
         try:
             ctx = asyncio.run(self.workflow().run(second))
