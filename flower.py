@@ -11530,18 +11530,22 @@ class Event:
 
 
 async def settle(awaitable: Awaitable[Any], timeout: float | None = None) -> bool:
-    """Await a clean-up to its end, its errors ignored; True when this task was cancelled meanwhile. A
-    signal's stop may land during a clean-up: the caller finishes the rest and raises it again, never
-    swallows it (a swallowed stop let the run go on and send requests after SIGTERM)."""
+    """Await a clean-up to its end, its errors ignored, even when this task is cancelled meanwhile; True
+    then. A signal's stop may land during a clean-up: the caller finishes the rest, one step after
+    the other, and raises it again, never swallows it (a swallowed stop let the run go on and send
+    requests after SIGTERM)."""
     import asyncio
-    try:
-        await (awaitable if timeout is None else asyncio.wait_for(awaitable, timeout))
-    except asyncio.CancelledError:
-        me = asyncio.current_task()
-        return bool(getattr(me, "cancelling", lambda: 1)())   # not when only the awaited task was cancelled
-    except BaseException:
-        pass
-    return False
+    work = asyncio.ensure_future(awaitable if timeout is None else asyncio.wait_for(awaitable, timeout))
+    stopped = False
+    while not work.done():   # a stop does not cut it short: the next clean-up must not run beside it
+        try:
+            await asyncio.shield(work)
+        except asyncio.CancelledError:
+            me = asyncio.current_task()
+            stopped = stopped or not work.done() or bool(getattr(me, "cancelling", lambda: 1)())
+        except BaseException:
+            pass
+    return stopped
 
 
 @record

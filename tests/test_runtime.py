@@ -192,6 +192,39 @@ class Exits(Base):
         self.assertEqual(len(FAKE.calls), 1)
         self.assertEqual(Manifest.read(self.run_dir)[0]["error"], "killed-by-signal")
 
+    def test_a_stop_during_a_clean_up_lets_it_end_before_the_next_one_starts(self):
+        # the salvage of a failed turn runs in a thread: a stop that lands during it must not start the
+        # store of the streamed messages beside it (both write the same session)
+        FAKE.turns = [[("text", "part", 100), ("raise", ConnectionResetError("the CLI went away"))],
+                      [("text", "finished", 200)]]
+        order = []
+        salvage, seen = self.rt.salvage, self.rt._store_seen
+
+        async def scenario():
+            loop = asyncio.get_running_loop()
+            task = asyncio.ensure_future(self.rt.run(AgentSpec("work"), "go", lineage_key="work"))
+
+            def slow_salvage(sid, **kw):
+                if kw.get("keep_copies") and "salvage" not in order:
+                    order.append("salvage")
+                    loop.call_soon_threadsafe(task.cancel)   # the stop lands while it runs
+                    time.sleep(0.3)
+                    order.append("salvaged")
+                return salvage(sid, **kw)
+
+            def store_seen(sid, msgs):
+                order.append("store")
+                return seen(sid, msgs)
+            self.rt.salvage, self.rt._store_seen = slow_salvage, store_seen
+            try:
+                return await task
+            except asyncio.CancelledError as exc:
+                return exc
+        outcome = asyncio.run(scenario())
+        self.assertIsInstance(outcome, asyncio.CancelledError)
+        self.assertEqual(order, ["salvage", "salvaged", "store"])
+        self.assertEqual(len(FAKE.calls), 1)
+
     def test_a_human_interrupt_before_the_connection_starts_is_kept(self):
         # Ctrl-C while a step prepares (the check online, the lineage written ahead): the turn that
         # then starts is interrupted and the words go to the session, they are not lost
