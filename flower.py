@@ -12270,6 +12270,8 @@ class Runtime:
                     extra = chained(extra, known | written)
                     if not extra:
                         continue
+                    if before is None:
+                        before = self._after_parent(key, extra[0].get("parentUuid"))
                     self._append_waiting(key, extra, before)
                     known.update(e["uuid"] for e in extra)
                     recovered += len(extra)
@@ -12288,6 +12290,24 @@ class Runtime:
             self._info(text("info_recovered_one" if recovered == 1 else "info_recovered", self.lang, n=recovered,
                             sid=sid))
         return recovered
+
+    def _after_parent(self, key: dict, parent: Any) -> str | None:
+        """The stored entry that follows ``parent`` when ``parent`` is not the session's newest one:
+        recovered entries that branch off there go before it. Appended, they would be the newest leaf,
+        and the CLI resumes from the newest leaf in file order: the resume would take their older
+        branch and leave out everything stored after it. None: append."""
+        if not isinstance(parent, str):
+            return None
+        stored = self.raw_store.load_sync(key) or []
+        if newest_uuid(stored) == parent:
+            return None
+        after = False
+        for entry in stored:
+            uid = entry.get("uuid")
+            if after and isinstance(uid, str):
+                return uid
+            after = after or uid == parent
+        return None
 
     def _append_waiting(self, key: dict, entries: list[dict], before: str | None = None) -> None:
         """Append, waiting out a store that is locked or busy (another process holds it): recovered

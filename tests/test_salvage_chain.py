@@ -58,6 +58,41 @@ class Salvage(fakesdk.FakeWorkspace, unittest.TestCase):
             self.assertEqual(rt.salvage(key["session_id"]), 1)
             self.assertEqual([e["uuid"] for e in rt.raw_store.load_sync(key)], ["a", "next"])
 
+    def test_a_branch_recovered_from_an_older_transcript_does_not_become_the_newest_leaf(self):
+        # a killed run's transcript ends with a prompt (and its attachment) the store never took; a later
+        # run went on from their parent and its turn is stored. Appended, the recovered pair would be
+        # the newest leaf and the resume would take that older branch (trusting chaos pg seed 1: the
+        # steps of the later run done again)
+        with tempfile.TemporaryDirectory() as config, mock.patch.dict(os.environ, {"CLAUDE_CONFIG_DIR": config}):
+            rt = flower.Runtime(workspace=self.ws, run_dir=self.run_dir, resilience=flower.Resilience(probe=False))
+            self.addCleanup(rt.close)
+            key = {"project_key": rt.project_key, "session_id": "55555555-5555-5555-5555-555555555555"}
+            rt.raw_store.append_sync(key, [entry("a", None), entry("b", "a"), entry("later", "b"),
+                                           entry("later-answer", "later")])
+            own = os.path.join(config, "projects", rt.project_key)
+            os.makedirs(own)
+            with open(os.path.join(own, key["session_id"] + ".jsonl"), "w") as fh:
+                for e in (entry("a", None), entry("b", "a"), entry("old-prompt", "b"), entry("old-att", "old-prompt")):
+                    fh.write(json.dumps(e) + "\n")
+            self.assertEqual(rt.salvage(key["session_id"]), 2)
+            stored = rt.raw_store.load_sync(key)
+            self.assertEqual([e["uuid"] for e in stored], ["a", "b", "old-prompt", "old-att", "later", "later-answer"])
+            self.assertEqual(flower.newest_uuid(stored), "later-answer")
+
+    def test_entries_the_transcript_ends_with_after_the_newest_stored_one_are_appended(self):
+        with tempfile.TemporaryDirectory() as config, mock.patch.dict(os.environ, {"CLAUDE_CONFIG_DIR": config}):
+            rt = flower.Runtime(workspace=self.ws, run_dir=self.run_dir, resilience=flower.Resilience(probe=False))
+            self.addCleanup(rt.close)
+            key = {"project_key": rt.project_key, "session_id": "66666666-6666-6666-6666-666666666666"}
+            rt.raw_store.append_sync(key, [entry("a", None), entry("b", "a")])
+            own = os.path.join(config, "projects", rt.project_key)
+            os.makedirs(own)
+            with open(os.path.join(own, key["session_id"] + ".jsonl"), "w") as fh:
+                for e in (entry("a", None), entry("b", "a"), entry("c", "b"), entry("d", "c")):
+                    fh.write(json.dumps(e) + "\n")
+            self.assertEqual(rt.salvage(key["session_id"]), 2)
+            self.assertEqual([e["uuid"] for e in rt.raw_store.load_sync(key)], ["a", "b", "c", "d"])
+
 
 if __name__ == "__main__":
     unittest.main()
