@@ -27,72 +27,51 @@ class Chained(unittest.TestCase):
 
 
 class Salvage(fakesdk.FakeWorkspace, unittest.TestCase):
-    def test_an_orphan_the_cli_left_on_a_full_disk_is_not_stored(self):
+    def salvaged(self, stored, transcript):
+        """``stored`` in the store, ``transcript`` as the CLI's own file of the session; the salvage:
+        how many entries it recovered and the stored session after it."""
         with tempfile.TemporaryDirectory() as config, mock.patch.dict(os.environ, {"CLAUDE_CONFIG_DIR": config}):
             rt = flower.Runtime(workspace=self.ws, run_dir=self.run_dir, resilience=flower.Resilience(probe=False))
             self.addCleanup(rt.close)
             key = {"project_key": rt.project_key, "session_id": "33333333-3333-3333-3333-333333333333"}
-            rt.raw_store.append_sync(key, [entry("a", None), entry("b", "a")])
+            rt.raw_store.append_sync(key, stored)
             own = os.path.join(config, "projects", rt.project_key)
             os.makedirs(own)
             with open(os.path.join(own, key["session_id"] + ".jsonl"), "w") as fh:
-                for e in (entry("a", None), entry("b", "a"), entry("c", "b"),
-                          entry("result", "call-never-written", "Exit code 137"), entry("att", "result")):
+                for e in transcript:
                     fh.write(json.dumps(e) + "\n")
-            self.assertEqual(rt.salvage(key["session_id"]), 1)
-            stored = rt.raw_store.load_sync(key)
-            self.assertEqual([e["uuid"] for e in stored], ["a", "b", "c"])
-            self.assertEqual(flower.newest_uuid(stored), "c")   # the newest leaf stays on an intact chain
+            return rt.salvage(key["session_id"]), rt.raw_store.load_sync(key)
+
+    def test_an_orphan_the_cli_left_on_a_full_disk_is_not_stored(self):
+        n, stored = self.salvaged([entry("a", None), entry("b", "a")],
+                                  [entry("a", None), entry("b", "a"), entry("c", "b"),
+                                   entry("result", "call-never-written", "Exit code 137"), entry("att", "result")])
+        self.assertEqual(n, 1)
+        self.assertEqual([e["uuid"] for e in stored], ["a", "b", "c"])
+        self.assertEqual(flower.newest_uuid(stored), "c")   # the newest leaf stays on an intact chain
 
     def test_an_entry_after_a_healed_stand_in_of_a_resume_is_stored(self):
-        with tempfile.TemporaryDirectory() as config, mock.patch.dict(os.environ, {"CLAUDE_CONFIG_DIR": config}):
-            rt = flower.Runtime(workspace=self.ws, run_dir=self.run_dir, resilience=flower.Resilience(probe=False))
-            self.addCleanup(rt.close)
-            key = {"project_key": rt.project_key, "session_id": "44444444-4444-4444-4444-444444444444"}
-            rt.raw_store.append_sync(key, [entry("a", None)])
-            own = os.path.join(config, "projects", rt.project_key)
-            os.makedirs(own)
-            with open(os.path.join(own, key["session_id"] + ".jsonl"), "w") as fh:
-                for e in (entry("a", None), dict(entry("heal", "a"), flowerHealed=True), entry("next", "heal")):
-                    fh.write(json.dumps(e) + "\n")
-            self.assertEqual(rt.salvage(key["session_id"]), 1)
-            self.assertEqual([e["uuid"] for e in rt.raw_store.load_sync(key)], ["a", "next"])
+        n, stored = self.salvaged([entry("a", None)],
+                                  [entry("a", None), dict(entry("heal", "a"), flowerHealed=True), entry("next", "heal")])
+        self.assertEqual(n, 1)
+        self.assertEqual([e["uuid"] for e in stored], ["a", "next"])
 
     def test_a_branch_recovered_from_an_older_transcript_does_not_become_the_newest_leaf(self):
         # a killed run's transcript ends with a prompt (and its attachment) the store never took; a later
         # run went on from their parent and its turn is stored. Appended, the recovered pair would be
         # the newest leaf and the resume would take that older branch (trusting chaos pg seed 1: the
         # steps of the later run done again)
-        with tempfile.TemporaryDirectory() as config, mock.patch.dict(os.environ, {"CLAUDE_CONFIG_DIR": config}):
-            rt = flower.Runtime(workspace=self.ws, run_dir=self.run_dir, resilience=flower.Resilience(probe=False))
-            self.addCleanup(rt.close)
-            key = {"project_key": rt.project_key, "session_id": "55555555-5555-5555-5555-555555555555"}
-            rt.raw_store.append_sync(key, [entry("a", None), entry("b", "a"), entry("later", "b"),
-                                           entry("later-answer", "later")])
-            own = os.path.join(config, "projects", rt.project_key)
-            os.makedirs(own)
-            with open(os.path.join(own, key["session_id"] + ".jsonl"), "w") as fh:
-                for e in (entry("a", None), entry("b", "a"), entry("old-prompt", "b"), entry("old-att", "old-prompt")):
-                    fh.write(json.dumps(e) + "\n")
-            self.assertEqual(rt.salvage(key["session_id"]), 2)
-            stored = rt.raw_store.load_sync(key)
-            self.assertEqual([e["uuid"] for e in stored], ["a", "b", "old-prompt", "old-att", "later", "later-answer"])
-            self.assertEqual(flower.newest_uuid(stored), "later-answer")
+        n, stored = self.salvaged([entry("a", None), entry("b", "a"), entry("later", "b"), entry("later-answer", "later")],
+                                  [entry("a", None), entry("b", "a"), entry("old-prompt", "b"), entry("old-att", "old-prompt")])
+        self.assertEqual(n, 2)
+        self.assertEqual([e["uuid"] for e in stored], ["a", "b", "old-prompt", "old-att", "later", "later-answer"])
+        self.assertEqual(flower.newest_uuid(stored), "later-answer")
 
     def test_entries_the_transcript_ends_with_after_the_newest_stored_one_are_appended(self):
-        with tempfile.TemporaryDirectory() as config, mock.patch.dict(os.environ, {"CLAUDE_CONFIG_DIR": config}):
-            rt = flower.Runtime(workspace=self.ws, run_dir=self.run_dir, resilience=flower.Resilience(probe=False))
-            self.addCleanup(rt.close)
-            key = {"project_key": rt.project_key, "session_id": "66666666-6666-6666-6666-666666666666"}
-            rt.raw_store.append_sync(key, [entry("a", None), entry("b", "a")])
-            own = os.path.join(config, "projects", rt.project_key)
-            os.makedirs(own)
-            with open(os.path.join(own, key["session_id"] + ".jsonl"), "w") as fh:
-                for e in (entry("a", None), entry("b", "a"), entry("c", "b"), entry("d", "c")):
-                    fh.write(json.dumps(e) + "\n")
-            self.assertEqual(rt.salvage(key["session_id"]), 2)
-            self.assertEqual([e["uuid"] for e in rt.raw_store.load_sync(key)], ["a", "b", "c", "d"])
-
+        n, stored = self.salvaged([entry("a", None), entry("b", "a")],
+                                  [entry("a", None), entry("b", "a"), entry("c", "b"), entry("d", "c")])
+        self.assertEqual(n, 2)
+        self.assertEqual([e["uuid"] for e in stored], ["a", "b", "c", "d"])
 
 if __name__ == "__main__":
     unittest.main()
