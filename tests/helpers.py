@@ -5,6 +5,7 @@ one database); and the texts several tiers check. Test modules import from here,
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import glob
 import importlib.util
 import json
@@ -115,6 +116,27 @@ def load_chaos():
     sys.modules["bench_chaos"] = module   # dataclasses look their module up by name
     spec.loader.exec_module(module)
     return module
+
+
+@contextlib.contextmanager
+def delegating_chaos(items, *, turns, handoffs, prefix):
+    """bench/chaos.py's delegating job (trusting coordinator, real SDK + CLI, fake API) under the fixed
+    plan ``items``, each fault at its phase (no delay): yields (the run's result, the plan as fired).
+    Its logs are kept when the body fails (an assertion: their path is in the run's result)."""
+    chaos = load_chaos()
+    settings = chaos.Settings(job=chaos.Job(turns=turns, handoffs=handoffs), timeout=300.0, trusting=True,
+                              delegate=True)
+    base_dir = tempfile.mkdtemp(prefix=prefix)
+    keep = False
+    try:
+        plan = [dict(item, delay=0.0, restart=1.0) for item in items]
+        result = chaos.Chaos(settings, 1, base_dir).run(plan)
+        keep = True
+        yield result, plan
+        keep = False
+    finally:
+        if not keep:
+            shutil.rmtree(base_dir, ignore_errors=True)
 
 
 def forget_listings():

@@ -10,11 +10,9 @@ last request, so they can only land while the final answer waits (a phase, not a
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 import unittest
 
-from tests.helpers import HAVE_SDK, SKIP, load_chaos
+from tests.helpers import HAVE_SDK, SKIP, delegating_chaos
 
 LATE = [{"kind": "burst", "at": 10_000, "statuses": [529]},
         {"kind": "kill9", "at": 10_000, "phase": "tool"}]
@@ -24,27 +22,15 @@ LATE = [{"kind": "burst", "at": 10_000, "statuses": [529]},
 class FaultsWaitedFor(unittest.TestCase):
 
     def test_faults_planned_past_the_last_request_fire_while_the_final_answer_waits(self):
-        chaos = load_chaos()
-        settings = chaos.Settings(job=chaos.Job(turns=4, handoffs=1), timeout=300.0, trusting=True, delegate=True)
-        base_dir = tempfile.mkdtemp(prefix="flower-chaos-gate-")
-        plan = [dict(item, delay=0.0, restart=1.0) for item in LATE]
-        keep = False
-        try:
-            r = chaos.Chaos(settings, 1, base_dir).run(plan)
+        with delegating_chaos(LATE, turns=4, handoffs=1, prefix="flower-chaos-gate-") as (r, plan):
             story = "\n".join([f"{k}: {r.get(k)}" for k in ("finished", "dup", "skipped", "missing", "runs")]
                               + [f"plan: {plan}", f"logs: {r['dir']}"])
-            keep = True
             self.assertEqual([p["kind"] for p in plan if "fired" in p], ["burst", "kill9"], story)
             self.assertTrue(plan[1].get("phase_unmet"), story)   # no worker ran any more: it landed at the end
             self.assertEqual(r["skipped"], [], story)
             self.assertTrue(r["finished"], story)
             self.assertTrue(r["expected_ok"], story)
             self.assertEqual(r["dup"], [], story)
-            keep = False
-        finally:
-            if not keep:
-                shutil.rmtree(base_dir, ignore_errors=True)
-
 
 if __name__ == "__main__":
     unittest.main()

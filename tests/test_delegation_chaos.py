@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import shutil
 import subprocess
 import tempfile
 import threading
@@ -23,7 +22,7 @@ import flower
 from tests import delegating_model as dm
 from tests import trusting_model as tm
 from tests.fakeapi import FakeAnthropic, error, text, tool
-from tests.helpers import E2ECase, RUN_FLOWER, HAVE_SDK, SKIP, SmallHome, fill, freeze_front, load_chaos, system_of
+from tests.helpers import E2ECase, RUN_FLOWER, HAVE_SDK, SKIP, SmallHome, delegating_chaos, fill, freeze_front, system_of
 
 FRAME = ("[Subagent hand-back] The text below is the final report of a subagent this session delegated to. "
          "The report follows:\n  Conclusion: done. {report}\nagentId: a1\n<usage>subagent_tokens: 7005</usage>")
@@ -320,17 +319,10 @@ class ChaosDelegatingSeed(unittest.TestCase):
     """A small job of ``bench/chaos.py --delegate`` (real SDK + CLI, fake API) under a fixed plan."""
 
     def test_a_delegating_job_under_kills_at_each_phase(self):
-        chaos = load_chaos()
-        settings = chaos.Settings(job=chaos.Job(turns=10, handoffs=1), timeout=300.0, trusting=True, delegate=True)
-        base_dir = tempfile.mkdtemp(prefix="flower-chaos-deleg-")
-        plan = [dict(item, delay=0.0, restart=1.0) for item in PLAN]
-        keep = False
-        try:
-            r = chaos.Chaos(settings, 1, base_dir).run(plan)
+        with delegating_chaos(PLAN, turns=10, handoffs=1, prefix="flower-chaos-deleg-") as (r, plan):
             story = "\n".join([f"{k}: {r.get(k)}" for k in ("finished", "dup", "killed_said", "disk_full_said",
                                                               "concurrent", "false_np", "silent_done", "skipped",
                                                               "missing", "lost", "runs")] + [f"logs: {r['dir']}"])
-            keep = True
             self.assertEqual([p["kind"] for p in plan if "fired" in p], [p["kind"] for p in plan], story)
             self.assertTrue(r["finished"], story)
             self.assertTrue(r["expected_ok"], story)     # every step in steps.log
@@ -338,11 +330,6 @@ class ChaosDelegatingSeed(unittest.TestCase):
             self.assertEqual(r["concurrent"], [], story)
             self.assertEqual(r["false_np"], [], story)
             self.assertEqual(r["silent_done"], [], story)
-            keep = False
-        finally:
-            if not keep:
-                shutil.rmtree(base_dir, ignore_errors=True)
-
 
 if __name__ == "__main__":
     unittest.main()

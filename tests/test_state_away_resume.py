@@ -63,19 +63,24 @@ class StateAwayAtTheStep(WithPostgres, E2ECase, unittest.TestCase):
                 self.server.start()   # the phase: flower waits for the database
         return watch
 
+    def run_with_database_away(self, rt):
+        """The workflow run on ``rt`` with the database stopped first (the watcher starts it again);
+        the database is up and ``rt`` closed afterwards, whatever happened."""
+        self.server.stop("immediate")
+        try:
+            return asyncio.run(self.workflow().run(rt))
+        finally:
+            if not self.server.running:
+                self.server.start()
+            rt.close()
+
     def test_the_step_continues_its_session_when_the_database_was_away_at_the_check(self):
         model, sid = self.first_job()
         events: list[flower.Event] = []
         waited: list[str] = []
         second = self.runtime(on_event=self.back_when_waited_for(events, waited))
         self.assertEqual(second.lineage.steps.get("work"), sid)   # the lineage is loaded
-        self.server.stop("immediate")   # the phase: the database goes away before the step's check
-        try:
-            ctx = asyncio.run(self.workflow().run(second))
-        finally:
-            if not self.server.running:
-                self.server.start()
-            second.close()
+        ctx = self.run_with_database_away(second)   # the phase: before the step's check
         self.assertTrue(waited, "flower never waited for the database")
         self.assertEqual(model.lines(), ["step-1", "step-2"])   # no step done twice
         steps = [e.data for e in events if e.kind == "step"]
@@ -91,13 +96,7 @@ class StateAwayAtTheStep(WithPostgres, E2ECase, unittest.TestCase):
         model, sid = self.first_job()
         waited: list[str] = []
         second = self.runtime(on_event=self.back_when_waited_for([], waited))
-        self.server.stop("immediate")   # the phase: before the run reads its lineage
-        try:
-            ctx = asyncio.run(self.workflow().run(second))
-        finally:
-            if not self.server.running:
-                self.server.start()
-            second.close()
+        ctx = self.run_with_database_away(second)   # the phase: before the run reads its lineage
         self.assertTrue(waited, "flower never waited for the database")
         self.assertEqual(model.lines(), ["step-1", "step-2"])   # no step done twice
         self.assertEqual(ctx["_sessions"]["work"], sid)
