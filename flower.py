@@ -11402,6 +11402,39 @@ def read_ahead(path: str) -> list[dict]:
     return out
 
 
+def holds_prompt(stored: list[dict]) -> bool:
+    """Whether a stored session holds a prompt on its main thread: a user entry with text, not only
+    tool results and not the CLI's own meta lines."""
+    for entry in stored:
+        if entry.get("type") != "user" or entry.get("isSidechain") or entry.get("isMeta"):
+            continue
+        content = (entry.get("message") or {}).get("content")
+        if isinstance(content, str) or isinstance(content, list) and any(
+                isinstance(b, dict) and b.get("type") == "text" for b in content):
+            return True
+    return False
+
+
+def prompt_entry(prompt: str, sid: str) -> dict:
+    """The transcript entry of the prompt a fresh session was started with, as the CLI writes it: the
+    head of the chain for what the stream kept when the CLI could write none of it (HOME full). Without
+    it a resume shows answers to nothing, and a model that trusts its history starts over."""
+    return {"parentUuid": None, "isSidechain": False, "sessionId": sid, "uuid": str(uuid.uuid4()),
+            "timestamp": iso_now(), "flowerFromStream": True, "type": "user",
+            "message": {"role": "user", "content": prompt}}
+
+
+def with_lost_prompt(extra: list[dict], stored: list[dict], prompt: str | None, sid: str) -> list[dict]:
+    """``extra`` (entries recovered from the stream, chained after ``stored``'s newest) headed by the
+    entry of the session's start ``prompt`` when ``stored`` holds no prompt at all. Pure."""
+    if not extra or prompt is None or holds_prompt(stored):
+        return extra
+    head = prompt_entry(prompt, sid)
+    if extra[0].get("parentUuid") is None or extra[0].get("parentUuid") == newest_uuid(stored):
+        return [head, dict(extra[0], parentUuid=head["uuid"])] + extra[1:]
+    return extra
+
+
 def ahead_entries(written: list[dict], parent: str | None, known: set[str]) -> list[dict]:
     """The written-ahead entries whose uuid ``known`` lacks, chained in order after ``parent`` (as
     :func:`stream_entries` chains them). Pure."""
@@ -11646,6 +11679,7 @@ class Runtime:
         self.driver: DriverLock | None = None  # the workspace lock, when the caller holds one
         self._preflight = False
         self._warned: set[str] = set()
+        self._started: dict[str, str] = {}   # session id -> the prompt this process started it with
         self.state.stop_driving = lambda: stop_own_clis(self.paths.run_dir)   # another took the lock: stop
         reap_orphans(self.paths.run_dir)
 
@@ -12344,10 +12378,23 @@ class Runtime:
         stored = self.raw_store.load_sync(key) or []
         known = {e["uuid"] for e in stored if isinstance(e.get("uuid"), str)}
         extra = stream_entries(seen, sid, newest_uuid(stored), known)
+        extra = with_lost_prompt(extra, stored, self.start_prompt(sid), sid)
         if extra:
             self._append_waiting(key, extra)
             self._info(text("info_from_stream", self.lang, n=len(extra), sid=sid))
         return len(extra)
+
+    def start_prompt(self, sid: str) -> str | None:
+        """The prompt fresh session ``sid`` was started with: this process's, else the lineage's start
+        record (written before the CLI started); None when neither knows it."""
+        if sid in self._started:
+            return self._started[sid]
+        with contextlib.suppress(Exception):   # peeked: reading the lineage checks its sessions, via here
+            starts = self._lineage.starts if self._lineage is not None else self.state.peek_lineage().get("starts")
+            for record in (starts or {}).values():
+                if isinstance(record, dict) and record.get("session_id") == sid:
+                    return record.get("prompt")
+        return None
 
     def store_ahead(self, sid: str) -> int:
         """Before resuming ``sid`` (after :meth:`salvage`): store what this machine wrote ahead of the
@@ -12363,6 +12410,7 @@ class Runtime:
             stored = self.raw_store.load_sync(key) or []
             extra = ahead_entries(written, newest_uuid(stored),
                                   {e["uuid"] for e in stored if isinstance(e.get("uuid"), str)})
+            extra = with_lost_prompt(extra, stored, self.start_prompt(sid), sid)
             if extra:
                 self._append_waiting(key, extra)
                 self._info(text("info_from_stream", self.lang, n=len(extra), sid=sid))
@@ -12399,6 +12447,8 @@ class Runtime:
         ``sid`` is Busy, never killed."""
         self._refuse_if_driven(sid)
         reap_orphans(self.paths.run_dir, [sid])
+        if start_prompt is not None:
+            self._started[sid] = start_prompt
         if lineage_key:
             self.soft(self.lineage.where, lambda: self.lineage.remember(lineage_key, sid, start_prompt))
         if self.driver is not None:

@@ -19,8 +19,8 @@ import threading
 import unittest
 
 import flower
-from tests.fakeapi import text, tool
-from tests.helpers import E2ECase, HAVE_SDK, SKIP, SmallHome, WithPostgres, fill, freeze_front, stop_shared_server
+from tests.fakeapi import error, text, tool
+from tests.helpers import E2ECase, Filling, HAVE_SDK, SKIP, SmallHome, WithPostgres, fill, freeze_front, stop_shared_server
 from tests.pgserver import HAVE_PG, SKIP as SKIP_PG
 
 tearDownModule = stop_shared_server   # the one server the PostgreSQL case started for this module
@@ -99,10 +99,81 @@ class KilledWhileHomeFull(SmallHome, E2ECase, unittest.TestCase):
 
 
 @unittest.skipUnless(HAVE_SDK, SKIP)
+class SuccessorUnwritten(Filling, SmallHome, E2ECase, unittest.TestCase):
+    """Trusting chaos, PostgreSQL seed 4: an overflow handed the work to a fresh session while HOME
+    filled, and the CLI wrote nothing of the successor, not even its prompt (the carry: which steps were
+    done). flower stored the streamed answer alone, a 529 made it resume, and the model, seeing answers
+    to no prompt, started the job over."""
+
+    def setUp(self):
+        super().setUp()
+        self.small = self.home
+
+    def state(self) -> list[str]:
+        """The ``--state`` arguments of both runs (none: the local files)."""
+        return []
+
+    def test_the_resumed_successor_starts_with_its_carry(self):
+        arrived, release = threading.Event(), threading.Event()
+        self.addCleanup(release.set)
+
+        def held(body):   # the request that carries step 2's result: the command ran
+            arrived.set()
+            release.wait(120)
+            return text("too late")
+        overflow = error(400, "prompt is too long: 210000 tokens > 200000 maximum", "invalid_request_error")
+        self.roles.work = [tool("Bash", {"command": STEP}, say="doing step 1"), self.full(overflow),
+                           tool("Bash", {"command": "echo step-2 >> steps.log"}, say="doing step 2"), held]
+        freeze_front(self.ws)
+        proc = self.spawn("--json", *self.state(), "--no-goal")
+        self.addCleanup(lambda: proc.poll() is None and (proc.kill(), proc.wait()))
+        self.addCleanup(lambda: (proc.stdout.close(), proc.stderr.close()))
+        said: list[str] = []
+        fillers = []
+
+        def read():   # the predecessor's CLI freed its files on HOME as it ended: full again at once
+            for line in proc.stdout:
+                if '"kind": "handoff"' in line and '"phase": "done"' in line:
+                    fillers.append(fill(self.home))
+                said.append(line)
+        threading.Thread(target=read, daemon=True).start()
+        self.wait_for(lambda: arrived.is_set() and sum('"kind": "tool_result"' in line for line in said) >= 2,
+                      what="step 2's result at flower and the request after it")
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+        release.set()
+        for path in [self.filler, *fillers]:
+            os.unlink(path)
+        work = self.roles.bodies("work")
+        carry = [b.get("text", "") for b in work[2]["messages"][0]["content"] if isinstance(b, dict)]
+        self.assertTrue(any(t.startswith(flower.text("carry_head")) for t in carry), carry)
+        sent = len(work)
+        self.roles.work = [text("finished")]
+        p = self.flower(*self.state(), "--no-goal", check=False)
+        self.assertEqual(p.returncode, 0, p.stderr[-3000:])
+        resumed = self.roles.bodies("work")[sent]["messages"]
+        texts = [b if isinstance(b, str) else b.get("text", "") for m in resumed if m["role"] == "user"
+                 for b in ([m["content"]] if isinstance(m["content"], str) else m["content"])]
+        self.assertTrue(any(t.startswith(flower.text("carry_head")) for t in texts),
+                        "the resumed successor lacks the carry it was started with")
+        self.assertIn("doing step 2", json.dumps(resumed))
+
+
+@unittest.skipUnless(HAVE_SDK, SKIP)
 @unittest.skipUnless(HAVE_PG, SKIP_PG)
 class KilledWhileHomeFullPostgres(WithPostgres, KilledWhileHomeFull):
     """The same on PostgreSQL, where the chaos seed failed (the write-ahead file is on the machine that
     ran the call, as the CLI's transcript is)."""
+
+    def state(self) -> list[str]:
+        return ["--state", self.dsn]
+
+
+@unittest.skipUnless(HAVE_SDK, SKIP)
+@unittest.skipUnless(HAVE_PG, SKIP_PG)
+class SuccessorUnwrittenPostgres(WithPostgres, SuccessorUnwritten):
+    """The same on PostgreSQL, where the chaos seed failed: the next process finds the start prompt in
+    the database's lineage."""
 
     def state(self) -> list[str]:
         return ["--state", self.dsn]

@@ -43,6 +43,32 @@ class Pure(unittest.TestCase):
         self.assertIsNone(flower.newest_uuid([{"type": "last-prompt"}]))
 
 
+class LostPrompt(unittest.TestCase):
+    """Trusting chaos, PostgreSQL seed 4: an overflow's successor started while HOME filled, so the CLI
+    wrote nothing of it, not even its prompt (the carry: which steps were done). flower stored the
+    streamed answer alone, the retry resumed it, and the model, seeing answers to no prompt, started
+    the job over (24 steps written twice)."""
+
+    def test_the_start_prompt_heads_what_the_stream_kept_when_nothing_was_stored(self):
+        kept = [{"uuid": "a1", "parentUuid": None, "type": "assistant"},
+                {"uuid": "u1", "parentUuid": "a1", "type": "user"}]
+        out = flower.with_lost_prompt(kept, [], "CARRY: steps 1-24 are done", "sid")
+        self.assertEqual(out[0]["message"], {"role": "user", "content": "CARRY: steps 1-24 are done"})
+        self.assertEqual([e["parentUuid"] for e in out], [None, out[0]["uuid"], "a1"])
+        self.assertEqual(out[0]["sessionId"], "sid")
+
+    def test_a_stored_prompt_or_an_unknown_one_changes_nothing(self):
+        kept = [{"uuid": "a1", "parentUuid": "p0", "type": "assistant"}]
+        stored = [{"uuid": "p0", "type": "user", "message": {"role": "user", "content": "go"}}]
+        self.assertEqual(flower.with_lost_prompt(kept, stored, "go", "sid"), kept)
+        self.assertEqual(flower.with_lost_prompt(kept, [], None, "sid"), kept)
+        self.assertEqual(flower.with_lost_prompt([], [], "go", "sid"), [])
+        results_only = [{"uuid": "u0", "type": "user", "message": {"content": [{"type": "tool_result"}]}},
+                        {"uuid": "m0", "type": "user", "isMeta": True, "message": {"content": "caveat"}}]
+        self.assertFalse(flower.holds_prompt(results_only))
+        self.assertTrue(flower.holds_prompt(stored))
+
+
 class KilledUnrecorded(fakesdk.FakeWorkspace, unittest.TestCase):
     """On the fake SDK: the mirror takes nothing of the step's call (the CLI could not write it), the
     stream shows it, then the CLI dies."""
@@ -109,6 +135,41 @@ class KilledUnrecorded(fakesdk.FakeWorkspace, unittest.TestCase):
         self.assertTrue(all(p is None or p in chain for p in chain.values()))   # one intact chain
         infos = [e.data["message"] for e in self.events if e.kind == "info"]
         self.assertIn(flower.text("info_from_stream", n=2, sid=result.session_id), infos)
+
+    def test_a_fresh_session_the_cli_wrote_nothing_of_resumes_with_its_prompt(self):
+        def unwritten(prompt, options, loaded):   # HOME full from the session's start: not even its prompt
+            self.unrecorded = True
+            return [("tool", "Bash", {"command": "echo step 25 >> steps.log"}, "wrote step 25", 200),
+                    ("error", "API Error: 529 Overloaded", 529, "api_error")]
+
+        def after(prompt, options, loaded):
+            self.unrecorded = False
+            return [("text", "all done", 300)]
+
+        FAKE.turns = [unwritten, after]
+        result = asyncio.run(self.rt.run(AgentSpec("work"), "CARRY: steps 1-24 are done", lineage_key="work"))
+        self.assertTrue(result.ok, result.error)
+        loaded = FAKE.loaded[-1]
+        prompts = [e["message"]["content"] for e in loaded if e.get("type") == "user"
+                   and isinstance(e["message"]["content"], str)]
+        self.assertEqual(prompts[:1], [FAKE.calls[0]["prompt"]])
+        self.assertIn("CARRY: steps 1-24 are done", prompts[0])
+        chain = {e["uuid"]: e.get("parentUuid") for e in loaded if isinstance(e.get("uuid"), str)}
+        self.assertTrue(all(p is None or p in chain for p in chain.values()))   # one intact chain
+        self.assertEqual(sum(p is None for p in chain.values()), 1)
+
+    def test_after_a_kill_the_write_ahead_file_is_stored_under_the_lineage_start_prompt(self):
+        sid = str(uuid.uuid4())
+        self.rt.lineage.remember("work", sid, "CARRY: steps 1-24 are done")
+        call = answer(ToolUseBlock("toolu_25", "Bash", {"command": "echo 25"}), uid="a25")
+        flower.write_ahead(flower.stream_ahead_path(self.run_dir, sid), call, sid)
+        later = Runtime(workspace=self.ws, run_dir=self.run_dir)   # the next process
+        self.addCleanup(later.close)
+        self.assertEqual(later.store_ahead(sid), 2)
+        stored = later.raw_store.load_sync({"project_key": later.project_key, "session_id": sid})
+        self.assertEqual([e["type"] for e in stored], ["user", "assistant"])
+        self.assertEqual(stored[0]["message"]["content"], "CARRY: steps 1-24 are done")
+        self.assertEqual(stored[1]["parentUuid"], stored[0]["uuid"])
 
 
 if __name__ == "__main__":
