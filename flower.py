@@ -10737,11 +10737,15 @@ def worker(*, lang: str = "en", model: str | None = None, tools: list[str] | Non
 # tokens, and it tells the coordinator to Write, which the rules hook denies it), the CLI's own agent
 # types in the agent listing and "fork" in the Agent tool's text (~470 tokens; a coordinator delegates
 # to flower's worker, whose instructions keep reports short; a call that names no type goes to the
-# worker), and a "the user hasn't heard from you" reminder every few turns (flower reports progress). What it cannot cut: the session's tool list binds the workers
+# worker), a "the user hasn't heard from you" reminder every few turns (flower reports progress), and
+# the CLI's background tasks (~340 tokens): flower runs every Agent call in the foreground, so without
+# them the Agent tool's text says what happens ("the agent's final message is returned to you as the
+# tool result") instead of "subagents run in the background by default"; a worker's own background
+# command was stopped when it reported anyway, and a shell's ``cmd &`` still works inside a worker. What it cannot cut: the session's tool list binds the workers
 # too (a Write left out of ``tools`` is "disabled for this session, in subagents as well"), and the
 # CLI frames each worker's report in a fixed hand-back text after the PostToolUse hooks have run.
 COORDINATOR_ENV = {"CLAUDE_CODE_DISABLE_AUTO_MEMORY": "1", "CLAUDE_CODE_SILENT_TURN_REMINDER": "0",
-                   "CLAUDE_CODE_FORK_SUBAGENT": "0"}
+                   "CLAUDE_CODE_FORK_SUBAGENT": "0", "CLAUDE_CODE_DISABLE_BACKGROUND_TASKS": "1"}
 CLI_AGENT_TYPES = ("general-purpose", "claude", "statusline-setup", "Explore", "Plan")
 
 

@@ -1,9 +1,11 @@
 """What the CLI puts before the coordinator (issue 39: its context at the end of a job), on the real
 CLI against tests/fakeapi.py. The coordinator's requests carry no auto-memory section (it tells the
 model to Write, which the rules hook denies the coordinator), list only flower's worker among the
-agent types (an Agent call that names none goes to the worker), have no "fork" type in the Agent
-tool's text, and get no "the user hasn't heard from you" reminder however many turns the job takes;
-a worker still writes files (the deny rules only govern spawning through Agent). The control: the
+agent types (an Agent call that names none goes to the worker), have no "fork" type and no
+background launch in the Agent tool (flower runs every call in the foreground), and get no "the
+user hasn't heard from you" reminder however many turns the job takes; a worker still writes files
+(the deny rules only govern spawning through Agent) and still starts a process with a shell's ``&``
+that its next command talks to (the CLI's own background tasks are off). The control: the
 same coordinator without those settings is sent all of them, so their absence is not the CLI's default.
 
 Measured facts kept here: the session's ``tools`` binds the workers too (a worker whose Write is not
@@ -26,6 +28,7 @@ from tests.helpers import E2ECase, HAVE_SDK, SKIP
 
 MEMORY = "persistent file-based memory"          # the CLI's auto-memory section of the system prompt
 FORK = "forks yourself"                           # the CLI's Agent tool text on the "fork" type
+BACKGROUND = '"run_in_background"'                # the Agent tool's parameter (flower sets it false)
 SILENT = "The user hasn't heard from you"         # the CLI's reminder every few silent turns
 TURNS = 8                                         # tool turns: enough for the reminder to come (it did by 5)
 
@@ -94,6 +97,7 @@ class CoordinatorContext(E2ECase, unittest.TestCase):
             self.assertFalse(MEMORY in system_text(body))
             self.assertTrue(listed(body, "worker"))
             self.assertFalse(FORK in agent_tool(body))
+            self.assertFalse(BACKGROUND in agent_tool(body))
             for name in flower.CLI_AGENT_TYPES:
                 self.assertFalse(listed(body, name), name)
         self.assertFalse(SILENT in FakeAnthropic.messages_text(sides.main[-1]))
@@ -109,7 +113,46 @@ class CoordinatorContext(E2ECase, unittest.TestCase):
         self.assertIn(MEMORY, system_text(sides.main[0]))
         self.assertTrue(listed(sides.main[0], "general-purpose"))
         self.assertIn(FORK, agent_tool(sides.main[0]))
+        self.assertIn(BACKGROUND, agent_tool(sides.main[0]))
         self.assertIn(SILENT, FakeAnthropic.messages_text(sides.main[-1]))
+
+
+# a background process that waits for "go", then writes "done"; and the command that says "go" and
+# waits (at most 60 s) for "done": no timing is assumed
+WAITER = ("nohup python3 -c \"import os, time; t = time.time(); "
+          "[time.sleep(0.05) for _ in iter(lambda: os.path.exists('go') or time.time() - t > 60, True)]; "
+          "open('done', 'w').write('from the background')\" >/dev/null 2>&1 &")
+GO = ("python3 -c \"import os, time; open('go', 'w').close(); t = time.time(); "
+      "[time.sleep(0.05) for _ in iter(lambda: os.path.exists('done') or time.time() - t > 60, True)]; "
+      "print(open('done').read() if os.path.exists('done') else 'NOT-DONE')\"")
+
+
+@unittest.skipUnless(HAVE_SDK, SKIP)
+class WorkerShell(E2ECase, unittest.TestCase):
+
+    def setUp(self):
+        super().setUp()
+        self.env.pop("FLOWER_NO_DELEGATE", None)
+
+    def test_a_worker_still_runs_a_process_in_the_background_of_its_shell(self):
+        sub = [tool("Bash", {"command": WAITER}), tool("Bash", {"command": GO}), text("Done.")]
+        main = [tool("Agent", {"description": "bg", "prompt": "start and use it", "subagent_type": "worker"}),
+                text("all done")]
+        sent = []
+
+        def respond(body):
+            sent.append(body)
+            worker = flower.text("worker_instructions")[:30] in system_text(body)
+            return (sub if worker else main).pop(0)
+
+        self.api.responder = respond
+        rt = self._runtime()
+        result = asyncio.run(rt.run(flower.coordinator(rt.paths, instructions="You do the work."), "go"))
+        rt.close()
+        self.assertTrue(result.ok, result.error)
+        self.assertEqual(self.read("done"), "from the background")
+        last_worker = [b for b in sent if flower.text("worker_instructions")[:30] in system_text(b)][-1]
+        self.assertIn("from the background", FakeAnthropic.messages_text(last_worker))
 
 
 class CoordinatorEnv(unittest.TestCase):
