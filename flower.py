@@ -10576,13 +10576,16 @@ def rules_hook(lang: str = "en") -> Callable[[dict, Any, Any], Awaitable[dict]]:
 
 
 def agent_call_input(tool_input: Any, rules: str) -> dict:
-    """An Agent call's input with the workbench rules added to its prompt (once) and run in the
-    foreground: a worker's result comes back inside the call, and a handoff waits for it."""
+    """An Agent call's input with the workbench rules added to its prompt (once), run in the
+    foreground (a worker's result comes back inside the call, and a handoff waits for it), and given
+    to the worker when it names no agent type."""
     call = dict(tool_input) if isinstance(tool_input, dict) else {}
     prompt = str(call.get("prompt") or "")
     if rules not in prompt:
         call["prompt"] = f"{prompt}\n\n{rules}" if prompt else rules
     call["run_in_background"] = False
+    if not call.get("subagent_type"):
+        call["subagent_type"] = WORKER_NAME   # the CLI's default type is denied to the coordinator
     return call
 
 
@@ -10727,6 +10730,36 @@ def worker(*, lang: str = "en", model: str | None = None, tools: list[str] | Non
     model unless ``model``, told to report briefly and leave long outputs in the workbench."""
     return WorkerAgent(description=text("worker_description", lang), prompt=text("worker_instructions", lang),
                        tools=list(tools or WORKER_TOOLS), model=model or "inherit")
+
+
+# What the CLI puts before every coordinator request that the coordinator cannot use, measured on the
+# real CLI (tests/test_coordinator_context.py): the auto-memory section of the system prompt (~530
+# tokens, and it tells the coordinator to Write, which the rules hook denies it), the CLI's own agent
+# types in the agent listing and "fork" in the Agent tool's text (~470 tokens; a coordinator delegates
+# to flower's worker, whose instructions keep reports short; a call that names no type goes to the
+# worker), a "the user hasn't heard from you" reminder every few turns (flower reports progress), and
+# the CLI's background tasks (~340 tokens): flower runs every Agent call in the foreground, so without
+# them the Agent tool's text says what happens ("the agent's final message is returned to you as the
+# tool result") instead of "subagents run in the background by default"; a worker's own background
+# command was stopped when it reported anyway, and a shell's ``cmd &`` still works inside a worker. What it cannot cut: the session's tool list binds the workers
+# too (a Write left out of ``tools`` is "disabled for this session, in subagents as well"), and the
+# CLI frames each worker's report in a fixed hand-back text after the PostToolUse hooks have run.
+COORDINATOR_ENV = {"CLAUDE_CODE_DISABLE_AUTO_MEMORY": "1", "CLAUDE_CODE_SILENT_TURN_REMINDER": "0",
+                   "CLAUDE_CODE_FORK_SUBAGENT": "0", "CLAUDE_CODE_DISABLE_BACKGROUND_TASKS": "1"}
+CLI_AGENT_TYPES = ("general-purpose", "claude", "statusline-setup", "Explore", "Plan")
+
+
+def coordinator_env(env: dict[str, str] | None = None) -> dict[str, str]:
+    """The CLI settings of a coordinator's session (``COORDINATOR_ENV``), except those the user has
+    set in ``env`` (default ``os.environ``): theirs win."""
+    env = os.environ if env is None else env
+    return {name: value for name, value in COORDINATOR_ENV.items() if name not in env}
+
+
+def coordinator_denied_agents() -> list[str]:
+    """Deny rules for the CLI's own agent types: only flower's worker is listed to the coordinator.
+    They only govern spawning through Agent, which workers do not have, so no worker tool is lost."""
+    return [f"Agent({name})" for name in CLI_AGENT_TYPES]
 
 
 # --- Project settings: which of the workspace's own instructions and settings the agents read ---
@@ -13299,6 +13332,7 @@ def coordinator(paths: "Paths", *, lang: str = "en", name: str = "work", instruc
     return AgentSpec(
         name, instructions=(instructions + "\n\n" if instructions else "") + text("coordinator_instructions", lang),
         preset=True, tools=hands, allowed_tools=hands, model=model, permission_mode=permission_mode,
+        env=coordinator_env(), disallowed_tools=coordinator_denied_agents(),
         agents={WORKER_NAME: worker(lang=lang, model=worker_model)},
         hooks={"PreToolUse": [(None, rules_hook(lang)), ("|".join(AGENT_TOOLS), agent_call_hook(paths, lang)),
                               (None, spill_wait_hook())],

@@ -47,7 +47,9 @@ class Rules(unittest.TestCase):
     def test_never_by_disallowed_tools(self):
         with tempfile.TemporaryDirectory() as tmp:
             spec = flower.coordinator(flower.Paths(tmp))
-        self.assertEqual(spec.disallowed_tools, [])
+        # only the CLI's own agent types are denied (they govern spawning, not tools); no tool is
+        self.assertEqual(spec.disallowed_tools, [f"Agent({name})" for name in flower.CLI_AGENT_TYPES])
+        self.assertNotIn("worker", flower.CLI_AGENT_TYPES)
         for name in ("Write", "Edit", "Bash", "Agent"):
             self.assertIn(name, spec.tools)
         self.assertEqual(spec.agents["worker"].tools, flower.WORKER_TOOLS)
