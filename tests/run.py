@@ -66,6 +66,8 @@ COST = {
     "tests.test_delegation_chaos.AskedHandoffDuringAWorker": 9,
     "tests.test_e2e": 70, "tests.test_e2e_driver": 6, "tests.test_cli_contract": 24, "tests.test_store": 18,
     "tests.test_delegation_chaos": 6, "tests.test_store_contract": 6, "tests.test_chaos": 4,
+    # real-tier modules that were missing (they started among the last; 18-33 s in a loaded full run)
+    "tests.test_lineage_caught_up": 14, "tests.test_chaos_gate": 12, "tests.test_state_away_resume": 12,
 }
 DEFAULT_COST = 5
 

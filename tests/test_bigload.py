@@ -6,6 +6,7 @@ import dataclasses
 import json
 import os
 import random
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -55,9 +56,17 @@ def other_process(code: str) -> None:
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
+def scratch(case: unittest.TestCase) -> str:
+    """A temp dir removed when ``case`` ends, after the spill files a big load writes in a thread."""
+    tmp = tempfile.mkdtemp()
+    case.addCleanup(shutil.rmtree, tmp, True)
+    case.addCleanup(flower.wait_spills)
+    return tmp
+
+
 class SpillListing(unittest.TestCase):
     def setUp(self):
-        self.tmp = tempfile.mkdtemp()
+        self.tmp = scratch(self)
         self.spill = os.path.join(self.tmp, "spill")
         self.policy = flower.PrunePolicy(trim=True, trim_keep=2, spill_dir=self.spill)
         self.store = flower.SqliteSessionStore(os.path.join(self.tmp, "s.db"))
@@ -212,7 +221,7 @@ class PruneOnce(unittest.TestCase):
 
     def test_prepare_decides_and_loads_as_two_prunes_did(self):
         for (mix, raw), (name, fields) in ((m, p) for m in mixes() for p in POLICIES.items()):
-            tmp = tempfile.mkdtemp()
+            tmp = scratch(self)
             policy = flower.PrunePolicy(spill_dir=os.path.join(tmp, "spill"), **fields)
             store = flower.SqliteSessionStore(os.path.join(tmp, "s.db"))
             key = {"project_key": PK, "session_id": "s"}
@@ -248,7 +257,7 @@ class PruneOnce(unittest.TestCase):
                     self.assertEqual(report.spills, want_report.spills)
 
     def test_a_session_that_does_not_fit_is_loaded_and_pruned_once_and_spills_nothing(self):
-        tmp = tempfile.mkdtemp()
+        tmp = scratch(self)
         spill = os.path.join(tmp, "spill")
         store = flower.SqliteSessionStore(os.path.join(tmp, "s.db"))
         key = {"project_key": PK, "session_id": "s"}
@@ -277,7 +286,7 @@ class Outline(unittest.TestCase):
     def test_handoff_material_from_the_outline_is_that_of_the_stored_rows(self):
         for mix, raw in mixes():
             with self.subTest(mix=mix):
-                tmp = tempfile.mkdtemp()
+                tmp = scratch(self)
                 store = flower.SqliteSessionStore(os.path.join(tmp, "s.db"))
                 key = {"project_key": PK, "session_id": "s"}
                 store.append_sync(key, raw)
@@ -296,7 +305,7 @@ class Outline(unittest.TestCase):
                 store.close()
 
     def test_a_row_another_writer_replaces_is_read_as_it_is(self):
-        tmp = tempfile.mkdtemp()
+        tmp = scratch(self)
         path = os.path.join(tmp, "s.db")
         store = flower.SqliteSessionStore(path)
         key = {"project_key": PK, "session_id": "s"}
@@ -368,7 +377,7 @@ def cut_rows(store) -> int:
 class LaterWakes(unittest.TestCase):
 
     def setUp(self):
-        self.tmp = tempfile.mkdtemp()
+        self.tmp = scratch(self)
         self.spill = os.path.join(self.tmp, "spill")
         self.store = flower.SqliteSessionStore(os.path.join(self.tmp, "s.db"))
         self.key = {"project_key": PK, "session_id": "s"}

@@ -63,7 +63,10 @@ class NothingSilent(SmallHome, _Base):
                 fill(self.home)     # the first work request: from here on the CLI cannot write its transcript
                 return reply
             return answer
-        self.roles.work = [filling(tool("Bash", {"command": "echo one"})), tool("Bash", {"command": "echo two"}),
+        # the first answer is longer than a page: the transcript begun before the fill has room for less in
+        # its last tmpfs page, whatever the lines before it took (else that answer could still be written)
+        pad = "#" * 5000
+        self.roles.work = [filling(tool("Bash", {"command": f"echo one  {pad}"})), tool("Bash", {"command": "echo two"}),
                            text("finished")]
         freeze_front(self.ws)   # about the work step: the brief and goal as clarify and goal leave them
         p = self.flower("--json")

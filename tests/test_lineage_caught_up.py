@@ -52,9 +52,11 @@ class OwedLineageCaughtUp(Filling, E2ECase, unittest.TestCase):
             self.wait_for(lambda: os.path.exists(marker), timeout=180, what="the successor's step running")
             first = [b for b in self.roles.bodies("work")]
             self.assertGreaterEqual(len(first), 3)
-            # the phase: the successor's step runs; the fixed flower wrote the owed lineage record by now
-            wait_until(lambda: self.api.saw("SUCCESSOR-MARK") and self.work_sid() is not None
-                       and any(self.work_sid() in json.dumps(b.get("metadata", "")) for b in first[2:]),
+            # the phase: the successor's step runs, its answer stored; the fixed flower wrote the owed
+            # lineage record by now (its answer reaches no request before the step's 50 s are over)
+            wait_until(lambda: self.work_sid() is not None
+                       and any(self.work_sid() in json.dumps(b.get("metadata", "")) for b in first[2:])
+                       and "SUCCESSOR-MARK" in json.dumps(self.stored(self.work_sid())),
                        timeout=15, interval=0.2)
             os.kill(p.pid, signal.SIGKILL)
         finally:

@@ -380,6 +380,7 @@ class StoredFacts(unittest.TestCase):
         self.n = 0
 
     def tearDown(self):
+        flower.wait_spills()   # a big load's spill files are written in a thread, maybe still now
         self.tmp.cleanup()
 
     def stored(self, entries, path=None):
