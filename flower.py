@@ -465,7 +465,7 @@ TEXTS: dict[str, dict[str, str]] = {
             "editing, running commands that change things, long investigations) to a worker with the Agent "
             "tool, subagent_type 'worker', one self-contained task per call with the paths and facts it needs. "
             "Keep your own context small: read workers' short reports, glance with Read, Glob, Grep and "
-            "read-only Bash only to decide, and keep a TodoWrite list. Reuse what the workbench index lists."),
+            "read-only Bash only to decide. Reuse what the workbench index lists."),
         "worker_description": "Does one self-contained piece of hands-on work and reports briefly.",
         "worker_instructions": (
             "You are a worker. Do the one task you are given, completely, in the working directory. Then "
@@ -1015,8 +1015,8 @@ TEXTS: dict[str, dict[str, str]] = {
         "coordinator_instructions": (
             "你负责协调;动手的工作交给工作者。先做计划,再用 Agent 工具(subagent_type 'worker')把每一块具体工作"
             "(写文件、改文件、运行会改变东西的命令、长时间的调查)交给工作者,每次一个自成一体的任务,附上它需要的路径和事实。"
-            "保持你自己的上下文精简:读工作者的简短报告,只为做决定才用 Read、Glob、Grep 和只读的 Bash 看一眼,"
-            "并维护一个 TodoWrite 清单。工作台索引里列出的东西先复用。"),
+            "保持你自己的上下文精简:读工作者的简短报告,只为做决定才用 Read、Glob、Grep 和只读的 Bash 看一眼。"
+            "工作台索引里列出的东西先复用。"),
         "worker_description": "完成一块自成一体的动手工作,并简短汇报。",
         "worker_instructions": (
             "你是工作者。在工作目录中把交给你的这一个任务完整做完。然后用最多约 30 行回复:结论;证据(你运行或读了什么,"
@@ -10420,6 +10420,7 @@ def spill_wait_hook() -> Callable[[dict, Any, Any], Awaitable[dict]]:
 SPILL_AT = 4000      # a tool output this long or longer goes to a file as it is written
 SPILL_HEAD = 400     # what of it stays in the context, after the pointer
 SPILL_MATCHER = "Bash|Read|Grep|Glob|WebFetch"
+# TodoWrite: the CLI of SDK 0.2.189 has none and leaves the name out; a CLI that has it offers it
 COORDINATOR_TOOLS = ["Agent", "TodoWrite", "Read", "Glob", "Grep", "Bash"]
 WORKER_TOOLS = ["Read", "Write", "Edit", "Bash", "Glob", "Grep"]
 MAIN_THREAD_WRITERS = ("Write", "Edit", "NotebookEdit")
@@ -10741,9 +10742,10 @@ def worker(*, lang: str = "en", model: str | None = None, tools: list[str] | Non
 # the CLI's background tasks (~340 tokens): flower runs every Agent call in the foreground, so without
 # them the Agent tool's text says what happens ("the agent's final message is returned to you as the
 # tool result") instead of "subagents run in the background by default"; a worker's own background
-# command was stopped when it reported anyway, and a shell's ``cmd &`` still works inside a worker. What it cannot cut: the session's tool list binds the workers
-# too (a Write left out of ``tools`` is "disabled for this session, in subagents as well"), and the
-# CLI frames each worker's report in a fixed hand-back text after the PostToolUse hooks have run.
+# command was stopped when it reported anyway, and a shell's ``cmd &`` still works inside a worker.
+# What it cannot cut: the session's tool list binds the workers too (a Write left out of ``tools`` is
+# "disabled for this session, in subagents as well"), and the CLI frames each worker's report in a
+# fixed hand-back text after the PostToolUse hooks have run.
 COORDINATOR_ENV = {"CLAUDE_CODE_DISABLE_AUTO_MEMORY": "1", "CLAUDE_CODE_SILENT_TURN_REMINDER": "0",
                    "CLAUDE_CODE_FORK_SUBAGENT": "0", "CLAUDE_CODE_DISABLE_BACKGROUND_TASKS": "1"}
 CLI_AGENT_TYPES = ("general-purpose", "claude", "statusline-setup", "Explore", "Plan")
