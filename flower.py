@@ -11483,6 +11483,57 @@ def ahead_entries(written: list[dict], parent: str | None, known: set[str]) -> l
     return out
 
 
+def placed_runs(streamed: list[dict], stored: list[dict]) -> list[tuple[list[dict], str | None]]:
+    """Where the entries of ``streamed`` (stream order, unchained) that ``stored`` lacks go: runs of
+    consecutive ones, each chained in order, with the uuid of the stored entry it goes before (None:
+    after all of them). A run that a stored entry already hangs under (the CLI recorded a tool's
+    result but not the call, its disk full) goes just before that entry, after the message that
+    preceded it in the stream: chained after the newest stored entry it would close a loop (the
+    result under the call under the result), and the CLI, mending the loop by timestamps, resumes a
+    history without that turn or without the turns before it. Any other run is chained after the
+    newest stored entry (see :func:`stream_entries`). Pure."""
+    known = {e["uuid"] for e in stored if isinstance(e.get("uuid"), str)}
+    order = [e for e in stored if isinstance(e.get("uuid"), str) and not e.get("isSidechain")]
+    at = {e["uuid"]: k for k, e in enumerate(order)}
+    under: dict[str, str] = {}   # uuid -> the first stored entry (file order) that names it its parent
+    for entry in order:
+        under.setdefault(entry.get("parentUuid"), entry["uuid"])
+    newest, out = newest_uuid(stored), []
+
+    def place(run: list[dict], before_run: str | None) -> None:
+        nonlocal newest
+        hung = [under[e["uuid"]] for e in run if e["uuid"] in under]
+        before = min(hung, key=at.__getitem__) if hung else None
+        if before is None:
+            parent = newest
+        elif before_run is not None:
+            parent = before_run
+        else:   # nothing streamed before it: the stored entry just before the one it precedes
+            parent = order[at[before] - 1]["uuid"] if at[before] else None
+        chained_run = ahead_entries(run, parent, set())
+        out.append((chained_run, before))
+        if before is None:
+            newest = chained_run[-1]["uuid"]
+
+    run: list[dict] = []
+    previous = before_run = None
+    for entry in streamed:
+        uid = entry["uuid"]
+        if uid in known:
+            if run:
+                place(run, before_run)
+                run = []
+        else:
+            if not run:
+                before_run = previous
+            run.append(entry)
+            known.add(uid)
+        previous = uid
+    if run:
+        place(run, before_run)
+    return out
+
+
 # --- Agent runtime: specs, events, results, one step on the SDK with its four exits ---
 
 @record
@@ -12404,20 +12455,13 @@ class Runtime:
 
     def store_unrecorded(self, sid: str, seen: list) -> int:
         """After a turn the CLI did not finish, and the salvage of its transcript: store the streamed
-        messages (``seen``) that neither the mirror nor the CLI's transcript kept, chained after the
-        session's newest stored entry, so a resume shows a call that ran (with its result when the
-        stream had it; without, the prune says the kill stopped it). Returns how many. Blocking."""
+        messages (``seen``) that neither the mirror nor the CLI's transcript kept, each in its place
+        (:func:`placed_runs`), so a resume shows a call that ran (with its result when the stream had
+        it; without, the prune says the kill stopped it). Returns how many. Blocking."""
         key = {"project_key": self.project_key, "session_id": sid}
         if not any(isinstance(getattr(m, "uuid", None), str) for m in seen):
             return 0
-        stored = self.raw_store.load_sync(key) or []
-        known = {e["uuid"] for e in stored if isinstance(e.get("uuid"), str)}
-        extra = stream_entries(seen, sid, newest_uuid(stored), known)
-        extra = with_lost_prompt(extra, stored, self.start_prompt(sid), sid)
-        if extra:
-            self._append_waiting(key, extra)
-            self._info(text("info_from_stream", self.lang, n=len(extra), sid=sid))
-        return len(extra)
+        return self._store_streamed(key, stream_entries(seen, sid, None, set()))
 
     def start_prompt(self, sid: str) -> str | None:
         """The prompt fresh session ``sid`` was started with: this process's, else the lineage's start
@@ -12433,25 +12477,30 @@ class Runtime:
 
     def store_ahead(self, sid: str) -> int:
         """Before resuming ``sid`` (after :meth:`salvage`): store what this machine wrote ahead of the
-        stream (:func:`write_ahead`) and the store still lacks, chained after the session's newest
-        stored entry, then drop the file. Returns how many entries. Blocking."""
+        stream (:func:`write_ahead`) and the store still lacks, each in its place (:func:`placed_runs`),
+        then drop the file. Returns how many entries. Blocking."""
         path = stream_ahead_path(self.paths.run_dir, sid)
         written = read_ahead(path)
         if live_driver(self.paths.run_dir, sid) is not None:
             return 0   # another flower drives it: its file is its own
-        extra: list[dict] = []
-        if written:
-            key = {"project_key": self.project_key, "session_id": sid}
-            stored = self.raw_store.load_sync(key) or []
-            extra = ahead_entries(written, newest_uuid(stored),
-                                  {e["uuid"] for e in stored if isinstance(e.get("uuid"), str)})
-            extra = with_lost_prompt(extra, stored, self.start_prompt(sid), sid)
-            if extra:
-                self._append_waiting(key, extra)
-                self._info(text("info_from_stream", self.lang, n=len(extra), sid=sid))
+        n = self._store_streamed({"project_key": self.project_key, "session_id": sid}, written) if written else 0
         with contextlib.suppress(OSError):
             os.unlink(path)
-        return len(extra)
+        return n
+
+    def _store_streamed(self, key: dict, streamed: list[dict]) -> int:
+        """Store the entries of ``streamed`` (stream order) that the store lacks, each run in its
+        place (:func:`placed_runs`); one info line says how many. Blocking."""
+        sid, stored = key["session_id"], self.raw_store.load_sync(key) or []
+        runs = placed_runs(streamed, stored)
+        if runs:   # a fresh session the CLI wrote nothing of: headed by its start prompt
+            runs[0] = (with_lost_prompt(runs[0][0], stored, self.start_prompt(sid), sid), runs[0][1])
+        for run, before in runs:
+            self._append_waiting(key, run, before)
+        n = sum(len(run) for run, _ in runs)
+        if n:
+            self._info(text("info_from_stream", self.lang, n=n, sid=sid))
+        return n
 
     async def _fits(self, sid: str, st: "_RunState") -> bool:
         """Whether the resumed session, pruned (and trimmed harder if need be), stays under the

@@ -1035,6 +1035,18 @@ class Chaos:
             out["error"] = str(exc)[:300]
         return out
 
+    def dump_entries(self) -> None:
+        """--state pg, for the kept logs: every stored transcript row in storage order
+        (``entries.jsonl.gz``: row id, session, subpath, payload), so the chain a resume loaded can
+        be worked out after the database is gone."""
+        import psycopg
+        with contextlib.suppress(Exception):
+            with psycopg.connect(self.pg.dsn, autocommit=True, connect_timeout=10) as conn, \
+                    gzip.open(os.path.join(self.logs, "entries.jsonl.gz"), "wt") as fh:
+                for rid, sid, sub, payload in conn.execute(
+                        "SELECT id, sid, sub, payload FROM flower.entries ORDER BY sid, sub, id"):
+                    fh.write(json.dumps({"id": rid, "sid": sid, "sub": sub, "payload": payload}) + "\n")
+
     def _break_notes(self, rec: dict) -> None:
         """Around a handoff: ``notes/archive`` is a file (so the previous handoff document cannot be
         archived) and, when there is no document yet, its path is a directory (so it cannot be
@@ -1095,6 +1107,7 @@ class Chaos:
                 self.pg_up.wait(max(self.s.dblock) + 30)   # a stop in progress ends before the server goes
                 if self.db_summary is None:
                     self.db_summary = self.db_summary_now()
+                    self.dump_entries()
                 self.pg.close()
             for thread in self.threads:   # a disk still full is emptied before its tmpfs goes
                 thread.join(timeout=max(self.s.full) + 5)
