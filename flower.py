@@ -2407,6 +2407,12 @@ def iso_now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
 
 
+def transcript_now() -> str:
+    """The current UTC time as the CLI stamps transcript entries (milliseconds, ``Z``): an entry
+    flower writes sorts among the CLI's own where the CLI orders by time."""
+    return _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+
 def set_aside(path: str) -> str:
     """Move an unreadable file to ``<path>.corrupt-<ts>[-n]`` (never overwriting) and return the new path."""
     base = f"{path}.corrupt-{timestamp()}"
@@ -11362,7 +11368,7 @@ def _stream_entry(msg: Any, sid: str, parent: str | None) -> dict | None:
     if not blocks:
         return None
     entry = {"parentUuid": parent, "isSidechain": False, "sessionId": sid, "uuid": msg.uuid,
-             "timestamp": iso_now(), "flowerFromStream": True}
+             "timestamp": transcript_now(), "flowerFromStream": True}
     if type(msg).__name__ == "AssistantMessage":
         return {**entry, "type": "assistant", "message": {
             "id": msg.message_id, "type": "message", "role": "assistant", "model": msg.model, "content": blocks,
@@ -11455,7 +11461,7 @@ def prompt_entry(prompt: str, sid: str) -> dict:
     head of the chain for what the stream kept when the CLI could write none of it (HOME full). Without
     it a resume shows answers to nothing, and a model that trusts its history starts over."""
     return {"parentUuid": None, "isSidechain": False, "sessionId": sid, "uuid": str(uuid.uuid4()),
-            "timestamp": iso_now(), "flowerFromStream": True, "type": "user",
+            "timestamp": transcript_now(), "flowerFromStream": True, "type": "user",
             "message": {"role": "user", "content": prompt}}
 
 

@@ -36,6 +36,13 @@ class Pure(unittest.TestCase):
         self.assertEqual(stream_entries([text, call, result], "sid", "leaf", {"a1", "a2", "u3"}), [])
         self.assertEqual(stream_entries([answer(ThinkingBlock("x", "s"), uid="t")], "sid", "leaf", set()), [])
 
+    def test_entries_are_stamped_as_the_cli_stamps_its_own(self):
+        # a second-resolution stamp sorted before the CLI's entries of the same second where the CLI
+        # mends a chain by time (trusting chaos, PostgreSQL seed 1)
+        entry = stream_entries([answer(TextBlock("x"), uid="a1")], "sid", None, set())[0]
+        self.assertRegex(entry["timestamp"], r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
+        self.assertRegex(flower.prompt_entry("go", "sid")["timestamp"], r"\.\d{3}Z$")
+
     def test_newest_uuid_skips_bookkeeping_and_side_chains(self):
         entries = [{"type": "user", "uuid": "u1"}, {"type": "assistant", "uuid": "a1"},
                    {"type": "assistant", "uuid": "s1", "isSidechain": True}, {"type": "last-prompt"}]
