@@ -3768,6 +3768,10 @@ class PrunePolicy:
     # A store reads a row cut by its cut fact even where its spill file is not written yet, and counts
     # it in the report's ``unspilled`` (prepare's deciding pass: a session that does not fit writes none)
     cut_unwritten: bool = False
+    # Prepare's deciding pass: a session over ``budget`` whatever the last steps leave is pruned no further
+    # (see _prune), the entries are not changed in place, and a store that can (``outline_load``) keeps
+    # the outline of a session found over ``budget`` for the handoff that reads it next (see OutlineTaker)
+    deciding: bool = False
 
 
 @record
@@ -3964,7 +3968,7 @@ class LeavePlan:
     uses: dict = field(default_factory=dict)           # tool id -> the only row that may use it (None: none)
     cuts: dict = field(default_factory=dict)           # seq -> (uuid, fact, trim marker) of a row read cut (plan_cuts)
     cut_saved: int = 0                                 # what those markers save
-    noted: set | None = None                           # seqs of the rows with a cut fact (None: note none)
+    noted: dict | None = None                          # seq -> uuid of the rows with a cut fact (None: note none)
     unspilled: int = 0                                 # rows read cut whose spill file is not written
 
 
@@ -3981,8 +3985,10 @@ def _prune(entries: Iterable[dict], policy: PrunePolicy, consume: bool = False, 
     (position in ``entries`` -> "1" read-only or "0"). With a ``plan`` (:func:`plan_leavers`) a row
     naming one of the tool ids it left out raises :class:`PlanBroken`, as does any entry with the uuid
     of a row in ``left``. ``estimate``: the report's ``tokens`` is :func:`estimate_tokens` of what it
-    returns, told from what the scan counted (None where only a walk can tell)."""
-    st = _drop_api_errors(entries, policy, consume, left, marks, plan)
+    returns, told from what the scan counted (None where only a walk can tell). A ``deciding`` policy
+    changes no entry in place, and where the scan alone counts more than its budget returns [] and
+    that count as ``tokens`` (over the budget whatever the fallback's steps would leave)."""
+    st = _drop_api_errors(entries, policy, consume and not policy.deciding, left, marks, plan)
     if consume and isinstance(entries, list):
         entries.clear()
     _drop_old_results(st)
@@ -3991,6 +3997,9 @@ def _prune(entries: Iterable[dict], policy: PrunePolicy, consume: bool = False, 
     if policy.neutralize_interrupts:
         _neutralize_interrupts(st)
     if policy.fallback is not None and policy.budget is not None and consume and _over_anyway(st, policy.budget):
+        if policy.deciding:   # it will not fit: prepare wants nothing more of this prune
+            st.report.tokens = _tokens(st.chars, [])
+            return [], st.report
         st.policy = policy = policy.fallback
         late = _late_steps(st, policy)
     else:
@@ -5761,6 +5770,9 @@ SQL_LOAD_UNCUT = _LOAD_ROWS.format(payload="payload", seq=_NOTABLE_SEQ)
 SQL_LOAD_OUTLINE = (f"SELECT CASE WHEN c.fact IS NULL THEN e.payload ELSE e.uuid END, c.fact FROM entries e "
                     f"LEFT JOIN cut_facts c ON c.skey = e.skey AND c.seq = e.seq AND c.uuid = e.uuid "
                     f"AND c.fact >= '{_CUT_FACT}' AND c.fact < '{FACTS_VERSION}t' WHERE e.skey=? ORDER BY e.seq")
+# A deciding pass (PrunePolicy.deciding) reads the API-error rows too: for the outline alone
+_LOAD_FILTER = f" AND (facts IS NULL OR facts < '{FACTS_VERSION}e' OR facts >= '{FACTS_VERSION}f')"
+SQL_OUTLINING = {sql: sql.replace(_LOAD_FILTER, "") for sql in (SQL_LOAD_UNCUT, SQL_LOAD_TRIMMING)}
 SQL_JSON_EACH = "SELECT value FROM json_each('[1]')"   # fails where SQLite was built without JSON
 # Every payload, with the Bash verdicts only (for a prune that keeps API errors)
 SQL_LOAD_KEEPING_ERRORS = (f"SELECT payload, CASE WHEN facts >= '{FACTS_VERSION}b' AND facts < '{FACTS_VERSION}c' "
@@ -6077,6 +6089,81 @@ def contract_store(store: Any) -> SessionStoreContract:
     return store if isinstance(store, SessionStoreContract) else PlainSessionStore(store)
 
 
+class OutlineTaker:
+    """The outline of a session (what :meth:`SqliteSessionStore.load_outline` reads: every row, those with a
+    cut fact with "" as their result's text and without toolUseResult) taken from a deciding pass of
+    prepare (``PrunePolicy.deciding``) as it reads the rows: the handoff that follows a session that does
+    not fit need not read it again. The pass reads every row (:data:`SQL_OUTLINING`); :meth:`rows` sets
+    aside the texts of those the prune is not given, :meth:`taken` the entries it is, which it must not
+    change in place (``deciding`` keeps :func:`_prune` from it)."""
+
+    __slots__ = ("skip", "places", "entries")
+
+    def __init__(self, plan: LeavePlan):
+        self.skip = plan.skip
+        self.places: list = []    # per row: its seq (None: it has none) or [its text], a row the prune is not given
+        self.entries: list[dict] = []   # the entries the prune is given, in order
+
+    @classmethod
+    def of(cls, plan: LeavePlan | None, policy: PrunePolicy) -> "OutlineTaker | None":
+        """A taker for a trim-on pass whose policy asks for the outline; None otherwise."""
+        return cls(plan) if policy.deciding and plan is not None and plan.noted is not None else None
+
+    def rows(self, rows: Iterable[tuple]) -> Iterator[tuple]:
+        """The rows of :data:`SQL_OUTLINING` (as :meth:`SqliteSessionStore._fresh` takes them) but the
+        API-error rows; those and the rows the plan leaves unread noted with their texts."""
+        version, skip, places = FACTS_VERSION, self.skip, self.places
+        for row in rows:
+            facts = row[1]
+            if facts is not None and facts[:1] == version and (facts[1] == "e" or skip and row[2] in skip):
+                places.append([row[0]])
+                if facts[1] == "e":
+                    continue
+            else:
+                places.append(row[3])
+            yield row
+
+    def taken(self, entries: Iterable[dict]) -> Iterator[dict]:
+        """``entries``, each kept as it passes."""
+        keep = self.entries.append
+        for entry in entries:
+            keep(entry)
+            yield entry
+
+    def outline(self, noted: dict, found: list[tuple], done: tuple[list[dict], PruneReport],
+                policy: PrunePolicy) -> list[dict] | None:
+        """The outline, once the pass that found the cut facts ``found`` ((seq, uuid, fact), noted now)
+        besides those of ``noted`` (seq -> uuid) made ``done``; None when that fits the policy's budget
+        (or its size is not known), or a row set aside does not parse (the handoff reads the rows then)."""
+        tokens = done[1].tokens
+        if tokens is None or policy.budget is None or tokens <= policy.budget:
+            return None
+        bad = [0]
+        aside = list(parsed_objects((place[0] for place in self.places if place.__class__ is list), bad))
+        if bad[0]:
+            return None
+        cut = dict(noted)
+        cut.update((seq, uid) for seq, uid, _ in found)
+        out, given, put = [], iter(self.entries), iter(aside)
+        for place in self.places:
+            if place.__class__ is list:
+                out.append(next(put))
+                continue
+            entry = next(given)
+            out.append(_blanked(entry) if place in cut and cut[place] == entry.get("uuid") else entry)
+        return out
+
+
+def _blanked(entry: dict) -> dict:
+    """A copy of ``entry`` (a row with a cut fact, see :func:`_cut_block`) as the skeleton of its fact
+    reads: its one result's text "" and no toolUseResult."""
+    blank = dict(entry)
+    blank.pop("toolUseResult", None)
+    message = blank["message"] = dict(entry["message"])
+    message["content"] = [dict(message["content"][0], content="")]
+    return blank
+
+
 class SqliteSessionStore(SessionStoreContract):
     """The SDK ``SessionStore`` protocol on one SQLite file (WAL), plus sync extras for flower.
 
@@ -6101,6 +6188,7 @@ class SqliteSessionStore(SessionStoreContract):
         self.busy_timeout = busy_timeout
         self.skipped: dict[str, int] = {}  # session key -> unreadable rows skipped by the last load
         self._lock = threading.RLock()
+        self._outline: tuple[str, tuple, list[dict]] | None = None   # see _keep_outline
         if path != ":memory:":
             directory = os.path.dirname(os.path.abspath(path))
             if not os.path.isdir(directory):
@@ -6431,6 +6519,10 @@ class SqliteSessionStore(SessionStoreContract):
         skey = _key_string(key)
         scan = json.decoder.JSONDecoder().scan_once
         with self._lock:
+            kept, self._outline = self._outline, None
+            if kept is not None and kept[0] == skey and kept[1] == self._stamp():
+                self.skipped[skey] = 0
+                return kept[2]
             if not self._db.execute(SQL_SESSION_KNOWN, (skey,)).fetchone():
                 return None
             bad = [0]
@@ -6443,6 +6535,19 @@ class SqliteSessionStore(SessionStoreContract):
                 return self.load_sync(key)
             self.skipped[skey] = bad[0]
             return entries
+
+    def _keep_outline(self, skey: str, version: int, outline: list[dict] | None) -> None:
+        """Keep the ``outline`` of ``skey`` that a deciding pass took (see :class:`OutlineTaker`) for the next
+        :meth:`load_outline`, while no other connection has written since the pass began (``version``, its
+        data_version) and this one writes nothing more (:meth:`_stamp`). One outline at most, given once;
+        any other load lets it go. The caller holds the lock."""
+        if outline is not None and self._db.execute(SQL_DATA_VERSION).fetchone()[0] == version:
+            self._outline = (skey, self._stamp(), outline)
+
+    def _stamp(self) -> tuple[int, int]:
+        """What changes when any connection writes the store: data_version (the others') and this one's
+        total_changes."""
+        return self._db.execute(SQL_DATA_VERSION).fetchone()[0], self._db.total_changes
 
     @contextlib.contextmanager
     def small_held(self, key: dict) -> Iterator[bool]:
@@ -6492,6 +6597,7 @@ class SqliteSessionStore(SessionStoreContract):
         policy = policy or PrunePolicy()
         skey = _key_string(key)
         with self._lock:
+            self._outline = None
             known, version, cookie, *marked = self._load_head(skey)
             if not known:
                 return None
@@ -6508,12 +6614,13 @@ class SqliteSessionStore(SessionStoreContract):
                             return done
                     plan, left, rows = self._planned_rows(skey, policy)
                     found: list[tuple] = []
-                    fresh = self._fresh(rows, marks, plan, found)
+                    taker = OutlineTaker.of(plan, policy)
+                    fresh = self._fresh(taker.rows(rows) if taker else rows, marks, plan, found)
                     if mark is not None and left and mark == digest + LEFT_MARK and not (plan and plan.cuts):
                         done = self._left_load(list(fresh), left, version, lambda entries: _prune(
                             entries, policy, True, left, marks, plan))
                     else:
-                        done = _prune(fresh, policy, True, left, marks, plan, estimate)
+                        done = _prune(taker.taken(fresh) if taker else fresh, policy, True, left, marks, plan, estimate)
                 except (ValueError, TypeError, IndexError, sqlite3.OperationalError):
                     if plan is not None and plan.cuts:   # e.g. a row another writer replaced under its fact
                         self._best_effort(lambda db: db.execute(SQL_FORGET_SESSION_CUTS, (skey,)))
@@ -6522,9 +6629,10 @@ class SqliteSessionStore(SessionStoreContract):
                         digest + (LEFT_MARK if left else "")
                     if mark and marked and mark == marked[0]:   # marked so already
                         mark = None
-                    if found or mark:
-                        self._best_effort(lambda db: self._note_cuts(db, skey, found, version, mark,
-                                                                     len(done[0]) + len(left)))
+                    wrote = (found or mark) and self._best_effort(lambda db: self._note_cuts(
+                        db, skey, found, version, mark, len(done[0]) + len(left)))
+                    if taker and (wrote or not found):
+                        self._keep_outline(skey, version, taker.outline(plan.noted, found, done, policy))
                     return done
         entries = self.load_sync(key)
         return None if entries is None else _prune(entries, policy, True, estimate=estimate)
@@ -6548,12 +6656,14 @@ class SqliteSessionStore(SessionStoreContract):
         if not trimming:
             return plan, left, self._db.execute(SQL_LOAD_WITH_FACTS, (skey,))
         plan = plan or LeavePlan()
-        plan.noted = {seq for seq, _, _ in cuts}
+        plan.noted = {seq: uid for seq, uid, _ in cuts}
         if cuts:
             plan_cuts(plan, cuts, policy, functools.partial(present_names, policy.spill_dir or ".flower/spill"))
+        outlining = SQL_OUTLINING if policy.deciding else {}   # (see OutlineTaker)
         if not plan.cuts:
-            return plan, left, self._db.execute(SQL_LOAD_UNCUT, (skey,))
-        return plan, left, self._db.execute(SQL_LOAD_TRIMMING, (skey, _json_text(list(plan.cuts))))
+            return plan, left, self._db.execute(outlining.get(SQL_LOAD_UNCUT, SQL_LOAD_UNCUT), (skey,))
+        return plan, left, self._db.execute(outlining.get(SQL_LOAD_TRIMMING, SQL_LOAD_TRIMMING),
+                                            (skey, _json_text(list(plan.cuts))))
 
     @staticmethod
     def _fresh(rows: Iterable[tuple], marks: dict, plan: LeavePlan | None, found: list) -> Iterator[dict]:
@@ -6785,6 +6895,7 @@ class SqliteSessionStore(SessionStoreContract):
     def close(self) -> None:
         """Close the connection (idempotent)."""
         with self._lock:
+            self._outline = None
             with contextlib.suppress(Exception):
                 self._db.close()
 
@@ -6883,7 +6994,7 @@ class PruningSessionStore:
         its scan cannot tell the size (uuids or tool ids twice) is the result walked, and the
         session loaded again to be trimmed harder."""
         harder = self.harder_policy()
-        policy = dataclasses.replace(self.policy, budget=max_tokens, fallback=harder, cut_unwritten=True)
+        policy = dataclasses.replace(self.policy, budget=max_tokens, fallback=harder, cut_unwritten=True, deciding=True)
 
         def fit(pruned: Callable[..., tuple[list[dict], PruneReport] | None],
                 keep: Callable[[Any], Any]) -> tuple[list[dict], bool] | None:
