@@ -3968,7 +3968,7 @@ class LeavePlan:
     uses: dict = field(default_factory=dict)           # tool id -> the only row that may use it (None: none)
     cuts: dict = field(default_factory=dict)           # seq -> (uuid, fact, trim marker) of a row read cut (plan_cuts)
     cut_saved: int = 0                                 # what those markers save
-    noted: dict | None = None                          # seq -> uuid of the rows with a cut fact (None: note none)
+    noted: dict | None = None                          # seq -> (uuid, fact) of the rows with a cut fact (None: note none)
     unspilled: int = 0                                 # rows read cut whose spill file is not written
 
 
@@ -6133,35 +6133,36 @@ class OutlineTaker:
     def outline(self, noted: dict, found: list[tuple], done: tuple[list[dict], PruneReport],
                 policy: PrunePolicy) -> list[dict] | None:
         """The outline, once the pass that found the cut facts ``found`` ((seq, uuid, fact), noted now)
-        besides those of ``noted`` (seq -> uuid) made ``done``; None when that fits the policy's budget
-        (or its size is not known), or a row set aside does not parse (the handoff reads the rows then)."""
+        besides those of ``noted`` (seq -> (uuid, fact)) made ``done``: a row with a fact of its uuid read
+        from the fact, as :meth:`SqliteSessionStore.load_outline` reads it. None when ``done`` fits the
+        policy's budget (or its size is not known), or a row set aside or a fact does not read (where
+        that reads the rows whole: the handoff reads them then)."""
         tokens = done[1].tokens
         if tokens is None or policy.budget is None or tokens <= policy.budget:
             return None
+        if len(self.entries) != sum(place.__class__ is not list for place in self.places):
+            return None   # (the pass stopped early)
         bad = [0]
         aside = list(parsed_objects((place[0] for place in self.places if place.__class__ is list), bad))
         if bad[0]:
             return None
         cut = dict(noted)
-        cut.update((seq, uid) for seq, uid, _ in found)
+        cut.update((seq, (uid, fact)) for seq, uid, fact in found)
+        read, scan = SqliteSessionStore._read_cut, json.decoder.JSONDecoder().scan_once
         out, given, put = [], iter(self.entries), iter(aside)
-        for place in self.places:
-            if place.__class__ is list:
-                out.append(next(put))
-                continue
-            entry = next(given)
-            out.append(_blanked(entry) if place in cut and cut[place] == entry.get("uuid") else entry)
+        try:
+            for place in self.places:
+                if place.__class__ is list:
+                    out.append(next(put))
+                    continue
+                entry = next(given)
+                uid, fact = cut.get(place) or (None, None)
+                if uid is not None and uid == entry.get("uuid"):   # (SQL_LOAD_OUTLINE joins on the uuid)
+                    entry = read(uid, uid, fact, "", scan)
+                out.append(entry)
+        except PlanBroken:
+            return None
         return out
-
-
-def _blanked(entry: dict) -> dict:
-    """A copy of ``entry`` (a row with a cut fact, see :func:`_cut_block`) as the skeleton of its fact
-    reads: its one result's text "" and no toolUseResult."""
-    blank = dict(entry)
-    blank.pop("toolUseResult", None)
-    message = blank["message"] = dict(entry["message"])
-    message["content"] = [dict(message["content"][0], content="")]
-    return blank
 
 
 class SqliteSessionStore(SessionStoreContract):
@@ -6616,11 +6617,12 @@ class SqliteSessionStore(SessionStoreContract):
                     found: list[tuple] = []
                     taker = OutlineTaker.of(plan, policy)
                     fresh = self._fresh(taker.rows(rows) if taker else rows, marks, plan, found)
+                    fresh = taker.taken(fresh) if taker else fresh
                     if mark is not None and left and mark == digest + LEFT_MARK and not (plan and plan.cuts):
                         done = self._left_load(list(fresh), left, version, lambda entries: _prune(
                             entries, policy, True, left, marks, plan))
                     else:
-                        done = _prune(taker.taken(fresh) if taker else fresh, policy, True, left, marks, plan, estimate)
+                        done = _prune(fresh, policy, True, left, marks, plan, estimate)
                 except (ValueError, TypeError, IndexError, sqlite3.OperationalError):
                     if plan is not None and plan.cuts:   # e.g. a row another writer replaced under its fact
                         self._best_effort(lambda db: db.execute(SQL_FORGET_SESSION_CUTS, (skey,)))
@@ -6656,7 +6658,7 @@ class SqliteSessionStore(SessionStoreContract):
         if not trimming:
             return plan, left, self._db.execute(SQL_LOAD_WITH_FACTS, (skey,))
         plan = plan or LeavePlan()
-        plan.noted = {seq: uid for seq, uid, _ in cuts}
+        plan.noted = {seq: (uid, fact) for seq, uid, fact in cuts}
         if cuts:
             plan_cuts(plan, cuts, policy, functools.partial(present_names, policy.spill_dir or ".flower/spill"))
         outlining = SQL_OUTLINING if policy.deciding else {}   # (see OutlineTaker)
