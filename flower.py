@@ -3769,8 +3769,8 @@ class PrunePolicy:
     # it in the report's ``unspilled`` (prepare's deciding pass: a session that does not fit writes none)
     cut_unwritten: bool = False
     # Prepare's deciding pass: a session over ``budget`` whatever the last steps leave is pruned no further
-    # (see _prune), the entries are not changed in place, and a store that can (``outline_load``) keeps
-    # the outline of a session found over ``budget`` for the handoff that reads it next (see OutlineTaker)
+    # than its scan (see _prune), and a store that can (``outline_load``) keeps the outline of such a
+    # session for the handoff that reads it next (see OutlineTaker)
     deciding: bool = False
 
 
@@ -3985,21 +3985,21 @@ def _prune(entries: Iterable[dict], policy: PrunePolicy, consume: bool = False, 
     (position in ``entries`` -> "1" read-only or "0"). With a ``plan`` (:func:`plan_leavers`) a row
     naming one of the tool ids it left out raises :class:`PlanBroken`, as does any entry with the uuid
     of a row in ``left``. ``estimate``: the report's ``tokens`` is :func:`estimate_tokens` of what it
-    returns, told from what the scan counted (None where only a walk can tell). A ``deciding`` policy
-    changes no entry in place, and where the scan alone counts more than its budget returns [] and
-    that count as ``tokens`` (over the budget whatever the fallback's steps would leave)."""
-    st = _drop_api_errors(entries, policy, consume and not policy.deciding, left, marks, plan)
+    returns, told from what the scan counted (None where only a walk can tell). With a ``deciding``
+    policy, where the scan alone counts more than its budget: [] and that count as ``tokens`` (over the
+    budget whatever the fallback's steps would leave), no entry changed."""
+    st = _drop_api_errors(entries, policy, consume, left, marks, plan)
     if consume and isinstance(entries, list):
         entries.clear()
+    if policy.deciding and _over_anyway_at(st, policy, consume):   # it will not fit: prepare wants no more
+        st.report.tokens = _tokens(st.chars, [])
+        return [], st.report
     _drop_old_results(st)
     # from here on entries are only replaced, never removed: (i, j) positions stay valid, and a step
     # that replaces a block puts the new one in its row of ``results``
     if policy.neutralize_interrupts:
         _neutralize_interrupts(st)
-    if policy.fallback is not None and policy.budget is not None and consume and _over_anyway(st, policy.budget):
-        if policy.deciding:   # it will not fit: prepare wants nothing more of this prune
-            st.report.tokens = _tokens(st.chars, [])
-            return [], st.report
+    if _over_anyway_at(st, policy, consume):
         st.policy = policy = policy.fallback
         late = _late_steps(st, policy)
     else:
@@ -4062,6 +4062,11 @@ def _over_anyway(st: _Pruning, budget: int) -> bool:
     :func:`_estimate` tells a size (not careful, every use indexed once) and for entries parsed from
     JSON (``consume``: their inputs encode again)."""
     return not (st.careful or st.recount) and _tokens(st.chars, []) > budget
+
+
+def _over_anyway_at(st: _Pruning, policy: PrunePolicy, consume: bool) -> bool:
+    """Whether a prune with ``policy`` takes its fallback's steps at once (see :func:`_over_anyway`)."""
+    return policy.fallback is not None and policy.budget is not None and consume and _over_anyway(st, policy.budget)
 
 
 def _size(done: tuple[list[dict], PruneReport]) -> int:
@@ -5770,7 +5775,8 @@ SQL_LOAD_UNCUT = _LOAD_ROWS.format(payload="payload", seq=_NOTABLE_SEQ)
 SQL_LOAD_OUTLINE = (f"SELECT CASE WHEN c.fact IS NULL THEN e.payload ELSE e.uuid END, c.fact FROM entries e "
                     f"LEFT JOIN cut_facts c ON c.skey = e.skey AND c.seq = e.seq AND c.uuid = e.uuid "
                     f"AND c.fact >= '{_CUT_FACT}' AND c.fact < '{FACTS_VERSION}t' WHERE e.skey=? ORDER BY e.seq")
-# A deciding pass (PrunePolicy.deciding) reads the API-error rows too: for the outline alone
+SQL_SESSION_CONTEXT = "SELECT context FROM sessions WHERE skey=?"
+# A deciding pass (PrunePolicy.deciding) that takes the outline reads the API-error rows too: for it alone
 _LOAD_FILTER = f" AND (facts IS NULL OR facts < '{FACTS_VERSION}e' OR facts >= '{FACTS_VERSION}f')"
 SQL_OUTLINING = {sql: sql.replace(_LOAD_FILTER, "") for sql in (SQL_LOAD_UNCUT, SQL_LOAD_TRIMMING)}
 SQL_JSON_EACH = "SELECT value FROM json_each('[1]')"   # fails where SQLite was built without JSON
@@ -6094,8 +6100,8 @@ class OutlineTaker:
     cut fact with "" as their result's text and without toolUseResult) taken from a deciding pass of
     prepare (``PrunePolicy.deciding``) as it reads the rows: the handoff that follows a session that does
     not fit need not read it again. The pass reads every row (:data:`SQL_OUTLINING`); :meth:`rows` sets
-    aside the texts of those the prune is not given, :meth:`taken` the entries it is, which it must not
-    change in place (``deciding`` keeps :func:`_prune` from it)."""
+    aside the texts of those the prune is not given, :meth:`taken` the entries it is, which are the
+    outline's where the prune stopped after its scan (it changed none of them)."""
 
     __slots__ = ("skip", "places", "entries")
 
@@ -6105,9 +6111,9 @@ class OutlineTaker:
         self.entries: list[dict] = []   # the entries the prune is given, in order
 
     @classmethod
-    def of(cls, plan: LeavePlan | None, policy: PrunePolicy) -> "OutlineTaker | None":
-        """A taker for a trim-on pass whose policy asks for the outline; None otherwise."""
-        return cls(plan) if policy.deciding and plan is not None and plan.noted is not None else None
+    def of(cls, plan: LeavePlan) -> "OutlineTaker | None":
+        """A taker for the pass of a trim-on ``plan`` (one that notes cut facts); None for another."""
+        return cls(plan) if plan.noted is not None else None
 
     def rows(self, rows: Iterable[tuple]) -> Iterator[tuple]:
         """The rows of :data:`SQL_OUTLINING` (as :meth:`SqliteSessionStore._fresh` takes them) but the
@@ -6134,11 +6140,11 @@ class OutlineTaker:
                 policy: PrunePolicy) -> list[dict] | None:
         """The outline, once the pass that found the cut facts ``found`` ((seq, uuid, fact), noted now)
         besides those of ``noted`` (seq -> (uuid, fact)) made ``done``: a row with a fact of its uuid read
-        from the fact, as :meth:`SqliteSessionStore.load_outline` reads it. None when ``done`` fits the
-        policy's budget (or its size is not known), or a row set aside or a fact does not read (where
-        that reads the rows whole: the handoff reads them then)."""
+        from the fact, as :meth:`SqliteSessionStore.load_outline` reads it. None unless the prune stopped
+        after its scan, over the budget ([] returned: see :func:`_prune`), or where a row set aside or a
+        fact does not read (where that reads the rows whole: the handoff reads them then)."""
         tokens = done[1].tokens
-        if tokens is None or policy.budget is None or tokens <= policy.budget:
+        if done[0] or tokens is None or policy.budget is None or tokens <= policy.budget:
             return None
         if len(self.entries) != sum(place.__class__ is not list for place in self.places):
             return None   # (the pass stopped early)
@@ -6613,9 +6619,10 @@ class SqliteSessionStore(SessionStoreContract):
                         done = self._marked_load(skey, mark)
                         if done is not None:
                             return done
-                    plan, left, rows = self._planned_rows(skey, policy)
+                    outlining = self._outlining(skey, policy)
+                    plan, left, rows = self._planned_rows(skey, policy, outlining)
                     found: list[tuple] = []
-                    taker = OutlineTaker.of(plan, policy)
+                    taker = OutlineTaker.of(plan) if outlining and plan is not None else None
                     fresh = self._fresh(taker.rows(rows) if taker else rows, marks, plan, found)
                     fresh = taker.taken(fresh) if taker else fresh
                     if mark is not None and left and mark == digest + LEFT_MARK and not (plan and plan.cuts):
@@ -6639,9 +6646,20 @@ class SqliteSessionStore(SessionStoreContract):
         entries = self.load_sync(key)
         return None if entries is None else _prune(entries, policy, True, estimate=estimate)
 
-    def _planned_rows(self, skey: str, policy: PrunePolicy) -> tuple[LeavePlan | None, list, Any]:
+    def _outlining(self, skey: str, policy: PrunePolicy) -> bool:
+        """Whether a pass with ``policy`` takes the outline (see :class:`OutlineTaker`): prepare's deciding
+        pass, of a session whose last context (the catalog's) is unknown or over the budget (one under it
+        most likely fits: it is spared what taking the outline costs). The caller holds the lock."""
+        if not policy.deciding or policy.budget is None:
+            return False
+        row = self._db.execute(SQL_SESSION_CONTEXT, (skey,)).fetchone()
+        return not (row and row[0] and row[0] <= policy.budget)
+
+    def _planned_rows(self, skey: str, policy: PrunePolicy,
+                      outlining: bool = False) -> tuple[LeavePlan | None, list, Any]:
         """The plan of what leaves unread and what is read cut (None: no plan), what leaves (``left`` of
-        :func:`_prune`) and the rows to read."""
+        :func:`_prune`) and the rows to read (with ``outlining``, a trim-on plan's rows are those of
+        :data:`SQL_OUTLINING`: see :class:`OutlineTaker`)."""
         if not policy.drop_api_errors:
             return None, [], self._db.execute(SQL_LOAD_KEEPING_ERRORS, (skey,))
         leavers, errors, cuts = [], [], []
@@ -6661,10 +6679,10 @@ class SqliteSessionStore(SessionStoreContract):
         plan.noted = {seq: (uid, fact) for seq, uid, fact in cuts}
         if cuts:
             plan_cuts(plan, cuts, policy, functools.partial(present_names, policy.spill_dir or ".flower/spill"))
-        outlining = SQL_OUTLINING if policy.deciding else {}   # (see OutlineTaker)
+        variant = SQL_OUTLINING if outlining else {}
         if not plan.cuts:
-            return plan, left, self._db.execute(outlining.get(SQL_LOAD_UNCUT, SQL_LOAD_UNCUT), (skey,))
-        return plan, left, self._db.execute(outlining.get(SQL_LOAD_TRIMMING, SQL_LOAD_TRIMMING),
+            return plan, left, self._db.execute(variant.get(SQL_LOAD_UNCUT, SQL_LOAD_UNCUT), (skey,))
+        return plan, left, self._db.execute(variant.get(SQL_LOAD_TRIMMING, SQL_LOAD_TRIMMING),
                                             (skey, _json_text(list(plan.cuts))))
 
     @staticmethod
@@ -6872,8 +6890,7 @@ class SqliteSessionStore(SessionStoreContract):
     def last_context(self, project_key: str, session_id: str) -> int | None:
         """Context tokens of the session's last real main-thread assistant entry (None if unknown)."""
         with self._lock:
-            row = self._db.execute("SELECT context FROM sessions WHERE skey=?",
-                                   (f"{project_key}/{session_id}",)).fetchone()
+            row = self._db.execute(SQL_SESSION_CONTEXT, (f"{project_key}/{session_id}",)).fetchone()
         return row[0] if row and row[0] else None
 
     def sessions(self, project_key: str | None = None) -> list[dict]:

@@ -148,11 +148,12 @@ class Differential(Case):
                         with unittest.mock.patch.object(flower, "_late_steps", wraps=flower._late_steps) as late:
                             self.assertFalse(asyncio.run(wrapped.prepare(KEY, budget)))
                         steps += late.call_count
-                        self.assertEqual(late.call_count == 0, told and name == "text over")
-                        self.assertEqual(store._outline is not None, told)
+                        stopped = told and name == "text over"   # the prune stopped after its scan
+                        self.assertEqual(late.call_count == 0, stopped)
+                        self.assertEqual(store._outline is not None, stopped)
                         kept = asyncio.run(wrapped.load_outline(KEY))
                         self.assertIsNone(store._outline)   # given once
-                        kept_ones += told
+                        kept_ones += stopped
                         read = outline_read(store)
                         self.assertEqual(json.dumps(kept, ensure_ascii=False), json.dumps(read, ensure_ascii=False))
                         self.assertEqual(material(kept), material(read))
@@ -162,17 +163,17 @@ class Differential(Case):
                         if wake == "first":
                             self.assertGreater(store._db.execute("SELECT COUNT(*) FROM cut_facts").fetchone()[0], 0)
         self.assertGreater(steps, 0)   # some shape took every step of the prune
-        self.assertGreater(kept_ones, 10)
+        self.assertGreater(kept_ones, 6)
 
-    def test_the_prune_changes_none_of_the_entries_the_outline_keeps(self):
-        # a session that misses its budget only by its results: the prune trims, expires and relinks
+    def test_a_session_only_its_results_make_miss_keeps_no_outline(self):
+        # the prune trims, expires and relinks its entries in place: the handoff reads the rows
         raw = with_logs(anchor_transcript(1500, seed=46), 46)
         store, wrapped = self.stored(raw)
         budget = self.budgets(wrapped, raw)["results over"]
         self.assertFalse(asyncio.run(wrapped.prepare(KEY, budget)))
         self.assertGreater(wrapped.last_report.trimmed + wrapped.last_report.expired, 0)
-        kept = json.dumps(asyncio.run(wrapped.load_outline(KEY)))
-        self.assertEqual(kept, json.dumps(outline_read(store)))
+        self.assertIsNone(store._outline)
+        self.assertEqual(material(asyncio.run(wrapped.load_outline(KEY))), material(raw))
 
 
 class OneRead(Case):
@@ -198,6 +199,18 @@ class OneRead(Case):
         self.assertTrue(asyncio.run(wrapped.prepare(KEY, 10**9)))
         self.assertIsNone(store._outline)
         self.assertEqual(asyncio.run(wrapped.load(KEY)), flower.prune(store.load_sync(KEY), wrapped.policy)[0])
+
+    def test_a_session_whose_last_context_was_under_the_budget_is_spared_the_outline(self):
+        raw = with_logs(anchor_transcript(800, seed=8), 8)
+        last = [e for e in raw if e.get("type") == "assistant" and e["message"].get("model") != "<synthetic>"][-1]
+        last["message"]["usage"] = {"input_tokens": 40}
+        store, wrapped = self.stored(raw)
+        self.assertEqual(store.last_context(PK, "s"), 40)
+        self.assertFalse(asyncio.run(wrapped.prepare(KEY, 50)))   # most likely fits: it did not, read as before
+        self.assertIsNone(store._outline)
+        self.assertEqual(material(asyncio.run(wrapped.load_outline(KEY))), material(raw))
+        self.assertFalse(asyncio.run(wrapped.prepare(KEY, 39)))
+        self.assertIsNotNone(store._outline)
 
     def test_what_it_holds_after_the_handoff_read_is_nothing(self):
         store, wrapped = self.stored(with_logs(anchor_transcript(800, seed=8), 8))
@@ -278,10 +291,10 @@ class Verdict(unittest.TestCase):
                     stored = json.dumps(raw)
                     whole = flower._prune(json.loads(stored), over, True, estimate=True)
                     given = json.loads(stored)
-                    kept = list(given)   # the prune empties the list it is given, and must change no entry of it
+                    kept = list(given)   # the prune empties the list it is given
                     decided = flower._prune(given, dataclasses.replace(over, deciding=True), True, estimate=True)
-                    self.assertEqual(json.dumps(kept), stored)
                     if decided[0] == [] and whole[0] != []:   # stopped after the scan: over whatever the steps leave
+                        self.assertEqual(json.dumps(kept), stored)   # and changed no entry
                         self.assertGreater(decided[1].tokens, budget)
                         self.assertGreater(flower._size(whole), budget)
                         stops += 1
