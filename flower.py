@@ -3968,7 +3968,7 @@ class LeavePlan:
     uses: dict = field(default_factory=dict)           # tool id -> the only row that may use it (None: none)
     cuts: dict = field(default_factory=dict)           # seq -> (uuid, fact, trim marker) of a row read cut (plan_cuts)
     cut_saved: int = 0                                 # what those markers save
-    noted: dict | None = None                          # seq -> (uuid, fact) of the rows with a cut fact (None: note none)
+    noted: dict | None = None                          # seq -> (uuid, fact) of rows with a cut fact (None: note none)
     unspilled: int = 0                                 # rows read cut whose spill file is not written
 
 
