@@ -3774,6 +3774,10 @@ class PrunePolicy:
     # A store reads a row cut by its cut fact even where its spill file is not written yet, and counts
     # it in the report's ``unspilled`` (prepare's deciding pass: a session that does not fit writes none)
     cut_unwritten: bool = False
+    # Prepare's deciding pass: a session over ``budget`` whatever the last steps leave is pruned no further
+    # than its scan (see _prune), and a store that can (``outline_load``) keeps the outline of such a
+    # session for the handoff that reads it next (see OutlineTaker)
+    deciding: bool = False
 
 
 @record
@@ -3970,7 +3974,7 @@ class LeavePlan:
     uses: dict = field(default_factory=dict)           # tool id -> the only row that may use it (None: none)
     cuts: dict = field(default_factory=dict)           # seq -> (uuid, fact, trim marker) of a row read cut (plan_cuts)
     cut_saved: int = 0                                 # what those markers save
-    noted: set | None = None                           # seqs of the rows with a cut fact (None: note none)
+    noted: dict | None = None                          # seq -> (uuid, fact) of rows with a cut fact (None: note none)
     unspilled: int = 0                                 # rows read cut whose spill file is not written
 
 
@@ -3987,16 +3991,21 @@ def _prune(entries: Iterable[dict], policy: PrunePolicy, consume: bool = False, 
     (position in ``entries`` -> "1" read-only or "0"). With a ``plan`` (:func:`plan_leavers`) a row
     naming one of the tool ids it left out raises :class:`PlanBroken`, as does any entry with the uuid
     of a row in ``left``. ``estimate``: the report's ``tokens`` is :func:`estimate_tokens` of what it
-    returns, told from what the scan counted (None where only a walk can tell)."""
+    returns, told from what the scan counted (None where only a walk can tell). With a ``deciding``
+    policy, where the scan alone counts more than its budget: [] and that count as ``tokens`` (over the
+    budget whatever the fallback's steps would leave), no entry changed."""
     st = _drop_api_errors(entries, policy, consume, left, marks, plan)
     if consume and isinstance(entries, list):
         entries.clear()
+    if policy.deciding and _over_anyway_at(st, policy, consume):   # it will not fit: prepare wants no more
+        st.report.tokens = _tokens(st.chars, [])
+        return [], st.report
     _drop_old_results(st)
     # from here on entries are only replaced, never removed: (i, j) positions stay valid, and a step
     # that replaces a block puts the new one in its row of ``results``
     if policy.neutralize_interrupts:
         _neutralize_interrupts(st)
-    if policy.fallback is not None and policy.budget is not None and consume and _over_anyway(st, policy.budget):
+    if _over_anyway_at(st, policy, consume):
         st.policy = policy = policy.fallback
         late = _late_steps(st, policy)
     else:
@@ -4059,6 +4068,11 @@ def _over_anyway(st: _Pruning, budget: int) -> bool:
     :func:`_estimate` tells a size (not careful, every use indexed once) and for entries parsed from
     JSON (``consume``: their inputs encode again)."""
     return not (st.careful or st.recount) and _tokens(st.chars, []) > budget
+
+
+def _over_anyway_at(st: _Pruning, policy: PrunePolicy, consume: bool) -> bool:
+    """Whether a prune with ``policy`` takes its fallback's steps at once (see :func:`_over_anyway`)."""
+    return policy.fallback is not None and policy.budget is not None and consume and _over_anyway(st, policy.budget)
 
 
 def _size(done: tuple[list[dict], PruneReport]) -> int:
@@ -5767,6 +5781,10 @@ SQL_LOAD_UNCUT = _LOAD_ROWS.format(payload="payload", seq=_NOTABLE_SEQ)
 SQL_LOAD_OUTLINE = (f"SELECT CASE WHEN c.fact IS NULL THEN e.payload ELSE e.uuid END, c.fact FROM entries e "
                     f"LEFT JOIN cut_facts c ON c.skey = e.skey AND c.seq = e.seq AND c.uuid = e.uuid "
                     f"AND c.fact >= '{_CUT_FACT}' AND c.fact < '{FACTS_VERSION}t' WHERE e.skey=? ORDER BY e.seq")
+SQL_SESSION_CONTEXT = "SELECT context FROM sessions WHERE skey=?"
+# A deciding pass (PrunePolicy.deciding) that takes the outline reads the API-error rows too: for it alone
+_LOAD_FILTER = f" AND (facts IS NULL OR facts < '{FACTS_VERSION}e' OR facts >= '{FACTS_VERSION}f')"
+SQL_OUTLINING = {sql: sql.replace(_LOAD_FILTER, "") for sql in (SQL_LOAD_UNCUT, SQL_LOAD_TRIMMING)}
 SQL_JSON_EACH = "SELECT value FROM json_each('[1]')"   # fails where SQLite was built without JSON
 # Every payload, with the Bash verdicts only (for a prune that keeps API errors)
 SQL_LOAD_KEEPING_ERRORS = (f"SELECT payload, CASE WHEN facts >= '{FACTS_VERSION}b' AND facts < '{FACTS_VERSION}c' "
@@ -6083,6 +6101,82 @@ def contract_store(store: Any) -> SessionStoreContract:
     return store if isinstance(store, SessionStoreContract) else PlainSessionStore(store)
 
 
+class OutlineTaker:
+    """The outline of a session (what :meth:`SqliteSessionStore.load_outline` reads: every row, those with a
+    cut fact with "" as their result's text and without toolUseResult) taken from a deciding pass of
+    prepare (``PrunePolicy.deciding``) as it reads the rows: the handoff that follows a session that does
+    not fit need not read it again. The pass reads every row (:data:`SQL_OUTLINING`); :meth:`rows` sets
+    aside the texts of those the prune is not given, :meth:`taken` the entries it is, which are the
+    outline's where the prune stopped after its scan (it changed none of them)."""
+
+    __slots__ = ("skip", "places", "entries")
+
+    def __init__(self, plan: LeavePlan):
+        self.skip = plan.skip
+        self.places: list = []    # per row: its seq (None: it has none) or [its text], a row the prune is not given
+        self.entries: list[dict] = []   # the entries the prune is given, in order
+
+    @classmethod
+    def of(cls, plan: LeavePlan) -> "OutlineTaker | None":
+        """A taker for the pass of a trim-on ``plan`` (one that notes cut facts); None for another."""
+        return cls(plan) if plan.noted is not None else None
+
+    def rows(self, rows: Iterable[tuple]) -> Iterator[tuple]:
+        """The rows of :data:`SQL_OUTLINING` (as :meth:`SqliteSessionStore._fresh` takes them) but the
+        API-error rows; those and the rows the plan leaves unread noted with their texts."""
+        version, skip, places = FACTS_VERSION, self.skip, self.places
+        for row in rows:
+            facts = row[1]
+            if facts is not None and facts[:1] == version and (facts[1] == "e" or skip and row[2] in skip):
+                places.append([row[0]])
+                if facts[1] == "e":
+                    continue
+            else:
+                places.append(row[3])
+            yield row
+
+    def taken(self, entries: Iterable[dict]) -> Iterator[dict]:
+        """``entries``, each kept as it passes."""
+        keep = self.entries.append
+        for entry in entries:
+            keep(entry)
+            yield entry
+
+    def outline(self, noted: dict, found: list[tuple], done: tuple[list[dict], PruneReport],
+                policy: PrunePolicy) -> list[dict] | None:
+        """The outline, once the pass that found the cut facts ``found`` ((seq, uuid, fact), noted now)
+        besides those of ``noted`` (seq -> (uuid, fact)) made ``done``: a row with a fact of its uuid read
+        from the fact, as :meth:`SqliteSessionStore.load_outline` reads it. None unless the prune stopped
+        after its scan, over the budget ([] returned: see :func:`_prune`), or where a row set aside or a
+        fact does not read (where that reads the rows whole: the handoff reads them then)."""
+        tokens = done[1].tokens
+        if done[0] or tokens is None or policy.budget is None or tokens <= policy.budget:
+            return None
+        if len(self.entries) != sum(place.__class__ is not list for place in self.places):
+            return None   # (the pass stopped early)
+        bad = [0]
+        aside = list(parsed_objects((place[0] for place in self.places if place.__class__ is list), bad))
+        if bad[0]:
+            return None
+        cut = dict(noted)
+        cut.update((seq, (uid, fact)) for seq, uid, fact in found)
+        read, scan = SqliteSessionStore._read_cut, json.decoder.JSONDecoder().scan_once
+        out, given, put = [], iter(self.entries), iter(aside)
+        try:
+            for place in self.places:
+                if place.__class__ is list:
+                    out.append(next(put))
+                    continue
+                entry = next(given)
+                uid, fact = cut.get(place) or (None, None)
+                if uid is not None and uid == entry.get("uuid"):   # (SQL_LOAD_OUTLINE joins on the uuid)
+                    entry = read(uid, uid, fact, "", scan)
+                out.append(entry)
+        except PlanBroken:
+            return None
+        return out
+
+
 class SqliteSessionStore(SessionStoreContract):
     """The SDK ``SessionStore`` protocol on one SQLite file (WAL), plus sync extras for flower.
 
@@ -6107,6 +6201,7 @@ class SqliteSessionStore(SessionStoreContract):
         self.busy_timeout = busy_timeout
         self.skipped: dict[str, int] = {}  # session key -> unreadable rows skipped by the last load
         self._lock = threading.RLock()
+        self._outline: tuple[str, tuple, list[dict]] | None = None   # see _keep_outline
         if path != ":memory:":
             directory = os.path.dirname(os.path.abspath(path))
             if not os.path.isdir(directory):
@@ -6437,6 +6532,10 @@ class SqliteSessionStore(SessionStoreContract):
         skey = _key_string(key)
         scan = json.decoder.JSONDecoder().scan_once
         with self._lock:
+            kept, self._outline = self._outline, None
+            if kept is not None and kept[0] == skey and kept[1] == self._stamp():
+                self.skipped[skey] = 0
+                return kept[2]
             if not self._db.execute(SQL_SESSION_KNOWN, (skey,)).fetchone():
                 return None
             bad = [0]
@@ -6449,6 +6548,19 @@ class SqliteSessionStore(SessionStoreContract):
                 return self.load_sync(key)
             self.skipped[skey] = bad[0]
             return entries
+
+    def _keep_outline(self, skey: str, version: int, outline: list[dict] | None) -> None:
+        """Keep the ``outline`` of ``skey`` that a deciding pass took (see :class:`OutlineTaker`) for the next
+        :meth:`load_outline`, while no other connection has written since the pass began (``version``, its
+        data_version) and this one writes nothing more (:meth:`_stamp`). One outline at most, given once;
+        any other load lets it go. The caller holds the lock."""
+        if outline is not None and self._db.execute(SQL_DATA_VERSION).fetchone()[0] == version:
+            self._outline = (skey, self._stamp(), outline)
+
+    def _stamp(self) -> tuple[int, int]:
+        """What changes when any connection writes the store: data_version (the others') and this one's
+        total_changes."""
+        return self._db.execute(SQL_DATA_VERSION).fetchone()[0], self._db.total_changes
 
     @contextlib.contextmanager
     def small_held(self, key: dict) -> Iterator[bool]:
@@ -6498,6 +6610,7 @@ class SqliteSessionStore(SessionStoreContract):
         policy = policy or PrunePolicy()
         skey = _key_string(key)
         with self._lock:
+            self._outline = None
             known, version, cookie, *marked = self._load_head(skey)
             if not known:
                 return None
@@ -6512,9 +6625,12 @@ class SqliteSessionStore(SessionStoreContract):
                         done = self._marked_load(skey, mark)
                         if done is not None:
                             return done
-                    plan, left, rows = self._planned_rows(skey, policy)
+                    outlining = self._outlining(skey, policy)
+                    plan, left, rows = self._planned_rows(skey, policy, outlining)
                     found: list[tuple] = []
-                    fresh = self._fresh(rows, marks, plan, found)
+                    taker = OutlineTaker.of(plan) if outlining and plan is not None else None
+                    fresh = self._fresh(taker.rows(rows) if taker else rows, marks, plan, found)
+                    fresh = taker.taken(fresh) if taker else fresh
                     if mark is not None and left and mark == digest + LEFT_MARK and not (plan and plan.cuts):
                         done = self._left_load(list(fresh), left, version, lambda entries: _prune(
                             entries, policy, True, left, marks, plan))
@@ -6528,16 +6644,28 @@ class SqliteSessionStore(SessionStoreContract):
                         digest + (LEFT_MARK if left else "")
                     if mark and marked and mark == marked[0]:   # marked so already
                         mark = None
-                    if found or mark:
-                        self._best_effort(lambda db: self._note_cuts(db, skey, found, version, mark,
-                                                                     len(done[0]) + len(left)))
+                    wrote = (found or mark) and self._best_effort(lambda db: self._note_cuts(
+                        db, skey, found, version, mark, len(done[0]) + len(left)))
+                    if taker and (wrote or not found):
+                        self._keep_outline(skey, version, taker.outline(plan.noted, found, done, policy))
                     return done
         entries = self.load_sync(key)
         return None if entries is None else _prune(entries, policy, True, estimate=estimate)
 
-    def _planned_rows(self, skey: str, policy: PrunePolicy) -> tuple[LeavePlan | None, list, Any]:
+    def _outlining(self, skey: str, policy: PrunePolicy) -> bool:
+        """Whether a pass with ``policy`` takes the outline (see :class:`OutlineTaker`): prepare's deciding
+        pass, of a session whose last context (the catalog's) is unknown or over the budget (one under it
+        most likely fits: it is spared what taking the outline costs). The caller holds the lock."""
+        if not policy.deciding or policy.budget is None:
+            return False
+        row = self._db.execute(SQL_SESSION_CONTEXT, (skey,)).fetchone()
+        return not (row and row[0] and row[0] <= policy.budget)
+
+    def _planned_rows(self, skey: str, policy: PrunePolicy,
+                      outlining: bool = False) -> tuple[LeavePlan | None, list, Any]:
         """The plan of what leaves unread and what is read cut (None: no plan), what leaves (``left`` of
-        :func:`_prune`) and the rows to read."""
+        :func:`_prune`) and the rows to read (with ``outlining``, a trim-on plan's rows are those of
+        :data:`SQL_OUTLINING`: see :class:`OutlineTaker`)."""
         if not policy.drop_api_errors:
             return None, [], self._db.execute(SQL_LOAD_KEEPING_ERRORS, (skey,))
         leavers, errors, cuts = [], [], []
@@ -6554,12 +6682,14 @@ class SqliteSessionStore(SessionStoreContract):
         if not trimming:
             return plan, left, self._db.execute(SQL_LOAD_WITH_FACTS, (skey,))
         plan = plan or LeavePlan()
-        plan.noted = {seq for seq, _, _ in cuts}
+        plan.noted = {seq: (uid, fact) for seq, uid, fact in cuts}
         if cuts:
             plan_cuts(plan, cuts, policy, functools.partial(present_names, policy.spill_dir or ".flower/spill"))
+        variant = SQL_OUTLINING if outlining else {}
         if not plan.cuts:
-            return plan, left, self._db.execute(SQL_LOAD_UNCUT, (skey,))
-        return plan, left, self._db.execute(SQL_LOAD_TRIMMING, (skey, _json_text(list(plan.cuts))))
+            return plan, left, self._db.execute(variant.get(SQL_LOAD_UNCUT, SQL_LOAD_UNCUT), (skey,))
+        return plan, left, self._db.execute(variant.get(SQL_LOAD_TRIMMING, SQL_LOAD_TRIMMING),
+                                            (skey, _json_text(list(plan.cuts))))
 
     @staticmethod
     def _fresh(rows: Iterable[tuple], marks: dict, plan: LeavePlan | None, found: list) -> Iterator[dict]:
@@ -6766,8 +6896,7 @@ class SqliteSessionStore(SessionStoreContract):
     def last_context(self, project_key: str, session_id: str) -> int | None:
         """Context tokens of the session's last real main-thread assistant entry (None if unknown)."""
         with self._lock:
-            row = self._db.execute("SELECT context FROM sessions WHERE skey=?",
-                                   (f"{project_key}/{session_id}",)).fetchone()
+            row = self._db.execute(SQL_SESSION_CONTEXT, (f"{project_key}/{session_id}",)).fetchone()
         return row[0] if row and row[0] else None
 
     def sessions(self, project_key: str | None = None) -> list[dict]:
@@ -6791,6 +6920,7 @@ class SqliteSessionStore(SessionStoreContract):
     def close(self) -> None:
         """Close the connection (idempotent)."""
         with self._lock:
+            self._outline = None
             with contextlib.suppress(Exception):
                 self._db.close()
 
@@ -6889,7 +7019,7 @@ class PruningSessionStore:
         its scan cannot tell the size (uuids or tool ids twice) is the result walked, and the
         session loaded again to be trimmed harder."""
         harder = self.harder_policy()
-        policy = dataclasses.replace(self.policy, budget=max_tokens, fallback=harder, cut_unwritten=True)
+        policy = dataclasses.replace(self.policy, budget=max_tokens, fallback=harder, cut_unwritten=True, deciding=True)
 
         def fit(pruned: Callable[..., tuple[list[dict], PruneReport] | None],
                 keep: Callable[[Any], Any]) -> tuple[list[dict], bool] | None:
