@@ -240,12 +240,12 @@ def trim_bench(tmp, label, make, n):
     report(f"(c) trim-on load {n:>7,}, {label}: first (writes {written} spills)", *first)
     ours()   # this wrapper's spill files exist from here on
     flower.wait_spills()   # (written in a thread of their own: later loads must not race the writer)
-    report(f"    later loads (spills exist)", *paired(ours, floor, reps(n), setup=cold, collect=True, clock=CPU), goal=1.3)
+    report("    later loads (spills exist)", *paired(ours, floor, reps(n), setup=cold, collect=True, clock=CPU), goal=1.3)
 
     def resume():
         loop.run_until_complete(wrapped.prepare(key, 10**12))
         return loop.run_until_complete(wrapped.load(key))
-    report(f"    prepare() + load(), what Runtime does", *paired(resume, floor, reps(n), setup=cold, collect=True, clock=CPU), goal=1.3)
+    report("    prepare() + load(), what Runtime does", *paired(resume, floor, reps(n), setup=cold, collect=True, clock=CPU), goal=1.3)
     db.close()
     store.close()
     loop.close()
@@ -421,7 +421,7 @@ def spill_bench(tmp):
         report(f"(e) first trim-on load, 10K entries, big outputs ({written} spills), {label}", ours, base, ratio,
                goal=1.5)
         med = statistics.median
-        report(f"    the same until its spill files are written", med([a for a, _ in whole]), base,
+        report("    the same until its spill files are written", med([a for a, _ in whole]), base,
                med([a / b for a, b in whole]))
     db.close()
     store.close()
@@ -462,7 +462,7 @@ def spill_bench(tmp):
         med = statistics.median
         report(f"(e) one 5 MB tool output spilled by the write-time hook, pointer back, {label}", med(back), med(base),
                med([a / b for a, b in zip(back, base)]), goal=1.5)
-        report(f"    the same until its file is written", med(written), med(base),
+        report("    the same until its file is written", med(written), med(base),
                med([a / b for a, b in zip(written, base)]))
         ratios = sorted(a / b for a, b in zip(back, base))
         print(f"    pointer back / plain write, every pair: {' '.join(f'{r:.2f}' for r in ratios)}", flush=True)
