@@ -8127,26 +8127,32 @@ def resolve_window(model: str | None, *, explicit: int | None = None, book: Wind
     return DEFAULT_WINDOW, "default"
 
 
-def _tool_inputs(entries: list[dict]) -> list[tuple[str, dict]]:
-    return [(b.get("name", ""), b["input"] if isinstance(b.get("input"), dict) else {})
-            for e in entries if e.get("type") == "assistant"
+def _tool_uses(entries: list[dict]) -> list[dict]:
+    """The tool_use blocks of a transcript's assistant entries, in order."""
+    return [b for e in entries if e.get("type") == "assistant"
             for b in blocks_of(e) if isinstance(b, dict) and b.get("type") == "tool_use"]
 
 
+def _tool_inputs(uses: list[dict]) -> list[tuple[str, dict]]:
+    return [(b.get("name", ""), b["input"] if isinstance(b.get("input"), dict) else {}) for b in uses]
+
+
 def _user_prompts(entries: list[dict]) -> list[str]:
-    out = []
-    for entry in entries:
-        if entry.get("type") != "user" or entry.get("isMeta") or entry.get("isCompactSummary"):
-            continue
-        content = (entry.get("message") or {}).get("content")
-        if isinstance(content, str):
-            out.append(content)
-        elif isinstance(content, list) and not any(isinstance(b, dict) and b.get("type") == "tool_result"
-                                                   for b in content):
-            joined = entry_text(entry)
-            if joined:
-                out.append(joined)
-    return out
+    return [said for said in map(_user_prompt, entries) if said is not None]
+
+
+def _user_prompt(entry: dict) -> str | None:
+    """The prompt a user entry holds: its string content, or the text of a list with no tool result
+    (None when it holds none, or that text is empty)."""
+    if entry.get("type") != "user" or entry.get("isMeta") or entry.get("isCompactSummary"):
+        return None
+    content = (entry.get("message") or {}).get("content")
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list) and not any(isinstance(b, dict) and b.get("type") == "tool_result"
+                                             for b in content):
+        return entry_text(entry) or None
+    return None
 
 
 _RITUAL_MARKS = tuple(table["handoff_prompt"][:40] for table in TEXTS.values())   # a ritual prompt begins so
@@ -8159,16 +8165,26 @@ def _is_ritual_prompt(said: str) -> bool:
     return False
 
 
+def _ritual_in(entry: dict) -> bool:
+    """Whether a user entry's text holds the ritual prompt (as ``_is_ritual_prompt(entry_text(entry))``;
+    block by block, since no mark holds a newline, and with no text built for a tool result)."""
+    message = entry.get("message")
+    content = message.get("content") if message.__class__ is dict else None
+    if content.__class__ is str:
+        return _is_ritual_prompt(content)
+    if content.__class__ is not list:
+        return False
+    return any(b.__class__ is dict and b.get("type") == "text" and _is_ritual_prompt(str(b.get("text", "")))
+               for b in content)
+
+
 def recent_thread(entries: list[dict], limit: int = 10, max_chars: int = 700) -> list[tuple[str, str]]:
     """The last ``limit`` user prompts and assistant texts of the main thread, oldest first, each
     cut to ``max_chars``; error noise, tool traffic, interrupt markers and flower's own handoff
     exchange (the ritual prompt and everything after it) left out. Walks back from the ritual prompt (or
     the end) only until it has them: a huge session's handoff reads it twice."""
-    end = len(entries)
-    for i, entry in enumerate(entries):
-        if entry.get("type") == "user" and _is_ritual_prompt(entry_text(entry)):
-            end = i
-            break
+    end = next((i for i, entry in enumerate(entries) if entry.get("type") == "user" and _ritual_in(entry)),
+               len(entries))
     if limit > 0:
         items: list[tuple[str, str]] = []
         for i in range(end - 1, -1, -1):
@@ -8237,12 +8253,13 @@ def _report_of(result: str) -> str:
     return " ".join(report.split())
 
 
-def _delegated_lines(entries: list[dict], budget: int = DELEGATED_CHARS) -> list[str]:
+def _delegated_lines(entries: list[dict], budget: int = DELEGATED_CHARS,
+                     uses: list[dict] | None = None) -> list[str]:
     """``- delegated: `task` -> report`` lines for a degraded ledger, one per Agent call of the transcript
     (newest that fit ``budget``, in order): a coordinator's work is done by its workers, so what they
-    reported is what its successor must not delegate again. A call with no result says so."""
-    calls = [b for entry in entries if entry.get("type") == "assistant" for b in blocks_of(entry)
-             if isinstance(b, dict) and b.get("type") == "tool_use" and b.get("name") in AGENT_TOOLS]
+    reported is what its successor must not delegate again. A call with no result says so. ``uses``:
+    the transcript's tool uses (:func:`_tool_uses`), when the caller has them."""
+    calls = [b for b in (_tool_uses(entries) if uses is None else uses) if b.get("name") in AGENT_TOOLS]
     if not calls:   # the results' texts are looked at only for the Agent calls' ids
         return []
     wanted = {b.get("id") for b in calls}
@@ -8307,7 +8324,8 @@ def degraded_ledger(entries: list[dict], why: str, prompt: str = "", earlier: Le
     ``earlier``: the step's previous handoff document, whose sessions this transcript does not show: its
     status, decisions, dead ends and pointers follow this session's (each cut to :data:`EARLIER_CHARS`),
     so a successor that trusts its history does not redo what the sessions before this one did."""
-    uses = _tool_inputs(entries)
+    tool_uses = _tool_uses(entries)
+    uses = _tool_inputs(tool_uses)
     todos: list[dict] = []
     files: list[str] = []
     commands: list[str] = []
@@ -8332,7 +8350,8 @@ def degraded_ledger(entries: list[dict], why: str, prompt: str = "", earlier: Le
         short_prompt = short_prompt[:1500] + "…"
     next_step = (f"Continue with the first open item: {open_todo}" if open_todo else
                  "Check the files below against the task, then continue the task:\n" + short_prompt)
-    pointers = [f"- edited: {p}" for p in files[-20:]] + _ran_lines(commands) + _delegated_lines(entries) + list(workbench)
+    pointers = [f"- edited: {p}" for p in files[-20:]] + _ran_lines(commands) + \
+        _delegated_lines(entries, uses=tool_uses) + list(workbench)
     sections = {
         "status": "\n".join(status_lines) or "(the transcript holds no assistant text yet)",
         "decisions": "(not recorded: degraded handoff)",
@@ -8386,17 +8405,19 @@ def slim_transcript(entries: list[dict], session_id: str) -> str:
         if entry.get("isSidechain") or is_api_error_entry(entry):
             continue
         if entry.get("type") == "assistant":
+            texts = []
             for block in blocks_of(entry):
                 if isinstance(block, dict) and block.get("type") == "tool_use":
                     pending[block.get("name", "?")] = pending.get(block.get("name", "?"), 0) + 1
-            said = entry_text(entry).strip()
+                elif isinstance(block, dict) and block.get("type") == "text":
+                    texts.append(str(block.get("text", "")))
+            said = "\n".join(texts).strip()
             if said and is_main_assistant(entry):
                 flush_tools()
                 lines += ["**assistant:**", said, ""]
-        elif entry.get("type") == "user":
-            for said in _user_prompts([entry]):
-                flush_tools()
-                lines += ["**user:**", said.strip(), ""]
+        elif entry.get("type") == "user" and (said := _user_prompt(entry)) is not None:
+            flush_tools()
+            lines += ["**user:**", said.strip(), ""]
     flush_tools()
     return redact("\n".join(lines).rstrip() + "\n")
 

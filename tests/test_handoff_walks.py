@@ -98,6 +98,50 @@ class HandoffWalks(unittest.TestCase):
             self.assertTrue(flower._is_ritual_prompt("before\n" + prompt))
             self.assertFalse(flower._is_ritual_prompt(prompt[:39]))
 
+    def test_a_user_entry_holds_the_ritual_prompt_as_its_joined_text_says(self):
+        """``_ritual_in`` looks block by block and builds no text for a tool result: the same verdict as
+        the joined text's, since no mark holds a newline."""
+        self.assertFalse(any("\n" in mark for mark in flower._RITUAL_MARKS))
+        prompt = flower.text("handoff_prompt")
+        odd = [{"type": "user", "message": "x"}, {"type": "user", "message": {"content": 7}},
+               {"type": "user", "message": {"content": [prompt]}},
+               {"type": "user", "message": {"content": [{"type": "text", "text": prompt[:20]},
+                                                        {"type": "text", "text": prompt[20:]}]}},
+               {"type": "user", "message": {"content": [{"type": "tool_result", "content": prompt}]}},
+               {"type": "user", "message": {"content": [{"type": "tool_result", "content": "x"},
+                                                        {"type": "text", "text": "so: " + prompt}]}}]
+        seen = 0
+        for name, entries in [*self.transcripts(), ("odd", odd)]:
+            for entry in entries:
+                if entry.get("type") == "user":
+                    want = flower._is_ritual_prompt(flower.entry_text(entry))
+                    self.assertEqual(flower._ritual_in(entry), want, (name, entry))
+                    seen += want
+        self.assertGreater(seen, 10)
+
+    def test_a_ledger_from_the_tool_uses_walked_once_is_the_same(self):
+        for name, entries in self.transcripts():
+            uses = flower._tool_uses(entries)
+            self.assertEqual(flower._delegated_lines(entries, uses=uses), reference_delegated_lines(entries), name)
+
+    def test_the_slim_transcript_of_odd_entries_is_as_it_was(self):
+        """slim_transcript walks each entry once (texts and calls in one pass, the prompt without a list
+        per entry): the same document as before, empty prompts and odd shapes included."""
+        odd = [{"type": "user", "message": {"content": ""}}, {"type": "user", "message": {"content": []}},
+               {"type": "user", "message": {"content": [{"type": "text", "text": ""}]}},
+               {"type": "user", "message": None},
+               {"type": "assistant", "message": {"content": [{"type": "text", "text": "a"},
+                                                             {"type": "tool_use", "name": "Bash", "input": {}},
+                                                             {"type": "text", "text": "b"}]}},
+               {"type": "assistant", "message": {"content": "plain"}},
+               {"type": "user", "isMeta": True, "message": {"content": "m"}},
+               {"type": "user", "message": {"content": [{"type": "tool_result", "content": "r"}]}},
+               {"type": "user", "message": {"content": " hi "}}]
+        self.assertEqual(flower.slim_transcript(odd, "s"),
+                         "# Transcript of session s\n\n**user:**\n\n\n_(tool calls: Bash×1)_\n\n"
+                         "**assistant:**\na\nb\n\n**assistant:**\nplain\n\n**user:**\nhi\n")
+        self.assertEqual(flower._user_prompts(odd), ["", " hi "])
+
 
 if __name__ == "__main__":
     unittest.main()
