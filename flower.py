@@ -12131,11 +12131,12 @@ class Runtime:
             raise FlowerError(said("er_sdk_missing"), EXIT_SETUP) from None
 
     def build_options(self, sdk: Any, spec: AgentSpec, *, session_id: str | None, resume: str | None,
-                      fork: bool, manage_context: bool, after_batch: Callable | None = None) -> Any:
+                      fork: bool, manage_context: bool, after_batch: Callable | None = None,
+                      before_agent: Callable | None = None) -> Any:
         """``ClaudeAgentOptions`` for one connection: cwd, the pruning store with eager flush, a
         pre-assigned session id (fork with ``fork_session``), resume, CLI env defaults, and
         ``DISABLE_AUTO_COMPACT=1`` when flower manages the context. ``after_batch`` becomes the
-        ``PostToolBatch`` hook (where the SDK has hooks)."""
+        ``PostToolBatch`` hook, ``before_agent`` a ``PreToolUse`` hook on Agent (where the SDK has hooks)."""
         env = {**cli_env_defaults(), **spec.env}
         if os.environ.get(STATE_ENV):
             env[STATE_ENV] = ""   # the database's connection string is flower's, not the agent's
@@ -12168,7 +12169,7 @@ class Runtime:
         kwargs["allowed_tools"] = allowed
         if spec.agents:
             kwargs["agents"] = dict(spec.agents)
-        hooks = self._hooks_for(spec, after_batch)
+        hooks = self._hooks_for(spec, after_batch, before_agent)
         if hooks and hasattr(sdk, "HookMatcher"):
             kwargs["hooks"] = {event: [sdk.HookMatcher(matcher=m, hooks=[h]) for m, h in pairs]
                                for event, pairs in hooks.items()}
@@ -12183,16 +12184,33 @@ class Runtime:
             kwargs["session_id"] = session_id
         return sdk.ClaudeAgentOptions(**kwargs)
 
-    def _hooks_for(self, spec: AgentSpec, after_batch: Callable | None) -> dict[str, list[tuple]]:
+    def _hooks_for(self, spec: AgentSpec, after_batch: Callable | None,
+                   before_agent: Callable | None = None) -> dict[str, list[tuple]]:
         """Every SDK hook of one connection, ``{event: [(matcher, hook), ...]}``: the spec's own, then
-        each of ``hook_sources``' for the spec, then the batch stop (``PostToolBatch``)."""
+        each of ``hook_sources``' for the spec, then the batch stop (``PostToolBatch``) and the wait
+        before a worker starts (``PreToolUse`` on Agent)."""
         hooks: dict[str, list[tuple]] = {}
         for part in [spec.hooks, *(source(spec) for source in self.hook_sources)]:
             for event, pairs in (part or {}).items():
                 hooks.setdefault(event, []).extend(pairs)
         if after_batch is not None:
             hooks.setdefault("PostToolBatch", []).append((None, after_batch))
+        if before_agent is not None:
+            hooks.setdefault("PreToolUse", []).append(("|".join(AGENT_TOOLS), before_agent))
         return hooks
+
+    def _shown_hook(self, st: "_RunState") -> Callable[[dict, Any, Any], Awaitable[dict]]:
+        """The ``PreToolUse`` hook on Agent: a worker starts only once flower has read the coordinator's
+        call off the stream, and so written it ahead (:func:`write_ahead`). The CLI streams the call and
+        mirrors the worker's transcript at once; a flower that lags behind its stream (a loaded machine)
+        and is killed while the worker runs would otherwise keep neither the call nor a trace of it, and
+        the resumed coordinator, which trusts its history, would delegate that work again."""
+        async def before_agent(data: dict, tool_use_id: Any, context: Any) -> dict:
+            call = tool_use_id or (data.get("tool_use_id") if isinstance(data, dict) else None)
+            if isinstance(data, dict) and not data.get("agent_id") and isinstance(call, str):
+                await st.shown([call], BATCH_SHOWN_WAIT)
+            return {}
+        return before_agent
 
     def _ask_server(self, sdk: Any, ask: Callable[[str], Awaitable[str]]) -> Any:
         async def ask_tool(args: dict) -> dict:
@@ -12360,7 +12378,8 @@ class Runtime:
         result.session_id = st.sid
         options = self.build_options(sdk, spec, session_id=st.sid, resume=st.resuming, fork=st.fork,
                                      manage_context=st.manage,
-                                     after_batch=self._batch_hook(st) if st.manage else None)
+                                     after_batch=self._batch_hook(st) if st.manage else None,
+                                     before_agent=self._shown_hook(st) if spec.agents else None)
         st.batch_hook = getattr(options, "hooks", None) is not None
         if st.resuming and not st.fork:
             st.emit(Event("resume", session_id=st.sid, data={"attempt": result.attempts}))
