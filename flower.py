@@ -12131,12 +12131,11 @@ class Runtime:
             raise FlowerError(said("er_sdk_missing"), EXIT_SETUP) from None
 
     def build_options(self, sdk: Any, spec: AgentSpec, *, session_id: str | None, resume: str | None,
-                      fork: bool, manage_context: bool, after_batch: Callable | None = None,
-                      before_agent: Callable | None = None) -> Any:
+                      fork: bool, manage_context: bool, connection_hooks: dict | None = None) -> Any:
         """``ClaudeAgentOptions`` for one connection: cwd, the pruning store with eager flush, a
         pre-assigned session id (fork with ``fork_session``), resume, CLI env defaults, and
-        ``DISABLE_AUTO_COMPACT=1`` when flower manages the context. ``after_batch`` becomes the
-        ``PostToolBatch`` hook, ``before_agent`` a ``PreToolUse`` hook on Agent (where the SDK has hooks)."""
+        ``DISABLE_AUTO_COMPACT=1`` when flower manages the context. ``connection_hooks``: hooks bound to
+        this connection's state (see :meth:`_connection_hooks`), after the spec's (where the SDK has hooks)."""
         env = {**cli_env_defaults(), **spec.env}
         if os.environ.get(STATE_ENV):
             env[STATE_ENV] = ""   # the database's connection string is flower's, not the agent's
@@ -12169,7 +12168,7 @@ class Runtime:
         kwargs["allowed_tools"] = allowed
         if spec.agents:
             kwargs["agents"] = dict(spec.agents)
-        hooks = self._hooks_for(spec, after_batch, before_agent)
+        hooks = self._hooks_for(spec, connection_hooks)
         if hooks and hasattr(sdk, "HookMatcher"):
             kwargs["hooks"] = {event: [sdk.HookMatcher(matcher=m, hooks=[h]) for m, h in pairs]
                                for event, pairs in hooks.items()}
@@ -12184,19 +12183,24 @@ class Runtime:
             kwargs["session_id"] = session_id
         return sdk.ClaudeAgentOptions(**kwargs)
 
-    def _hooks_for(self, spec: AgentSpec, after_batch: Callable | None,
-                   before_agent: Callable | None = None) -> dict[str, list[tuple]]:
+    def _hooks_for(self, spec: AgentSpec, connection_hooks: dict | None = None) -> dict[str, list[tuple]]:
         """Every SDK hook of one connection, ``{event: [(matcher, hook), ...]}``: the spec's own, then
-        each of ``hook_sources``' for the spec, then the batch stop (``PostToolBatch``) and the wait
-        before a worker starts (``PreToolUse`` on Agent)."""
+        each of ``hook_sources``' for the spec, then ``connection_hooks`` (bound to the connection)."""
         hooks: dict[str, list[tuple]] = {}
-        for part in [spec.hooks, *(source(spec) for source in self.hook_sources)]:
+        for part in [spec.hooks, *(source(spec) for source in self.hook_sources), connection_hooks]:
             for event, pairs in (part or {}).items():
                 hooks.setdefault(event, []).extend(pairs)
-        if after_batch is not None:
-            hooks.setdefault("PostToolBatch", []).append((None, after_batch))
-        if before_agent is not None:
-            hooks.setdefault("PreToolUse", []).append(("|".join(AGENT_TOOLS), before_agent))
+        return hooks
+
+    def _connection_hooks(self, st: "_RunState", spec: AgentSpec) -> dict[str, list[tuple]]:
+        """The hooks bound to one connection's state: the batch stop where flower manages the context
+        (``PostToolBatch``), and the wait before a worker starts where the spec has workers
+        (``PreToolUse`` on Agent)."""
+        hooks: dict[str, list[tuple]] = {}
+        if st.manage:
+            hooks["PostToolBatch"] = [(None, self._batch_hook(st))]
+        if spec.agents:
+            hooks["PreToolUse"] = [("|".join(AGENT_TOOLS), self._shown_hook(st))]
         return hooks
 
     def _shown_hook(self, st: "_RunState") -> Callable[[dict, Any, Any], Awaitable[dict]]:
@@ -12378,8 +12382,7 @@ class Runtime:
         result.session_id = st.sid
         options = self.build_options(sdk, spec, session_id=st.sid, resume=st.resuming, fork=st.fork,
                                      manage_context=st.manage,
-                                     after_batch=self._batch_hook(st) if st.manage else None,
-                                     before_agent=self._shown_hook(st) if spec.agents else None)
+                                     connection_hooks=self._connection_hooks(st, spec))
         st.batch_hook = getattr(options, "hooks", None) is not None
         if st.resuming and not st.fork:
             st.emit(Event("resume", session_id=st.sid, data={"attempt": result.attempts}))

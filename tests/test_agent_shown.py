@@ -58,11 +58,12 @@ class OnlyWhereThereAreWorkers(fakesdk.FakeWorkspace, unittest.TestCase):
         rt = flower.Runtime(workspace=self.ws, run_dir=self.run_dir)
         self.addCleanup(rt.close)
         st = run_state()
-        hook = rt._shown_hook(st)
         coordinator = flower.AgentSpec("work", agents={"worker": flower.worker()})
-        hooks = rt._hooks_for(coordinator, None, hook)
-        self.assertIn(("|".join(flower.AGENT_TOOLS), hook), hooks["PreToolUse"])
-        self.assertNotIn("PreToolUse", rt._hooks_for(flower.AgentSpec("work"), None, None))
+        hooks = rt._hooks_for(coordinator, rt._connection_hooks(st, coordinator))
+        self.assertEqual([(m, h.__name__) for m, h in hooks["PreToolUse"]][-1:],
+                         [("|".join(flower.AGENT_TOOLS), "before_agent")])
+        solo = flower.AgentSpec("work")
+        self.assertNotIn("PreToolUse", rt._hooks_for(solo, rt._connection_hooks(st, solo)))
 
     def test_each_connection_of_a_delegating_step_carries_it(self):
         rt = flower.Runtime(workspace=self.ws, run_dir=self.run_dir, resilience=flower.Resilience(probe=False))

@@ -623,11 +623,11 @@ class HookSeam(unittest.TestCase):
                 rt.hook_sources.append(lambda spec: {"PreToolUse": [("Bash", theirs)]})
                 spec = flower.AgentSpec("w", hooks={"PreToolUse": [("Write", mine)]},
                                         agents={"worker": {"description": "d"}})
-                got = rt._hooks_for(spec, batch)
+                got = rt._hooks_for(spec, {"PostToolBatch": [(None, batch)]})
                 self.assertEqual(got, {"PreToolUse": [("Write", mine), ("Bash", theirs)],
                                        "PostToolBatch": [(None, batch)]})
                 opts = rt.build_options(fakesdk, spec, session_id="s", resume=None, fork=False,
-                                        manage_context=True, after_batch=batch)
+                                        manage_context=True, connection_hooks={"PostToolBatch": [(None, batch)]})
                 self.assertEqual([(m.matcher, m.hooks) for m in opts.hooks["PreToolUse"]],
                                  [("Write", [mine]), ("Bash", [theirs])])
                 self.assertEqual(opts.agents, {"worker": {"description": "d"}})
