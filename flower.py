@@ -7344,6 +7344,8 @@ def copy_owner_alive(copy_dir: str) -> bool:
 
 
 CLI_MIN_FREE = 8 << 20   # bytes a directory the CLI writes must have free before a run starts
+CLI_LINE_ROOM = 1 << 20  # bytes free below which the CLI is taken as unable to write its transcript
+CLI_WRITE_GRACE = 2.0    # seconds a CLI with room has to write what it streamed (it drains every 0.1 s)
 
 
 def cli_config_dir(env: dict[str, str] | None = None) -> str:
@@ -12979,8 +12981,26 @@ class Runtime:
 
         def keep() -> None:
             with contextlib.suppress(Exception):
-                self.store_unrecorded(st.sid, seen)
+                if not self._cli_writing(st.sid, missing):
+                    self.store_unrecorded(st.sid, seen)
         turn.keeping = asyncio.get_running_loop().run_in_executor(None, keep)
+
+    def _cli_writing(self, sid: str, uuids: list[str]) -> bool:
+        """Whether the CLI writes ``uuids`` into its transcript of ``sid`` within ``CLI_WRITE_GRACE`` seconds.
+        It drains its writes every 100 ms, so a worker's first answer can come before the
+        coordinator's is on disk; storing that from the stream would say "never recorded" of what the
+        CLI records a moment later. Where the CLI's transcript cannot take a line (HOME full), it
+        never will: False at once, and the caller stores the stream before a kill can lose it."""
+        paths = cli_transcripts(self.project_key, sid)
+        where = os.path.dirname(paths[-1]) if paths else os.path.join(cli_config_dir(), "projects", self.project_key)
+        if dir_problem(where, min_free=CLI_LINE_ROOM) is not None:
+            return False
+        deadline = time.monotonic() + CLI_WRITE_GRACE
+        while not self._cli_wrote(sid, uuids):
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.05)
+        return True
 
     def _cli_wrote(self, sid: str, uuids: list[str]) -> bool:
         """Whether the CLI's own transcript of ``sid`` holds every one of ``uuids`` (the mirror is then
