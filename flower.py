@@ -6158,8 +6158,8 @@ class OutlineTaker:
         aside = list(parsed_objects((place[0] for place in self.places if place.__class__ is list), bad))
         if bad[0]:
             return None
-        cut = dict(noted)
-        cut.update((seq, (uid, fact)) for seq, uid, fact in found)
+        # a fact found now is of an entry read whole, and unchanged: cut in place, its fact not parsed
+        fresh = {seq: uid for seq, uid, _ in found}
         read, scan = SqliteSessionStore._read_cut, json.decoder.JSONDecoder().scan_once
         out, given, put = [], iter(self.entries), iter(aside)
         try:
@@ -6168,9 +6168,15 @@ class OutlineTaker:
                     out.append(next(put))
                     continue
                 entry = next(given)
-                uid, fact = cut.get(place) or (None, None)
-                if uid is not None and uid == entry.get("uuid"):   # (SQL_LOAD_OUTLINE joins on the uuid)
-                    entry = read(uid, uid, fact, "", scan)
+                uid = fresh.get(place)
+                if uid is not None:
+                    if uid == entry.get("uuid"):   # (SQL_LOAD_OUTLINE joins on the uuid)
+                        entry["message"]["content"][0]["content"] = ""
+                        entry.pop("toolUseResult", None)
+                else:
+                    uid, fact = noted.get(place) or (None, None)
+                    if uid is not None and uid == entry.get("uuid"):
+                        entry = read(uid, uid, fact, "", scan)
                 out.append(entry)
         except PlanBroken:
             return None
