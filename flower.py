@@ -8200,8 +8200,14 @@ def resolve_window(model: str | None, *, explicit: int | None = None, book: Wind
 
 def _tool_uses(entries: list[dict]) -> list[dict]:
     """The tool_use blocks of a transcript's assistant entries, in order."""
-    return [b for e in entries if e.get("type") == "assistant"
-            for b in blocks_of(e) if isinstance(b, dict) and b.get("type") == "tool_use"]
+    uses: list[dict] = []
+    for e in entries:   # (blocks_of inlined: a huge session's handoff walks every entry)
+        if e.get("type") == "assistant":
+            message = e.get("message")
+            content = message.get("content") if isinstance(message, dict) else None
+            if isinstance(content, list):
+                uses += [b for b in content if isinstance(b, dict) and b.get("type") == "tool_use"]
+    return uses
 
 
 def _tool_inputs(uses: list[dict]) -> list[tuple[str, dict]]:
@@ -8220,8 +8226,10 @@ def _user_prompt(entry: dict) -> str | None:
     content = (entry.get("message") or {}).get("content")
     if isinstance(content, str):
         return content
-    if isinstance(content, list) and not any(isinstance(b, dict) and b.get("type") == "tool_result"
-                                             for b in content):
+    if isinstance(content, list):
+        for b in content:
+            if isinstance(b, dict) and b.get("type") == "tool_result":
+                return None
         return entry_text(entry) or None
     return None
 
@@ -8245,8 +8253,10 @@ def _ritual_in(entry: dict) -> bool:
         return _is_ritual_prompt(content)
     if content.__class__ is not list:
         return False
-    return any(b.__class__ is dict and b.get("type") == "text" and _is_ritual_prompt(str(b.get("text", "")))
-               for b in content)
+    for b in content:
+        if b.__class__ is dict and b.get("type") == "text" and _is_ritual_prompt(str(b.get("text", ""))):
+            return True
+    return False
 
 
 def recent_thread(entries: list[dict], limit: int = 10, max_chars: int = 700) -> list[tuple[str, str]]:
@@ -8254,8 +8264,11 @@ def recent_thread(entries: list[dict], limit: int = 10, max_chars: int = 700) ->
     cut to ``max_chars``; error noise, tool traffic, interrupt markers and flower's own handoff
     exchange (the ritual prompt and everything after it) left out. Walks back from the ritual prompt (or
     the end) only until it has them: a huge session's handoff reads it twice."""
-    end = next((i for i, entry in enumerate(entries) if entry.get("type") == "user" and _ritual_in(entry)),
-               len(entries))
+    end = len(entries)
+    for i, entry in enumerate(entries):
+        if entry.get("type") == "user" and _ritual_in(entry):
+            end = i
+            break
     if limit > 0:
         items: list[tuple[str, str]] = []
         for i in range(end - 1, -1, -1):
@@ -8440,7 +8453,7 @@ def carried_ledger(entries: list[dict]) -> Ledger | None:
     a carry (its recent thread, pointers to files and closing line left out); None when the session
     did not start from a carry. What its sessions before did, even when their handoff document could
     not be written."""
-    first = next((p for p in _user_prompts([e for e in entries if not e.get("isSidechain")])), None)
+    first = next((said for e in entries if not e.get("isSidechain") and (said := _user_prompt(e)) is not None), None)
     if first is None or not any(first.startswith(text("carry_head", lang)) for lang in TEXTS):
         return None
     tails = {f"## {text(key, lang)}" for key in ("carry_thread", "carry_nav") for lang in TEXTS}
@@ -8473,9 +8486,12 @@ def slim_transcript(entries: list[dict], session_id: str) -> str:
             pending.clear()
 
     for entry in entries:
-        if entry.get("isSidechain") or is_api_error_entry(entry):
-            continue
-        if entry.get("type") == "assistant":
+        kind = entry.get("type")
+        if kind != "assistant" and kind != "user" or entry.get("isSidechain"):
+            continue   # (an API error is an assistant's or a system entry)
+        if kind == "assistant":
+            if is_api_error_entry(entry):
+                continue
             texts = []
             for block in blocks_of(entry):
                 if isinstance(block, dict) and block.get("type") == "tool_use":
@@ -8486,7 +8502,7 @@ def slim_transcript(entries: list[dict], session_id: str) -> str:
             if said and is_main_assistant(entry):
                 flush_tools()
                 lines += ["**assistant:**", said, ""]
-        elif entry.get("type") == "user" and (said := _user_prompt(entry)) is not None:
+        elif (said := _user_prompt(entry)) is not None:
             flush_tools()
             lines += ["**user:**", said.strip(), ""]
     flush_tools()
