@@ -8297,6 +8297,10 @@ def _thread_item(entry: dict) -> tuple[str, str] | None:
     return None
 
 
+# A degraded ledger quotes the last assistant texts among this many items of the recent thread
+DEGRADED_THREAD = 50
+
+
 # A degraded ledger lists the shell commands that ran, newest first, up to this many characters: a
 # successor that trusts its history redoes whatever the carry does not show as done
 DEGRADED_RAN_CHARS = 4000
@@ -8400,14 +8404,16 @@ def _is_aside(body: str) -> bool:
 
 
 def degraded_ledger(entries: list[dict], why: str, prompt: str = "", earlier: Ledger | None = None,
-                    workbench: Sequence[str] = ()) -> Ledger:
+                    workbench: Sequence[str] = (), thread: list[tuple[str, str]] | None = None) -> Ledger:
     """A ledger built mechanically from a transcript when the ritual failed: the latest TodoWrite
     list, the last three assistant texts, files written or edited, the shell commands that ran (as many
     of the newest as fit :data:`DEGRADED_RAN_CHARS`) and the step's prompt. Marked ``degraded`` with ``why``.
     ``workbench``: pointer lines for the workbench's files, so a successor knows what already exists.
     ``earlier``: the step's previous handoff document, whose sessions this transcript does not show: its
     status, decisions, dead ends and pointers follow this session's (each cut to :data:`EARLIER_CHARS`),
-    so a successor that trusts its history does not redo what the sessions before this one did."""
+    so a successor that trusts its history does not redo what the sessions before this one did.
+    ``thread``: ``recent_thread(entries, limit=DEGRADED_THREAD)``, when the caller has it (the carry's
+    thread is its end: a huge session's handoff looks for its ritual prompt once)."""
     tool_uses = _tool_uses(entries)
     uses = _tool_inputs(tool_uses)
     todos: list[dict] = []
@@ -8422,7 +8428,9 @@ def degraded_ledger(entries: list[dict], why: str, prompt: str = "", earlier: Le
                 files.append(path)
         elif name == "Bash" and isinstance(args.get("command"), str):
             commands.append(args["command"])
-    texts = [t for role, t in recent_thread(entries, limit=50) if role == "assistant"][-3:]
+    if thread is None:
+        thread = recent_thread(entries, limit=DEGRADED_THREAD)
+    texts = [t for role, t in thread if role == "assistant"][-3:]
     status_lines = []
     if todos:
         status_lines += [f"- [{'x' if t.get('status') == 'completed' else ' '}] {t.get('content', '')}"
@@ -13251,6 +13259,7 @@ class Runtime:
         except Exception:  # nothing blocks the handover: the carry is built from what there is
             entries = []
         entries = self._with_streamed(st, entries)
+        thread = recent_thread(entries, limit=DEGRADED_THREAD)   # the carry's is its end (limit 10)
         ledger = None
         if ledger_text:
             ledger = Ledger.parse(ledger_text)
@@ -13258,8 +13267,8 @@ class Runtime:
             if problems:
                 why, ledger = "incomplete: " + "; ".join(problems), None
         if ledger is None:
-            ledger = degraded_ledger(entries, why or "no handoff document", step_prompt,
-                                     earlier=self._carried_on(st, entries), workbench=workbench_pointers(self.paths))
+            ledger = degraded_ledger(entries, why or "no handoff document", step_prompt, earlier=self._carried_on(
+                st, entries), workbench=workbench_pointers(self.paths), thread=thread)
             st.degraded_in_row += 1
         else:
             st.degraded_in_row = 0
@@ -13283,7 +13292,7 @@ class Runtime:
         for i, sid in enumerate(result.retired, 1):
             if os.path.exists(self.paths.transcript(sid)):
                 nav[f"transcript {i} (retired session)"] = self.paths.transcript(sid)
-        carry = assemble_carry(ledger, nav=nav, thread=recent_thread(entries),
+        carry = assemble_carry(ledger, nav=nav, thread=thread[-10:],
                                budget_chars=self.handoff.budget_chars, lang=self.lang,
                                full_text=doc if "handoff document" in nav else "-")
         st.sid = str(uuid.uuid4())

@@ -187,6 +187,14 @@ class LighterWalks(unittest.TestCase):
         self.assertGreater(ritual, 10)
         self.assertGreater(carries, 20)
 
+    def test_one_thread_serves_the_ledger_and_the_carry(self):
+        for name, entries in transcripts():
+            with self.subTest(name):
+                thread = flower.recent_thread(entries, limit=flower.DEGRADED_THREAD)
+                self.assertEqual(thread[-10:], flower.recent_thread(entries))
+                given = flower.degraded_ledger(entries, "why", "prompt", thread=thread)
+                self.assertEqual(given.render("work", 2), flower.degraded_ledger(entries, "why", "prompt").render("work", 2))
+
     def test_the_carried_ledger_reads_up_to_the_first_prompt(self):
         entries = carried(1)
         first = next(i for i, e in enumerate(entries) if not e.get("isSidechain") and ref_user_prompt(e) is not None)
