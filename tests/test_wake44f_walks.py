@@ -6,11 +6,15 @@ odd, sidechain, API-error, carried and Chinese transcripts."""
 
 from __future__ import annotations
 
+import asyncio
+import os
 import random
 import unittest
 import unittest.mock
 
 import flower
+from tests import fakesdk
+from tests.fakesdk import FAKE
 from tests.transcripts import Builder, anchor_transcript, random_transcript, with_odd_entries
 
 
@@ -207,3 +211,33 @@ class LighterWalks(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class HandoverThread(fakesdk.FakeWorkspace, unittest.TestCase):
+    def test_a_degraded_handoff_looks_for_the_thread_once_and_carries_its_end(self):
+        os.environ.pop("FLOWER_WINDOW", None)
+        real_thread, real_carry = flower.recent_thread, flower.assemble_carry
+        threads, carried_threads = [], []
+
+        def thread(entries, *args, **kwargs):
+            got = real_thread(entries, *args, **kwargs)
+            threads.append((entries, args, kwargs, got))
+            return got
+
+        def carry(ledger, **kwargs):
+            carried_threads.append(kwargs["thread"])
+            return real_carry(ledger, **kwargs)
+        rt = flower.Runtime(workspace=self.ws, run_dir=self.run_dir, handoff=flower.HandoffPolicy(window=200_000),
+                            resilience=flower.Resilience(probe=False, base_delay=0, max_attempts=2))
+        self.addCleanup(rt.close)
+        FAKE.turns = [[("text", f"part {i}", 1000) for i in range(14)] + [("text", "step 1", 151_000)],
+                      [("text", "sorry, no document", 151_000)], [("text", "done", 1000)]]
+        with unittest.mock.patch.object(flower, "recent_thread", thread), \
+                unittest.mock.patch.object(flower, "assemble_carry", carry):
+            asyncio.run(flower.Workflow([flower.Step("work", flower.AgentSpec("work"), "do it")]).run(rt))
+        self.assertEqual(len(carried_threads), 1)
+        self.assertEqual(len(threads), 1)   # the ledger's and the carry's: one walk
+        entries, args, kwargs, got = threads[0]
+        self.assertEqual(kwargs, {"limit": flower.DEGRADED_THREAD})
+        self.assertGreater(len(got), 10)
+        self.assertEqual(carried_threads[0], real_thread(entries))
