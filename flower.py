@@ -7106,22 +7106,13 @@ class PruningSessionStore:
 def write_spills(spills: dict[str, str]) -> None:
     """Write each trimmed result once (redacted), never again on later loads. No fsync: a spill file
     can always be rebuilt from the store, so it is not worth a disk flush per file on the resume path."""
+    made: set = set()
+    present: dict[str, Collection[str] | None] = {}
     wanted: dict[str, list[str]] = {}
     places = [(path, full, *_spill_place(path)) for path, full in spills.items()]
     for _, _, directory, name in places:
         wanted.setdefault(directory, []).append(name)
     secrets = _env_secrets()   # once, not per file: reading os.environ is most of a small file's redact
-    with _spill_files(sum(map(len, spills.values())) >= SPILL_PIPE_AT and len(spills) > 1) as put:
-        _write_spill_groups(places, wanted, secrets, put)
-
-
-def _write_spill_groups(places: list[tuple[str, str, str, str]], wanted: dict[str, list[str]], secrets: list[str],
-                        put: Callable[[str, str, str | None], None]) -> None:
-    """:func:`write_spills`' loop: each text not yet in its folder redacted once a group of equal texts,
-    and handed to ``put`` (path, redacted text, the group's file written before it or None) for each of
-    its files."""
-    made: set = set()
-    present: dict[str, Collection[str] | None] = {}
     for group in _same_texts(places):
         clean = twin = None
         for path, full, directory, name in group:
@@ -7135,13 +7126,13 @@ def _write_spill_groups(places: list[tuple[str, str, str, str]], wanted: dict[st
                 made.add(directory)
             if clean is None:
                 clean = redact(full, secrets)
-            put(path, clean, twin)
+            _write_spill_file(path, clean, twin)
             twin = twin or path
 
 
 def _write_spill_file(path: str, clean: str, twin: str | None = None) -> None:
     """One spill file: a hard link to ``twin``, a spill file of the same text written just before (a tool
-    result and its toolUseResult copy: the bytes are not written twice, a link costs a third of a
+    result and its toolUseResult copy: the bytes are not written twice, and a link costs far less than a
     file), else, or where the file system cannot link, written to a temp file of its own (0600), then
     renamed into place."""
     if twin is not None:
@@ -7155,46 +7146,6 @@ def _write_spill_file(path: str, clean: str, twin: str | None = None) -> None:
     with os.fdopen(fd, "w", encoding="utf-8", errors="surrogatepass") as fh:
         fh.write(clean)
     os.replace(tmp, path)
-
-
-SPILL_PIPE_AT = 1 << 20   # from this many chars in all, write_spills writes its files while it redacts the next
-
-
-@contextlib.contextmanager
-def _spill_files(piped: bool) -> Iterator[Callable[[str, str, str | None], None]]:
-    """A ``put(path, redacted text, twin)`` that writes a spill file (:func:`_write_spill_file`): in place, or,
-    ``piped``, in a thread of its own, in order, while the caller redacts the next text (the disk's work
-    is done in system calls that let go of the interpreter lock, so on a second core it costs the
-    caller next to nothing). The first failed write stops the writing; its error is raised to the
-    caller, by ``put`` or when the block ends, as a write in place would raise it."""
-    if not piped:
-        yield _write_spill_file
-        return
-    import queue
-    pending: Any = queue.Queue(maxsize=4)   # a few redacted texts held at most
-    failed: list[BaseException] = []
-
-    def write() -> None:
-        while (item := pending.get()) is not None:
-            if not failed:
-                try:
-                    _write_spill_file(*item)
-                except BaseException as exc:   # raised in the caller's thread
-                    failed.append(exc)
-
-    def put(path: str, clean: str, twin: str | None = None) -> None:
-        if failed:
-            raise failed[0]
-        pending.put((path, clean, twin))
-    writer = threading.Thread(target=write, name="flower-spill-files")
-    writer.start()
-    try:
-        yield put
-    finally:
-        pending.put(None)
-        writer.join()
-    if failed:
-        raise failed[0]
 
 
 SPILL_LOAD_DEFER_AT = 1 << 20   # from this many chars in all, a load's spill files are written in a thread

@@ -4,9 +4,6 @@ texts and long batches, and how a writer that lets its caller go first is hurrie
 - equal texts (a tool result and its toolUseResult copy) are redacted once and written once: the second
   name is a hard link to the first (same inode, 0600, the redacted bytes); where the file system cannot
   link, it is written as before;
-- a long batch (SPILL_PIPE_AT chars or more) has its files written in a thread of its own while the
-  caller redacts the next text: the same files, byte for byte and mode for mode, as written in place;
-  a failed write is raised to the caller and stops the writing;
 - wait_spills() starts a writer that still waits (SPILL_LOAD_WAIT, SPILL_DEFER_WAIT) at once."""
 
 from __future__ import annotations
@@ -15,7 +12,6 @@ import errno
 import os
 import stat
 import tempfile
-import threading
 import unittest
 import unittest.mock
 
@@ -89,56 +85,6 @@ class SpillFiles(unittest.TestCase):
         first, second = (os.stat(os.path.join(self.spill, f"{0:016x}-{k}.txt")) for k in (0, 1))
         self.assertNotEqual(first.st_ino, second.st_ino)
         self.assertEqual([n for n in os.listdir(self.spill) if n.endswith(".tmp")], [])
-
-    def test_a_long_batch_writes_the_same_files_as_in_place(self):
-        texts = [text(i) for i in range(30)] + [text(7)]   # 1.2 MB: piped
-        self.assertGreaterEqual(sum(map(len, texts)) * 2, flower.SPILL_PIPE_AT)
-        piped = os.path.join(self.root, "piped")
-        flower.write_spills(self.spills(piped, texts))
-        in_place = os.path.join(self.root, "in-place")
-        with unittest.mock.patch.object(flower, "SPILL_PIPE_AT", 1 << 62):
-            flower.write_spills(self.spills(in_place, texts))
-        self.assertEqual(self.files(piped), self.files(in_place))
-        self.assertEqual(len(self.files(piped)), 62)
-
-    def test_files_are_written_while_the_next_text_is_redacted(self):
-        texts = [text(i) for i in range(30)]
-        real_redact, real_write = flower.redact, flower._write_spill_file
-        second, writers = threading.Event(), []
-
-        def redact(value, secrets=None):
-            if value == texts[1]:
-                second.set()
-            return real_redact(value, secrets)
-
-        def write(path, clean, twin=None):
-            writers.append(threading.get_ident())
-            if len(writers) == 1:   # the first file waits for the second text's redaction to begin
-                writers.append(second.wait(30))
-            real_write(path, clean, twin)
-        with unittest.mock.patch.object(flower, "redact", redact), \
-                unittest.mock.patch.object(flower, "_write_spill_file", write):
-            flower.write_spills(self.spills(self.spill, texts))
-        self.assertIs(writers[1], True)   # not a timeout: redaction went on while the file was written
-        self.assertNotIn(threading.get_ident(), writers[:1] + writers[2:])
-        self.assertEqual(len(os.listdir(self.spill)), 60)
-
-    def test_a_failed_write_is_raised_and_stops_the_writing(self):
-        texts = [text(i) for i in range(30)]
-        real_write, written = flower._write_spill_file, []
-
-        def write(path, clean, twin=None):
-            if len(written) == 5:
-                raise OSError(errno.ENOSPC, "No space left on device")
-            written.append(path)
-            real_write(path, clean, twin)
-        with unittest.mock.patch.object(flower, "_write_spill_file", write):
-            with self.assertRaises(OSError) as raised:
-                flower.write_spills(self.spills(self.spill, texts))
-        self.assertEqual(raised.exception.errno, errno.ENOSPC)
-        self.assertEqual(sorted(os.listdir(self.spill)), sorted(os.path.basename(p) for p in written))
-        self.assertFalse([t for t in threading.enumerate() if t.name == "flower-spill-files"])
-
 
 class WaitHurries(unittest.TestCase):
     """A writer waits SPILL_LOAD_WAIT / SPILL_DEFER_WAIT before it starts, so that its caller goes first;
