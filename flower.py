@@ -6158,8 +6158,8 @@ class OutlineTaker:
         aside = list(parsed_objects((place[0] for place in self.places if place.__class__ is list), bad))
         if bad[0]:
             return None
-        cut = dict(noted)
-        cut.update((seq, (uid, fact)) for seq, uid, fact in found)
+        # a fact found now is of an entry read whole, and unchanged: cut in place, its fact not parsed
+        fresh = {seq: uid for seq, uid, _ in found}
         read, scan = SqliteSessionStore._read_cut, json.decoder.JSONDecoder().scan_once
         out, given, put = [], iter(self.entries), iter(aside)
         try:
@@ -6168,9 +6168,15 @@ class OutlineTaker:
                     out.append(next(put))
                     continue
                 entry = next(given)
-                uid, fact = cut.get(place) or (None, None)
-                if uid is not None and uid == entry.get("uuid"):   # (SQL_LOAD_OUTLINE joins on the uuid)
-                    entry = read(uid, uid, fact, "", scan)
+                uid = fresh.get(place)
+                if uid is not None:
+                    if uid == entry.get("uuid"):   # (SQL_LOAD_OUTLINE joins on the uuid)
+                        entry["message"]["content"][0]["content"] = ""
+                        entry.pop("toolUseResult", None)
+                else:
+                    uid, fact = noted.get(place) or (None, None)
+                    if uid is not None and uid == entry.get("uuid"):
+                        entry = read(uid, uid, fact, "", scan)
                 out.append(entry)
         except PlanBroken:
             return None
@@ -7108,7 +7114,7 @@ def write_spills(spills: dict[str, str]) -> None:
         wanted.setdefault(directory, []).append(name)
     secrets = _env_secrets()   # once, not per file: reading os.environ is most of a small file's redact
     for group in _same_texts(places):
-        clean = None
+        clean = twin = None
         for path, full, directory, name in group:
             if directory not in present:
                 present[directory] = present_names(directory, wanted.get(directory, ()))
@@ -7120,11 +7126,26 @@ def write_spills(spills: dict[str, str]) -> None:
                 made.add(directory)
             if clean is None:
                 clean = redact(full, secrets)
-            tmp = f"{path}.{os.getpid()}-{threading.get_ident()}.tmp"   # two loads of a session may write at once
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            with os.fdopen(fd, "w", encoding="utf-8", errors="surrogatepass") as fh:
-                fh.write(clean)
-            os.replace(tmp, path)
+            _write_spill_file(path, clean, twin)
+            twin = twin or path
+
+
+def _write_spill_file(path: str, clean: str, twin: str | None = None) -> None:
+    """One spill file: a hard link to ``twin``, a spill file of the same text written just before (a tool
+    result and its toolUseResult copy: the bytes are not written twice, and a link costs far less than a
+    file), else, or where the file system cannot link, written to a temp file of its own (0600), then
+    renamed into place."""
+    if twin is not None:
+        try:
+            os.link(twin, path)
+            return
+        except OSError:
+            pass
+    tmp = f"{path}.{os.getpid()}-{threading.get_ident()}.tmp"   # two loads of a session may write at once
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8", errors="surrogatepass") as fh:
+        fh.write(clean)
+    os.replace(tmp, path)
 
 
 SPILL_LOAD_DEFER_AT = 1 << 20   # from this many chars in all, a load's spill files are written in a thread
@@ -7144,7 +7165,7 @@ def write_spills_later(spills: dict[str, str]) -> bool:
 
     def write() -> None:
         try:
-            time.sleep(SPILL_LOAD_WAIT)
+            hurry.wait(SPILL_LOAD_WAIT)
             write_spills(spills)
         except OSError:
             pass
@@ -7153,6 +7174,7 @@ def write_spills_later(spills: dict[str, str]) -> bool:
                 if _SPILL_WRITERS.get(path) is writer:
                     del _SPILL_WRITERS[path]
     writer = threading.Thread(target=write, name="flower-load-spill", daemon=False)
+    writer.hurry = hurry = threading.Event()   # see wait_spills
     for path in spills:
         _SPILL_WRITERS[path] = writer
     writer.start()
@@ -8131,8 +8153,14 @@ def resolve_window(model: str | None, *, explicit: int | None = None, book: Wind
 
 def _tool_uses(entries: list[dict]) -> list[dict]:
     """The tool_use blocks of a transcript's assistant entries, in order."""
-    return [b for e in entries if e.get("type") == "assistant"
-            for b in blocks_of(e) if isinstance(b, dict) and b.get("type") == "tool_use"]
+    uses: list[dict] = []
+    for e in entries:   # (blocks_of inlined: a huge session's handoff walks every entry)
+        if e.get("type") == "assistant":
+            message = e.get("message")
+            content = message.get("content") if isinstance(message, dict) else None
+            if isinstance(content, list):
+                uses += [b for b in content if isinstance(b, dict) and b.get("type") == "tool_use"]
+    return uses
 
 
 def _tool_inputs(uses: list[dict]) -> list[tuple[str, dict]]:
@@ -8151,8 +8179,10 @@ def _user_prompt(entry: dict) -> str | None:
     content = (entry.get("message") or {}).get("content")
     if isinstance(content, str):
         return content
-    if isinstance(content, list) and not any(isinstance(b, dict) and b.get("type") == "tool_result"
-                                             for b in content):
+    if isinstance(content, list):
+        for b in content:
+            if isinstance(b, dict) and b.get("type") == "tool_result":
+                return None
         return entry_text(entry) or None
     return None
 
@@ -8176,8 +8206,10 @@ def _ritual_in(entry: dict) -> bool:
         return _is_ritual_prompt(content)
     if content.__class__ is not list:
         return False
-    return any(b.__class__ is dict and b.get("type") == "text" and _is_ritual_prompt(str(b.get("text", "")))
-               for b in content)
+    for b in content:
+        if b.__class__ is dict and b.get("type") == "text" and _is_ritual_prompt(str(b.get("text", ""))):
+            return True
+    return False
 
 
 def recent_thread(entries: list[dict], limit: int = 10, max_chars: int = 700) -> list[tuple[str, str]]:
@@ -8185,8 +8217,11 @@ def recent_thread(entries: list[dict], limit: int = 10, max_chars: int = 700) ->
     cut to ``max_chars``; error noise, tool traffic, interrupt markers and flower's own handoff
     exchange (the ritual prompt and everything after it) left out. Walks back from the ritual prompt (or
     the end) only until it has them: a huge session's handoff reads it twice."""
-    end = next((i for i, entry in enumerate(entries) if entry.get("type") == "user" and _ritual_in(entry)),
-               len(entries))
+    end = len(entries)
+    for i, entry in enumerate(entries):
+        if entry.get("type") == "user" and _ritual_in(entry):
+            end = i
+            break
     if limit > 0:
         items: list[tuple[str, str]] = []
         for i in range(end - 1, -1, -1):
@@ -8213,6 +8248,10 @@ def _thread_item(entry: dict) -> tuple[str, str] | None:
         said = "\n".join(line for line in lines if not line.startswith("[Request interrupted")).strip()
         return ("user", said) if said else None
     return None
+
+
+# A degraded ledger quotes the last assistant texts among this many items of the recent thread
+DEGRADED_THREAD = 50
 
 
 # A degraded ledger lists the shell commands that ran, newest first, up to this many characters: a
@@ -8318,14 +8357,16 @@ def _is_aside(body: str) -> bool:
 
 
 def degraded_ledger(entries: list[dict], why: str, prompt: str = "", earlier: Ledger | None = None,
-                    workbench: Sequence[str] = ()) -> Ledger:
+                    workbench: Sequence[str] = (), thread: list[tuple[str, str]] | None = None) -> Ledger:
     """A ledger built mechanically from a transcript when the ritual failed: the latest TodoWrite
     list, the last three assistant texts, files written or edited, the shell commands that ran (as many
     of the newest as fit :data:`DEGRADED_RAN_CHARS`) and the step's prompt. Marked ``degraded`` with ``why``.
     ``workbench``: pointer lines for the workbench's files, so a successor knows what already exists.
     ``earlier``: the step's previous handoff document, whose sessions this transcript does not show: its
     status, decisions, dead ends and pointers follow this session's (each cut to :data:`EARLIER_CHARS`),
-    so a successor that trusts its history does not redo what the sessions before this one did."""
+    so a successor that trusts its history does not redo what the sessions before this one did.
+    ``thread``: ``recent_thread(entries, limit=DEGRADED_THREAD)``, when the caller has it (the carry's
+    thread is its end: a huge session's handoff looks for its ritual prompt once)."""
     tool_uses = _tool_uses(entries)
     uses = _tool_inputs(tool_uses)
     todos: list[dict] = []
@@ -8340,7 +8381,9 @@ def degraded_ledger(entries: list[dict], why: str, prompt: str = "", earlier: Le
                 files.append(path)
         elif name == "Bash" and isinstance(args.get("command"), str):
             commands.append(args["command"])
-    texts = [t for role, t in recent_thread(entries, limit=50) if role == "assistant"][-3:]
+    if thread is None:
+        thread = recent_thread(entries, limit=DEGRADED_THREAD)
+    texts = [t for role, t in thread if role == "assistant"][-3:]
     status_lines = []
     if todos:
         status_lines += [f"- [{'x' if t.get('status') == 'completed' else ' '}] {t.get('content', '')}"
@@ -8371,7 +8414,7 @@ def carried_ledger(entries: list[dict]) -> Ledger | None:
     a carry (its recent thread, pointers to files and closing line left out); None when the session
     did not start from a carry. What its sessions before did, even when their handoff document could
     not be written."""
-    first = next((p for p in _user_prompts([e for e in entries if not e.get("isSidechain")])), None)
+    first = next((said for e in entries if not e.get("isSidechain") and (said := _user_prompt(e)) is not None), None)
     if first is None or not any(first.startswith(text("carry_head", lang)) for lang in TEXTS):
         return None
     tails = {f"## {text(key, lang)}" for key in ("carry_thread", "carry_nav") for lang in TEXTS}
@@ -8404,9 +8447,12 @@ def slim_transcript(entries: list[dict], session_id: str) -> str:
             pending.clear()
 
     for entry in entries:
-        if entry.get("isSidechain") or is_api_error_entry(entry):
-            continue
-        if entry.get("type") == "assistant":
+        kind = entry.get("type")
+        if kind != "assistant" and kind != "user" or entry.get("isSidechain"):
+            continue   # (an API error is an assistant's or a system entry)
+        if kind == "assistant":
+            if is_api_error_entry(entry):
+                continue
             texts = []
             for block in blocks_of(entry):
                 if isinstance(block, dict) and block.get("type") == "tool_use":
@@ -8417,7 +8463,7 @@ def slim_transcript(entries: list[dict], session_id: str) -> str:
             if said and is_main_assistant(entry):
                 flush_tools()
                 lines += ["**assistant:**", said, ""]
-        elif entry.get("type") == "user" and (said := _user_prompt(entry)) is not None:
+        elif (said := _user_prompt(entry)) is not None:
             flush_tools()
             lines += ["**user:**", said.strip(), ""]
     flush_tools()
@@ -10539,21 +10585,28 @@ def spill_later(spill_dir: str, full: str, head: int) -> tuple[str, str] | None:
 
     def write() -> None:
         try:
-            time.sleep(SPILL_DEFER_WAIT)
+            hurry.wait(SPILL_DEFER_WAIT)
             atomic_write(path, redact(full, secrets).encode("utf-8", "surrogatepass"))
         except OSError:
             pass   # the pointer names a file that is not there: a Read of it says so
         finally:
             _SPILL_WRITERS.pop(path, None)
     writer = threading.Thread(target=write, name="flower-spill", daemon=False)
+    writer.hurry = hurry = threading.Event()   # see wait_spills
     _SPILL_WRITERS[path] = writer
     writer.start()
     return path, shown
 
 
 def wait_spills(timeout: float | None = None) -> None:
-    """Wait until the spill files being written now are written."""
-    for writer in set(_SPILL_WRITERS.values()):
+    """Wait until the spill files being written now are written. A writer that still lets its caller go
+    first (SPILL_DEFER_WAIT, SPILL_LOAD_WAIT) starts at once: whoever waits here has nothing else to do."""
+    writers = set(_SPILL_WRITERS.values())
+    for writer in writers:
+        hurry = getattr(writer, "hurry", None)
+        if hurry is not None:
+            hurry.set()
+    for writer in writers:
         writer.join(timeout)
 
 
@@ -13177,6 +13230,7 @@ class Runtime:
         except Exception:  # nothing blocks the handover: the carry is built from what there is
             entries = []
         entries = self._with_streamed(st, entries)
+        thread = recent_thread(entries, limit=DEGRADED_THREAD)   # the carry's is its end (limit 10)
         ledger = None
         if ledger_text:
             ledger = Ledger.parse(ledger_text)
@@ -13184,8 +13238,8 @@ class Runtime:
             if problems:
                 why, ledger = "incomplete: " + "; ".join(problems), None
         if ledger is None:
-            ledger = degraded_ledger(entries, why or "no handoff document", step_prompt,
-                                     earlier=self._carried_on(st, entries), workbench=workbench_pointers(self.paths))
+            ledger = degraded_ledger(entries, why or "no handoff document", step_prompt, earlier=self._carried_on(
+                st, entries), workbench=workbench_pointers(self.paths), thread=thread)
             st.degraded_in_row += 1
         else:
             st.degraded_in_row = 0
@@ -13209,7 +13263,7 @@ class Runtime:
         for i, sid in enumerate(result.retired, 1):
             if os.path.exists(self.paths.transcript(sid)):
                 nav[f"transcript {i} (retired session)"] = self.paths.transcript(sid)
-        carry = assemble_carry(ledger, nav=nav, thread=recent_thread(entries),
+        carry = assemble_carry(ledger, nav=nav, thread=thread[-10:],
                                budget_chars=self.handoff.budget_chars, lang=self.lang,
                                full_text=doc if "handoff document" in nav else "-")
         st.sid = str(uuid.uuid4())
