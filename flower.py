@@ -15532,6 +15532,17 @@ def _require_sdk() -> Any:
         raise FlowerError(text("er_no_sdk", argv_lang(sys.argv[1:])), EXIT_SETUP) from None
 
 
+def _require_agent(lang: str) -> None:
+    """What an agent run needs, cheapest check first: the SDK installed (found, not imported), the
+    credentials, room for the CLI's transcripts; then the SDK imported (over a second of CPU, most of
+    it its MCP models), so that a run refused for anything else is refused at once."""
+    if not _sdk_installed():
+        _require_sdk()
+    _require_credentials()
+    _require_cli_dirs(lang)
+    _require_sdk()
+
+
 def _require_credentials() -> None:
     if _credentials() is None:
         raise FlowerError(text("er_no_credentials", argv_lang(sys.argv[1:])), EXIT_SETUP)
@@ -15834,9 +15845,7 @@ def _go_locked(args: argparse.Namespace, reporter: Reporter, paths: Paths, ask: 
         if used and ask is None and rt.lineage.done:   # achieved, and nothing new: nothing to pay for
             reporter.say(text("ui_nothing_new", paths.lang), always=True)
             return _finish(rt, reporter, EXIT_OK, "nothing new")
-        _require_sdk()
-        _require_credentials()
-        _require_cli_dirs(paths.lang)
+        _require_agent(paths.lang)
         _quiet_sdk_logs(args.verbose)
         return _go_run(args, reporter, rt, used, ask, interactive)
     finally:
@@ -15999,9 +16008,7 @@ def cmd_once(args: argparse.Namespace, reporter: Reporter) -> int:
     backend = _open_state(args, paths, say=lambda m: reporter.say(m, always=True))
     try:
         backend.session_store()
-        _require_sdk()
-        _require_credentials()
-        _require_cli_dirs(_lang(args))
+        _require_agent(_lang(args))
         _quiet_sdk_logs(args.verbose)
     except FlowerError:
         backend.close()
@@ -16456,9 +16463,7 @@ def cmd_ask(args: argparse.Namespace, reporter: Reporter) -> int:
         sid = steps.get("work") if isinstance(steps, dict) else None
         if not isinstance(sid, str):
             raise FlowerError(text("ui_side_none", lang), EXIT_USAGE)
-        _require_sdk()
-        _require_credentials()
-        _require_cli_dirs(lang)
+        _require_agent(lang)
         _quiet_sdk_logs(args.verbose)
         reporter.show_text = False   # the answer is printed once, on stdout
         rt = SideRuntime(workspace=paths.workspace, run_dir=paths.run_dir, state=backend, lang=lang,
