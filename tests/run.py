@@ -249,6 +249,7 @@ def main(argv: list[str]) -> int:
     if argv[:1] == ["--worker"]:   # one unit, its tally written where the parent reads it
         tally = run_here(argv[2:])
         tally["cpu"] = cpu_seconds()
+        tally["pg_cpu"] = pgserver.servers_cpu()
         with open(argv[1], "w") as fh:
             json.dump(tally, fh)
         return 0
@@ -271,6 +272,10 @@ def main(argv: list[str]) -> int:
         print(f"cpu {sum(t.get('cpu', 0.0) for t in tallies):.0f} s in all; by unit: " + ", ".join(
             f"{t['unit'].removeprefix('tests.')} {t.get('cpu', 0.0):.0f}"
             for t in sorted(tallies, key=lambda t: -t.get("cpu", 0.0))))
+        servers = sorted((t for t in tallies if t.get("pg_cpu")), key=lambda t: -t["pg_cpu"])
+        print(f"postgres cpu {sum(t['pg_cpu'] for t in servers):.0f} s in all (not in the cpu above: the servers "
+              "are no children a unit waits for); by unit: " + ", ".join(
+                  f"{t['unit'].removeprefix('tests.')} {t['pg_cpu']:.0f}" for t in servers))
     passed, failed, skipped = (sum(t[k] for t in tallies) for k in ("passed", "failed", "skipped"))
     for reason in sorted({reason for t in tallies for reason in t["reasons"]}):
         print(f"skipped: {reason}")

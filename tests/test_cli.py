@@ -1,5 +1,6 @@
 """The command line as a subprocess: help, version, status, doctor, bad input, --json, a pty session."""
 
+import contextlib
 import json
 import os
 import select
@@ -453,6 +454,26 @@ class Pty(unittest.TestCase):
         with open(self.env["FAKE_LOG"], encoding="utf-8") as fh:
             return [json.loads(line) for line in fh]
 
+    def work_calls(self) -> int:
+        """How many work calls the fake model has been asked (each is logged as its turn begins)."""
+        try:
+            with open(self.env["FAKE_LOG"], encoding="utf-8") as fh:
+                lines = fh.read().split("\n")[:-1]   # whole lines only: one may be half written
+        except FileNotFoundError:
+            return 0
+        return sum(json.loads(line)["role"] == "work" for line in lines)
+
+    def in_the_work_turn(self, before: int) -> None:
+        """Wait until the fake model has begun the next work call: a Ctrl-C then lands inside the turn."""
+        deadline = time.time() + 30
+        while self.work_calls() <= before:
+            if time.time() > deadline:
+                self.fail(f"the work turn never began; screen was:\n{self.buf.decode('utf-8', 'replace')[-2000:]}")
+            ready, _, _ = select.select([self.fd], [], [], 0.02)
+            if ready:
+                with contextlib.suppress(OSError):
+                    self.buf += os.read(self.fd, 4096)
+
     def test_wake_prompt_new_and_interrupts(self):
         p = subprocess.run([sys.executable, "-m", "tests.fake_flower", "first task"], cwd=self.ws, env=self.env,
                            capture_output=True, timeout=60, stdin=subprocess.DEVNULL)
@@ -462,9 +483,10 @@ class Pty(unittest.TestCase):
         self.expect("Continue? Enter = carry on")
         self.send("/new\r")
         self.expect("What should be done?")
+        works = self.work_calls()
         self.send("second task\r")
         self.expect("== work")
-        time.sleep(1.0)
+        self.in_the_work_turn(works)
         self.send("\x03")  # Ctrl-C: interrupts the turn and asks for words
         self.expect("What should I tell the agent?")
         self.send("use tabs\r")
@@ -476,9 +498,10 @@ class Pty(unittest.TestCase):
         self.assertTrue(work[-1]["prompt"].endswith("use tabs"))
         self.assertEqual(work[-1]["resume"], work[-2]["session_id"])  # the same session, resumed
         # Ctrl-C twice quits cleanly with 130 and the manifest written
+        works = self.work_calls()
         self.spawn(["third"], dict(self.env, FAKE_WORK_BLOCK="1"))
         self.expect("== work")
-        time.sleep(1.0)
+        self.in_the_work_turn(works)
         self.send("\x03")
         self.expect("What should I tell the agent?")
         self.send("\x03")

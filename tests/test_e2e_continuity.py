@@ -155,7 +155,8 @@ class WriteAhead(_Base):
                     self.assertIn("carrying on with the task given before", p.stderr)
 
     def test_a_wake_sentence_survives_a_kill_until_the_work_step_was_sent_it(self):
-        self.flower("write hello")
+        freeze_front(self.ws)   # a finished job to wake: its work and judge as a fresh go leaves them
+        self.flower()
         for phase in ("sdk", "goal"):
             with self.subTest(phase=phase):
                 sentence = f"also support tables WAKE-MARK-{phase}"

@@ -20,7 +20,7 @@ import flower
 from tests import fakesdk
 from tests.fakesdk import FAKE
 from tests.pgserver import HAVE_PG, SKIP as PG_SKIP
-from tests.helpers import E2ECase, RUN_FLOWER, HAVE_SDK, ROOT, synthetic_job
+from tests.helpers import E2ECase, RUN_FLOWER, HAVE_SDK, ROOT, freeze_front, synthetic_job
 from tests.helpers import LEDGER as E2E_LEDGER
 
 LEDGER = ("## Status\nhalf done\n## Decisions\nkeep it small\n## Dead ends\n(none)\n"
@@ -506,7 +506,8 @@ class RealJob(E2ECase, unittest.TestCase):
         from tests.fakeapi import text, tool
         slow = "python3 -c \"import time; time.sleep(60)\""
         self.roles.work = [tool("Bash", {"command": slow}), text("after the kill")]
-        proc = subprocess.Popen([*RUN_FLOWER, "write hello"], cwd=self.ws, env=self.env,
+        freeze_front(self.ws)   # about the work step: the brief and goal as clarify and goal leave them
+        proc = subprocess.Popen([*RUN_FLOWER], cwd=self.ws, env=self.env,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
         journal = os.path.join(self.ws, ".flower", "journal.jsonl")
         deadline = time.time() + 240
