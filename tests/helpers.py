@@ -789,7 +789,7 @@ def exact(value) -> bytes:
     """A JSON-shaped ``value`` (dicts, lists, strings, numbers, booleans, None) as bytes. Two values give
     the same bytes only if ``json.dumps`` gives them the same text: the same values in the same order,
     each dict's keys in the same order too; and it is stricter (1 is not True, a tuple not a list). A
-    quarter to a third of the CPU of ``json.dumps``, which the oracles of the store and prune tests spent most of
-    their time in. marshal's version 2 writes no back-references: which objects a value shares changes
-    nothing."""
+    quarter to a third of the CPU of ``json.dumps``, which the oracles of the store and prune tests
+    spent most of their time in. marshal's version 2 writes no back-references: which objects a value
+    shares changes nothing."""
     return marshal.dumps(value, 2)
