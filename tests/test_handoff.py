@@ -76,7 +76,7 @@ class Carry(unittest.TestCase):
         rng = random.Random(18)
         words = ["alpha", "beta", "gamma", "delta", "make", "test", "src/a.py", "修复", "路径", "x" * 40]
 
-        def body(max_lines):   # rng.choices: the same uniform picks as rng.choice a word at a time, at a third of the CPU
+        def body(max_lines):   # rng.choices: the uniform picks of rng.choice, without its per-word CPU
             return "\n".join("- " + " ".join(rng.choices(words, k=rng.randint(1, 40)))
                              for _ in range(rng.randint(1, max_lines)))
         for case in range(2500):
