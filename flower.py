@@ -7162,23 +7162,30 @@ def write_spills_later(spills: dict[str, str]) -> bool:
     there, and the next load writes it."""
     if sum(map(len, spills.values())) < SPILL_LOAD_DEFER_AT:
         return False
+    spill_writer("flower-load-spill", list(spills), SPILL_LOAD_WAIT, lambda: write_spills(spills))
+    return True
 
-    def write() -> None:
+
+def spill_writer(name: str, paths: list[str], pause: float, write: Callable[[], None]) -> None:
+    """Run ``write`` in a thread of its own once its caller has gone first for ``pause`` seconds (a
+    redaction holds the interpreter lock in long stretches), cut short by :func:`wait_spills`; ``paths``
+    are in ``_SPILL_WRITERS`` until it ends. A write that fails (OSError) leaves its file absent: a Read
+    of its pointer says so, and the next load writes it."""
+    def run() -> None:
         try:
-            hurry.wait(SPILL_LOAD_WAIT)
-            write_spills(spills)
+            hurry.wait(pause)
+            write()
         except OSError:
             pass
         finally:
-            for path in spills:
+            for path in paths:
                 if _SPILL_WRITERS.get(path) is writer:
                     del _SPILL_WRITERS[path]
-    writer = threading.Thread(target=write, name="flower-load-spill", daemon=False)
+    writer = threading.Thread(target=run, name=name, daemon=False)
     writer.hurry = hurry = threading.Event()   # see wait_spills
-    for path in spills:
+    for path in paths:
         _SPILL_WRITERS[path] = writer
     writer.start()
-    return True
 
 
 def _same_texts(places: list[tuple[str, str, str, str]]) -> list[list[tuple[str, str, str, str]]]:
@@ -10582,19 +10589,8 @@ def spill_later(spill_dir: str, full: str, head: int) -> tuple[str, str] | None:
         return None
     ensure_private_dir(spill_dir)
     path = os.path.join(spill_dir, uuid.uuid4().hex[:16] + ".txt")   # not the text's hash: it costs as much as a write
-
-    def write() -> None:
-        try:
-            hurry.wait(SPILL_DEFER_WAIT)
-            atomic_write(path, redact(full, secrets).encode("utf-8", "surrogatepass"))
-        except OSError:
-            pass   # the pointer names a file that is not there: a Read of it says so
-        finally:
-            _SPILL_WRITERS.pop(path, None)
-    writer = threading.Thread(target=write, name="flower-spill", daemon=False)
-    writer.hurry = hurry = threading.Event()   # see wait_spills
-    _SPILL_WRITERS[path] = writer
-    writer.start()
+    spill_writer("flower-spill", [path], SPILL_DEFER_WAIT,
+                 lambda: atomic_write(path, redact(full, secrets).encode("utf-8", "surrogatepass")))
     return path, shown
 
 
