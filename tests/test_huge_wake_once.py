@@ -14,22 +14,10 @@ import unittest.mock
 import flower
 from tests.helpers import PgCase, stop_shared_server
 from tests.pgserver import HAVE_PG, SKIP
-from tests.transcripts import Builder, anchor_transcript, session_with_big_results, with_odd_entries
+from tests.transcripts import Builder, anchor_transcript, session_with_big_results, with_logs, with_odd_entries
 
 PK = "proj"
 KEY = {"project_key": PK, "session_id": "s"}
-
-
-def with_logs(entries: list[dict], seed: int) -> list[dict]:
-    """``entries`` with a tenth of their results made 3-9 KB logs (and their side copies), as bench/wake.py's."""
-    rng = random.Random(seed)
-    for e in entries:
-        content = e.get("message", {}).get("content") if isinstance(e.get("message"), dict) else None
-        if e.get("type") == "user" and isinstance(content, list) and content and \
-                content[0].get("type") == "tool_result" and not content[0].get("is_error") and rng.random() < 0.1:
-            content[0]["content"] = text = "".join(f"{i} test_{rng.randint(0, 99)} PASSED\n" for i in range(300))
-            e["toolUseResult"] = {"stdout": text}
-    return entries
 
 
 def agents_session(seed: int) -> list[dict]:

@@ -5,26 +5,14 @@ gives (tests/test_huge_wake_once.py's differential covers every shape; here, the
 import asyncio
 import json
 import os
-import random
 import tempfile
 import unittest
 import unittest.mock
 
 import flower
-from tests.transcripts import anchor_transcript
+from tests.transcripts import anchor_transcript, with_logs
 
 KEY = {"project_key": "p", "session_id": "s"}
-
-
-def with_logs(entries: list[dict]) -> list[dict]:
-    rng = random.Random(3)
-    for e in entries:
-        content = e.get("message", {}).get("content") if isinstance(e.get("message"), dict) else None
-        if e.get("type") == "user" and isinstance(content, list) and content and \
-                content[0].get("type") == "tool_result" and not content[0].get("is_error") and rng.random() < 0.2:
-            content[0]["content"] = text = "".join(f"{i} test_{rng.randint(0, 99)} PASSED\n" for i in range(200))
-            e["toolUseResult"] = {"stdout": text}
-    return entries
 
 
 class FirstWakeOutline(unittest.TestCase):
@@ -33,7 +21,7 @@ class FirstWakeOutline(unittest.TestCase):
         self.addCleanup(tmp.cleanup)
         store = flower.SqliteSessionStore(os.path.join(tmp.name, "s.db"))
         self.addCleanup(store.close)
-        store.append_sync(KEY, with_logs(anchor_transcript(1200, seed=8)))
+        store.append_sync(KEY, with_logs(anchor_transcript(1200, seed=8), 3, share=0.2, lines=200))
         wrapped = flower.PruningSessionStore(store, policy=flower.PrunePolicy(
             trim=True, spill_dir=os.path.join(tmp.name, "spill")))
         real = flower.SqliteSessionStore._read_cut

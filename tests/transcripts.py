@@ -309,3 +309,16 @@ def big_session(n: int, size: int) -> list[dict]:
     for i in range(n):
         b.tool("Bash", {"command": f"python3 gen.py {i}"}, f"{i:05d}" + "y" * size)
     return b.entries
+
+
+def with_logs(entries: list[dict], seed: int, share: float = 0.1, lines: int = 300) -> list[dict]:
+    """``entries`` with about ``share`` of their successful results made test logs of ``lines`` lines
+    (and their toolUseResult copies), as bench/wake.py's. Changes ``entries`` in place."""
+    rng = random.Random(seed)
+    for e in entries:
+        content = e.get("message", {}).get("content") if isinstance(e.get("message"), dict) else None
+        if e.get("type") == "user" and isinstance(content, list) and content and \
+                content[0].get("type") == "tool_result" and not content[0].get("is_error") and rng.random() < share:
+            content[0]["content"] = text = "".join(f"{i} test_{rng.randint(0, 99)} PASSED\n" for i in range(lines))
+            e["toolUseResult"] = {"stdout": text}
+    return entries
