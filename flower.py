@@ -5025,9 +5025,12 @@ def _fact_opt(value: str) -> str | None:
 # healing entries), and a load cuts only a row that at least ``trim_keep`` newer big results of that
 # kind follow: it is old whatever the other rows are.
 # The first trim-on load that reads such a row whole notes its fact (a store keeps it beside the row,
-# gone when the row changes): append does not pay for it, and only sessions that are resumed do.
+# gone when the row changes), but for the results of CUT_STORED_CHARS or more, whose facts the store
+# notes as it appends them: the first wake of a session too big to resume then decides without parsing
+# them (most of its bytes), at a cost to the append of a few percent of such a row's own.
 _CUT_FACT = FACTS_VERSION + "s"   # (an older flower's "t" facts told only where the values lay: noted again)
 CUT_MIN_CHARS = 1000                     # the smallest trim_min_chars flower trims with (prepare's pass)
+CUT_STORED_CHARS = 8192
 _CUT_TEXT, _CUT_SIDE = "\ue000flower-cut-text\ue000", "\ue000flower-cut-side\ue000"   # placeholders
 _CUT_TEXT_JSON, _CUT_SIDE_JSON = f'"{_CUT_TEXT}"', f'"{_CUT_SIDE}"'   # as an encoder with ensure_ascii=False writes them
 
@@ -5715,6 +5718,8 @@ _CUT_ROWS = (f"SELECT 1, seq, uuid, fact FROM cut_facts WHERE skey=?1 AND fact >
              f"AND fact < '{FACTS_VERSION}t'")   # of another version or kind: noted again, replaced
 SQL_CUT_ROWS = _CUT_ROWS + " ORDER BY seq"
 SQL_NOTE_CUT = "INSERT OR REPLACE INTO cut_facts(skey, seq, uuid, fact) VALUES (?,?,?,?)"
+SQL_NOTE_STORED_CUT = ("INSERT OR REPLACE INTO cut_facts(skey, seq, uuid, fact) "
+                       "SELECT skey, seq, uuid, ?3 FROM entries WHERE skey=?1 AND uuid=?2")
 SQL_DATA_VERSION = "PRAGMA data_version"
 # The schema cookie: any writer's CREATE or DROP (a trigger's too) changes it; a connection that saw this
 # flower's triggers under a cookie need not look for them again while it holds
@@ -6474,8 +6479,25 @@ class SqliteSessionStore(SessionStoreContract):
             elif added:
                 self._db.execute(SQL_DELETE_NEWEST, (skey, added))
             insert(batch_facts(entries, stored))
+        elif self._json and not ascii_only:
+            self._note_stored_cuts(skey, entries, payloads)
         if not self._rising:
             self._db.execute("RELEASE batch")
+
+    def _note_stored_cuts(self, skey: str, entries: list[dict], payloads: Sequence[str]) -> None:
+        """Note the cut facts of the batch's results of CUT_STORED_CHARS or more, each row stored as
+        ``payloads`` says (every row of the batch new: the caller's insert added them all), inside the
+        caller's transaction."""
+        found = []
+        for entry, payload in zip(entries, payloads):
+            if len(payload) >= CUT_STORED_CHARS and entry.get("type") == "user":
+                block = _cut_block(entry)
+                if block is not None and len(block["content"]) >= CUT_STORED_CHARS:
+                    fact = cut_fact(entry, payload, _compact_json())
+                    if fact is not None:
+                        found.append((skey, entry["uuid"], fact))
+        if found:
+            self._db.executemany(SQL_NOTE_STORED_CUT, found)
 
     def _stored_entries(self, skey: str, uuids: list[str]) -> dict[str, Any]:
         """uuid -> the entry stored under it (None for a row that does not parse), of ``uuids``."""
@@ -6689,8 +6711,11 @@ class SqliteSessionStore(SessionStoreContract):
             return plan, left, self._db.execute(SQL_LOAD_WITH_FACTS, (skey,))
         plan = plan or LeavePlan()
         plan.noted = {seq: (uid, fact) for seq, uid, fact in cuts}
-        if cuts:
-            plan_cuts(plan, cuts, policy, functools.partial(present_names, policy.spill_dir or ".flower/spill"))
+        if cuts:   # a session that most likely fits (see _outlining) is read whole where a file is missing:
+            unwritten = policy.cut_unwritten and outlining   # its one pass then writes them
+            plan_cuts(plan, cuts, policy if unwritten == policy.cut_unwritten else
+                      dataclasses.replace(policy, cut_unwritten=False),
+                      functools.partial(present_names, policy.spill_dir or ".flower/spill"))
         variant = SQL_OUTLINING if outlining else {}
         if not plan.cuts:
             return plan, left, self._db.execute(variant.get(SQL_LOAD_UNCUT, SQL_LOAD_UNCUT), (skey,))
@@ -7019,9 +7044,11 @@ class PruningSessionStore:
 
         One load and one prune decide: the prune tells the size its last steps would leave before it
         takes them, and takes the harder ones instead when that is too big (see ``PrunePolicy.budget``).
-        Old big results with a cut fact are read cut even where their spill file is not written (a
-        session that does not fit writes none, and its later wakes read no big result it cut); only a
-        session that fits with such a result is loaded again, whole, to write those files. Only where
+        Old big results with a cut fact are read cut even where their spill file is not written, in a
+        session whose last context (the catalog's) is unknown or over ``max_tokens`` (one that does not
+        fit writes none, and a wake reads no big result of it that it cut: the store notes the facts of
+        the biggest as it appends them); only such a session that fits after all is loaded again,
+        whole, to write those files. Only where
         its scan cannot tell the size (uuids or tool ids twice) is the result walked, and the
         session loaded again to be trimmed harder."""
         harder = self.harder_policy()

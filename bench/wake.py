@@ -84,6 +84,12 @@ def huge():
         store = flower.SqliteSessionStore(path)
         key = {"project_key": "p", "session_id": "s"}
         store.append_sync(key, huge_session(n))
+        # the cut facts a store notes as it appends (of the biggest results): a first wake meets them
+        appended = store._db.execute("SELECT skey, seq, uuid, fact FROM cut_facts").fetchall()
+
+        def as_appended():
+            store._db.execute("DELETE FROM cut_facts")
+            store._db.executemany("INSERT INTO cut_facts(skey, seq, uuid, fact) VALUES (?,?,?,?)", appended)
         spill = os.path.join(tmp, "spill")
         wrapped = flower.PruningSessionStore(store, policy=flower.PrunePolicy(trim=True, spill_dir=spill))
         loop = asyncio.new_event_loop()
@@ -108,8 +114,9 @@ def huge():
             floor()
         print(f"{n:,} entries, {os.path.getsize(path) / 2**20:.0f} MB stored", flush=True)
         firsts, floors, ratios = [], [], []
+        print(f"    cut facts noted by the append: {len(appended):,}", flush=True)
         for _ in range(3):
-            store._db.execute("DELETE FROM cut_facts")
+            as_appended()
             if os.path.isdir(spill):
                 import shutil
                 shutil.rmtree(spill)
@@ -130,7 +137,7 @@ def huge():
                statistics.median(firsts), statistics.median(floors), statistics.median(ratios), goal=1.5)
         from common import paired
         report("    the same, CPU (no spill file is written: a load average of its own does not count)",
-               *paired(wake, read_once, 3 if QUICK else 5, setup=lambda: store._db.execute("DELETE FROM cut_facts"),
+               *paired(wake, read_once, 3 if QUICK else 5, setup=as_appended,
                        collect=True, clock=time.process_time), goal=1.5)
         report("later wake (cut facts noted), CPU", *paired(wake, read_once, 3 if QUICK else 5, collect=True,
                                                              clock=time.process_time), goal=1.3)
