@@ -7184,8 +7184,8 @@ def write_spills_later(spills: dict[str, str]) -> bool:
     """Start :func:`write_spills` in a thread of its own when the texts are long (SPILL_LOAD_DEFER_AT
     chars in all: redacting 30 MB takes a second, which the load that found them need not wait for; a
     pointer names only its file); False, doing nothing, for shorter ones. Until a file is written, its
-    path is among ``_SPILL_WRITERS``: the Runtime waits for them before its first query, and
-    ``wait_spills()`` waits for them. A file not written (a failed write, the process killed) is not
+    path is among ``_SPILL_WRITERS``: every tool call of a Runtime's sessions waits for them
+    (:func:`spill_waits`), and ``wait_spills()`` does. A file not written (a failed write, the process killed) is not
     there, and the next load writes it."""
     if sum(map(len, spills.values())) < SPILL_LOAD_DEFER_AT:
         return False
@@ -10643,6 +10643,13 @@ def spill_wait_hook() -> Callable[[dict, Any, Any], Awaitable[dict]]:
     return wait
 
 
+def spill_waits(spec: Any) -> dict[str, list[tuple]]:
+    """The hooks every session of a Runtime gets (its first hook source): each tool call, the main
+    thread's or a worker's, waits for the spill files still being written (see :func:`spill_wait_hook`),
+    a load's or a tool output's. The first query does not: the files are written while it is answered."""
+    return {"PreToolUse": [(None, spill_wait_hook())]}
+
+
 # --- Delegation: coordinator and workers, spill at write time, the workbench ---
 #
 # Verified on the real CLI (tests/test_e2e_delegation.py): a PostToolUse ``updatedToolOutput`` in the
@@ -11981,7 +11988,7 @@ class Runtime:
         self.store.on_append = self._stored
         self._stored_hooks: list[Callable[[dict, list[dict]], None]] = []
         # each gives SDK hooks for a spec: {event: [(matcher, hook), ...]} (capabilities add theirs here)
-        self.hook_sources: list[Callable[[AgentSpec], dict]] = []
+        self.hook_sources: list[Callable[[AgentSpec], dict]] = [spill_waits]
         self.setting_sources = list(PROJECT_SETTING_SOURCES)   # for specs that do not set theirs
         self._watched: tuple[str, _Turn] | None = None   # the connection whose stored answers are counted
         self.run_id = run_id()
@@ -12821,9 +12828,7 @@ class Runtime:
             with resume_copies_in(writing):
                 await client.connect()
             writing = None
-            if _SPILL_WRITERS:   # the load's spill files: a tool call may read one
-                await asyncio.to_thread(wait_spills)
-            await client.query(prompt)
+            await client.query(prompt)   # (a tool call waits for the load's spill files: spill_waits)
             watcher = asyncio.create_task(self._watch_human(client, turn))
             st.heard, st.pending = time.monotonic(), set()
             drive = asyncio.ensure_future(self._drive(client, st, turn))
@@ -13661,8 +13666,7 @@ def coordinator(paths: "Paths", *, lang: str = "en", name: str = "work", instruc
         preset=True, tools=hands, allowed_tools=hands, model=model, permission_mode=permission_mode,
         env=coordinator_env(), disallowed_tools=coordinator_denied_agents(),
         agents={WORKER_NAME: worker(lang=lang, model=worker_model)},
-        hooks={"PreToolUse": [(None, rules_hook(lang)), ("|".join(AGENT_TOOLS), agent_call_hook(paths, lang)),
-                              (None, spill_wait_hook())],
+        hooks={"PreToolUse": [(None, rules_hook(lang)), ("|".join(AGENT_TOOLS), agent_call_hook(paths, lang))],
                "PostToolUse": [(SPILL_MATCHER, spill_hook(paths, lang)), ("Write|Edit", workbench_refresh_hook(paths)),
                                ("|".join(AGENT_TOOLS), worker_error_hook(lang))],
                "PostToolUseFailure": [("|".join(AGENT_TOOLS), worker_error_hook(lang))]})

@@ -1,12 +1,12 @@
 """A first trim-on load of a session with long big results (issue 44) returns once its pointers are
-built: the spill files are redacted and written in a thread of their own, and the Runtime waits for
-them before its first query (a tool call may read one).
+built: the spill files are redacted and written in a thread of their own, and every tool call of the
+Runtime's sessions waits for them (one may read a file); the first query does not.
 
 - the load returns while the writer is held (the test lets it go: no timing); the files then hold
   redact() of each text (a credential never reaches one), 0600, and nothing is left pending;
 - spills shorter than SPILL_LOAD_DEFER_AT in all are written before the load returns, as before;
 - a writer that fails leaves no traceback and no file, and the next load writes it;
-- the Runtime's query waits for the files being written (held until the Runtime waits for them)."""
+- the Runtime's first query is not held by the files being written; its tool calls are."""
 
 from __future__ import annotations
 
@@ -139,9 +139,9 @@ class LoadSpillsLaterInAWorker(LoadSpillsLater):
         self.store.quick_rows = 1
 
 
-class RuntimeWaits(fakesdk.FakeWorkspace, unittest.TestCase):
-    def test_the_first_query_waits_for_the_files_being_written(self):
-        release, seen = threading.Event(), []
+class ToolCallsWait(fakesdk.FakeWorkspace, unittest.TestCase):
+    def test_the_first_query_goes_while_the_files_are_written_and_a_tool_call_waits_for_them(self):
+        release, seen, hooks = threading.Event(), [], []
         writer = threading.Thread(target=release.wait, args=(10,))
         writer.start()
         self.addCleanup(writer.join)
@@ -149,23 +149,31 @@ class RuntimeWaits(fakesdk.FakeWorkspace, unittest.TestCase):
         path = os.path.join(self.ws, "spill", "x-0.txt")
         flower._SPILL_WRITERS[path] = writer
         self.addCleanup(flower._SPILL_WRITERS.pop, path, None)
-        real_wait, real_query = flower.wait_spills, fakesdk.ClaudeSDKClient.query
-
-        def waiting(timeout=None):   # the writer ends once the Runtime waits for it
-            release.set()
-            real_wait(timeout)
+        real_query = fakesdk.ClaudeSDKClient.query
 
         async def query(client, prompt, session_id="default"):
             seen.append(writer.is_alive())
+            hooks.extend(m for m in client.options.hooks.get("PreToolUse", []) if m.matcher is None)
             await real_query(client, prompt, session_id)
         FAKE.turns = [[("text", "done", 1000)]]
         rt = Runtime(workspace=self.ws, run_dir=self.run_dir, resilience=Resilience(probe=False, max_attempts=2))
         self.addCleanup(rt.close)
-        with unittest.mock.patch.object(flower, "wait_spills", waiting), \
-                unittest.mock.patch.object(fakesdk.ClaudeSDKClient, "query", query):
+        with unittest.mock.patch.object(fakesdk.ClaudeSDKClient, "query", query):
             result = asyncio.run(rt.run(AgentSpec("work"), "go"))
-        self.assertEqual(seen, [False])
+        self.assertEqual(seen, [True])   # not held: the writer was still at work
         self.assertEqual(result.text, "done")
+        waits = [hook for matcher in hooks for hook in matcher.hooks]
+        self.assertEqual(len(waits), 1)   # every tool call of the session, any tool
+
+        async def tool_call():   # the hook, as the CLI calls it before a tool runs
+            task = asyncio.ensure_future(waits[0]({"tool_name": "Read"}, "toolu_1", {}))
+            await asyncio.sleep(0.2)
+            held = not task.done()
+            release.set()
+            self.assertEqual(await asyncio.wait_for(task, 10), {})
+            return held
+        self.assertTrue(asyncio.run(tool_call()))
+        self.assertFalse(writer.is_alive())
 
 
 if __name__ == "__main__":
