@@ -624,12 +624,15 @@ class HookSeam(unittest.TestCase):
                 spec = flower.AgentSpec("w", hooks={"PreToolUse": [("Write", mine)]},
                                         agents={"worker": {"description": "d"}})
                 got = rt._hooks_for(spec, {"PostToolBatch": [(None, batch)]})
-                self.assertEqual(got, {"PreToolUse": [("Write", mine), ("Bash", theirs)],
+                wait = got["PreToolUse"][1][1]   # every session's (spill_waits, the first source)
+                self.assertEqual(wait.__qualname__, "spill_wait_hook.<locals>.wait")
+                self.assertEqual(got, {"PreToolUse": [("Write", mine), (None, wait), ("Bash", theirs)],
                                        "PostToolBatch": [(None, batch)]})
                 opts = rt.build_options(fakesdk, spec, session_id="s", resume=None, fork=False,
                                         manage_context=True, connection_hooks={"PostToolBatch": [(None, batch)]})
-                self.assertEqual([(m.matcher, m.hooks) for m in opts.hooks["PreToolUse"]],
-                                 [("Write", [mine]), ("Bash", [theirs])])
+                self.assertEqual([(m.matcher, len(m.hooks)) for m in opts.hooks["PreToolUse"]],
+                                 [("Write", 1), (None, 1), ("Bash", 1)])
+                self.assertEqual([m.hooks[0] for m in opts.hooks["PreToolUse"]][::2], [mine, theirs])
                 self.assertEqual(opts.agents, {"worker": {"description": "d"}})
             finally:
                 rt.close()
