@@ -7048,9 +7048,8 @@ class PruningSessionStore:
         session whose last context (the catalog's) is unknown or over ``max_tokens`` (one that does not
         fit writes none, and a wake reads no big result of it that it cut: the store notes the facts of
         the biggest as it appends them); only such a session that fits after all is loaded again,
-        whole, to write those files. Only where
-        its scan cannot tell the size (uuids or tool ids twice) is the result walked, and the
-        session loaded again to be trimmed harder."""
+        whole, to write those files. Only where its scan cannot tell the size (uuids or tool ids
+        twice) is the result walked, and the session loaded again to be trimmed harder."""
         harder = self.harder_policy()
         policy = dataclasses.replace(self.policy, budget=max_tokens, fallback=harder, cut_unwritten=True, deciding=True)
 
@@ -7185,8 +7184,8 @@ def write_spills_later(spills: dict[str, str]) -> bool:
     chars in all: redacting 30 MB takes a second, which the load that found them need not wait for; a
     pointer names only its file); False, doing nothing, for shorter ones. Until a file is written, its
     path is among ``_SPILL_WRITERS``: every tool call of a Runtime's sessions waits for them
-    (:func:`spill_waits`), and ``wait_spills()`` does. A file not written (a failed write, the process killed) is not
-    there, and the next load writes it."""
+    (:func:`spill_waits`), and ``wait_spills()`` does. A file not written (a failed write, the process
+    killed) is not there, and the next load writes it."""
     if sum(map(len, spills.values())) < SPILL_LOAD_DEFER_AT:
         return False
     spill_writer("flower-load-spill", list(spills), SPILL_LOAD_WAIT, lambda: write_spills(spills))

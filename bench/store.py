@@ -29,7 +29,9 @@
     (~800 spill files, ~33 MB) vs the floor plus writing the same files plainly (wall time, paired), and
     one 5 MB tool output spilled by the write-time hook (``spill_output``: until the pointer is back, and
     until its file is written) and by a load (``write_spills``) vs writing it plainly; each with today's ``redact()``
-    and with redaction left out (a no-op patched in here only), to tell what is redaction's.
+    and with redaction left out (a no-op patched in here only), to tell what is redaction's. Then that
+    session's first wake as Runtime makes it, through the real SDK and CLI (where installed): until the first
+    query goes, and until the spill files are written (a tool call waits for them), vs a later wake.
 
 BENCH_QUICK=1 runs fewer sizes and repetitions (development only; figures for the README come from a full run)."""
 
@@ -476,6 +478,62 @@ def spill_bench(tmp):
         finally:
             flower.redact = real_redact
 
+def sdk_wake(tmp):
+    """(e) the first wake of the big-output session as Runtime makes it, through the real SDK and CLI: the
+    connect (the SDK's load through the pruning store, its copy of the session, the CLI's start) after
+    which the first query goes, and until the spill files are written (what the first query waited for
+    before: now only a tool call does), vs a later wake (its files exist), paired. Skipped without the SDK."""
+    try:
+        import claude_agent_sdk as sdk
+    except ImportError:
+        print("(e) first wake through the SDK and CLI: skipped (claude_agent_sdk is not installed)", flush=True)
+        return
+    import uuid
+    ws, home = os.path.join(tmp, "ws"), os.path.join(tmp, "home")
+    os.makedirs(ws, exist_ok=True)
+    os.makedirs(home, exist_ok=True)
+    store = flower.SqliteSessionStore(os.path.join(tmp, "sdkwake.db"))
+    sid = str(uuid.uuid4())
+    key = {"project_key": flower.project_key(ws), "session_id": sid}
+    entries = big_output_session()
+    for e in entries:
+        if "sessionId" in e:
+            e["sessionId"] = sid
+    store.append_sync(key, entries)
+    del entries
+    env = {"HOME": home, "ANTHROPIC_API_KEY": "sk-ant-bench-" + "x" * 24, "ANTHROPIC_BASE_URL": "http://127.0.0.1:9"}
+
+    async def wake(wrapped):
+        client = sdk.ClaudeSDKClient(options=sdk.ClaudeAgentOptions(
+            cwd=ws, session_store=wrapped, resume=sid, session_store_flush="eager", env=env, setting_sources=[]))
+        start = time.perf_counter()
+        await client.connect()
+        query = time.perf_counter() - start
+        await asyncio.to_thread(flower.wait_spills)
+        written = time.perf_counter() - start
+        await client.disconnect()
+        return query, written
+    firsts, writtens, laters = [], [], []
+    for trial in range(2 if QUICK else 3):
+        store._db.execute("DELETE FROM cut_facts")
+        store._db.execute("DELETE FROM prune_marks")
+        wrapped = flower.PruningSessionStore(store, policy=flower.PrunePolicy(
+            trim=True, spill_dir=os.path.join(tmp, f"sdkwake-spill-{trial}")))
+        gc.collect()
+        first, written = asyncio.run(wake(wrapped))
+        gc.collect()
+        later, _ = asyncio.run(wake(wrapped))
+        firsts.append(first)
+        writtens.append(written)
+        laters.append(later)
+    med = statistics.median
+    report("(e) first wake through the SDK and CLI, until its first query goes, vs a later wake (files exist)",
+           med(firsts), med(laters), med([a / b for a, b in zip(firsts, laters)]))
+    report("    the same until its spill files are written (a tool call waits for them)", med(writtens), med(laters),
+           med([a / b for a, b in zip(writtens, laters)]))
+    store.close()
+
+
 def main():
     only = sys.argv[1:]
     if not only:   # each part in a process of its own: what one part imported is not heap for the next
@@ -501,6 +559,7 @@ def main():
             subagent_bench(tmp)
         if "spill" in only:
             spill_bench(tmp)
+            sdk_wake(tmp)
 
 
 if __name__ == "__main__":
