@@ -513,12 +513,30 @@ def sdk_wake(tmp):
         written = time.perf_counter() - start
         await client.disconnect()
         return query, written
-    firsts, writtens, laters = [], [], []
+    db = sqlite3.connect(os.path.join(tmp, "sdkwake.db"))
+
+    def floor_and_writes(sizes, trial):
+        """The issue's floor: SELECT + json.loads of the rows, then files of the spills' sizes written plainly."""
+        plain = os.path.join(tmp, f"sdkwake-plain-{trial}")
+        os.mkdir(plain)
+        gc.collect()
+        start = time.perf_counter()
+        gc.disable()
+        try:
+            [json.loads(r[0]) for r in db.execute(SELECT, (flower._key_string(key),))]
+        finally:
+            gc.enable()
+        for i, size in enumerate(sizes):
+            with open(os.path.join(plain, f"{i}.txt"), "wb") as fh:
+                fh.write(b"x" * size)
+        gc.collect()
+        return time.perf_counter() - start
+    firsts, writtens, laters, floors = [], [], [], []
     for trial in range(2 if QUICK else 3):
         store._db.execute("DELETE FROM cut_facts")
         store._db.execute("DELETE FROM prune_marks")
-        wrapped = flower.PruningSessionStore(store, policy=flower.PrunePolicy(
-            trim=True, spill_dir=os.path.join(tmp, f"sdkwake-spill-{trial}")))
+        spill = os.path.join(tmp, f"sdkwake-spill-{trial}")
+        wrapped = flower.PruningSessionStore(store, policy=flower.PrunePolicy(trim=True, spill_dir=spill))
         gc.collect()
         first, written = asyncio.run(wake(wrapped))
         gc.collect()
@@ -526,11 +544,16 @@ def sdk_wake(tmp):
         firsts.append(first)
         writtens.append(written)
         laters.append(later)
+        floors.append(floor_and_writes([os.path.getsize(os.path.join(spill, n)) for n in os.listdir(spill)], trial))
     med = statistics.median
     report("(e) first wake through the SDK and CLI, until its first query goes, vs a later wake (files exist)",
            med(firsts), med(laters), med([a / b for a, b in zip(firsts, laters)]))
     report("    the same until its spill files are written (a tool call waits for them)", med(writtens), med(laters),
            med([a / b for a, b in zip(writtens, laters)]))
+    extra = [a - b for a, b in zip(firsts, laters)]
+    report("    what the first wake's query waits beyond a later wake's, vs the floor plus plain writes", med(extra),
+           med(floors), med([a / b for a, b in zip(extra, floors)]), goal=1.5)
+    db.close()
     store.close()
 
 
