@@ -5027,10 +5027,11 @@ def _fact_opt(value: str) -> str | None:
 # The first trim-on load that reads such a row whole notes its fact (a store keeps it beside the row,
 # gone when the row changes), but for the results of CUT_STORED_CHARS or more, whose facts the store
 # notes as it appends them: the first wake of a session too big to resume then decides without parsing
-# them (most of its bytes), at a cost to the append of a few percent of such a row's own.
+# them (most of its bytes). Noting a fact costs about what parsing 16K characters of the row does, and
+# the row's text and its side copy are parsed on every wake that reads it whole: from there it pays.
 _CUT_FACT = FACTS_VERSION + "s"   # (an older flower's "t" facts told only where the values lay: noted again)
 CUT_MIN_CHARS = 1000                     # the smallest trim_min_chars flower trims with (prepare's pass)
-CUT_STORED_CHARS = 8192
+CUT_STORED_CHARS = 16384
 _CUT_TEXT, _CUT_SIDE = "\ue000flower-cut-text\ue000", "\ue000flower-cut-side\ue000"   # placeholders
 _CUT_TEXT_JSON, _CUT_SIDE_JSON = f'"{_CUT_TEXT}"', f'"{_CUT_SIDE}"'   # as an encoder with ensure_ascii=False writes them
 
@@ -5055,15 +5056,16 @@ def _cut_block(entry: dict) -> dict | None:
     return block if _uuid_spill_name(uid, 0) else None
 
 
-def cut_fact(entry: dict, text: str, dumps: Callable[[Any], str]) -> str | None:
+def cut_fact(entry: dict, text: str, dumps: Callable[[Any], str], block: dict | None = None) -> str | None:
     """The cut fact of ``text``, the stored JSON text of ``entry``, when a trim could cut the entry's
     result unread (see :func:`_cut_block`) and ``text`` is what ``dumps`` makes of the entry's shape:
     ``<version>s<chars>|<skeleton>``, the skeleton being ``text`` with the result's text replaced by ""
     and toolUseResult (which must come after it) by null. Where the two values lie is found from the
     entry's shape without them (the big values are not encoded again): what comes before the first and
     after the last is known, and the piece between the two starts right after the only unescaped quote
-    that can close the first (a JSON string holds no other)."""
-    block = _cut_block(entry)
+    that can close the first (a JSON string holds no other). ``block``: what :func:`_cut_block` found in
+    ``entry``, when the caller looked already."""
+    block = _cut_block(entry) if block is None else block
     if block is None:
         return None
     skeleton = dict(entry)
@@ -6488,14 +6490,14 @@ class SqliteSessionStore(SessionStoreContract):
         """Note the cut facts of the batch's results of CUT_STORED_CHARS or more, each row stored as
         ``payloads`` says (every row of the batch new: the caller's insert added them all), inside the
         caller's transaction."""
-        found = []
-        for entry, payload in zip(entries, payloads):
-            if len(payload) >= CUT_STORED_CHARS and entry.get("type") == "user":
-                block = _cut_block(entry)
-                if block is not None and len(block["content"]) >= CUT_STORED_CHARS:
-                    fact = cut_fact(entry, payload, _compact_json())
-                    if fact is not None:
-                        found.append((skey, entry["uuid"], fact))
+        found, dumps = [], _compact_json()
+        for n in [n for n, payload in enumerate(payloads) if len(payload) >= CUT_STORED_CHARS]:
+            entry = entries[n]
+            block = _cut_block(entry)
+            if block is not None and len(block["content"]) >= CUT_STORED_CHARS:
+                fact = cut_fact(entry, payloads[n], dumps, block)
+                if fact is not None:
+                    found.append((skey, entry["uuid"], fact))
         if found:
             self._db.executemany(SQL_NOTE_STORED_CUT, found)
 

@@ -18,7 +18,7 @@ KEY = {"project_key": "proj", "session_id": "s"}
 
 def mixed(seed: int, n: int = 900) -> list[dict]:
     """An anchor session whose results are partly logs over CUT_STORED_CHARS, partly logs under it."""
-    entries = with_logs(anchor_transcript(n, seed=seed), seed, share=0.08, lines=700)   # ~15K chars
+    entries = with_logs(anchor_transcript(n, seed=seed), seed, share=0.08, lines=1000)   # ~19K chars
     return with_logs(entries, seed + 1, share=0.08, lines=150)                          # ~3K chars
 
 
@@ -71,8 +71,8 @@ class AppendNotes(Case):
         for e in changed:   # the same uuids with other texts: the first rows stay, as stored
             block = (e.get("message") or {}).get("content")
             if isinstance(block, list) and block and block[0].get("type") == "tool_result":
-                block[0]["content"] = "x" * 20000
-                e["toolUseResult"] = {"stdout": "x" * 20000}
+                block[0]["content"] = "x" * 30000
+                e["toolUseResult"] = {"stdout": "x" * 30000}
         store.append_sync(KEY, raw[150:160])
         store.append_sync(KEY, changed)
         self.assertEqual(flower.SqliteSessionStore.load_sync(store, KEY)[150:160], raw[150:160])
@@ -84,7 +84,7 @@ class AppendNotes(Case):
         for e in raw:
             block = (e.get("message") or {}).get("content")
             if isinstance(block, list) and block and block[0].get("type") == "tool_result" \
-                    and len(block[0].get("content") or "") > 10000:
+                    and len(block[0].get("content") or "") > flower.CUT_STORED_CHARS:
                 block[0]["content"] += "\ud800"
                 e["toolUseResult"]["stdout"] = block[0]["content"]
                 break
