@@ -6480,17 +6480,18 @@ class SqliteSessionStore(SessionStoreContract):
                 self._db.execute(SQL_DELETE_NEWEST, (skey, added))
             insert(batch_facts(entries, stored))
         elif self._json and not ascii_only:
-            self._note_stored_cuts(skey, entries, payloads)
+            self._note_stored_cuts(skey, entries, uuids, payloads)
         if not self._rising:
             self._db.execute("RELEASE batch")
 
-    def _note_stored_cuts(self, skey: str, entries: list[dict], payloads: Sequence[str]) -> None:
+    def _note_stored_cuts(self, skey: str, entries: list[dict], uuids: list, payloads: Sequence[str]) -> None:
         """Note the cut facts of the batch's results of CUT_STORED_CHARS or more, each row stored as
-        ``payloads`` says (every row of the batch new: the caller's insert added them all), inside the
-        caller's transaction."""
+        ``uuids`` and ``payloads`` say (every row of the batch new: the caller's insert added them all),
+        inside the caller's transaction. A row is found by its uuid column: one that does not hold its
+        entry's uuid (a row put back by an insert before it, renamed since) gets no fact, nor lends it."""
         found = []
-        for entry, payload in zip(entries, payloads):
-            if len(payload) >= CUT_STORED_CHARS and entry.get("type") == "user":
+        for entry, uid, payload in zip(entries, uuids, payloads):
+            if len(payload) >= CUT_STORED_CHARS and entry.get("type") == "user" and uid == entry.get("uuid"):
                 block = _cut_block(entry)
                 if block is not None and len(block["content"]) >= CUT_STORED_CHARS:
                     fact = cut_fact(entry, payload, _compact_json())
