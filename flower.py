@@ -5687,13 +5687,14 @@ SQL_FACTS_TRIGGER = (f"CREATE TRIGGER IF NOT EXISTS {FACTS_TRIGGER} AFTER UPDATE
 # Older flowers' (on payload only; then on payload and uuid, for facts of version 1): a store that has
 # one was written by such a flower since, with facts of its own version
 OLD_FACTS_TRIGGERS = ("entries_facts_stale", "entries_facts_stale_2")
-# The cut facts of big results (see plan_cuts) are noted by the load that first reads their rows whole,
-# in a table of their own (an update of the row would rewrite its payload): a row changed or deleted by
-# any writer takes its cut fact with it. Not a row another writer replaces (INSERT OR REPLACE fires no
-# delete trigger unless that writer turned recursive_triggers on): a fact that then misleads a load (its
-# seq gone, or another uuid under it) makes it fall back and forget the session's facts; one put back
-# under the same seq and uuid is believed, as what a writer puts in the facts column is (a trigger on
-# every insert to rule that out would cost each append 1-4%).
+# The cut facts of big results (see plan_cuts) are noted by the load that first reads their rows whole
+# (the biggest's by the append that stores them: CUT_STORED_CHARS), in a table of their own (an update
+# of the row would rewrite its payload): a row changed or deleted by any writer takes its cut fact with
+# it. Not a row another writer replaces (INSERT OR REPLACE fires no delete trigger unless that writer
+# turned recursive_triggers on): a fact that then misleads a load (its seq gone, or another uuid under
+# it) makes it fall back and forget the session's facts; one put back under the same seq and uuid is
+# believed, as what a writer puts in the facts column is (a trigger on every insert to rule that out
+# would cost each append 1-4%).
 CUT_TRIGGERS = {
     "cut_facts_stale_1": "AFTER UPDATE OF payload, uuid, skey, seq ON entries",
     "cut_facts_gone_1": "AFTER DELETE ON entries",
@@ -6482,18 +6483,19 @@ class SqliteSessionStore(SessionStoreContract):
                 self._db.execute(SQL_DELETE_NEWEST, (skey, added))
             insert(batch_facts(entries, stored))
         elif self._json and not ascii_only:
-            self._note_stored_cuts(skey, entries, payloads)
+            self._note_stored_cuts(skey, entries, uuids, payloads)
         if not self._rising:
             self._db.execute("RELEASE batch")
 
-    def _note_stored_cuts(self, skey: str, entries: list[dict], payloads: Sequence[str]) -> None:
+    def _note_stored_cuts(self, skey: str, entries: list[dict], uuids: list, payloads: Sequence[str]) -> None:
         """Note the cut facts of the batch's results of CUT_STORED_CHARS or more, each row stored as
-        ``payloads`` says (every row of the batch new: the caller's insert added them all), inside the
-        caller's transaction."""
+        ``uuids`` and ``payloads`` say (every row of the batch new: the caller's insert added them all),
+        inside the caller's transaction. A row is found by its uuid column: one that does not hold its
+        entry's uuid (a row put back by an insert before it, renamed since) gets no fact, nor lends it."""
         found, dumps = [], _compact_json()
         for n in [n for n, payload in enumerate(payloads) if len(payload) >= CUT_STORED_CHARS]:
             entry = entries[n]
-            block = _cut_block(entry)
+            block = _cut_block(entry) if uuids[n] == entry.get("uuid") else None
             if block is not None and len(block["content"]) >= CUT_STORED_CHARS:
                 fact = cut_fact(entry, payloads[n], dumps, block)
                 if fact is not None:
@@ -6555,10 +6557,11 @@ class SqliteSessionStore(SessionStoreContract):
         return total, damaged
 
     def load_outline(self, key: dict) -> list[dict] | None:
-        """:meth:`load_sync`, but the big tool results whose cut facts a trim-on load noted come with ""
-        as their text and without their side copy (toolUseResult), parsed from the fact's skeleton: their
-        rows are not even fetched. What a handoff reads: its ledger, thread and slim transcript never look
-        at a result's text (and a huge session that does not fit has just had its cut facts noted)."""
+        """:meth:`load_sync`, but the big tool results whose cut facts a trim-on load (or the append) noted
+        come with "" as their text and without their side copy (toolUseResult), parsed from the fact's
+        skeleton: their rows are not even fetched. What a handoff reads: its ledger, thread and slim
+        transcript never look at a result's text (and a huge session that does not fit has just had its cut
+        facts noted)."""
         skey = _key_string(key)
         scan = json.decoder.JSONDecoder().scan_once
         with self._lock:
