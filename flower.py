@@ -6716,11 +6716,10 @@ class SqliteSessionStore(SessionStoreContract):
             return plan, left, self._db.execute(SQL_LOAD_WITH_FACTS, (skey,))
         plan = plan or LeavePlan()
         plan.noted = {seq: (uid, fact) for seq, uid, fact in cuts}
-        if cuts:   # a session that most likely fits (see _outlining) is read whole where a file is missing:
-            unwritten = policy.cut_unwritten and outlining   # its one pass then writes them
-            plan_cuts(plan, cuts, policy if unwritten == policy.cut_unwritten else
-                      dataclasses.replace(policy, cut_unwritten=False),
-                      functools.partial(present_names, policy.spill_dir or ".flower/spill"))
+        if cuts:
+            if policy.cut_unwritten and not outlining:   # most likely fits (see _outlining): read whole where
+                policy = dataclasses.replace(policy, cut_unwritten=False)   # a file is missing, written once
+            plan_cuts(plan, cuts, policy, functools.partial(present_names, policy.spill_dir or ".flower/spill"))
         variant = SQL_OUTLINING if outlining else {}
         if not plan.cuts:
             return plan, left, self._db.execute(variant.get(SQL_LOAD_UNCUT, SQL_LOAD_UNCUT), (skey,))

@@ -126,13 +126,13 @@ class FirstWake(Case):
         self.assertEqual(store.load_sync(KEY), raw)
 
     def test_a_session_that_most_likely_fits_is_read_once_and_its_files_written(self):
-        raw = mixed(8, 600)
+        raw = mixed(8, 1500)
         last = [e for e in raw if e.get("type") == "assistant" and e["message"].get("model") != "<synthetic>"][-1]
         last["message"]["usage"] = {"input_tokens": 40}   # its last context: far under the budget
         store, tmp = self.store()
         store.append_sync(KEY, raw)
-        self.assertGreater(len(stored_facts(store)), 5)
         wrapped = self.wrapped(store, tmp)
+        self.assertGreater(len(stored_facts(store)), wrapped.policy.trim_keep + 5)   # some old enough to cut
         with unittest.mock.patch.object(flower.SqliteSessionStore, "load_pruned",
                                         wraps=store.load_pruned) as passes:
             self.assertTrue(asyncio.run(wrapped.prepare(KEY, 10**9)))
