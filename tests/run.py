@@ -15,6 +15,7 @@ when it ends, so workers never interleave; the failures and errors with their tr
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import dataclasses
 import glob
@@ -184,6 +185,7 @@ def fork_worker(result: str, unit: str, output: Any) -> Forked:
         return Forked(pid)
     code = 1
     try:   # the child: it never returns into the runner's loop
+        atexit._clear()   # the runner's exit handlers are the runner's; the child runs its own (see below)
         os.dup2(output.fileno(), 1)
         os.dup2(output.fileno(), 2)
         os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
@@ -193,6 +195,8 @@ def fork_worker(result: str, unit: str, output: Any) -> Forked:
     except BaseException:
         traceback.print_exc()
     finally:
+        with contextlib.suppress(Exception):   # as a fresh interpreter's exit would: a module's PostgreSQL
+            atexit._run_exitfuncs()             # server registered its close there (os._exit skips them)
         with contextlib.suppress(Exception):
             sys.stdout.flush()
             sys.stderr.flush()
