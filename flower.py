@@ -10636,13 +10636,21 @@ def wait_spills(timeout: float | None = None) -> None:
         writer.join(timeout)
 
 
+# How long the CLI lets the spill wait hold a tool call (the matcher's timeout; the SDK's default is 60 s).
+# Past it the CLI does not run the tool and tells the model its hook did not respond (verified on the
+# bundled CLI: tests/test_e2e_hook_timeout.py): far above what writing any load's files takes.
+SPILL_WAIT_TIMEOUT = 3600.0
+
+
 def spill_wait_hook() -> Callable[[dict, Any, Any], Awaitable[dict]]:
-    """The PreToolUse hook that holds a tool call until the spill files being written are written."""
+    """The PreToolUse hook that holds a tool call until the spill files being written are written
+    (``timeout``: see SPILL_WAIT_TIMEOUT)."""
     async def wait(data: Any, tool_use_id: Any, context: Any) -> dict:
         if _SPILL_WRITERS:
             import asyncio
             await asyncio.to_thread(wait_spills)
         return {}
+    wait.timeout = SPILL_WAIT_TIMEOUT
     return wait
 
 
@@ -11811,6 +11819,13 @@ class AgentSpec:
 PERMISSION_MODES = ("default", "acceptEdits", "plan", "bypassPermissions", "dontAsk", "auto")
 
 
+def _hook_timeout(hook: Callable) -> dict[str, float]:
+    """The ``HookMatcher`` options of a hook that sets its own ``timeout`` (seconds): a hook that may hold
+    a tool call longer than the SDK's default of 60 s, after which the CLI does not run the tool."""
+    timeout = getattr(hook, "timeout", None)
+    return {"timeout": timeout} if timeout else {}
+
+
 def check_spec(spec: AgentSpec) -> None:
     """Reject, before any paid call, options the CLI would refuse (it would fail the same way on
     every retry): an unknown permission mode, a budget or turn limit that is not positive, and
@@ -12258,7 +12273,7 @@ class Runtime:
             kwargs["agents"] = dict(spec.agents)
         hooks = self._hooks_for(spec, connection_hooks)
         if hooks and hasattr(sdk, "HookMatcher"):
-            kwargs["hooks"] = {event: [sdk.HookMatcher(matcher=m, hooks=[h]) for m, h in pairs]
+            kwargs["hooks"] = {event: [sdk.HookMatcher(matcher=m, hooks=[h], **_hook_timeout(h)) for m, h in pairs]
                                for event, pairs in hooks.items()}
         if guard is not None:
             kwargs["cli_path"], kwargs["env"] = guard[0], {**env, **guard[1]}

@@ -126,6 +126,7 @@ class ClaudeAgentOptions:
 class HookMatcher:
     matcher: Any = None
     hooks: list = field(default_factory=list)
+    timeout: Any = None
 
 
 class ProcessError(Exception):

@@ -633,6 +633,7 @@ class HookSeam(unittest.TestCase):
                 self.assertEqual([(m.matcher, len(m.hooks)) for m in opts.hooks["PreToolUse"]],
                                  [("Write", 1), (None, 1), ("Bash", 1)])
                 self.assertEqual([m.hooks[0] for m in opts.hooks["PreToolUse"]][::2], [mine, theirs])
+                self.assertEqual([m.timeout for m in opts.hooks["PreToolUse"]], [None, flower.SPILL_WAIT_TIMEOUT, None])
                 self.assertEqual(opts.agents, {"worker": {"description": "d"}})
             finally:
                 rt.close()
