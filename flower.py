@@ -7187,8 +7187,8 @@ def write_spills_later(spills: dict[str, str]) -> bool:
     """Start :func:`write_spills` in a thread of its own when the texts are long (SPILL_LOAD_DEFER_AT
     chars in all: redacting 30 MB takes a second, which the load that found them need not wait for; a
     pointer names only its file); False, doing nothing, for shorter ones. Until a file is written, its
-    path is among ``_SPILL_WRITERS``: every tool call of a Runtime's sessions waits for them
-    (:func:`spill_waits`), and ``wait_spills()`` does. A file not written (a failed write, the process
+    path is among ``_SPILL_WRITERS``: a Runtime's session waits for them before its first query, or, if
+    it delegates, before each tool call (:func:`spill_waits`); ``wait_spills()`` waits for them. A file not written (a failed write, the process
     killed) is not there, and the next load writes it."""
     if sum(map(len, spills.values())) < SPILL_LOAD_DEFER_AT:
         return False
@@ -10651,14 +10651,26 @@ def spill_wait_hook() -> Callable[[dict, Any, Any], Awaitable[dict]]:
             await asyncio.to_thread(wait_spills)
         return {}
     wait.timeout = SPILL_WAIT_TIMEOUT
+    wait.waits_for_spills = True   # see waits_for_spills
     return wait
 
 
 def spill_waits(spec: Any) -> dict[str, list[tuple]]:
-    """The hooks every session of a Runtime gets (its first hook source): each tool call, the main
+    """The hooks a delegating session gets (a Runtime's first hook source): each tool call, the main
     thread's or a worker's, waits for the spill files still being written (see :func:`spill_wait_hook`),
-    a load's or a tool output's. The first query does not: the files are written while it is answered."""
-    return {"PreToolUse": [(None, spill_wait_hook())]}
+    a load's or a tool output's, so its first query need not. A session without workers gets none: it
+    waits once, before its first query. A hook the CLI calls before every tool is one more call that
+    fails at once when flower is killed, after which the CLI sends its next request before the guard
+    stops it (a request nobody keeps); a coordinator's tools wait anyway (its rules hook)."""
+    return {"PreToolUse": [(None, spill_wait_hook())]} if getattr(spec, "agents", None) else {}
+
+
+def waits_for_spills(options: Any) -> bool:
+    """Whether a connection's tool calls wait for the spill files being written (``options``: its
+    ``ClaudeAgentOptions``, whose PreToolUse matchers hold :func:`spill_wait_hook`'s hook)."""
+    return any(getattr(hook, "waits_for_spills", False)
+               for matcher in (getattr(options, "hooks", None) or {}).get("PreToolUse", [])
+               for hook in getattr(matcher, "hooks", []))
 
 
 # --- Delegation: coordinator and workers, spill at write time, the workbench ---
@@ -12846,7 +12858,9 @@ class Runtime:
             with resume_copies_in(writing):
                 await client.connect()
             writing = None
-            await client.query(prompt)   # (a tool call waits for the load's spill files: spill_waits)
+            if _SPILL_WRITERS and not waits_for_spills(options):   # the load's spill files: a tool may read one
+                await asyncio.to_thread(wait_spills)
+            await client.query(prompt)
             watcher = asyncio.create_task(self._watch_human(client, turn))
             st.heard, st.pending = time.monotonic(), set()
             drive = asyncio.ensure_future(self._drive(client, st, turn))

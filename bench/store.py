@@ -479,10 +479,11 @@ def spill_bench(tmp):
             flower.redact = real_redact
 
 def sdk_wake(tmp):
-    """(e) the first wake of the big-output session as Runtime makes it, through the real SDK and CLI: the
-    connect (the SDK's load through the pruning store, its copy of the session, the CLI's start) after
-    which the first query goes, and until the spill files are written (what the first query waited for
-    before: now only a tool call does), vs a later wake (its files exist), paired. Skipped without the SDK."""
+    """(e) the first wake of the big-output session as a delegating Runtime session makes it, through the real
+    SDK and CLI: the connect (the SDK's load through the pruning store, its copy of the session, the CLI's
+    start) after which its first query goes, and until the spill files are written (what a session without
+    workers waits for before its first query; a delegating one's tool calls do), vs a later wake (its files
+    exist), paired. Skipped without the SDK."""
     try:
         import claude_agent_sdk as sdk
     except ImportError:

@@ -63,8 +63,7 @@ class OnlyWhereThereAreWorkers(fakesdk.FakeWorkspace, unittest.TestCase):
         self.assertEqual([(m, h.__name__) for m, h in hooks["PreToolUse"]][-1:],
                          [("|".join(flower.AGENT_TOOLS), "before_agent")])
         solo = flower.AgentSpec("work")
-        self.assertEqual([h.__name__ for m, h in rt._hooks_for(solo, rt._connection_hooks(st, solo))["PreToolUse"]],
-                         ["wait"])   # only every session's wait for spill files (spill_waits)
+        self.assertNotIn("PreToolUse", rt._hooks_for(solo, rt._connection_hooks(st, solo)))
 
     def test_each_connection_of_a_delegating_step_carries_it(self):
         rt = flower.Runtime(workspace=self.ws, run_dir=self.run_dir, resilience=flower.Resilience(probe=False))

@@ -1,12 +1,12 @@
 """A first trim-on load of a session with long big results (issue 44) returns once its pointers are
-built: the spill files are redacted and written in a thread of their own, and every tool call of the
-Runtime's sessions waits for them (one may read a file); the first query does not.
+built: the spill files are redacted and written in a thread of their own; a Runtime's session waits for
+them before its first query, or, if it delegates, before each tool call (one may read a file).
 
 - the load returns while the writer is held (the test lets it go: no timing); the files then hold
   redact() of each text (a credential never reaches one), 0600, and nothing is left pending;
 - spills shorter than SPILL_LOAD_DEFER_AT in all are written before the load returns, as before;
 - a writer that fails leaves no traceback and no file, and the next load writes it;
-- the Runtime's first query is not held by the files being written; its tool calls are."""
+- a single session's first query waits for the files being written; a delegating session's tool calls do."""
 
 from __future__ import annotations
 
@@ -139,8 +139,11 @@ class LoadSpillsLaterInAWorker(LoadSpillsLater):
         self.store.quick_rows = 1
 
 
-class ToolCallsWait(fakesdk.FakeWorkspace, unittest.TestCase):
-    def test_the_first_query_goes_while_the_files_are_written_and_a_tool_call_waits_for_them(self):
+class RuntimeWaits(fakesdk.FakeWorkspace, unittest.TestCase):
+    """A session without workers waits for a load's spill files before its first query; a delegating one
+    sends it at once, and its catch-all PreToolUse hook holds each tool call until they are written."""
+
+    def run_with_writer(self, spec: AgentSpec) -> tuple[list, list, threading.Event, threading.Thread]:
         release, seen, hooks = threading.Event(), [], []
         writer = threading.Thread(target=release.wait, args=(10,))
         writer.start()
@@ -149,24 +152,38 @@ class ToolCallsWait(fakesdk.FakeWorkspace, unittest.TestCase):
         path = os.path.join(self.ws, "spill", "x-0.txt")
         flower._SPILL_WRITERS[path] = writer
         self.addCleanup(flower._SPILL_WRITERS.pop, path, None)
-        real_query = fakesdk.ClaudeSDKClient.query
+        real_wait, real_query = flower.wait_spills, fakesdk.ClaudeSDKClient.query
+
+        def waiting(timeout=None):   # the writer ends once the Runtime waits for it
+            release.set()
+            real_wait(timeout)
 
         async def query(client, prompt, session_id="default"):
             seen.append(writer.is_alive())
-            hooks.extend(m for m in client.options.hooks.get("PreToolUse", []) if m.matcher is None)
+            hooks.extend(h for m in client.options.hooks.get("PreToolUse", []) if m.matcher is None for h in m.hooks
+                         if getattr(h, "waits_for_spills", False))
             await real_query(client, prompt, session_id)
         FAKE.turns = [[("text", "done", 1000)]]
         rt = Runtime(workspace=self.ws, run_dir=self.run_dir, resilience=Resilience(probe=False, max_attempts=2))
         self.addCleanup(rt.close)
-        with unittest.mock.patch.object(fakesdk.ClaudeSDKClient, "query", query):
-            result = asyncio.run(rt.run(AgentSpec("work"), "go"))
-        self.assertEqual(seen, [True])   # not held: the writer was still at work
+        with unittest.mock.patch.object(flower, "wait_spills", waiting), \
+                unittest.mock.patch.object(fakesdk.ClaudeSDKClient, "query", query):
+            result = asyncio.run(rt.run(spec, "go"))
         self.assertEqual(result.text, "done")
-        waits = [hook for matcher in hooks for hook in matcher.hooks]
-        self.assertEqual(len(waits), 1)   # every tool call of the session, any tool
+        return seen, hooks, release, writer
+
+    def test_a_single_session_waits_for_the_files_before_its_first_query(self):
+        seen, hooks, _, _ = self.run_with_writer(AgentSpec("work"))
+        self.assertEqual(seen, [False])
+        self.assertEqual(hooks, [])   # no hook before each tool call (see flower.spill_waits)
+
+    def test_a_delegating_session_queries_at_once_and_its_tool_calls_wait(self):
+        seen, hooks, release, writer = self.run_with_writer(AgentSpec("work", agents={"worker": flower.worker()}))
+        self.assertEqual(seen, [True])   # not held: the writer was still at work
+        self.assertEqual(len(hooks), 1)
 
         async def tool_call():   # the hook, as the CLI calls it before a tool runs
-            task = asyncio.ensure_future(waits[0]({"tool_name": "Read"}, "toolu_1", {}))
+            task = asyncio.ensure_future(hooks[0]({"tool_name": "Read"}, "toolu_1", {}))
             await asyncio.sleep(0.2)
             held = not task.done()
             release.set()
