@@ -7188,8 +7188,8 @@ def write_spills_later(spills: dict[str, str]) -> bool:
     chars in all: redacting 30 MB takes a second, which the load that found them need not wait for; a
     pointer names only its file); False, doing nothing, for shorter ones. Until a file is written, its
     path is among ``_SPILL_WRITERS``: a Runtime's session waits for them before its first query, or, if
-    it delegates, before each tool call (:func:`spill_waits`); ``wait_spills()`` waits for them. A file not written (a failed write, the process
-    killed) is not there, and the next load writes it."""
+    it delegates, before each tool call (:func:`spill_waits`); ``wait_spills()`` waits for them. A file
+    not written (a failed write, the process killed) is not there, and the next load writes it."""
     if sum(map(len, spills.values())) < SPILL_LOAD_DEFER_AT:
         return False
     spill_writer("flower-load-spill", list(spills), SPILL_LOAD_WAIT, lambda: write_spills(spills))

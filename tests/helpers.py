@@ -785,6 +785,26 @@ def freeze_front(ws: str, lang: str = "en", goal: bool = True) -> None:
 
 # -- comparing what loads and prunes give --
 
+def noted_cut_facts(store) -> dict[tuple[str, int], tuple[str, str]]:
+    """(skey, seq) -> (uuid, fact) of every cut fact a SQLite store noted."""
+    return {(skey, seq): (uid, fact) for skey, seq, uid, fact in store._db.execute("SELECT * FROM cut_facts")}
+
+
+def true_cut_facts(store, skey: str) -> dict[tuple[str, int], tuple[str, str]]:
+    """(skey, seq) -> (uuid, fact): the cut fact of every row of ``skey`` that can have one, worked out from
+    the row as it is now (a row that does not parse has none)."""
+    dumps, facts = flower._compact_json(), {}
+    for seq, payload in store._db.execute("SELECT seq, payload FROM entries WHERE skey = ?", (skey,)):
+        try:
+            entry = json.loads(payload)
+        except ValueError:
+            continue
+        fact = flower.cut_fact(entry, payload, dumps) if isinstance(entry, dict) else None
+        if fact is not None:
+            facts[skey, seq] = (entry["uuid"], fact)
+    return facts
+
+
 def exact(value) -> bytes:
     """A JSON-shaped ``value`` (dicts, lists, strings, numbers, booleans, None) as bytes. Two values give
     the same bytes only if ``json.dumps`` gives them the same text: the same values in the same order,

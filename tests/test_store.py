@@ -15,7 +15,7 @@ import unittest.mock
 
 import flower
 from flower import SqliteSessionStore, PruningSessionStore, FlowerError
-from tests.helpers import HAVE_SDK, ROOT, exact, wait_until
+from tests.helpers import HAVE_SDK, ROOT, exact, noted_cut_facts, true_cut_facts, wait_until
 
 KEY = {"project_key": "proj", "session_id": "s1"}
 LEAVING = (flower.FACTS_VERSION + "e%", flower.FACTS_VERSION + "d%")   # facts of rows a load may leave unread
@@ -529,27 +529,16 @@ class StoredFacts(unittest.TestCase):
         return b.entries
 
     def cut_facts(self, store):
-        return {(skey, seq): (uid, fact) for skey, seq, uid, fact in store._db.execute("SELECT * FROM cut_facts")}
+        return noted_cut_facts(store)
 
     def true_cut_facts(self, store):
         """The cut fact of every row of the session (KEY) that can have one, worked out from the row
         as it is now."""
-        dumps = flower._compact_json()
-        facts = {}
-        skey = flower._key_string(KEY)
-        for seq, payload in store._db.execute("SELECT seq, payload FROM entries WHERE skey = ?", (skey,)):
-            try:
-                entry = json.loads(payload)
-            except ValueError:
-                continue
-            fact = flower.cut_fact(entry, payload, dumps) if isinstance(entry, dict) else None
-            if fact is not None:
-                facts[skey, seq] = (entry["uuid"], fact)
-        return facts
+        return true_cut_facts(store, flower._key_string(KEY))
 
     def test_append_notes_no_cut_facts_the_first_trim_on_load_notes_them(self):
         store = self.stored(self.big_results())
-        self.assertEqual(self.cut_facts(store), {})   # append pays nothing for them
+        self.assertEqual(self.cut_facts(store), {})   # results under CUT_STORED_CHARS: append pays nothing for them
         self.assertEqual(store._db.execute("SELECT count(*) FROM entries WHERE facts LIKE ?", (flower.FACTS_VERSION + "t%",)).fetchone(), (0,))
         self.sync(PruningSessionStore(store).load(KEY))   # trim off: nothing noted
         self.assertEqual(self.cut_facts(store), {})

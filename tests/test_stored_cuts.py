@@ -11,6 +11,7 @@ import unittest
 import unittest.mock
 
 import flower
+from tests.helpers import noted_cut_facts, true_cut_facts
 from tests.transcripts import anchor_transcript, with_logs
 
 KEY = {"project_key": "proj", "session_id": "s"}
@@ -23,17 +24,13 @@ def mixed(seed: int, n: int = 900) -> list[dict]:
 
 
 def stored_facts(store) -> dict[str, str]:
-    return dict(store._db.execute("SELECT uuid, fact FROM cut_facts").fetchall())
+    """uuid -> the cut fact the store noted for it."""
+    return dict(noted_cut_facts(store).values())
 
 
 def facts_of_rows(store) -> dict[str, str]:
     """uuid -> the cut fact of each stored row, worked out from the row as it is stored."""
-    out = {}
-    for uid, payload in store._db.execute("SELECT uuid, payload FROM entries WHERE skey='proj/s' ORDER BY seq"):
-        fact = flower.cut_fact(json.loads(payload), payload, flower._compact_json())
-        if fact is not None:
-            out[uid] = fact
-    return out
+    return dict(true_cut_facts(store, flower._key_string(KEY)).values())
 
 
 class Case(unittest.TestCase):
