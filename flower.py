@@ -14499,6 +14499,14 @@ def inbox_dir(paths: Paths) -> str:
     return os.path.join(paths.flower_dir, "inbox")
 
 
+def _posted_ns(name: str, mtime_ns: int) -> int:
+    """When a mail was sent: the time :meth:`Inbox.post` put in its name (read from the clock when it was
+    posted, as a database mail's is), else, for a file left by hand, its mtime (which Linux takes from a
+    coarser clock: up to a few ms early, enough to put a mail before one posted just before it)."""
+    head = name[:19]
+    return int(head) if len(name) > 20 and name[19] == "-" and head.isdigit() else mtime_ns
+
+
 def _inbox_name(name: str) -> bool:
     """A file of the inbox that is mail: not hidden, not a temp file, not one set aside."""
     return not name.startswith(".") and not name.endswith((".tmp", "~")) and ".corrupt-" not in name
@@ -14541,7 +14549,8 @@ class Inbox:
             words = redact(words).strip()
             if not words:
                 continue
-            found.append((stat.st_mtime_ns, name, Mail(name, words[:MAX_PROMPT_BYTES], stat.st_mtime)))
+            sent = _posted_ns(name, stat.st_mtime_ns)
+            found.append((sent, name, Mail(name, words[:MAX_PROMPT_BYTES], sent / 1e9)))
         return [mail for _, _, mail in sorted(found, key=lambda item: (item[0], item[1]))]
 
     def done(self, mail_id: str) -> None:

@@ -39,6 +39,21 @@ class InboxFiles(unittest.TestCase):
         self.assertEqual([m.id for m in mails], [first, second])
         self.assertNotIn("x" * 40, mails[1].words)
 
+    def test_mail_is_dated_by_the_clock_it_was_posted_by_not_its_files_coarse_mtime(self):
+        # the file system's clock lags the one post() reads by up to a jiffy: a mail posted 3 ms after a
+        # database mail (dated by that clock) must not come before it
+        later = self.inbox.post("typed second")
+        posted = int(later[:19])
+        os.utime(os.path.join(self.inbox.directory, later), ns=(posted - 4_000_000, posted - 4_000_000))
+        with open(os.path.join(self.inbox.directory, "note.txt"), "w") as fh:
+            fh.write("dropped by hand")
+        os.utime(os.path.join(self.inbox.directory, "note.txt"), ns=(posted - 2_000_000, posted - 2_000_000))
+        mails = self.inbox.pending()
+        self.assertEqual([m.id for m in mails], ["note.txt", later])   # by hand: dated by its mtime
+        self.assertEqual(mails[1].sent, posted / 1e9)
+        database = flower.Mail("db", "posted first", (posted - 3_000_000) / 1e9)
+        self.assertEqual([m.id for m in sorted(mails + [database], key=lambda m: m.sent)], ["db", "note.txt", later])
+
     def test_a_dropped_file_is_mail_and_a_bad_one_is_set_aside(self):
         with open(os.path.join(self.tmp.name, "x"), "w"):
             pass
